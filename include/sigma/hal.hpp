@@ -1,0 +1,177 @@
+// sigma/hal.hpp -- loading HAL plugins, and RAII owners over the C ABI.
+//
+// The loader finds a plugin by path or short name, checks its handshake and
+// tables against ABI 1.0, and initialises it. The classes below own what the
+// plugin hands out (devices' memory, communicators, requests) and turn every
+// status into sigma::Error with the plugin's name, the entry and its message.
+#pragma once
+
+#include <sigma/error.hpp>
+#include <sigma/hal.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sigma::hal {
+
+struct LoadOptions {
+  std::string options;  // hal_init_args_t.options (vendor-specific)
+  std::string job_dir;  // hal_init_args_t.job_dir
+};
+
+// Where a short name is searched, in order: each folder of
+// SIGMA_HAL_PLUGIN_PATH (colon-separated), then <libdir>/sigma/plugins beside
+// the libsigma in use. A short name N is the file libsigma_hal_N.so.
+std::vector<std::string> plugin_search_path();
+
+// The file a name or path resolves to. A value containing '/' or ending in
+// ".so" is a path and is used as given. Throws Error(unavailable) naming every
+// folder searched when a short name is not found.
+std::string resolve_plugin(const std::string& name_or_path);
+
+// Checks a root table against ABI 1.0: major, struct sizes of the root and
+// each sub-table, required entries non-NULL, strings present, extension chain
+// well formed. Returns "" when it is valid, else one message naming the field,
+// what was expected and what was found. `origin` prefixes the message.
+std::string validate_api(const hal_api_t* api, const std::string& origin);
+
+// Thrown by Plugin::load when the plugin loaded and validated but its own
+// hal_init_fn refused (e.g. UNAVAILABLE: no device on this machine). Callers
+// that report "skipped: no device" rather than "failed" catch this type.
+class PluginInitError : public Error {
+ public:
+  using Error::Error;
+};
+
+class Plugin;
+using PluginPtr = std::shared_ptr<Plugin>;
+
+// A loaded, initialised plugin. Destroying the last reference finalises the
+// plugin and unloads the shared object. Loading the same file twice gives two
+// Plugin objects over one reference-counted plugin, as the ABI requires.
+// Thread-safety: the methods are as thread-safe as the entries they call.
+class Plugin {
+ public:
+  // Loads, validates and initialises. Throws Error naming the file and what is
+  // wrong: unavailable (dlopen failed, file not found, init said so),
+  // invalid_argument (the table breaks the ABI), not_supported (wrong major).
+  // An explicitly requested plugin that fails is never replaced by another.
+  static PluginPtr load(const std::string& name_or_path, const LoadOptions& options = {});
+
+  ~Plugin();
+  Plugin(const Plugin&) = delete;
+  Plugin& operator=(const Plugin&) = delete;
+
+  const hal_api_t& api() const { return *api_; }
+  const hal_device_api_t& device_api() const { return *api_->device; }
+  const hal_telemetry_api_t& telemetry_api() const { return *api_->telemetry; }
+  const hal_coll_api_t& coll_api() const { return *api_->coll; }
+  const std::string& path() const { return path_; }
+  std::string name() const { return api_->name; }
+  bool has_streams() const;
+  // The fault-injection extension, or nullptr when the plugin has none.
+  const hal_ext_fault_injection_t* fault_injection() const;
+
+  // Throws Error when `status` is an error or not a status ABI 1.0 defines
+  // (HAL_IN_PROGRESS too, unless allow_in_progress). `entry` names the call,
+  // e.g. "hal_device_api_t.mem_alloc". Returns the status otherwise.
+  hal_status_t check(hal_status_t status, const char* entry, bool allow_in_progress = false) const;
+
+  uint32_t device_count() const;
+  hal_device_props_t device_props(uint32_t device) const;
+  std::vector<hal_field_info_t> telemetry_fields(uint32_t device) const;
+  std::vector<hal_telemetry_sample_t> read_telemetry(uint32_t device,
+                                                     const std::vector<hal_field_id_t>& ids) const;
+  hal_self_test_result_t self_test(uint32_t device, uint64_t budget_bytes = 0) const;
+
+ private:
+  Plugin() = default;
+  void* handle_ = nullptr;
+  const hal_api_t* api_ = nullptr;
+  std::string path_;
+};
+
+// Device memory from hal_mem_alloc_fn; freed when destroyed.
+// Thread-safety: not concurrently on the same Buffer.
+class Buffer {
+ public:
+  Buffer(PluginPtr plugin, uint32_t device, uint64_t size_bytes);
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&&) = delete;
+  Buffer(const Buffer&) = delete;
+  void* data() const { return ptr_; }
+  uint64_t size() const { return size_; }
+  void copy_from_host(const void* src, uint64_t size_bytes, uint64_t offset = 0);
+  void copy_to_host(void* dst, uint64_t size_bytes, uint64_t offset = 0) const;
+
+ private:
+  PluginPtr plugin_;
+  uint32_t device_;
+  void* ptr_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+class Request;
+
+// A communicator. Its bootstrap table must outlive it (see bootstrap.hpp).
+// Destroying it destroys the communicator (aborting what is in flight).
+// Thread-safety: post() not concurrently on the same Communicator; abort()
+// and async_error() from any thread, concurrently.
+class Communicator {
+ public:
+  // Collective over all ranks. Throws Error (timeout when peers did not come,
+  // not_supported for a world size the plugin cannot do, ...).
+  Communicator(PluginPtr plugin, const hal_comm_create_args_t& args);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  Request post(const hal_coll_args_t& args, hal_stream_t stream = nullptr);
+  void abort();
+  hal_status_t async_error() const;
+  hal_comm_t handle() const { return comm_; }
+  const PluginPtr& plugin() const { return plugin_; }
+
+ private:
+  PluginPtr plugin_;
+  hal_comm_t comm_ = nullptr;
+};
+
+// One posted operation. Destroying an unfinished request waits for it up to
+// the wait timeout given at destruction policy (10 s); if it is still not
+// done, the communicator is aborted so the buffers are no longer used.
+class Request {
+ public:
+  Request(PluginPtr plugin, hal_comm_t comm, hal_request_t req)
+      : plugin_(std::move(plugin)), comm_(comm), req_(req) {}
+  ~Request();
+  Request(Request&& other) noexcept;
+  Request& operator=(Request&&) = delete;
+  Request(const Request&) = delete;
+
+  // True when finished well; false when still running; throws Error when it
+  // finished with an error.
+  bool test();
+  // True when finished well within `timeout`, false when time ran out; throws
+  // Error when it finished with an error (aborted, remote_error, ...).
+  bool wait(std::chrono::nanoseconds timeout);
+  hal_request_t handle() const { return req_; }
+
+ private:
+  PluginPtr plugin_;
+  hal_comm_t comm_;
+  hal_request_t req_ = nullptr;
+};
+
+// Bytes per element of a dtype; 0 for a dtype ABI 1.0 does not define.
+uint64_t dtype_size(hal_dtype_t dtype) noexcept;
+// "f32", "bf16", ...; "dtype N" for an unknown one.
+std::string dtype_name(hal_dtype_t dtype);
+std::string coll_op_name(hal_coll_op_t op);
+std::string reduce_op_name(hal_reduce_op_t op);
+
+}  // namespace sigma::hal

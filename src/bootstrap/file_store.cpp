@@ -1,0 +1,185 @@
+#include <sigma/bootstrap.hpp>
+#include <sigma/error.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+namespace sigma::bootstrap {
+namespace {
+
+constexpr size_t kMaxValueBytes = size_t{1} << 20;
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Keys become file names: safe bytes stay, everything else is %XX. The escape
+// is injective, so distinct keys never share a file.
+std::string escape_key(const std::string& key) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : key) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+        c == '-' || c == '_' || c == '.') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  // "." and ".." are not file names we may use; a leading '.' marks temp files.
+  if (!out.empty() && out[0] == '.') out = "%2e" + out.substr(1);
+  return out;
+}
+
+}  // namespace
+
+FileStore::FileStore(std::string dir) : dir_(std::move(dir)) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec || !std::filesystem::is_directory(dir_)) {
+    throw Error(Code::unavailable, "file store: cannot create directory '" + dir_ +
+                                       "': " + (ec ? ec.message() : "not a directory"));
+  }
+}
+
+std::string FileStore::path_of(const std::string& key) const {
+  if (key.empty()) throw Error(Code::invalid_argument, "file store: empty key");
+  return dir_ + "/" + escape_key(key);
+}
+
+void FileStore::set(const std::string& key, const std::vector<uint8_t>& value) {
+  if (value.size() > kMaxValueBytes) {
+    throw Error(Code::invalid_argument, "file store: value for key '" + key + "' is " +
+                                            std::to_string(value.size()) +
+                                            " bytes, more than the 1 MiB limit");
+  }
+  static std::atomic<uint64_t> counter{0};
+  const std::string final_path = path_of(key);
+  const std::string tmp = dir_ + "/.tmp." + std::to_string(::getpid()) + "." +
+                          std::to_string(counter.fetch_add(1));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw Error(Code::unavailable, "file store: cannot create '" + tmp + "': " + errno_text());
+  }
+  size_t done = 0;
+  while (done < value.size()) {
+    ssize_t n = ::write(fd, value.data() + done, value.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      std::string why = errno_text();
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error(Code::unavailable, "file store: cannot write '" + tmp + "': " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    throw Error(Code::unavailable,
+                "file store: cannot rename into '" + final_path + "': " + why);
+  }
+}
+
+std::optional<std::vector<uint8_t>> FileStore::get(const std::string& key,
+                                                   std::chrono::nanoseconds timeout) {
+  const std::string path = path_of(key);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto backoff = std::chrono::microseconds(50);
+  for (;;) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      struct stat st {};
+      if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) > kMaxValueBytes) {
+        ::close(fd);
+        throw Error(Code::unavailable, "file store: '" + path + "' is unreadable or too large");
+      }
+      std::vector<uint8_t> value(static_cast<size_t>(st.st_size));
+      size_t done = 0;
+      while (done < value.size()) {
+        ssize_t n = ::read(fd, value.data() + done, value.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += static_cast<size_t>(n);
+      }
+      ::close(fd);
+      value.resize(done);
+      return value;
+    }
+    if (errno != ENOENT) {
+      throw Error(Code::unavailable, "file store: cannot open '" + path + "': " + errno_text());
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return std::nullopt;
+    // Polling with a growing pause: rendezvous is rare and short, and a file
+    // store has no change notification that works on every file system.
+    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, std::chrono::microseconds(20000));
+  }
+}
+
+std::unique_ptr<Store> open_store(const std::string& uri) {
+  const std::string file_scheme = "file://";
+  if (uri.rfind(file_scheme, 0) == 0) return std::make_unique<FileStore>(uri.substr(7));
+  if (uri.find("://") == std::string::npos && !uri.empty()) return std::make_unique<FileStore>(uri);
+  throw Error(Code::invalid_argument,
+              "store '" + uri + "': unknown scheme (expected file:///dir or a directory path)");
+}
+
+HalBootstrap::HalBootstrap(std::shared_ptr<Store> store, std::string key_prefix)
+    : store_(std::move(store)), prefix_(std::move(key_prefix)), uri_(store_->uri()) {
+  table_.struct_size = sizeof(hal_bootstrap_t);
+  table_.ctx = this;
+  table_.kv_set = &HalBootstrap::kv_set;
+  table_.kv_get = &HalBootstrap::kv_get;
+  table_.store_uri = uri_.c_str();
+  table_.key_prefix = prefix_.c_str();
+}
+
+hal_status_t HalBootstrap::kv_set(void* ctx, const char* key, const void* value, uint64_t size) {
+  if (ctx == nullptr || key == nullptr || (value == nullptr && size > 0)) {
+    return HAL_ERR_INVALID_ARGUMENT;
+  }
+  auto* self = static_cast<HalBootstrap*>(ctx);
+  try {
+    const auto* bytes = static_cast<const uint8_t*>(value);
+    self->store_->set(self->prefix_ + key, std::vector<uint8_t>(bytes, bytes + size));
+    return HAL_OK;
+  } catch (const Error& e) {
+    return to_hal_status(e.code());
+  } catch (...) {
+    return HAL_ERR_INTERNAL;
+  }
+}
+
+hal_status_t HalBootstrap::kv_get(void* ctx, const char* key, void* value, uint64_t capacity,
+                                  uint64_t* size, uint64_t timeout_ns) {
+  if (ctx == nullptr || key == nullptr || size == nullptr || (value == nullptr && capacity > 0)) {
+    return HAL_ERR_INVALID_ARGUMENT;
+  }
+  auto* self = static_cast<HalBootstrap*>(ctx);
+  try {
+    // Clamp "for ever" so the chrono arithmetic cannot overflow.
+    const uint64_t max_ns = uint64_t{1} << 62;
+    auto got = self->store_->get(self->prefix_ + key,
+                                 std::chrono::nanoseconds(std::min(timeout_ns, max_ns)));
+    if (!got) return HAL_ERR_TIMEOUT;
+    *size = got->size();
+    if (capacity > 0) std::memcpy(value, got->data(), std::min<uint64_t>(capacity, got->size()));
+    return HAL_OK;
+  } catch (const Error& e) {
+    return to_hal_status(e.code());
+  } catch (...) {
+    return HAL_ERR_INTERNAL;
+  }
+}
+
+}  // namespace sigma::bootstrap

@@ -1,0 +1,287 @@
+// The plugin loader: find, dlopen, handshake, validate, init.
+#include <sigma/hal.hpp>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+namespace sigma::hal {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string plugin_file_name(const std::string& name) { return "libsigma_hal_" + name + ".so"; }
+
+// The folder holding the libsigma shared object this code runs in, so that
+// the build tree and an install tree both find their own plugins.
+std::string libsigma_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&plugin_search_path), &info) == 0 || info.dli_fname == nullptr) {
+    return {};
+  }
+  std::error_code ec;
+  fs::path p = fs::canonical(info.dli_fname, ec);
+  return ec ? std::string{} : p.parent_path().string();
+}
+
+std::string table_field(const char* table, const char* field) {
+  return std::string(table) + "." + field;
+}
+
+// Checks one sub-table: non-NULL, big enough, and its required entries set.
+template <typename Table>
+std::string check_table(const Table* t, const char* type_name, const char* root_field,
+                        uint64_t min_size,
+                        std::initializer_list<std::pair<const char*, const void*>> required) {
+  std::ostringstream msg;
+  if (t == nullptr) {
+    msg << "hal_api_t." << root_field << " is NULL, but it is required";
+    return msg.str();
+  }
+  if (t->struct_size < min_size) {
+    msg << type_name << ".struct_size is " << t->struct_size << ", smaller than ABI 1.0's "
+        << min_size << " bytes";
+    return msg.str();
+  }
+  for (const auto& [field, ptr] : required) {
+    if (ptr == nullptr) {
+      msg << table_field(type_name, field) << " is NULL, but it is required";
+      return msg.str();
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::string> plugin_search_path() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("SIGMA_HAL_PLUGIN_PATH"); env != nullptr) {
+    std::stringstream ss(env);
+    std::string dir;
+    while (std::getline(ss, dir, ':')) {
+      if (!dir.empty()) dirs.push_back(dir);
+    }
+  }
+  if (std::string lib = libsigma_dir(); !lib.empty()) dirs.push_back(lib + "/sigma/plugins");
+  return dirs;
+}
+
+std::string resolve_plugin(const std::string& name_or_path) {
+  if (name_or_path.empty()) throw Error(Code::invalid_argument, "empty plugin name");
+  const bool is_path = name_or_path.find('/') != std::string::npos ||
+                       (name_or_path.size() > 3 &&
+                        name_or_path.compare(name_or_path.size() - 3, 3, ".so") == 0);
+  if (is_path) return name_or_path;
+  std::string searched;
+  for (const auto& dir : plugin_search_path()) {
+    fs::path candidate = fs::path(dir) / plugin_file_name(name_or_path);
+    std::error_code ec;
+    if (fs::is_regular_file(candidate, ec)) return candidate.string();
+    searched += (searched.empty() ? "" : ", ") + dir;
+  }
+  throw Error(Code::unavailable, "HAL plugin '" + name_or_path + "' not found: no " +
+                                     plugin_file_name(name_or_path) + " in [" + searched +
+                                     "] (set SIGMA_HAL_PLUGIN_PATH or pass a path)");
+}
+
+std::string validate_api(const hal_api_t* api, const std::string& origin) {
+  auto fail = [&](const std::string& what) { return origin + ": " + what; };
+  if (api == nullptr) return fail("the root table is NULL");
+  if (api->struct_size < HAL_API_V1_0_SIZE) {
+    return fail("hal_api_t.struct_size is " + std::to_string(api->struct_size) +
+                ", smaller than ABI 1.0's " + std::to_string(HAL_API_V1_0_SIZE) + " bytes");
+  }
+  if (api->abi_major != HAL_ABI_MAJOR) {
+    return fail("implements HAL ABI major " + std::to_string(api->abi_major) +
+                ", this host supports major " + std::to_string(HAL_ABI_MAJOR));
+  }
+  if (api->name == nullptr || api->name[0] == '\0') return fail("hal_api_t.name is NULL or empty");
+  if (api->version == nullptr) return fail("hal_api_t.version is NULL");
+  if (api->init == nullptr) return fail("hal_api_t.init is NULL, but it is required");
+  if (api->finalize == nullptr) return fail("hal_api_t.finalize is NULL, but it is required");
+  if (api->get_last_error == nullptr) {
+    return fail("hal_api_t.get_last_error is NULL, but it is required");
+  }
+  const hal_device_api_t* d = api->device;
+  std::string err = check_table(
+      d, "hal_device_api_t", "device", HAL_DEVICE_API_V1_0_SIZE,
+      {{"get_count", d ? reinterpret_cast<const void*>(d->get_count) : nullptr},
+       {"get_props", d ? reinterpret_cast<const void*>(d->get_props) : nullptr},
+       {"mem_alloc", d ? reinterpret_cast<const void*>(d->mem_alloc) : nullptr},
+       {"mem_free", d ? reinterpret_cast<const void*>(d->mem_free) : nullptr},
+       {"memcpy", d ? reinterpret_cast<const void*>(d->memcpy) : nullptr},
+       {"self_test", d ? reinterpret_cast<const void*>(d->self_test) : nullptr}});
+  if (!err.empty()) return fail(err);
+  const bool any_stream = d->stream_create || d->stream_synchronize || d->stream_destroy;
+  const bool all_stream = d->stream_create && d->stream_synchronize && d->stream_destroy;
+  if (any_stream && !all_stream) {
+    return fail("hal_device_api_t stream entries must be all set or all NULL");
+  }
+  if (((api->capabilities & HAL_CAP_STREAMS) != 0) != all_stream) {
+    return fail("HAL_CAP_STREAMS does not match the stream entries of hal_device_api_t");
+  }
+  const hal_telemetry_api_t* t = api->telemetry;
+  err = check_table(t, "hal_telemetry_api_t", "telemetry", HAL_TELEMETRY_API_V1_0_SIZE,
+                    {{"list_fields", t ? reinterpret_cast<const void*>(t->list_fields) : nullptr},
+                     {"read", t ? reinterpret_cast<const void*>(t->read) : nullptr}});
+  if (!err.empty()) return fail(err);
+  const hal_coll_api_t* c = api->coll;
+  err = check_table(
+      c, "hal_coll_api_t", "coll", HAL_COLL_API_V1_0_SIZE,
+      {{"comm_create", c ? reinterpret_cast<const void*>(c->comm_create) : nullptr},
+       {"comm_destroy", c ? reinterpret_cast<const void*>(c->comm_destroy) : nullptr},
+       {"comm_abort", c ? reinterpret_cast<const void*>(c->comm_abort) : nullptr},
+       {"comm_get_async_error", c ? reinterpret_cast<const void*>(c->comm_get_async_error) : nullptr},
+       {"post", c ? reinterpret_cast<const void*>(c->post) : nullptr},
+       {"test", c ? reinterpret_cast<const void*>(c->test) : nullptr},
+       {"wait", c ? reinterpret_cast<const void*>(c->wait) : nullptr},
+       {"request_free", c ? reinterpret_cast<const void*>(c->request_free) : nullptr}});
+  if (!err.empty()) return fail(err);
+  // The extension chain: bounded, acyclic, each header plausible.
+  std::set<const void*> seen;
+  bool has_fault_ext = false;
+  for (const hal_ext_header_t* e = api->extensions; e != nullptr; e = e->next) {
+    if (!seen.insert(e).second) return fail("the extension chain has a cycle");
+    if (seen.size() > 64) return fail("the extension chain is longer than 64");
+    if (e->struct_size < sizeof(hal_ext_header_t)) {
+      return fail("extension of type " + std::to_string(e->type) + " has struct_size " +
+                  std::to_string(e->struct_size) + ", smaller than its header");
+    }
+    if (e->type == HAL_EXT_FAULT_INJECTION) {
+      if (e->struct_size < HAL_EXT_FAULT_INJECTION_V1_0_SIZE) {
+        return fail("the fault-injection extension is smaller than ABI 1.0's");
+      }
+      auto* f = reinterpret_cast<const hal_ext_fault_injection_t*>(e);
+      if (f->inject == nullptr || f->clear == nullptr) {
+        return fail("hal_ext_fault_injection_t.inject/clear is NULL, but both are required");
+      }
+      has_fault_ext = true;
+    }
+  }
+  if (((api->capabilities & HAL_CAP_FAULT_INJECTION) != 0) != has_fault_ext) {
+    return fail("HAL_CAP_FAULT_INJECTION does not match the extension chain");
+  }
+  return {};
+}
+
+PluginPtr Plugin::load(const std::string& name_or_path, const LoadOptions& options) {
+  const std::string path = resolve_plugin(name_or_path);
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = ::dlerror();
+    throw Error(Code::unavailable,
+                "cannot load HAL plugin '" + path + "': " + (why ? why : "unknown dlopen error"));
+  }
+  // From here the handle is owned by the Plugin, which closes it on any throw.
+  PluginPtr p(new Plugin());
+  p->handle_ = handle;
+  p->path_ = path;
+  auto* get_api = reinterpret_cast<hal_get_api_v1_fn*>(::dlsym(handle, HAL_GET_API_V1_SYMBOL));
+  if (get_api == nullptr) {
+    throw Error(Code::invalid_argument, "HAL plugin '" + path + "' does not export the symbol " +
+                                            HAL_GET_API_V1_SYMBOL + " (is it a HAL plugin?)");
+  }
+  const hal_api_t* api = get_api(HAL_ABI_MAJOR, HAL_ABI_MINOR);
+  if (api == nullptr) {
+    throw Error(Code::not_supported, "HAL plugin '" + path + "': " + HAL_GET_API_V1_SYMBOL + "(" +
+                                         std::to_string(HAL_ABI_MAJOR) + ", " +
+                                         std::to_string(HAL_ABI_MINOR) +
+                                         ") returned NULL: it cannot serve this host's ABI");
+  }
+  // A table of another major would need an adapter; ABI 1 is the first, so
+  // there is none yet and validate_api names the mismatch.
+  if (std::string err = validate_api(api, "HAL plugin '" + path + "'"); !err.empty()) {
+    throw Error(api->abi_major != HAL_ABI_MAJOR && api->struct_size >= HAL_API_V1_0_SIZE
+                    ? Code::not_supported
+                    : Code::invalid_argument,
+                err);
+  }
+  hal_init_args_t args{};
+  args.struct_size = sizeof(args);
+  args.options = options.options.c_str();
+  args.job_dir = options.job_dir.empty() ? nullptr : options.job_dir.c_str();
+  hal_status_t st = api->init(&args);
+  // api_ is set only after a successful init, so the destructor finalises
+  // exactly what was initialised.
+  p->api_ = api;
+  try {
+    p->check(st, "hal_api_t.init");
+  } catch (const Error& e) {
+    p->api_ = nullptr;
+    throw PluginInitError(e.code(), e.what());
+  }
+  return p;
+}
+
+Plugin::~Plugin() {
+  if (api_ != nullptr) api_->finalize();
+  if (handle_ != nullptr) ::dlclose(handle_);
+}
+
+bool Plugin::has_streams() const { return api_->device->stream_create != nullptr; }
+
+const hal_ext_fault_injection_t* Plugin::fault_injection() const {
+  for (const hal_ext_header_t* e = api_->extensions; e != nullptr; e = e->next) {
+    if (e->type == HAL_EXT_FAULT_INJECTION) return reinterpret_cast<const hal_ext_fault_injection_t*>(e);
+  }
+  return nullptr;
+}
+
+hal_status_t Plugin::check(hal_status_t status, const char* entry, bool allow_in_progress) const {
+  const std::string who = "HAL plugin '" + (api_ ? std::string(api_->name) : path_) + "': " + entry;
+  if (status == HAL_OK || (status == HAL_IN_PROGRESS && allow_in_progress)) return status;
+  if (status > 0 || status < HAL_ERR_MIN_V1) {
+    throw Error(Code::internal, who + " returned " + hal_status_name(status) +
+                                    ", which ABI 1.0 does not define for this entry (plugin bug)");
+  }
+  const char* msg = api_ ? api_->get_last_error() : nullptr;
+  throw Error(from_hal_status(status), who + " failed with " + hal_status_name(status) +
+                                           (msg && *msg ? std::string(": ") + msg : std::string()));
+}
+
+uint32_t Plugin::device_count() const {
+  uint32_t n = 0;
+  check(api_->device->get_count(&n), "hal_device_api_t.get_count");
+  return n;
+}
+
+hal_device_props_t Plugin::device_props(uint32_t device) const {
+  hal_device_props_t props{};
+  props.struct_size = sizeof(props);
+  check(api_->device->get_props(device, &props), "hal_device_api_t.get_props");
+  return props;
+}
+
+std::vector<hal_field_info_t> Plugin::telemetry_fields(uint32_t device) const {
+  uint32_t n = 0;
+  check(api_->telemetry->list_fields(device, nullptr, 0, &n), "hal_telemetry_api_t.list_fields");
+  std::vector<hal_field_info_t> fields(n);
+  uint32_t got = 0;
+  check(api_->telemetry->list_fields(device, fields.data(), n, &got),
+        "hal_telemetry_api_t.list_fields");
+  fields.resize(std::min(n, got));
+  return fields;
+}
+
+std::vector<hal_telemetry_sample_t> Plugin::read_telemetry(
+    uint32_t device, const std::vector<hal_field_id_t>& ids) const {
+  std::vector<hal_telemetry_sample_t> samples(ids.size());
+  check(api_->telemetry->read(device, ids.data(), static_cast<uint32_t>(ids.size()), samples.data()),
+        "hal_telemetry_api_t.read");
+  return samples;
+}
+
+hal_self_test_result_t Plugin::self_test(uint32_t device, uint64_t budget_bytes) const {
+  hal_self_test_result_t r{};
+  r.struct_size = sizeof(r);
+  check(api_->device->self_test(device, budget_bytes, &r), "hal_device_api_t.self_test");
+  r.message[sizeof(r.message) - 1] = '\0';
+  return r;
+}
+
+}  // namespace sigma::hal

@@ -1,0 +1,123 @@
+// RAII owners over the HAL's memory, communicators and requests.
+#include <sigma/hal.hpp>
+
+namespace sigma::hal {
+
+Buffer::Buffer(PluginPtr plugin, uint32_t device, uint64_t size_bytes)
+    : plugin_(std::move(plugin)), device_(device), size_(size_bytes) {
+  plugin_->check(plugin_->device_api().mem_alloc(device_, size_bytes, 0, &ptr_),
+                 "hal_device_api_t.mem_alloc");
+}
+
+Buffer::~Buffer() {
+  if (ptr_ != nullptr) plugin_->device_api().mem_free(device_, ptr_);
+}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : plugin_(std::move(other.plugin_)), device_(other.device_), ptr_(other.ptr_), size_(other.size_) {
+  other.ptr_ = nullptr;
+  other.size_ = 0;
+}
+
+void Buffer::copy_from_host(const void* src, uint64_t size_bytes, uint64_t offset) {
+  if (offset > size_ || size_bytes > size_ - offset) {
+    throw Error(Code::invalid_argument, "Buffer::copy_from_host: range past the buffer's end");
+  }
+  plugin_->check(plugin_->device_api().memcpy(device_, static_cast<char*>(ptr_) + offset, src,
+                                              size_bytes, HAL_COPY_HOST_TO_DEVICE, nullptr),
+                 "hal_device_api_t.memcpy");
+}
+
+void Buffer::copy_to_host(void* dst, uint64_t size_bytes, uint64_t offset) const {
+  if (offset > size_ || size_bytes > size_ - offset) {
+    throw Error(Code::invalid_argument, "Buffer::copy_to_host: range past the buffer's end");
+  }
+  plugin_->check(plugin_->device_api().memcpy(device_, dst, static_cast<const char*>(ptr_) + offset,
+                                              size_bytes, HAL_COPY_DEVICE_TO_HOST, nullptr),
+                 "hal_device_api_t.memcpy");
+}
+
+Communicator::Communicator(PluginPtr plugin, const hal_comm_create_args_t& args)
+    : plugin_(std::move(plugin)) {
+  plugin_->check(plugin_->coll_api().comm_create(&args, &comm_), "hal_coll_api_t.comm_create");
+}
+
+Communicator::~Communicator() {
+  if (comm_ != nullptr) plugin_->coll_api().comm_destroy(comm_);
+}
+
+Request Communicator::post(const hal_coll_args_t& args, hal_stream_t stream) {
+  hal_request_t req = nullptr;
+  plugin_->check(plugin_->coll_api().post(comm_, &args, stream, &req), "hal_coll_api_t.post");
+  return Request(plugin_, comm_, req);
+}
+
+void Communicator::abort() {
+  plugin_->check(plugin_->coll_api().comm_abort(comm_), "hal_coll_api_t.comm_abort");
+}
+
+hal_status_t Communicator::async_error() const {
+  hal_status_t err = HAL_OK;
+  plugin_->check(plugin_->coll_api().comm_get_async_error(comm_, &err),
+                 "hal_coll_api_t.comm_get_async_error");
+  return err;
+}
+
+Request::Request(Request&& other) noexcept
+    : plugin_(std::move(other.plugin_)), comm_(other.comm_), req_(other.req_) {
+  other.req_ = nullptr;
+}
+
+Request::~Request() {
+  if (req_ == nullptr) return;
+  const hal_coll_api_t& c = plugin_->coll_api();
+  hal_status_t st = c.wait(req_, 10'000'000'000ull);
+  if (st == HAL_ERR_TIMEOUT || st == HAL_IN_PROGRESS) {
+    // The buffers may be freed right after us: make the plugin stop using
+    // them. Aborting the communicator is drastic, but a request that outlives
+    // its owner after 10 s is already a hang.
+    c.comm_abort(comm_);
+  }
+  c.request_free(req_);
+}
+
+bool Request::test() {
+  return plugin_->check(plugin_->coll_api().test(req_), "hal_coll_api_t.test", true) == HAL_OK;
+}
+
+bool Request::wait(std::chrono::nanoseconds timeout) {
+  const uint64_t ns = timeout.count() < 0 ? 0 : static_cast<uint64_t>(timeout.count());
+  hal_status_t st = plugin_->coll_api().wait(req_, ns);
+  if (st == HAL_ERR_TIMEOUT || st == HAL_IN_PROGRESS) return false;
+  plugin_->check(st, "hal_coll_api_t.wait");
+  return true;
+}
+
+uint64_t dtype_size(hal_dtype_t dtype) noexcept {
+  switch (dtype) {
+    case HAL_DTYPE_F32: case HAL_DTYPE_I32: return 4;
+    case HAL_DTYPE_F16: case HAL_DTYPE_BF16: return 2;
+    case HAL_DTYPE_F64: case HAL_DTYPE_I64: return 8;
+    case HAL_DTYPE_U8: return 1;
+    default: return 0;
+  }
+}
+
+std::string dtype_name(hal_dtype_t dtype) {
+  static const char* names[] = {"f32", "f16", "bf16", "f64", "i32", "i64", "u8"};
+  return dtype < HAL_DTYPE_COUNT_V1 ? names[dtype] : "dtype " + std::to_string(dtype);
+}
+
+std::string coll_op_name(hal_coll_op_t op) {
+  static const char* names[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                "all_to_allv", "broadcast",  "barrier",        "send",
+                                "recv"};
+  return op < HAL_COLL_OP_COUNT_V1 ? names[op] : "op " + std::to_string(op);
+}
+
+std::string reduce_op_name(hal_reduce_op_t op) {
+  static const char* names[] = {"sum", "prod", "min", "max", "avg"};
+  return op < HAL_REDUCE_COUNT_V1 ? names[op] : "reduce " + std::to_string(op);
+}
+
+}  // namespace sigma::hal
