@@ -1,0 +1,108 @@
+#include "suite.hpp"
+
+#include <sstream>
+
+namespace sigma::conformance {
+
+const char* outcome_name(Outcome o) {
+  switch (o) {
+    case Outcome::pass: return "pass";
+    case Outcome::fail: return "FAIL";
+    case Outcome::skip: return "skip";
+  }
+  return "?";
+}
+
+Context::Context(Options opts) : opts_(std::move(opts)) {
+  store_ = std::make_shared<bootstrap::FileStore>(opts_.store_dir);
+}
+
+void Context::record(const std::string& name, Outcome outcome, std::string detail) {
+  results_.push_back(Result{name, outcome, std::move(detail), 0});
+}
+
+void Context::run(const std::string& name, const std::function<void()>& body) {
+  Result r{name, Outcome::pass, "", 0};
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    body();
+  } catch (const Skip& s) {
+    r.outcome = Outcome::skip;
+    r.detail = s.reason;
+  } catch (const Failure& f) {
+    r.outcome = Outcome::fail;
+    r.detail = f.message;
+  } catch (const Error& e) {
+    r.outcome = Outcome::fail;
+    r.detail = std::string("error (") + std::string(code_name(e.code())) + "): " + e.what();
+  } catch (const std::exception& e) {
+    r.outcome = Outcome::fail;
+    r.detail = std::string("exception: ") + e.what();
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  results_.push_back(std::move(r));
+}
+
+std::unique_ptr<bootstrap::HalBootstrap> Context::next_bootstrap() {
+  return std::make_unique<bootstrap::HalBootstrap>(store_, "comm" + std::to_string(comm_seq_++) + "/");
+}
+
+std::unique_ptr<hal::Communicator> Context::make_comm(const bootstrap::HalBootstrap& bs,
+                                                      uint32_t device) {
+  hal_comm_create_args_t args{};
+  args.struct_size = sizeof(args);
+  args.device = device;
+  args.rank = rank();
+  args.world_size = world();
+  args.bootstrap = bs.table();
+  args.timeout_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(opts_.op_timeout).count());
+  return std::make_unique<hal::Communicator>(plugin_, args);
+}
+
+void Context::store_barrier(const std::string& name) {
+  const std::string key = "barrier/" + name + "/";
+  store_->set(key + std::to_string(rank()), {1});
+  for (uint32_t r = 0; r < world(); ++r) {
+    if (!store_->get(key + std::to_string(r), opts_.op_timeout)) {
+      throw Failure{"rank " + std::to_string(r) + " did not reach '" + name + "' in time"};
+    }
+  }
+}
+
+void expect(bool cond, const std::string& what) {
+  if (!cond) throw Failure{what};
+}
+
+void expect_status(hal_status_t got, hal_status_t want, const std::string& call) {
+  if (got != want) {
+    throw Failure{call + " returned " + hal_status_name(got) + ", expected " + hal_status_name(want)};
+  }
+}
+
+void run_suite(Context& ctx) {
+  bool loaded = false;
+  ctx.run("load", [&] {
+    hal::LoadOptions lo;
+    lo.options = ctx.opts().plugin_options;
+    try {
+      ctx.plugin() = hal::Plugin::load(ctx.opts().plugin, lo);
+    } catch (const hal::PluginInitError& e) {
+      // The plugin is sound but this machine has nothing for it to drive.
+      if (e.code() == Code::unavailable) throw Skip{std::string("no device: ") + e.what()};
+      throw;
+    }
+    loaded = true;
+  });
+  if (!loaded) return;  // the load failure says why; nothing else can run
+  run_abi_checks(ctx);
+  run_error_checks(ctx);
+  run_device_checks(ctx);
+  run_telemetry_checks(ctx);
+  run_coll_checks(ctx);
+  run_fault_checks(ctx);
+  ctx.plugin().reset();
+  run_lifecycle_checks(ctx);
+}
+
+}  // namespace sigma::conformance
