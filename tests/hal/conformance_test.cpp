@@ -1,0 +1,102 @@
+// sigma-hal-conformance run as a separate process, as a vendor would run it,
+// and judged by its exit status and JSON report.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace {
+
+struct SuiteRun {
+  int exit_code = -1;
+  std::string output;
+  nlohmann::json report;
+};
+
+SuiteRun run_suite(const std::string& args) {
+  static int counter = 0;
+  const std::string json = ::testing::TempDir() + "conformance-" + std::to_string(::getpid()) + "-" +
+                           std::to_string(counter++) + ".json";
+  const std::string cmd = std::string(SIGMA_CONFORMANCE_BIN) + " " + args + " --json " + json + " 2>&1";
+  SuiteRun r;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.output.append(buf, n);
+  const int st = ::pclose(f);
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream in(json);
+  if (in) r.report = nlohmann::json::parse(in);
+  std::remove(json.c_str());
+  return r;
+}
+
+const nlohmann::json* find_check(const nlohmann::json& report, const std::string& name) {
+  for (const auto& c : report.at("checks"))
+    if (c.at("name") == name) return &c;
+  return nullptr;
+}
+
+TEST(Conformance, SkeletonPassesWithOneRank) {
+  SuiteRun r = run_suite("--plugin skeleton");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.report["summary"]["failed"], 0) << r.output;
+  EXPECT_GE(r.report["summary"]["passed"].get<int>(), 60) << r.output;
+  // The paths that need a hang are really exercised (through HANG injection).
+  for (const char* name : {"coll.timeout_abort", "lifecycle.finalize_in_flight", "fault.device_lost",
+                           "coll.matrix.all_reduce.bf16", "errors.last_error_per_thread"}) {
+    const auto* c = find_check(r.report, name);
+    ASSERT_NE(c, nullptr) << name;
+    EXPECT_EQ((*c)["outcome"], "pass") << name << ": " << (*c)["detail"];
+  }
+  EXPECT_NE(r.output.find("0 failed"), std::string::npos);
+}
+
+TEST(Conformance, SkeletonWithTwoRanksSkipsMultiRankChecksAndSaysWhy) {
+  SuiteRun r = run_suite("--plugin skeleton --ranks 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.report["ranks"], 2);
+  const auto* c = find_check(r.report, "coll.matrix.all_reduce.f32");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ((*c)["outcome"], "skip");
+  EXPECT_NE((*c)["detail"].get<std::string>().find("world size 1 only"), std::string::npos);
+  EXPECT_EQ(r.report["summary"]["failed"], 0);
+}
+
+TEST(Conformance, AWrongAllReduceResultFailsAndNamesTheCase) {
+  SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/wrong_result.so");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto* c = find_check(r.report, "coll.matrix.all_reduce.f32");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ((*c)["outcome"], "FAIL");
+  EXPECT_NE((*c)["detail"].get<std::string>().find("element 3"), std::string::npos) << (*c)["detail"];
+  // Other dtypes were not broken and still pass.
+  EXPECT_EQ((*find_check(r.report, "coll.matrix.all_reduce.f64"))["outcome"], "pass");
+}
+
+TEST(Conformance, ABrokenTableFailsAtLoadWithTheField) {
+  SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/null_required.so");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto* c = find_check(r.report, "load");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ((*c)["outcome"], "FAIL");
+  EXPECT_NE((*c)["detail"].get<std::string>().find("comm_abort"), std::string::npos);
+}
+
+TEST(Conformance, APluginWithNoDeviceIsReportedSkippedNotPassed) {
+  SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/init_unavailable.so");
+  EXPECT_EQ(r.exit_code, 77) << r.output;
+  EXPECT_EQ(r.report["summary"]["passed"], 0);
+  EXPECT_EQ((*find_check(r.report, "load"))["outcome"], "skip");
+  EXPECT_NE(r.output.find("no device"), std::string::npos) << r.output;
+}
+
+TEST(Conformance, AnUnknownPluginFailsClearly) {
+  SuiteRun r = run_suite("--plugin no_such_vendor_xyz");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("libsigma_hal_no_such_vendor_xyz.so"), std::string::npos) << r.output;
+}
+
+}  // namespace

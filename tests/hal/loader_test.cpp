@@ -1,0 +1,157 @@
+// The loader against the skeleton and against deliberately broken plugins:
+// each defect gets its own precise error, and nothing crashes.
+#include <sigma/hal.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+namespace sigma::hal {
+namespace {
+
+std::string bad(const std::string& kind) { return std::string(SIGMA_BAD_PLUGIN_DIR) + "/" + kind + ".so"; }
+
+// Loads `spec`, expects an Error with `code` whose message contains every
+// string in `parts`.
+void expect_load_error(const std::string& spec, Code code, std::initializer_list<std::string> parts) {
+  try {
+    auto p = Plugin::load(spec);
+    FAIL() << spec << " loaded, but it should not";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const auto& part : parts) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "message '" << e.what() << "' lacks '" << part << "'";
+    }
+  }
+}
+
+TEST(Loader, LoadsTheSkeletonByShortName) {
+  auto p = Plugin::load("skeleton");
+  EXPECT_EQ(p->name(), "skeleton");
+  EXPECT_EQ(p->device_count(), 1u);
+  EXPECT_NE(p->path().find("libsigma_hal_skeleton.so"), std::string::npos);
+  EXPECT_NE(p->fault_injection(), nullptr);
+  EXPECT_FALSE(p->has_streams());
+}
+
+TEST(Loader, LoadsTheSkeletonByPath) {
+  auto p = Plugin::load(std::string(SIGMA_PLUGIN_OUTPUT_DIR) + "/libsigma_hal_skeleton.so");
+  EXPECT_EQ(p->name(), "skeleton");
+}
+
+TEST(Loader, UnknownNameSaysWhereItSearched) {
+  expect_load_error("nonexistent_vendor", Code::unavailable,
+                    {"nonexistent_vendor", "libsigma_hal_nonexistent_vendor.so", SIGMA_PLUGIN_OUTPUT_DIR,
+                     "SIGMA_HAL_PLUGIN_PATH"});
+}
+
+TEST(Loader, AnExplicitPathThatFailsNeverFallsBackToAnotherPlugin) {
+  // "skeleton" exists on the search path, but the caller asked for this file.
+  expect_load_error("/nonexistent/dir/libsigma_hal_skeleton.so", Code::unavailable,
+                    {"/nonexistent/dir/libsigma_hal_skeleton.so"});
+}
+
+TEST(Loader, AFileThatIsNotASharedObjectNamesTheFile) {
+  const std::string path = ::testing::TempDir() + "not_a_plugin.so";
+  std::ofstream(path) << "this is text";
+  expect_load_error(path, Code::unavailable, {path, "cannot load"});
+}
+
+TEST(Loader, MissingDiscoverySymbolIsNamed) {
+  expect_load_error(bad("missing_symbol"), Code::invalid_argument, {"missing_symbol.so", "hal_get_api_v1"});
+}
+
+TEST(Loader, RootTableSmallerThanAbi10IsRefusedWithBothSizes) {
+  expect_load_error(bad("small_root"), Code::invalid_argument,
+                    {"small_root.so", "hal_api_t.struct_size", std::to_string(HAL_API_V1_0_SIZE - 16),
+                     std::to_string(HAL_API_V1_0_SIZE)});
+}
+
+TEST(Loader, RootTableLargerWithUnknownTrailingEntriesLoads) {
+  auto p = Plugin::load(bad("large_root"));
+  EXPECT_GT(p->api().struct_size, static_cast<uint64_t>(HAL_API_V1_0_SIZE));
+  EXPECT_EQ(p->device_count(), 1u);
+}
+
+TEST(Loader, NullRequiredEntryIsNamed) {
+  expect_load_error(bad("null_required"), Code::invalid_argument,
+                    {"null_required.so", "hal_coll_api_t.comm_abort is NULL", "required"});
+}
+
+TEST(Loader, WrongMajorIsNotSupportedAndSaysBothMajors) {
+  expect_load_error(bad("wrong_major"), Code::not_supported,
+                    {"wrong_major.so", "major " + std::to_string(HAL_ABI_MAJOR + 1),
+                     "supports major " + std::to_string(HAL_ABI_MAJOR)});
+}
+
+TEST(Loader, PluginThatRefusesTheHostAbiIsNamed) {
+  expect_load_error(bad("returns_null"), Code::not_supported, {"returns_null.so", "returned NULL"});
+}
+
+TEST(Loader, SubTableSmallerThanAbi10IsRefused) {
+  expect_load_error(bad("small_subtable"), Code::invalid_argument,
+                    {"small_subtable.so", "hal_coll_api_t.struct_size"});
+}
+
+TEST(Loader, InitFailureCarriesThePluginsOwnMessage) {
+  try {
+    Plugin::load(bad("init_unavailable"));
+    FAIL() << "loaded";
+  } catch (const PluginInitError& e) {
+    EXPECT_EQ(e.code(), Code::unavailable);
+    EXPECT_NE(std::string(e.what()).find("no accelerator found (driver returned error 100)"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("hal_api_t.init"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Loader, UndefinedStatusIsAnInternalErrorNamingTheEntry) {
+  auto p = Plugin::load(bad("undefined_status"));
+  try {
+    p->device_count();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::internal);
+    EXPECT_NE(std::string(e.what()).find("hal_device_api_t.get_count"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("undefined status 42"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Loader, UnloadAndLoadAgainGivesAFreshPlugin) {
+  for (int i = 0; i < 3; ++i) {
+    auto p = Plugin::load("skeleton");
+    Buffer b(p, 0, 1 << 16);
+    auto s = p->read_telemetry(0, {HAL_FIELD_MEMORY_USED_BYTES});
+    EXPECT_EQ(s[0].status, HAL_OK);
+    EXPECT_EQ(s[0].value.u64, 1u << 16);  // nothing left over from the last round
+  }
+}
+
+TEST(Loader, TwoLoadsShareOneReferenceCountedPlugin) {
+  auto a = Plugin::load("skeleton");
+  Buffer keep(a, 0, 4096);
+  {
+    auto b = Plugin::load("skeleton");
+    EXPECT_EQ(&a->api(), &b->api());
+  }
+  // b's finalize did not tear down a's state.
+  auto s = a->read_telemetry(0, {HAL_FIELD_MEMORY_USED_BYTES});
+  EXPECT_EQ(s[0].value.u64, 4096u);
+}
+
+TEST(Loader, SearchPathHonoursTheEnvironmentFirst) {
+  const char* old = std::getenv("SIGMA_HAL_PLUGIN_PATH");
+  const std::string saved = old ? old : "";
+  ::setenv("SIGMA_HAL_PLUGIN_PATH", (std::string("/first:") + SIGMA_PLUGIN_OUTPUT_DIR).c_str(), 1);
+  auto dirs = plugin_search_path();
+  ASSERT_GE(dirs.size(), 2u);
+  EXPECT_EQ(dirs[0], "/first");
+  EXPECT_EQ(dirs[1], SIGMA_PLUGIN_OUTPUT_DIR);
+  EXPECT_EQ(resolve_plugin("skeleton"), std::string(SIGMA_PLUGIN_OUTPUT_DIR) + "/libsigma_hal_skeleton.so");
+  ::setenv("SIGMA_HAL_PLUGIN_PATH", saved.c_str(), 1);
+}
+
+}  // namespace
+}  // namespace sigma::hal

@@ -1,0 +1,138 @@
+// The C++ owners over the skeleton plugin: memory, communicators, requests,
+// fault paths and the errors they raise.
+#include <sigma/hal.hpp>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace sigma::hal {
+namespace {
+
+using namespace std::chrono_literals;
+
+hal_comm_create_args_t world_of_one() {
+  hal_comm_create_args_t a{};
+  a.struct_size = sizeof(a);
+  a.world_size = 1;
+  a.timeout_ns = 1'000'000'000ull;
+  return a;
+}
+
+hal_coll_args_t all_reduce(void* buf, uint64_t count) {
+  hal_coll_args_t a{};
+  a.struct_size = sizeof(a);
+  a.op = HAL_COLL_ALL_REDUCE;
+  a.dtype = HAL_DTYPE_F32;
+  a.count = count;
+  a.sendbuf = a.recvbuf = buf;
+  return a;
+}
+
+void inject(const PluginPtr& p, hal_fault_kind_t kind) {
+  hal_fault_spec_t spec{};
+  spec.struct_size = sizeof(spec);
+  spec.kind = kind;
+  p->check(p->fault_injection()->inject(&spec), "inject");
+}
+
+TEST(Buffer, RoundTripsBytesAndRefusesRangesPastItsEnd) {
+  auto p = Plugin::load("skeleton");
+  Buffer b(p, 0, 1024);
+  std::vector<uint8_t> in(1024), out(1024);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 7);
+  b.copy_from_host(in.data(), in.size());
+  b.copy_to_host(out.data(), out.size());
+  EXPECT_EQ(in, out);
+  EXPECT_THROW(b.copy_from_host(in.data(), 1000, 100), Error);
+  EXPECT_THROW(b.copy_to_host(out.data(), 1, 1024), Error);
+}
+
+TEST(Buffer, AllocationBeyondTheDeviceIsOutOfMemoryWithTheFigures) {
+  auto p = Plugin::load("skeleton");
+  try {
+    Buffer b(p, 0, 2ull << 30);
+    FAIL() << "allocated";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::out_of_memory);
+    EXPECT_NE(std::string(e.what()).find("hal_device_api_t.mem_alloc"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("2147483648 bytes asked"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Communicator, PostAndWaitComputeAnAllReduce) {
+  auto p = Plugin::load("skeleton");
+  Communicator comm(p, world_of_one());
+  Buffer b(p, 0, 16);
+  std::vector<float> v = {1, 2, 3, 4};
+  b.copy_from_host(v.data(), 16);
+  auto req = comm.post(all_reduce(b.data(), 4));
+  EXPECT_TRUE(req.wait(1s));
+  EXPECT_TRUE(req.test());
+  EXPECT_EQ(comm.async_error(), HAL_OK);
+}
+
+TEST(Communicator, WorldSizeTheSkeletonCannotDoIsNotSupported) {
+  auto p = Plugin::load("skeleton");
+  auto args = world_of_one();
+  args.world_size = 2;
+  try {
+    Communicator comm(p, args);
+    FAIL() << "created";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::not_supported);
+    EXPECT_NE(std::string(e.what()).find("only world size 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Request, WaitTimesOutThenAbortFromAnotherThreadEndsIt) {
+  auto p = Plugin::load("skeleton");
+  Communicator comm(p, world_of_one());
+  Buffer b(p, 0, 16);
+  inject(p, HAL_FAULT_HANG);
+  auto req = comm.post(all_reduce(b.data(), 4));
+  EXPECT_FALSE(req.wait(50ms));
+  EXPECT_FALSE(req.test());
+  std::thread t([&] {
+    std::this_thread::sleep_for(50ms);
+    comm.abort();
+  });
+  try {
+    req.wait(30s);
+    ADD_FAILURE() << "wait returned normally after abort";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::aborted);
+  }
+  t.join();
+  EXPECT_EQ(comm.async_error(), HAL_ERR_ABORTED);
+  EXPECT_THROW(comm.post(all_reduce(b.data(), 4)), Error);
+}
+
+TEST(Request, DeviceLostFailsPendingWorkWithDeviceLost) {
+  auto p = Plugin::load("skeleton");
+  Communicator comm(p, world_of_one());
+  Buffer b(p, 0, 16);
+  inject(p, HAL_FAULT_HANG);
+  auto req = comm.post(all_reduce(b.data(), 4));
+  inject(p, HAL_FAULT_DEVICE_LOST);
+  try {
+    req.wait(5s);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::device_lost);
+  }
+  EXPECT_EQ(comm.async_error(), HAL_ERR_DEVICE_LOST);
+  p->check(p->fault_injection()->clear(0), "clear");
+}
+
+TEST(Names, DtypesOpsAndReductionsHaveStableNames) {
+  EXPECT_EQ(dtype_name(HAL_DTYPE_BF16), "bf16");
+  EXPECT_EQ(dtype_size(HAL_DTYPE_BF16), 2u);
+  EXPECT_EQ(dtype_size(99), 0u);
+  EXPECT_EQ(coll_op_name(HAL_COLL_ALL_TO_ALLV), "all_to_allv");
+  EXPECT_EQ(reduce_op_name(HAL_REDUCE_AVG), "avg");
+  EXPECT_EQ(dtype_name(99), "dtype 99");
+}
+
+}  // namespace
+}  // namespace sigma::hal
