@@ -1,0 +1,36 @@
+# Shared by tools/run-main.sh and tools/run-tests.sh: install what is missing,
+# then configure and build a CMake preset. Safe to run again: it only does
+# what is not done yet.
+set -euo pipefail
+
+SIGMA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$SIGMA_ROOT"
+
+# Debian 12 packages the build and the tests need.
+SIGMA_PACKAGES=(cmake ninja-build g++ ccache pkg-config libgtest-dev libgmock-dev
+                nlohmann-json3-dev libcli11-dev)
+
+sigma_ensure_packages() {
+  local missing=()
+  for p in "${SIGMA_PACKAGES[@]}" "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "These Debian packages are missing; install them as root and run this again:" >&2
+    echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "Installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+}
+
+# Configures (once) and builds a preset. Parallel jobs follow the core count.
+sigma_build() {
+  local preset=$1
+  if [ ! -f "build/$preset/build.ninja" ]; then
+    cmake --preset "$preset"
+  fi
+  cmake --build --preset "$preset" -j "$(nproc)"
+}
