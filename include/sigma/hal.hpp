@@ -131,6 +131,12 @@ class Communicator {
   Communicator& operator=(const Communicator&) = delete;
 
   Request post(const hal_coll_args_t& args, hal_stream_t stream = nullptr);
+  // Blocking helper: posts and waits at most `timeout`. An operation that
+  // overruns its bound means a hung peer on early-life hardware, so on
+  // timeout the communicator is aborted (it can then only be destroyed) and
+  // Error(timeout) is thrown. Other failures throw their own code.
+  void run(const hal_coll_args_t& args, std::chrono::nanoseconds timeout,
+           hal_stream_t stream = nullptr);
   void abort();
   hal_status_t async_error() const;
   hal_comm_t handle() const { return comm_; }

@@ -52,6 +52,22 @@ Request Communicator::post(const hal_coll_args_t& args, hal_stream_t stream) {
   return Request(plugin_, comm_, req);
 }
 
+void Communicator::run(const hal_coll_args_t& args, std::chrono::nanoseconds timeout,
+                       hal_stream_t stream) {
+  Request req = post(args, stream);
+  if (req.wait(timeout)) return;
+  abort();
+  try {
+    req.wait(std::chrono::seconds(5));  // let the aborted operation let go of its buffers
+  } catch (const Error&) {
+    // Expected: it ends with ABORTED.
+  }
+  throw Error(Code::timeout, "HAL plugin '" + plugin_->name() + "': " + coll_op_name(args.op) +
+                                 " did not finish within " +
+                                 std::to_string(std::chrono::duration<double>(timeout).count()) +
+                                 " s; the communicator was aborted");
+}
+
 void Communicator::abort() {
   plugin_->check(plugin_->coll_api().comm_abort(comm_), "hal_coll_api_t.comm_abort");
 }

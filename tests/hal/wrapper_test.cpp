@@ -108,6 +108,24 @@ TEST(Request, WaitTimesOutThenAbortFromAnotherThreadEndsIt) {
   EXPECT_THROW(comm.post(all_reduce(b.data(), 4)), Error);
 }
 
+TEST(Communicator, BlockingRunAbortsTheCommunicatorWhenItTimesOut) {
+  auto p = Plugin::load("skeleton");
+  Communicator comm(p, world_of_one());
+  Buffer b(p, 0, 16);
+  comm.run(all_reduce(b.data(), 4), 1s);  // a healthy op just completes
+  inject(p, HAL_FAULT_HANG);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    comm.run(all_reduce(b.data(), 4), 100ms);
+    FAIL() << "no timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::timeout);
+    EXPECT_NE(std::string(e.what()).find("all_reduce did not finish"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_EQ(comm.async_error(), HAL_ERR_ABORTED);
+}
+
 TEST(Request, DeviceLostFailsPendingWorkWithDeviceLost) {
   auto p = Plugin::load("skeleton");
   Communicator comm(p, world_of_one());
