@@ -54,7 +54,26 @@ class FileStore final : public Store {
   std::string dir_;
 };
 
-// Opens a store by URI: "file:///abs/dir" or a plain directory path.
+// A store in a Redis server, for ranks on many hosts: every key is stored as
+// "<prefix><key>". One connection, reconnected after an error.
+class RedisStore final : public Store {
+ public:
+  // Connects to host:port. Throws sigma::Error (unavailable) naming the
+  // address and Redis's reason when it cannot.
+  RedisStore(std::string host, int port, std::string prefix = "");
+  ~RedisStore() override;
+  void set(const std::string& key, const std::vector<uint8_t>& value) override;
+  std::optional<std::vector<uint8_t>> get(const std::string& key,
+                                          std::chrono::nanoseconds timeout) override;
+  std::string uri() const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Opens a store by URI: "file:///abs/dir", "redis://host:port[/prefix]", or a
+// plain directory path.
 // Throws sigma::Error (invalid_argument) for a scheme it does not know.
 std::unique_ptr<Store> open_store(const std::string& uri);
 

@@ -129,9 +129,31 @@ std::optional<std::vector<uint8_t>> FileStore::get(const std::string& key,
 std::unique_ptr<Store> open_store(const std::string& uri) {
   const std::string file_scheme = "file://";
   if (uri.rfind(file_scheme, 0) == 0) return std::make_unique<FileStore>(uri.substr(7));
+  if (uri.rfind("redis://", 0) == 0) {
+    std::string rest = uri.substr(8), prefix;
+    if (auto slash = rest.find('/'); slash != std::string::npos) {
+      prefix = rest.substr(slash + 1);
+      rest = rest.substr(0, slash);
+    }
+    const auto colon = rest.rfind(':');
+    int port = 6379;
+    if (colon != std::string::npos) {
+      const std::string p = rest.substr(colon + 1);
+      char* end = nullptr;
+      const long v = std::strtol(p.c_str(), &end, 10);
+      if (p.empty() || *end != '\0' || v <= 0 || v > 65535) {
+        throw Error(Code::invalid_argument, "store '" + uri + "': port '" + p + "' is not 1..65535");
+      }
+      port = static_cast<int>(v);
+      rest = rest.substr(0, colon);
+    }
+    if (rest.empty()) throw Error(Code::invalid_argument, "store '" + uri + "': no host");
+    return std::make_unique<RedisStore>(rest, port, prefix.empty() ? prefix : prefix + "/");
+  }
   if (uri.find("://") == std::string::npos && !uri.empty()) return std::make_unique<FileStore>(uri);
-  throw Error(Code::invalid_argument,
-              "store '" + uri + "': unknown scheme (expected file:///dir or a directory path)");
+  throw Error(Code::invalid_argument, "store '" + uri +
+                                          "': unknown scheme (expected file:///dir, redis://host:port[/prefix] "
+                                          "or a directory path)");
 }
 
 HalBootstrap::HalBootstrap(std::shared_ptr<Store> store, std::string key_prefix)
