@@ -361,8 +361,10 @@ void run_coll_checks(Context& ctx) {
     auto hbs = ctx.next_bootstrap();
     auto hc = ctx.make_comm(*hbs);
     const hal_coll_api_t& c = ctx.plugin()->coll_api();
-    // The last rank plays the hung peer: it never posts. Alone, a HANG fault.
-    const bool hung_peer = ctx.world() > 1 && ctx.rank() == ctx.world() - 1;
+    // Rank 0 posts an all-reduce that no other rank joins (they play the
+    // hung peers); alone, the HANG fault makes it hang. Only rank 0 aborts
+    // while waiting, so what it sees is its own abort, not a peer's.
+    const bool hung_peer = ctx.rank() != 0;
     if (ctx.world() == 1) {
       hal_fault_spec_t spec{};
       spec.struct_size = sizeof(spec);
@@ -405,7 +407,7 @@ void run_coll_checks(Context& ctx) {
       if (failure.empty() && st != HAL_OK) failure = "request_free after abort returned " + hal_status_name(st);
     }
     ctx.store_barrier("timeout_abort_done");
-    if (hung_peer) hc->abort();  // the peer gives up too, as sigmarun would make it
+    if (hung_peer) hc->abort();  // the peers give up too, as sigmarun would make them
     hc.reset();
     expect(failure.empty(), failure);
     if (ctx.world() == 1) ctx.plugin()->check(fi->clear(0), "clear");

@@ -54,7 +54,7 @@ std::map<uint32_t, std::vector<sc::Result>> run_ranks(const sc::Options& base, u
     std::vector<std::string> args = {"/proc/self/exe", "--plugin", base.plugin,
                                      "--ranks", std::to_string(world),
                                      "--worker-rank", std::to_string(r),
-                                     "--store", dir + "/store",
+                                     "--store", base.store_uri,
                                      "--result", dir + "/rank-" + std::to_string(r) + ".json",
                                      "--large-count", std::to_string(base.large_count),
                                      "--op-timeout-ms", std::to_string(base.op_timeout.count())};
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   int worker_rank = -1;
   int timeout_s = 900;
   int64_t op_timeout_ms = 60000;
-  std::string json_path, result_path, store_dir;
+  std::string json_path, result_path, store_uri;
   bool quiet = false;
   app.add_option("--plugin", opts.plugin, "plugin short name (cpu, skeleton, ...) or path to its .so")->required();
   app.add_option("--ranks", ranks, "number of processes (ranks) to start")->check(CLI::Range(1u, 64u));
@@ -136,10 +136,12 @@ int main(int argc, char** argv) {
   app.add_option("--large-count", opts.large_count, "element count of the large collective cases");
   app.add_option("--timeout-s", timeout_s, "kill the ranks after this many seconds");
   app.add_option("--op-timeout-ms", op_timeout_ms, "a collective slower than this fails");
+  app.add_option("--store", store_uri,
+                 "where the ranks meet: redis://host:port[/prefix] (a unique run key is appended) "
+                 "or file:///dir; default: a file store in a temporary folder");
   app.add_flag("--quiet", quiet, "print only the summary line");
   // Worker mode, used by the parent process only.
   app.add_option("--worker-rank", worker_rank)->group("");
-  app.add_option("--store", store_dir)->group("");
   app.add_option("--result", result_path)->group("");
   CLI11_PARSE(app, argc, argv);
   opts.op_timeout = std::chrono::milliseconds(op_timeout_ms);
@@ -148,7 +150,7 @@ int main(int argc, char** argv) {
     if (worker_rank >= 0) {
       opts.rank = static_cast<uint32_t>(worker_rank);
       opts.world = ranks;
-      opts.store_dir = store_dir;
+      opts.store_uri = store_uri;
       sc::Context ctx(opts);
       sc::run_suite(ctx);
       std::ofstream out(result_path + ".tmp");
@@ -159,10 +161,19 @@ int main(int argc, char** argv) {
     }
 
     const std::string dir = make_temp_dir();
+    if (store_uri.empty()) {
+      opts.store_uri = "file://" + dir + "/store";
+    } else {
+      // Keys outlive a run in Redis: each run gets its own namespace.
+      const std::string run = "conformance-" + std::to_string(::getpid()) + "-" +
+                              std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+      std::string base_uri = store_uri;
+      while (!base_uri.empty() && base_uri.back() == '/') base_uri.pop_back();
+      opts.store_uri = base_uri + "/" + run;
+    }
     std::vector<sc::Merged> extra;
     std::map<uint32_t, std::vector<sc::Result>> per_rank;
     if (ranks == 1) {
-      opts.store_dir = dir + "/store";
       sc::Context ctx(opts);
       sc::run_suite(ctx);
       per_rank[0] = ctx.results();
@@ -176,7 +187,13 @@ int main(int argc, char** argv) {
     rows.insert(rows.end(), extra.begin(), extra.end());
     const sc::Summary s = sc::summarize(rows);
     const std::string path = plugin_path_or_spec(opts.plugin);
-    if (!quiet) {
+    if (quiet) {
+      // Quiet still names what failed.
+      std::vector<sc::Merged> failed;
+      for (const auto& r : rows)
+        if (r.outcome == sc::Outcome::fail) failed.push_back(r);
+      if (!failed.empty()) sc::print_table(std::cout, failed);
+    } else {
       std::cout << "HAL conformance: plugin " << opts.plugin << " (" << path << "), " << ranks
                 << (ranks == 1 ? " rank" : " ranks") << ", ABI " << HAL_ABI_MAJOR << "." << HAL_ABI_MINOR << "\n\n";
       sc::print_table(std::cout, rows);

@@ -14,7 +14,7 @@ const char* outcome_name(Outcome o) {
 }
 
 Context::Context(Options opts) : opts_(std::move(opts)) {
-  store_ = std::make_shared<bootstrap::FileStore>(opts_.store_dir);
+  store_ = bootstrap::open_store(opts_.store_uri);
 }
 
 void Context::record(const std::string& name, Outcome outcome, std::string detail) {

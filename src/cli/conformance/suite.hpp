@@ -33,7 +33,7 @@ struct Options {
   std::string plugin_options;  // hal_init_args_t.options
   uint32_t rank = 0;
   uint32_t world = 1;
-  std::string store_dir;       // bootstrap file store shared by the ranks
+  std::string store_uri;       // bootstrap store shared by the ranks (file:// or redis://)
   uint64_t large_count = 262147;
   std::chrono::milliseconds op_timeout{60000};  // a collective that takes longer failed
 };
