@@ -1,0 +1,97 @@
+// One rank of the killed-peer test: all-reduces in a loop until the
+// communicator fails, then aborts it, rebuilds a communicator with the
+// survivors and checks an all-reduce there. Writes what it saw to
+// DIR/result-RANK as "key=value" lines.
+//   cpu_rank_worker RANK WORLD DIR
+#include <sigma/bootstrap.hpp>
+#include <sigma/hal.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+using namespace sigma;
+using namespace std::chrono_literals;
+
+namespace {
+
+hal_coll_args_t all_reduce(hal::Buffer& b, uint64_t count) {
+  hal_coll_args_t a{};
+  a.struct_size = sizeof(a);
+  a.op = HAL_COLL_ALL_REDUCE;
+  a.dtype = HAL_DTYPE_F32;
+  a.reduce_op = HAL_REDUCE_SUM;
+  a.count = count;
+  a.sendbuf = a.recvbuf = b.data();
+  return a;
+}
+
+hal_comm_create_args_t comm_args(uint32_t rank, uint32_t world, const bootstrap::HalBootstrap& bs) {
+  hal_comm_create_args_t a{};
+  a.struct_size = sizeof(a);
+  a.rank = rank;
+  a.world_size = world;
+  a.bootstrap = bs.table();
+  a.timeout_ns = 30'000'000'000ull;
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::cerr << "usage: cpu_rank_worker RANK WORLD DIR\n";
+    return 2;
+  }
+  const uint32_t rank = static_cast<uint32_t>(std::atoi(argv[1]));
+  const uint32_t world = static_cast<uint32_t>(std::atoi(argv[2]));
+  const std::string dir = argv[3];
+  std::ofstream out(dir + "/result-" + std::to_string(rank) + ".tmp");
+  try {
+    auto store = std::make_shared<bootstrap::FileStore>(dir + "/store");
+    auto plugin = hal::Plugin::load("cpu");
+    const uint64_t n = 4u << 20;  // 16 MiB of f32: each all-reduce takes a while
+    hal::Buffer buf(plugin, 0, n * 4);
+    std::vector<float> ones(n, 1.0f);
+    buf.copy_from_host(ones.data(), n * 4);
+    Code seen = Code::ok;
+    double detect_s = 0;
+    {
+      bootstrap::HalBootstrap bs(store, "main/");
+      hal::Communicator comm(plugin, comm_args(rank, world, bs));
+      for (int i = 0;; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          // The configured bound: a collective that takes longer is a hang.
+          comm.run(all_reduce(buf, n), 10s);
+        } catch (const Error& e) {
+          seen = e.code();
+          detect_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          out << "error=" << e.what() << "\n";
+          break;
+        }
+        if (i == 0) store->set("ready/" + std::to_string(rank), {1});
+      }
+      comm.abort();
+      out << "async_error=" << hal_status_name(comm.async_error()) << "\n";
+    }
+    out << "code=" << code_name(seen) << "\n" << "detect_s=" << detect_s << "\n";
+    // The survivors (every rank but the last) carry on without it.
+    bootstrap::HalBootstrap bs2(store, "survivors/");
+    hal::Communicator comm2(plugin, comm_args(rank, world - 1, bs2));
+    buf.copy_from_host(ones.data(), n * 4);
+    comm2.run(all_reduce(buf, 1024), 10s);
+    float first = 0;
+    buf.copy_to_host(&first, 4);
+    out << "survivors_sum=" << first << "\n";
+    out.close();
+    std::rename((dir + "/result-" + std::to_string(rank) + ".tmp").c_str(),
+                (dir + "/result-" + std::to_string(rank)).c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    out << "fatal=" << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,472 @@
+#include "comm.hpp"
+
+#include "common.hpp"
+#include "reduce.hpp"
+#include "store.hpp"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+
+namespace cpu_vendor {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The inode of the socket behind `fd`, read from /proc/self/fd (a readlink
+// does not touch the descriptor itself), or 0 when it is not a socket.
+ino_t socket_inode(int fd) {
+  char link[64];
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(path.c_str(), link, sizeof(link) - 1);
+  if (n <= 0) return 0;
+  link[n] = '\0';
+  unsigned long long ino = 0;
+  return std::sscanf(link, "socket:[%llu]", &ino) == 1 ? static_cast<ino_t>(ino) : 0;
+}
+
+// The (fd, inode) of every socket this process has open. Comparing the set
+// before and after connecting tells which sockets a communicator owns.
+std::set<std::pair<int, ino_t>> open_sockets() {
+  std::set<std::pair<int, ino_t>> out;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    if (ino_t ino = socket_inode(fd); ino != 0) out.insert({fd, ino});
+  }
+  ::closedir(d);
+  return out;
+}
+
+// Serialises communicator creation, so that the sockets that appear while one
+// connects are that communicator's.
+std::mutex g_connect_mu;
+
+// One TCP device per process, shared by its communicators (it owns the
+// event loop thread). Created on first use, dropped by the last finalize.
+std::mutex g_device_mu;
+std::shared_ptr<gloo::transport::Device> g_device;
+
+std::shared_ptr<gloo::transport::Device> tcp_device() {
+  std::lock_guard lk(g_device_mu);
+  if (!g_device) {
+    gloo::transport::tcp::attr attr;
+    if (!options().iface.empty()) attr.iface = options().iface;
+    else attr.hostname = options().host;
+    g_device = gloo::transport::tcp::CreateDevice(attr);
+  }
+  return g_device;
+}
+
+// Runs `f` with a pointer type whose size is the element size, so Gloo's
+// typed setters compute byte counts right for every dtype.
+template <typename F>
+void with_elem(size_t esize, F&& f) {
+  switch (esize) {
+    case 1: f(static_cast<uint8_t*>(nullptr)); break;
+    case 2: f(static_cast<uint16_t*>(nullptr)); break;
+    case 4: f(static_cast<uint32_t*>(nullptr)); break;
+    default: f(static_cast<uint64_t*>(nullptr)); break;
+  }
+}
+
+bool reducing(hal_coll_op_t op) { return op == HAL_COLL_ALL_REDUCE || op == HAL_COLL_REDUCE_SCATTER; }
+
+// Synchronous argument checks of post(): nothing is queued when they fail.
+hal_status_t validate(const hal_coll_args_t& a, uint32_t rank, uint32_t size) {
+  const size_t es = dtype_bytes(a.dtype);
+  if (a.op >= HAL_COLL_OP_COUNT_V1) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown op " + std::to_string(a.op));
+  if (a.op != HAL_COLL_BARRIER && es == 0)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown dtype " + std::to_string(a.dtype));
+  if (reducing(a.op) && a.reduce_op >= HAL_REDUCE_COUNT_V1)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown reduce op " + std::to_string(a.reduce_op));
+  if (a.op == HAL_COLL_BROADCAST && a.root >= size)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: root " + std::to_string(a.root) + " in a world of " + std::to_string(size));
+  if (a.op == HAL_COLL_SEND || a.op == HAL_COLL_RECV) {
+    if (a.peer >= size) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: peer " + std::to_string(a.peer) + " in a world of " + std::to_string(size));
+    if (a.peer == rank) return fail(HAL_ERR_NOT_SUPPORTED, "cpu: send/recv to self");
+  }
+  if (a.op == HAL_COLL_BARRIER) return HAL_OK;
+  if (a.count > (uint64_t{1} << 56) / std::max<size_t>(es, 1))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: count " + std::to_string(a.count) + " is too large");
+  if (a.op == HAL_COLL_ALL_TO_ALLV) {
+    if (!a.send_counts || !a.send_displs || !a.recv_counts || !a.recv_displs)
+      return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: all_to_allv needs all four count arrays");
+    uint64_t sent = 0, received = 0;
+    for (uint32_t j = 0; j < size; ++j) {
+      sent += a.send_counts[j];
+      received += a.recv_counts[j];
+    }
+    if ((sent > 0 && !a.sendbuf) || (received > 0 && !a.recvbuf))
+      return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: NULL buffer in all_to_allv");
+    if ((sent > 0 || received > 0) && a.sendbuf == a.recvbuf)
+      return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: all_to_allv cannot run in place");
+    return HAL_OK;
+  }
+  const bool sends = a.op != HAL_COLL_RECV, receives = a.op != HAL_COLL_SEND;
+  if (a.count > 0 && ((sends && !a.sendbuf) || (receives && !a.recvbuf)))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: NULL buffer with count " + std::to_string(a.count));
+  if (a.op == HAL_COLL_ALL_TO_ALL && a.count > 0 && a.sendbuf == a.recvbuf)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: all_to_all cannot run in place");
+  return HAL_OK;
+}
+
+}  // namespace
+
+void reset_tcp_device() {
+  std::lock_guard lk(g_device_mu);
+  g_device.reset();
+}
+
+void RequestState::complete(hal_status_t st, std::string why) {
+  std::lock_guard lk(mu);
+  if (status != HAL_IN_PROGRESS) return;
+  status = st;
+  message = std::move(why);
+  cv.notify_all();
+}
+
+Comm::Comm(uint32_t rank, uint32_t size) : rank_(rank), size_(size), send_seq_(size, 0), recv_seq_(size, 0) {}
+
+hal_status_t Comm::create(const hal_comm_create_args_t& a, Comm** out) {
+  if (a.world_size == 0 || a.rank >= a.world_size)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: rank " + std::to_string(a.rank) + " of world " + std::to_string(a.world_size));
+  if (hal_status_t st = check_device(a.device); st != HAL_OK) return st;
+  if (a.world_size > 1 && (a.bootstrap == nullptr || a.bootstrap->struct_size < HAL_BOOTSTRAP_V1_0_SIZE))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: a world of several ranks needs a bootstrap");
+  std::unique_ptr<Comm> c(new Comm(a.rank, a.world_size));
+  if (a.world_size > 1) {
+    const auto timeout = milliseconds(std::max<uint64_t>(1, std::min<uint64_t>(a.timeout_ns / 1000000, 1ull << 40)));
+    try {
+      auto dev = tcp_device();
+      std::lock_guard connect_lk(g_connect_mu);
+      const auto before = open_sockets();
+      auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(a.rank), static_cast<int>(a.world_size));
+      {
+        auto store = make_gloo_store(*a.bootstrap, timeout);  // closed before the sockets are counted
+        ctx->setTimeout(timeout);
+        ctx->connectFullMesh(*store, dev);
+      }
+      ctx->setTimeout(milliseconds(options().op_timeout_ms));
+      // Keep a duplicate of each of this communicator's sockets: shutting a
+      // duplicate down ends the connection under Gloo's own descriptor, and
+      // a descriptor we own cannot be closed and reused behind our back.
+      for (const auto& [fd, ino] : open_sockets()) {
+        if (before.count({fd, ino})) continue;
+        const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (dup < 0) continue;
+        if (socket_inode(dup) == ino) c->sockets_.push_back(dup);
+        else ::close(dup);
+      }
+      c->ctx_ = ctx;
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      const bool timed_out = what.find("imeout") != std::string::npos || what.find("imed out") != std::string::npos;
+      return fail(timed_out ? HAL_ERR_TIMEOUT : HAL_ERR_UNAVAILABLE,
+                  "cpu: connecting rank " + std::to_string(a.rank) + " of " + std::to_string(a.world_size) +
+                      " failed: " + what);
+    }
+  }
+  c->worker_ = std::thread([p = c.get()] { p->worker_loop(); });
+  *out = c.release();
+  return HAL_OK;
+}
+
+Comm::~Comm() {
+  bool busy;
+  {
+    std::lock_guard lk(mu_);
+    busy = running_ || !queue_.empty();
+  }
+  if (busy) abort();
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (worker_.joinable()) worker_.join();
+  ctx_.reset();  // Gloo closes its descriptors; ours keep the sockets open until:
+  for (int fd : sockets_) ::close(fd);
+}
+
+hal_status_t Comm::post(const hal_coll_args_t& args, std::shared_ptr<RequestState>& out) {
+  if (hal_status_t st = validate(args, rank_, size_); st != HAL_OK) return st;
+  if (aborted_) return fail(HAL_ERR_ABORTED, "cpu: the communicator was aborted");
+  if (hal_status_t err = async_error_.load(); err != HAL_OK)
+    return fail(err, "cpu: the communicator failed earlier and cannot be used");
+  auto req = std::make_shared<RequestState>();
+  {
+    std::lock_guard lk(mu_);
+    queue_.push_back(Op{args, req});
+    queue_.back().args.struct_size = sizeof(hal_coll_args_t);
+    cv_.notify_all();
+  }
+  out = std::move(req);
+  return HAL_OK;
+}
+
+void Comm::set_async_error(hal_status_t st) {
+  hal_status_t expected = HAL_OK;
+  async_error_.compare_exchange_strong(expected, st);
+}
+
+// Gloo has no abort, and closing a pair does not wake an operation waiting
+// on it. Shutting down the pairs' sockets does: Gloo's event loop reads the
+// end of stream, fails every send and receive pending on the pair, and the
+// waiting collective throws at once. The peers see the same and fail fast.
+// The descriptors are our own duplicates (see create()).
+void Comm::shutdown_sockets() {
+  for (int fd : sockets_) ::shutdown(fd, SHUT_RDWR);
+}
+
+void Comm::abort() {
+  const bool first = !aborted_.exchange(true);
+  std::deque<Op> dropped;
+  {
+    std::unique_lock lk(mu_);
+    if (first) {
+      set_async_error(HAL_ERR_ABORTED);
+      dropped.swap(queue_);
+      // Also tells the peers at once: their pending operations fail now
+      // instead of waiting for their timeout.
+      shutdown_sockets();
+    }
+    // Bounded: the signalled pairs fail the running call at once.
+    cv_.wait_for(lk, std::chrono::seconds(1), [&] { return !running_; });
+  }
+  for (auto& op : dropped) op.req->complete(HAL_ERR_ABORTED, "aborted before it ran");
+}
+
+void Comm::worker_loop() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = true;
+    }
+    hal_status_t st = HAL_OK;
+    std::string why;
+    if (aborted_) {
+      st = HAL_ERR_ABORTED;
+      why = "aborted before it ran";
+    } else if (hal_status_t err = async_error_.load(); err != HAL_OK) {
+      st = err;
+      why = "the communicator failed earlier";
+    } else {
+      try {
+        run(op.args);
+      } catch (const gloo::IoException& e) {
+        st = aborted_ ? HAL_ERR_ABORTED : HAL_ERR_REMOTE_ERROR;
+        why = e.what();
+      } catch (const std::exception& e) {
+        st = aborted_ ? HAL_ERR_ABORTED : HAL_ERR_INTERNAL;
+        why = e.what();
+      }
+      // A Gloo context that threw has closed pairs: nothing later can run.
+      // Closing every connection passes the failure on to all peers, so a
+      // rank blocked on a healthy peer that is itself stuck does not wait
+      // for its timeout (one death fails the whole group in milliseconds).
+      if (st != HAL_OK) {
+        set_async_error(st);
+        shutdown_sockets();
+      }
+    }
+    {
+      std::lock_guard lk(mu_);
+      running_ = false;
+      cv_.notify_all();
+    }
+    op.req->complete(st, why);
+  }
+}
+
+void Comm::run(const hal_coll_args_t& a) {
+  if (size_ == 1) return run_local(a);
+  const size_t es = dtype_bytes(a.dtype);
+  auto* send = const_cast<void*>(a.sendbuf);
+  switch (a.op) {
+    case HAL_COLL_ALL_REDUCE: {
+      if (a.count == 0) return;
+      gloo::AllreduceOptions o(ctx_);
+      o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      with_elem(es, [&](auto* t) {
+        using T = std::remove_pointer_t<decltype(t)>;
+        if (a.sendbuf != a.recvbuf) o.setInput(static_cast<T*>(send), a.count);
+        o.setOutput(static_cast<T*>(a.recvbuf), a.count);
+      });
+      ReduceFn fn = reduce_function(a.dtype, a.reduce_op);
+      o.setReduceFunction([fn](void* c, const void* x, const void* y, size_t n) { fn(c, x, y, n); });
+      gloo::allreduce(o);
+      if (a.reduce_op == HAL_REDUCE_AVG) divide_by(a.dtype, a.recvbuf, a.count, size_);
+      return;
+    }
+    case HAL_COLL_ALL_GATHER: {
+      if (a.count == 0) return;
+      gloo::AllgatherOptions o(ctx_);
+      const bool in_place = static_cast<const uint8_t*>(a.recvbuf) + rank_ * a.count * es == a.sendbuf;
+      with_elem(es, [&](auto* t) {
+        using T = std::remove_pointer_t<decltype(t)>;
+        if (!in_place) o.setInput(static_cast<T*>(send), a.count);
+        o.setOutput(static_cast<T*>(a.recvbuf), a.count * size_);
+      });
+      gloo::allgather(o);
+      return;
+    }
+    case HAL_COLL_REDUCE_SCATTER: return run_reduce_scatter(a);
+    case HAL_COLL_ALL_TO_ALL: {
+      if (a.count == 0) return;
+      gloo::AlltoallOptions o(ctx_);
+      with_elem(es, [&](auto* t) {
+        using T = std::remove_pointer_t<decltype(t)>;
+        o.setInput(static_cast<T*>(send), a.count * size_);
+        o.setOutput(static_cast<T*>(a.recvbuf), a.count * size_);
+      });
+      gloo::alltoall(o);
+      return;
+    }
+    case HAL_COLL_ALL_TO_ALLV: return run_all_to_allv(a);
+    case HAL_COLL_BROADCAST: {
+      if (a.count == 0) return;
+      gloo::BroadcastOptions o(ctx_);
+      o.setRoot(static_cast<int>(a.root));
+      with_elem(es, [&](auto* t) {
+        using T = std::remove_pointer_t<decltype(t)>;
+        if (rank_ == a.root && a.sendbuf != a.recvbuf) o.setInput(static_cast<T*>(send), a.count);
+        o.setOutput(static_cast<T*>(a.recvbuf), a.count);
+      });
+      gloo::broadcast(o);
+      return;
+    }
+    case HAL_COLL_BARRIER: {
+      gloo::BarrierOptions o(ctx_);
+      gloo::barrier(o);
+      return;
+    }
+    case HAL_COLL_SEND:
+    case HAL_COLL_RECV: return run_p2p(a);
+    default: throw std::logic_error("unreachable op");
+  }
+}
+
+// A world of one: every op moves data locally (or not at all).
+void Comm::run_local(const hal_coll_args_t& a) {
+  const size_t es = dtype_bytes(a.dtype);
+  if (a.op == HAL_COLL_BARRIER) return;
+  if (a.op == HAL_COLL_ALL_TO_ALLV) {
+    if (a.send_counts[0] > 0)
+      std::memmove(static_cast<uint8_t*>(a.recvbuf) + a.recv_displs[0] * es,
+                   static_cast<const uint8_t*>(a.sendbuf) + a.send_displs[0] * es, a.send_counts[0] * es);
+    return;
+  }
+  if (a.count > 0 && a.sendbuf != a.recvbuf) std::memmove(a.recvbuf, a.sendbuf, a.count * es);
+}
+
+// Alltoall of the input blocks, then the local reduction of the blocks each
+// rank received: the same bytes on the wire as a ring reduce-scatter.
+void Comm::run_reduce_scatter(const hal_coll_args_t& a) {
+  if (a.count == 0) return;
+  const size_t es = dtype_bytes(a.dtype);
+  scratch_.resize(a.count * size_ * es);
+  gloo::AlltoallOptions o(ctx_);
+  with_elem(es, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    o.setInput(static_cast<T*>(const_cast<void*>(a.sendbuf)), a.count * size_);
+    o.setOutput(reinterpret_cast<T*>(scratch_.data()), a.count * size_);
+  });
+  gloo::alltoall(o);
+  reduce_blocks(a.dtype, a.reduce_op, a.recvbuf, scratch_.data(), a.count, size_);
+  if (a.reduce_op == HAL_REDUCE_AVG) divide_by(a.dtype, a.recvbuf, a.count, size_);
+}
+
+// Gloo's alltoallv wants blocks packed in rank order; arbitrary
+// displacements are packed into scratch and unpacked after.
+void Comm::run_all_to_allv(const hal_coll_args_t& a) {
+  const size_t es = dtype_bytes(a.dtype);
+  std::vector<int64_t> in_counts(size_), out_counts(size_);
+  bool packed_in = true, packed_out = true;
+  uint64_t in_total = 0, out_total = 0;
+  for (uint32_t j = 0; j < size_; ++j) {
+    in_counts[j] = static_cast<int64_t>(a.send_counts[j]);
+    out_counts[j] = static_cast<int64_t>(a.recv_counts[j]);
+    packed_in &= a.send_displs[j] == in_total;
+    packed_out &= a.recv_displs[j] == out_total;
+    in_total += a.send_counts[j];
+    out_total += a.recv_counts[j];
+  }
+  std::vector<uint8_t> in_buf, out_buf;
+  const uint8_t* in = static_cast<const uint8_t*>(a.sendbuf);
+  uint8_t* out = static_cast<uint8_t*>(a.recvbuf);
+  if (!packed_in) {
+    in_buf.resize(in_total * es + 1);
+    uint64_t off = 0;
+    for (uint32_t j = 0; j < size_; ++j) {
+      std::memcpy(in_buf.data() + off * es, in + a.send_displs[j] * es, a.send_counts[j] * es);
+      off += a.send_counts[j];
+    }
+    in = in_buf.data();
+  }
+  if (!packed_out) {
+    out_buf.resize(out_total * es + 1);
+    out = out_buf.data();
+  }
+  // Gloo needs a non-NULL pointer even for an empty side.
+  uint8_t dummy = 0;
+  gloo::AlltoallvOptions o(ctx_);
+  with_elem(es, [&](auto* t) {
+    using T = std::remove_pointer_t<decltype(t)>;
+    o.setInput(reinterpret_cast<T*>(in ? const_cast<uint8_t*>(in) : &dummy), in_counts);
+    o.setOutput(reinterpret_cast<T*>(out ? out : &dummy), out_counts);
+  });
+  gloo::alltoallv(o);
+  if (!packed_out) {
+    uint64_t off = 0;
+    for (uint32_t j = 0; j < size_; ++j) {
+      std::memcpy(static_cast<uint8_t*>(a.recvbuf) + a.recv_displs[j] * es, out_buf.data() + off * es,
+                  a.recv_counts[j] * es);
+      off += a.recv_counts[j];
+    }
+  }
+}
+
+// Matched in posting order per peer: the k-th send to a peer meets that
+// peer's k-th receive from us, in a slot range collectives never use.
+void Comm::run_p2p(const hal_coll_args_t& a) {
+  const size_t bytes = a.count * dtype_bytes(a.dtype);
+  const uint32_t peer = a.peer;
+  constexpr uint64_t kP2PSlotBase = uint64_t{0x5A} << 56;
+  if (a.op == HAL_COLL_SEND) {
+    const uint64_t slot = kP2PSlotBase | send_seq_[peer]++;
+    if (bytes == 0) return;
+    auto buf = ctx_->createUnboundBuffer(const_cast<void*>(a.sendbuf), bytes);
+    buf->send(static_cast<int>(peer), slot);
+    if (!buf->waitSend(ctx_->getTimeout())) throw gloo::IoException("send aborted");
+  } else {
+    const uint64_t slot = kP2PSlotBase | recv_seq_[peer]++;
+    if (bytes == 0) return;
+    auto buf = ctx_->createUnboundBuffer(a.recvbuf, bytes);
+    buf->recv(static_cast<int>(peer), slot);
+    if (!buf->waitRecv(ctx_->getTimeout())) throw gloo::IoException("recv aborted");
+  }
+}
+
+}  // namespace cpu_vendor
