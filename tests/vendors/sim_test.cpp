@@ -1,0 +1,267 @@
+// The sim vendor through the real ABI: scenarios refused with file, line,
+// key and reason; each fault kind observed as a host sees it; telemetry
+// precursors; same seed, same values.
+#include <sigma/hal.hpp>
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace sigma::hal {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+std::string write_scenario(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "sim-" + std::to_string(::getpid()) + "-" + name + ".yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+PluginPtr load_sim(const std::string& options) {
+  LoadOptions lo;
+  lo.options = options;
+  return Plugin::load("sim", lo);
+}
+
+hal_comm_create_args_t world_of_one() {
+  hal_comm_create_args_t a{};
+  a.struct_size = sizeof(a);
+  a.world_size = 1;
+  a.timeout_ns = 10'000'000'000ull;
+  return a;
+}
+
+hal_coll_args_t all_reduce(const Buffer& b, uint64_t count) {
+  hal_coll_args_t a{};
+  a.struct_size = sizeof(a);
+  a.op = HAL_COLL_ALL_REDUCE;
+  a.dtype = HAL_DTYPE_F32;
+  a.count = count;
+  a.sendbuf = a.recvbuf = b.data();
+  return a;
+}
+
+double read_f64(const PluginPtr& p, hal_field_id_t id) { return p->read_telemetry(0, {id})[0].value.f64; }
+hal_telemetry_sample_t read(const PluginPtr& p, hal_field_id_t id) { return p->read_telemetry(0, {id})[0]; }
+
+// ---- scenarios refused --------------------------------------------------
+
+struct Bad {
+  const char* name;
+  const char* text;
+  const char* expect;  // must appear in the message, after "FILE:"
+};
+
+void PrintTo(const Bad& b, std::ostream* os) { *os << b.name; }
+
+class RefusedScenario : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(RefusedScenario, NamesFileLineKeyAndReason) {
+  const Bad& b = GetParam();
+  const std::string path = write_scenario(b.name, b.text);
+  try {
+    load_sim("scenario=" + path);
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find(path + ":" + b.expect), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sim, RefusedScenario,
+    ::testing::Values(
+        Bad{"syntax", "duration_s: 10\nfaults: [ {kind: hang\n", "3: (syntax)"},
+        Bad{"unknown_key", "duration_s: 10\nwolrd_size: 4\n", "2: wolrd_size: unknown key"},
+        Bad{"wrong_type", "duration_s: ten\n", "1: duration_s: expected a number, found 'ten'"},
+        Bad{"negative_rate", "duration_s: 10\ndevices:\n  default:\n    telemetry:\n      ecc_correctable_per_s: -1\n",
+            "5: devices.default.telemetry.ecc_correctable_per_s: -1"},
+        Bad{"unknown_device", "duration_s: 10\nworld_size: 2\nfaults:\n  - {kind: hang, device: 5, at_op: 1}\n",
+            "4: faults[0].device: unknown device 5 (world_size is 2)"},
+        Bad{"after_end", "duration_s: 10\nfaults:\n  - {kind: device_lost, device: 0, at_s: 11}\n",
+            "3: faults[0].at_s: 11.000000 is after the scenario's end"},
+        Bad{"both_times", "duration_s: 10\nfaults:\n  - {kind: hang, device: 0, at_s: 1, at_op: 2}\n",
+            "3: faults[0]: give at_s or at_op, not both"},
+        Bad{"unknown_fault", "duration_s: 10\nfaults:\n  - {kind: meltdown, device: 0, at_s: 1}\n",
+            "3: faults[0].kind: unknown fault kind 'meltdown'"},
+        Bad{"missing_factor", "duration_s: 10\nfaults:\n  - {kind: slow_link, device: 0, at_s: 1}\n",
+            "3: faults[0].factor: missing"},
+        Bad{"deep_nesting", "duration_s: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]\n",
+            "0: (top): nesting deeper than 32 levels"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Sim, EverySampleScenarioLoads) {
+  for (const auto& e : fs::directory_iterator(SIGMA_SCENARIO_DIR)) {
+    if (e.path().extension() != ".yaml") continue;
+    EXPECT_NO_THROW(load_sim("scenario=" + e.path().string())) << e.path();
+  }
+}
+
+TEST(Sim, MissingScenarioFileAndBadOptionsAreRefused) {
+  EXPECT_THROW(load_sim("scenario=/nonexistent/s.yaml"), Error);
+  EXPECT_THROW(load_sim("time_scale=-2"), Error);
+  EXPECT_THROW(load_sim("inner=sim"), Error);
+  EXPECT_THROW(load_sim("colour=red"), Error);
+}
+
+// ---- faults, as the host sees them -----------------------------------------
+
+TEST(SimFault, DeviceLostAtAnOpFailsThatOpAndEverythingAfter) {
+  const auto path = write_scenario("lost", "duration_s: 100\nfaults:\n  - {kind: device_lost, device: 0, at_op: 3}\n");
+  auto p = load_sim("scenario=" + path);
+  Communicator comm(p, world_of_one());
+  Buffer b(p, 0, 64);
+  for (int i = 0; i < 3; ++i) comm.run(all_reduce(b, 16), 5s);
+  try {
+    comm.post(all_reduce(b, 16));
+    FAIL() << "posted on a lost device";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::device_lost);
+  }
+  EXPECT_THROW(p->device_props(0), Error);
+  EXPECT_EQ(comm.async_error(), HAL_ERR_DEVICE_LOST);
+  EXPECT_EQ(read(p, HAL_FIELD_TEMPERATURE_C).status, HAL_ERR_DEVICE_LOST);
+  EXPECT_EQ(read(p, HAL_FIELD_FATAL_CODE).value.i64, 79);
+}
+
+TEST(SimFault, HangAtAnOpNeverCompletesUntilAborted) {
+  const auto path = write_scenario("hang", "duration_s: 100\nfaults:\n  - {kind: hang, device: 0, at_op: 1}\n");
+  auto p = load_sim("scenario=" + path);
+  Communicator comm(p, world_of_one());
+  Buffer b(p, 0, 64);
+  comm.run(all_reduce(b, 16), 5s);
+  auto req = comm.post(all_reduce(b, 16));
+  EXPECT_FALSE(req.wait(200ms));
+  std::thread t([&] { comm.abort(); });
+  try {
+    req.wait(10s);
+    ADD_FAILURE() << "completed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::aborted);
+  }
+  t.join();
+}
+
+TEST(SimFault, SilentCorruptionChangesExactlyOneElementOfTheChosenResult) {
+  const auto path = write_scenario("sdc", "duration_s: 100\nfaults:\n  - {kind: silent_corruption, device: 0, at_op: 1}\n");
+  auto p = load_sim("scenario=" + path);
+  Communicator comm(p, world_of_one());
+  const uint64_t n = 1024;
+  Buffer b(p, 0, n * 4);
+  std::vector<float> ones(n, 1.0f), out(n);
+  for (int op = 0; op < 3; ++op) {
+    b.copy_from_host(ones.data(), n * 4);
+    comm.run(all_reduce(b, n), 5s);  // no error is ever reported
+    b.copy_to_host(out.data(), n * 4);
+    const auto wrong = std::count_if(out.begin(), out.end(), [](float v) { return v != 1.0f; });
+    EXPECT_EQ(wrong, op == 1 ? 1 : 0) << "op " << op;
+  }
+}
+
+TEST(SimFault, SlowLinkStretchesCollectives) {
+  auto p = load_sim("");
+  Communicator comm(p, world_of_one());
+  const uint64_t n = 4u << 20;
+  Buffer src(p, 0, n * 4), dst(p, 0, n * 4);
+  hal_coll_args_t a = all_reduce(dst, n);
+  a.sendbuf = src.data();
+  auto timed = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5; ++i) comm.run(a, 30s);
+    return std::chrono::steady_clock::now() - t0;
+  };
+  timed();
+  const auto normal = timed();
+  hal_fault_spec_t spec{};
+  spec.struct_size = sizeof(spec);
+  spec.kind = HAL_FAULT_SLOW_LINK;
+  spec.factor = 20;
+  p->check(p->fault_injection()->inject(&spec), "inject");
+  const auto slow = timed();
+  EXPECT_GT(slow, normal * 4) << "normal " << normal.count() << " ns, slow " << slow.count() << " ns";
+}
+
+TEST(SimFault, FlappingLinkRaisesLinkErrorsEveryPeriod) {
+  const auto path = write_scenario(
+      "flap", "duration_s: 1000\ntime_scale: 100\nfaults:\n  - {kind: flapping_link, device: 0, at_s: 0, duration_s: 500, period_s: 10, factor: 5}\n");
+  auto p = load_sim("scenario=" + path);
+  const uint64_t before = read(p, HAL_FIELD_LINK_ERRORS).value.u64;
+  std::this_thread::sleep_for(600ms);  // 60 scenario seconds: 6 periods
+  const uint64_t after = read(p, HAL_FIELD_LINK_ERRORS).value.u64;
+  EXPECT_GE(after - before, 5u * 4);
+  EXPECT_GT(read(p, HAL_FIELD_LINK_RETRIES).value.u64, after);
+}
+
+TEST(SimFault, CrashTakesTheProcessDown) {
+  EXPECT_EXIT(
+      {
+        const auto path = write_scenario("crash", "duration_s: 100\nfaults:\n  - {kind: crash, device: 0, at_op: 2}\n");
+        auto p = load_sim("scenario=" + path);
+        Communicator comm(p, world_of_one());
+        Buffer b(p, 0, 64);
+        for (int i = 0; i < 5; ++i) comm.run(all_reduce(b, 16), 5s);
+        std::exit(0);  // not reached
+      },
+      ::testing::KilledBySignal(SIGKILL), "");
+}
+
+// ---- telemetry -------------------------------------------------------------
+
+TEST(SimTelemetry, ThermalRunawayShowsItsPrecursorsBeforeTheDeviceIsLost) {
+  // The sample scenario at 200x: 30 s of calm, a 60 s ramp to 104 C, an ECC
+  // burst, then the device falls off the bus at 100 s (0.5 s real).
+  auto p = load_sim(std::string("rank=1;time_scale=200;scenario=") + SIGMA_SCENARIO_DIR + "/thermal_runaway.yaml");
+  const double t_start = read_f64(p, HAL_FIELD_TEMPERATURE_C);
+  EXPECT_NEAR(t_start, 55, 2);
+  double hottest = 0;
+  bool throttled = false;
+  uint64_t ecc = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < 2s) {
+    auto s = p->read_telemetry(0, {HAL_FIELD_TEMPERATURE_C, HAL_FIELD_THROTTLE_REASONS, HAL_FIELD_ECC_CORRECTABLE});
+    if (s[0].status == HAL_ERR_DEVICE_LOST) break;
+    hottest = std::max(hottest, s[0].value.f64);
+    throttled |= (s[1].value.u64 & HAL_THROTTLE_THERMAL) != 0;
+    ecc = std::max(ecc, s[2].value.u64);
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_GT(hottest, 95.0);
+  EXPECT_TRUE(throttled);
+  EXPECT_GT(ecc, 100u);
+  EXPECT_EQ(read(p, HAL_FIELD_TEMPERATURE_C).status, HAL_ERR_DEVICE_LOST);
+  EXPECT_THROW(p->device_props(0), Error);
+}
+
+TEST(SimTelemetry, TheSameSeedGivesTheSameValues) {
+  auto sample = [] {
+    auto p = load_sim(std::string("rank=2;scenario=") + SIGMA_SCENARIO_DIR + "/healthy.yaml");
+    std::vector<double> v;
+    for (int i = 0; i < 20; ++i) v.push_back(read_f64(p, HAL_FIELD_POWER_W));
+    return v;
+  };
+  const auto a = sample(), b = sample();
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a[0], a[1]);  // there is noise, and it is seeded
+}
+
+TEST(SimTelemetry, InjectedExcursionOverridesAFieldForItsDuration) {
+  auto p = load_sim("");
+  hal_fault_spec_t spec{};
+  spec.struct_size = sizeof(spec);
+  spec.kind = HAL_FAULT_TELEMETRY_EXCURSION;
+  spec.field = HAL_FIELD_TEMPERATURE_C;
+  spec.value = 123.5;
+  spec.duration_ns = 200'000'000;
+  p->check(p->fault_injection()->inject(&spec), "inject");
+  EXPECT_DOUBLE_EQ(read_f64(p, HAL_FIELD_TEMPERATURE_C), 123.5);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_LT(read_f64(p, HAL_FIELD_TEMPERATURE_C), 100.0);
+}
+
+}  // namespace
+}  // namespace sigma::hal
