@@ -1,0 +1,77 @@
+// Shared by the two-process benchmarks: the program starts its own peer
+// (rank 1) and both ranks run the same benchmarks with fixed iteration
+// counts; rank 0 reports through a Recorder that keeps every result (the
+// median when repetitions are asked for) for a ratio table.
+#pragma once
+
+#include <benchmark/benchmark.h>
+#include <spawn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace sigma::bench {
+
+// In rank 0 (started by a user): makes a scratch folder, starts rank 1 as
+// "PROGRAM --peer 1 DIR ARGS..." and returns 0. In rank 1: strips the three
+// leading arguments and returns 1. `dir` is the folder both ranks meet in.
+inline int start_two_ranks(int& argc, char**& argv, std::string& dir) {
+  if (argc >= 4 && std::string(argv[1]) == "--peer") {
+    dir = argv[3];
+    argv[3] = argv[0];
+    argv += 3;
+    argc -= 3;
+    return 1;
+  }
+  char tmpl[] = "/tmp/sigma-bench-XXXXXX";
+  dir = ::mkdtemp(tmpl);
+  std::vector<std::string> args = {"/proc/self/exe", "--peer", "1", dir};
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  pid_t pid;
+  if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargs.data(), environ) != 0) {
+    std::perror("posix_spawn");
+    std::exit(1);
+  }
+  return 0;
+}
+
+// Keeps every run's result for the ratio table; prints like the console.
+class Recorder : public benchmark::ConsoleReporter {
+ public:
+  struct Row {
+    double seconds_per_op = 0;
+    double busbw = 0;
+  };
+  std::map<std::string, Row> rows;
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const auto& r : runs) {
+      // With --benchmark_repetitions, keep the median.
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
+      Row row;
+      row.seconds_per_op = r.GetAdjustedRealTime() * 1e-9;  // default unit: ns
+      auto it = r.counters.find("busbw_GBps");
+      if (it != r.counters.end()) row.busbw = it->second.value;
+      std::string name = r.benchmark_name();
+      if (r.run_type == Run::RT_Aggregate) name = name.substr(0, name.size() - std::string("_median").size());
+      rows[name] = row;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
+
+class Silent : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace sigma::bench
