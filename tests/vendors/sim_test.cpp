@@ -147,6 +147,23 @@ TEST(SimFault, HangAtAnOpNeverCompletesUntilAborted) {
   t.join();
 }
 
+TEST(SimFault, ADeviceLostWhileAnOperationWaitsFailsTheWaitWithDeviceLost) {
+  const auto path = write_scenario(
+      "lost_waiting", "duration_s: 100\nfaults:\n  - {kind: hang, device: 0, at_op: 0}\n  - {kind: device_lost, device: 0, at_s: 0.3}\n");
+  auto p = load_sim("scenario=" + path);
+  Communicator comm(p, world_of_one());
+  Buffer b(p, 0, 64);
+  auto req = comm.post(all_reduce(b, 16));
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    req.wait(20s);
+    ADD_FAILURE() << "completed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::device_lost) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+}
+
 TEST(SimFault, SilentCorruptionChangesExactlyOneElementOfTheChosenResult) {
   const auto path = write_scenario("sdc", "duration_s: 100\nfaults:\n  - {kind: silent_corruption, device: 0, at_op: 1}\n");
   auto p = load_sim("scenario=" + path);

@@ -171,6 +171,14 @@ hal_status_t settle(hal_request_s* r, hal_status_t inner_st) {
   return r->status;
 }
 
+// An operation ended by the abort that a lost device caused is reported as
+// the device loss itself.
+hal_status_t blame(hal_request_s* r, hal_status_t st) {
+  if (st == HAL_ERR_ABORTED && r->comm != nullptr && r->comm->async_error.load() == HAL_ERR_DEVICE_LOST)
+    return HAL_ERR_DEVICE_LOST;
+  return st;
+}
+
 hal_status_t finished(hal_status_t st) {
   if (st < 0) return fail(st, std::string("sim: the operation failed: ") + hal_status_name_of(st));
   return st;
@@ -302,8 +310,9 @@ hal_status_t hung_status(hal_request_s* r) {
 
 hal_status_t sim_test(hal_request_t r) {
   if (r == nullptr) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: request is NULL");
+  poll_device_lost();
   if (r->hung) return finished(hung_status(r));
-  return finished(settle(r, inner().test(r->inner)));
+  return finished(blame(r, settle(r, inner().test(r->inner))));
 }
 
 hal_status_t sim_wait(hal_request_t r, uint64_t timeout_ns) {
@@ -311,6 +320,7 @@ hal_status_t sim_wait(hal_request_t r, uint64_t timeout_ns) {
   const uint64_t start = now_ns();
   const uint64_t deadline = timeout_ns > UINT64_MAX - start ? UINT64_MAX : start + timeout_ns;
   for (;;) {
+    poll_device_lost();  // a device that dies while we wait fails the wait
     hal_status_t st;
     if (r->hung) {
       st = hung_status(r);
@@ -320,7 +330,7 @@ hal_status_t sim_wait(hal_request_t r, uint64_t timeout_ns) {
       const uint64_t slice = std::min<uint64_t>(deadline > now ? deadline - now : 0, 20'000'000);
       hal_status_t in = inner().wait(r->inner, slice);
       if (in == HAL_ERR_TIMEOUT) in = HAL_IN_PROGRESS;
-      st = settle(r, in);
+      st = blame(r, settle(r, in));
     }
     if (st != HAL_IN_PROGRESS) return finished(st);
     const uint64_t now = now_ns();

@@ -76,21 +76,27 @@ void State::fire_due_locked() {
   }
 }
 
-hal_status_t check_alive(uint32_t device) {
-  if (device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: no device " + std::to_string(device) + " (one per process)");
-  bool lost;
+bool poll_device_lost() {
+  bool lost, newly;
   {
     std::lock_guard lk(g_state.mu);
-    if (g_state.refs == 0) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: not initialised");
     const bool was = g_state.device_lost;
     g_state.fire_due_locked();
     lost = g_state.device_lost;
-    if (lost && !was) {
-      // Newly lost: what was in flight fails too (outside the lock below).
-    }
+    newly = lost && !was;
   }
-  if (lost) {
-    abort_all_comms_device_lost();
+  // What was in flight fails too (outside the state lock).
+  if (newly) abort_all_comms_device_lost();
+  return lost;
+}
+
+hal_status_t check_alive(uint32_t device) {
+  if (device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: no device " + std::to_string(device) + " (one per process)");
+  {
+    std::lock_guard lk(g_state.mu);
+    if (g_state.refs == 0) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: not initialised");
+  }
+  if (poll_device_lost()) {
     return fail(HAL_ERR_DEVICE_LOST, "sim: device lost (rank " + std::to_string(g_state.rank) +
                                          ", injected by the scenario or the fault extension)");
   }

@@ -77,6 +77,10 @@ class State {
 
 State& state();
 
+// Fires due faults; when the device is (newly) lost, fails what is in flight
+// on every communicator. Returns whether the device is lost.
+bool poll_device_lost();
+
 // HAL_ERR_DEVICE_LOST with a message when the device was lost, else HAL_OK.
 // Fires due faults first. Thread-safety: any thread.
 hal_status_t check_alive(uint32_t device);
