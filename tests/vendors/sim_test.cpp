@@ -3,6 +3,8 @@
 // precursors; same seed, same values.
 #include <sigma/hal.hpp>
 
+#include "scenario.hpp"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -278,6 +280,75 @@ TEST(SimTelemetry, InjectedExcursionOverridesAFieldForItsDuration) {
   EXPECT_DOUBLE_EQ(read_f64(p, HAL_FIELD_TEMPERATURE_C), 123.5);
   std::this_thread::sleep_for(300ms);
   EXPECT_LT(read_f64(p, HAL_FIELD_TEMPERATURE_C), 100.0);
+}
+
+
+// ---- every sample scenario, replayed --------------------------------------
+
+namespace {
+
+// Runs rank `rank` of a sample scenario at 1000x with a world-of-one
+// communicator, one all-reduce of 64 floats at a time, and checks that each
+// fault the scenario gives this rank shows through the ABI.
+void replay(const std::string& file, const sim_vendor::Scenario& sc, uint32_t rank) {
+  SCOPED_TRACE(file + " rank " + std::to_string(rank));
+  auto p = load_sim("time_scale=1000;rank=" + std::to_string(rank) + ";scenario=" + file);
+  Communicator comm(p, world_of_one());
+  Buffer b(p, 0, 64 * 4);
+  std::vector<float> ones(64, 1.0f), out(64);
+  bool lost = false, corrupted = false;
+  // Long enough for every timed fault of this rank to come due (at 1000x).
+  double last_s = 0;
+  for (const auto& f : sc.faults)
+    if (f.device == rank && f.at_s) last_s = std::max(last_s, *f.at_s + f.duration_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(last_s / 1000.0 + 0.1);
+  uint64_t op = 0;
+  while (std::chrono::steady_clock::now() < deadline || op < 600) {
+    try {  // a timed device loss can strike any call
+      b.copy_from_host(ones.data(), 64 * 4);
+      comm.run(all_reduce(b, 64), 10s);
+      b.copy_to_host(out.data(), 64 * 4);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::device_lost) << e.what();
+      lost = true;
+      break;
+    }
+    corrupted |= std::any_of(out.begin(), out.end(), [](float v) { return v != 1.0f; });
+    ++op;
+  }
+  for (const auto& f : sc.faults) {
+    if (f.device != rank) continue;
+    switch (f.kind) {
+      case sim_vendor::FaultKind::device_lost: EXPECT_TRUE(lost) << "device_lost never seen"; break;
+      case sim_vendor::FaultKind::silent_corruption: EXPECT_TRUE(corrupted || lost) << "no corrupted result"; break;
+      case sim_vendor::FaultKind::slow_link:
+      case sim_vendor::FaultKind::flapping_link:
+        if (!lost) {
+          EXPECT_GT(read(p, HAL_FIELD_LINK_RETRIES).value.u64, 0u);
+        }
+        break;
+      default: break;  // hang and crash have tests of their own
+    }
+  }
+  if (std::none_of(sc.faults.begin(), sc.faults.end(), [&](const auto& f) { return f.device == rank; })) {
+    EXPECT_FALSE(lost);
+    EXPECT_FALSE(corrupted);
+  }
+}
+
+}  // namespace
+
+TEST(SimScenarios, EverySampleRunsAndItsFaultsShowThroughTheAbi) {
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(SIGMA_SCENARIO_DIR)) {
+    if (e.path().extension() != ".yaml") continue;
+    std::string err;
+    auto sc = sim_vendor::load_scenario(e.path().string(), err);
+    ASSERT_TRUE(sc.has_value()) << err;
+    for (uint32_t r = 0; r < sc->world_size; ++r) replay(e.path().string(), *sc, r);
+    ++files;
+  }
+  EXPECT_GE(files, 5u);
 }
 
 }  // namespace
