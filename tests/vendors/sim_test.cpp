@@ -232,16 +232,18 @@ TEST(SimFault, CrashTakesTheProcessDown) {
 // ---- telemetry -------------------------------------------------------------
 
 TEST(SimTelemetry, ThermalRunawayShowsItsPrecursorsBeforeTheDeviceIsLost) {
-  // The sample scenario at 200x: 30 s of calm, a 60 s ramp to 104 C, an ECC
-  // burst, then the device falls off the bus at 100 s (0.5 s real).
-  auto p = load_sim(std::string("rank=1;time_scale=200;scenario=") + SIGMA_SCENARIO_DIR + "/thermal_runaway.yaml");
+  // The sample scenario at 50x: 30 s of calm, a 60 s ramp to 104 C, an ECC
+  // burst, then the device falls off the bus at 100 s (2 s real). Above 95 C
+  // for the last 21 scenario seconds: 0.4 s real, many reads even on a busy
+  // machine.
+  auto p = load_sim(std::string("rank=1;time_scale=50;scenario=") + SIGMA_SCENARIO_DIR + "/thermal_runaway.yaml");
   const double t_start = read_f64(p, HAL_FIELD_TEMPERATURE_C);
   EXPECT_NEAR(t_start, 55, 2);
   double hottest = 0;
   bool throttled = false;
   uint64_t ecc = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - t0 < 2s) {
+  while (std::chrono::steady_clock::now() - t0 < 10s) {
     auto s = p->read_telemetry(0, {HAL_FIELD_TEMPERATURE_C, HAL_FIELD_THROTTLE_REASONS, HAL_FIELD_ECC_CORRECTABLE});
     if (s[0].status == HAL_ERR_DEVICE_LOST) break;
     hottest = std::max(hottest, s[0].value.f64);
