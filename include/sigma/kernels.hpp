@@ -1,0 +1,48 @@
+// sigma/kernels.hpp -- numeric kernels the engines share (guardrails,
+// checkpoints). CPU versions: AVX2 where the CPU has it, a portable scalar
+// version otherwise, chosen once at run time. Buffers are host memory here;
+// device versions come with the cuda vendor.
+#pragma once
+
+#include <sigma/hal.h>
+
+#include <cstdint>
+
+namespace sigma::kernels {
+
+// What one pass over a gradient buffer finds. Non-finite values (NaN, +-Inf)
+// are counted and left out of the sum of squares and of amax.
+struct ScanResult {
+  uint64_t non_finite = 0;
+  double sum_squares = 0;  // accumulated in fp64
+  double amax = 0;         // largest |x| over finite values; 0 for none
+};
+
+// One fused pass over `count` elements of f32, f16 or bf16 data at `data`
+// (any alignment). Throws sigma::Error(invalid_argument) for another dtype.
+// Thread-safety: any thread, concurrently. Blocks: no.
+ScanResult grad_scan(const void* data, uint64_t count, hal_dtype_t dtype);
+
+// Byte-plane shuffle of `count` elements of `elem_size` bytes: byte b of
+// element i goes to dst[b * count + i]. Groups the exponent bytes of floats
+// together so a compressor finds them. unshuffle_bytes is its inverse.
+// src and dst must not overlap. Thread-safety: any thread, concurrently.
+void shuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size);
+void unshuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size);
+
+// out[i] = a[i] ^ b[i] for `bytes` bytes (out may alias a or b): the delta of
+// a checkpoint chunk against its base.
+void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes);
+
+// xxh3-64 of the bytes, seed 0: the per-chunk checksum of checkpoints.
+uint64_t checksum(const void* data, uint64_t bytes);
+
+// Which implementation runs. force_isa exists for tests and benchmarks:
+// forcing avx2 on a CPU without it throws sigma::Error(not_supported).
+enum class Isa { scalar, avx2 };
+Isa active_isa();
+void force_isa(Isa isa);
+// Forget a forced choice: back to what the CPU supports.
+void reset_isa();
+
+}  // namespace sigma::kernels

@@ -1,0 +1,101 @@
+// The CPU kernels against the memory-bandwidth limit measured in the same
+// run: the fused gradient scan vs a plain read of the same buffer (a sum the
+// compiler vectorises), with 1 and 2 threads; shuffle + XOR vs memcpy.
+//
+//   bench_kernels [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
+#include <sigma/kernels.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr size_t kBytes = 256u << 20;  // far beyond the caches
+
+std::vector<uint8_t>& buffer() {
+  static std::vector<uint8_t> b = [] {
+    std::vector<uint8_t> v(kBytes);
+    auto* f = reinterpret_cast<float*>(v.data());
+    for (size_t i = 0; i < kBytes / 4; ++i) f[i] = static_cast<float>(i % 1000) * 1e-3f - 0.5f;
+    return v;
+  }();
+  return b;
+}
+
+// Runs fn(begin, end) over the buffer split into `threads` parts.
+template <typename F>
+void split(int threads, size_t bytes, size_t align, F fn) {
+  std::vector<std::thread> ts;
+  const size_t part = (bytes / threads) / align * align;
+  for (int t = 0; t < threads; ++t) {
+    const size_t b = t * part, e = t + 1 == threads ? bytes : b + part;
+    ts.emplace_back([=] { fn(b, e); });
+  }
+  for (auto& t : ts) t.join();
+}
+
+// The limit: read every byte once, doing the least work the compiler allows.
+void BM_ReadLimit(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const uint8_t* p = buffer().data();
+  for (auto _ : state) {
+    split(threads, kBytes, 64, [&](size_t b, size_t e) {
+      const auto* f = reinterpret_cast<const float*>(p + b);
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+      const size_t n = (e - b) / 4;
+      for (size_t i = 0; i + 8 <= n; i += 8) {
+        s0 += f[i]; s1 += f[i + 1]; s2 += f[i + 2]; s3 += f[i + 3];
+        s4 += f[i + 4]; s5 += f[i + 5]; s6 += f[i + 6]; s7 += f[i + 7];
+      }
+      benchmark::DoNotOptimize(s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7);
+    });
+  }
+  state.SetBytesProcessed(state.iterations() * kBytes);
+}
+
+void BM_GradScan(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const auto dtype = static_cast<hal_dtype_t>(state.range(1));
+  const size_t es = dtype == HAL_DTYPE_F32 ? 4 : 2;
+  const uint8_t* p = buffer().data();
+  for (auto _ : state) {
+    split(threads, kBytes, 64, [&](size_t b, size_t e) {
+      benchmark::DoNotOptimize(sigma::kernels::grad_scan(p + b, (e - b) / es, dtype));
+    });
+  }
+  state.SetBytesProcessed(state.iterations() * kBytes);
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  static std::vector<uint8_t> dst(kBytes / 4);
+  const uint8_t* p = buffer().data();
+  for (auto _ : state) {
+    std::memcpy(dst.data(), p, kBytes / 4);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * (kBytes / 4));
+}
+
+void BM_ShuffleXor(benchmark::State& state) {
+  static std::vector<uint8_t> tmp(kBytes / 4), out(kBytes / 4);
+  const uint8_t* p = buffer().data();
+  const uint8_t* base = p + kBytes / 4;
+  for (auto _ : state) {
+    sigma::kernels::shuffle_bytes(p, tmp.data(), kBytes / 16, 4);
+    sigma::kernels::xor_bytes(tmp.data(), base, out.data(), kBytes / 4);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * (kBytes / 4));
+}
+
+}  // namespace
+
+BENCHMARK(BM_ReadLimit)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GradScan)->Args({1, HAL_DTYPE_F32})->Args({2, HAL_DTYPE_F32})->Args({1, HAL_DTYPE_BF16})
+    ->Args({2, HAL_DTYPE_BF16})->Args({1, HAL_DTYPE_F16})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ShuffleXor)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_MAIN();

@@ -1,0 +1,201 @@
+// The CPU kernels against plain scalar references, for every ISA this CPU
+// has, over edge cases: empty and single inputs, tails, unaligned starts,
+// all-NaN, +-Inf, denormals, -0.0.
+#include <sigma/error.hpp>
+#include <sigma/kernels.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+namespace sigma::kernels {
+namespace {
+
+std::vector<Isa> isas() {
+  std::vector<Isa> out = {Isa::scalar};
+  try {
+    force_isa(Isa::avx2);
+    out.push_back(Isa::avx2);
+  } catch (const Error&) {
+  }
+  reset_isa();
+  return out;
+}
+
+uint16_t to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  return static_cast<uint16_t>(x >> 16);  // truncation: exact for the values used
+}
+uint16_t to_f16(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+float from(const std::vector<uint8_t>& bytes, size_t i, hal_dtype_t dt) {
+  if (dt == HAL_DTYPE_F32) {
+    float f;
+    std::memcpy(&f, bytes.data() + i * 4, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, bytes.data() + i * 2, 2);
+  if (dt == HAL_DTYPE_F16) {
+    _Float16 v;
+    std::memcpy(&v, &h, 2);
+    return static_cast<float>(v);
+  }
+  uint32_t x = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+// Encodes values into the dtype's bytes, starting `offset` bytes into the
+// buffer (to test unaligned starts).
+std::vector<uint8_t> encode(const std::vector<float>& v, hal_dtype_t dt, size_t offset) {
+  const size_t es = dt == HAL_DTYPE_F32 ? 4 : 2;
+  std::vector<uint8_t> out(offset + v.size() * es);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dt == HAL_DTYPE_F32) std::memcpy(out.data() + offset + i * 4, &v[i], 4);
+    else {
+      const uint16_t h = dt == HAL_DTYPE_F16 ? to_f16(v[i]) : to_bf16(v[i]);
+      std::memcpy(out.data() + offset + i * 2, &h, 2);
+    }
+  }
+  return out;
+}
+
+ScanResult reference(const std::vector<uint8_t>& bytes, size_t offset, size_t n, hal_dtype_t dt) {
+  std::vector<uint8_t> body(bytes.begin() + static_cast<long>(offset), bytes.end());
+  ScanResult r;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = from(body, i, dt);
+    if (!std::isfinite(v)) {
+      ++r.non_finite;
+      continue;
+    }
+    r.sum_squares += static_cast<double>(v) * v;
+    r.amax = std::max(r.amax, std::fabs(static_cast<double>(v)));
+  }
+  return r;
+}
+
+std::vector<float> values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-4.0f, 4.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, -0.0f, 1e-40f /* denormal */,
+                            -65504.0f, 3.0e-5f};
+  for (size_t i = 0; i < n; i += 7) v[i] = specials[(i / 7) % 7];
+  return v;
+}
+
+TEST(GradScan, MatchesTheScalarReferenceForEveryIsaDtypeLengthAndAlignment) {
+  for (Isa isa : isas()) {
+    force_isa(isa);
+    for (hal_dtype_t dt : {HAL_DTYPE_F32, HAL_DTYPE_F16, HAL_DTYPE_BF16}) {
+      for (size_t n : {0, 1, 7, 15, 16, 17, 33, 1000, 4099}) {
+        for (size_t offset : {0, 1, 2, 3}) {
+          const auto bytes = encode(values(n, static_cast<uint32_t>(n * 31 + offset)), dt, offset);
+          const ScanResult got = grad_scan(bytes.data() + offset, n, dt);
+          const ScanResult want = reference(bytes, offset, n, dt);
+          SCOPED_TRACE("isa " + std::to_string(static_cast<int>(isa)) + " dtype " + std::to_string(dt) + " n " +
+                       std::to_string(n) + " offset " + std::to_string(offset));
+          EXPECT_EQ(got.non_finite, want.non_finite);
+          EXPECT_EQ(got.amax, want.amax);
+          EXPECT_NEAR(got.sum_squares, want.sum_squares, 1e-12 * std::max(1.0, want.sum_squares));
+        }
+      }
+    }
+  }
+  reset_isa();
+}
+
+TEST(GradScan, AllNaNAndAllInfAreCountedAndLeaveNoSum) {
+  for (Isa isa : isas()) {
+    force_isa(isa);
+    std::vector<float> nan(100, std::numeric_limits<float>::quiet_NaN()), inf(37, -INFINITY);
+    ScanResult r = grad_scan(nan.data(), nan.size(), HAL_DTYPE_F32);
+    EXPECT_EQ(r.non_finite, 100u);
+    EXPECT_EQ(r.sum_squares, 0.0);
+    EXPECT_EQ(r.amax, 0.0);
+    r = grad_scan(inf.data(), inf.size(), HAL_DTYPE_F32);
+    EXPECT_EQ(r.non_finite, 37u);
+  }
+  reset_isa();
+}
+
+TEST(GradScan, DenormalsAndNegativeZeroCountAsFinite) {
+  for (Isa isa : isas()) {
+    force_isa(isa);
+    std::vector<float> v(20, -0.0f);
+    v[5] = 1e-40f;
+    const ScanResult r = grad_scan(v.data(), v.size(), HAL_DTYPE_F32);
+    EXPECT_EQ(r.non_finite, 0u);
+    EXPECT_EQ(r.amax, static_cast<double>(1e-40f));
+    EXPECT_GT(r.sum_squares, 0.0);
+  }
+  reset_isa();
+}
+
+TEST(GradScan, OtherDtypesAndNullAreRefused) {
+  float x = 1;
+  EXPECT_THROW(grad_scan(&x, 1, HAL_DTYPE_I32), Error);
+  EXPECT_THROW(grad_scan(nullptr, 4, HAL_DTYPE_F32), Error);
+  EXPECT_EQ(grad_scan(nullptr, 0, HAL_DTYPE_F32).non_finite, 0u);
+}
+
+TEST(Shuffle, PutsEachBytePlaneTogetherAndRoundTrips) {
+  const uint8_t src[] = {1, 2, 3, 4, 5, 6, 7, 8};  // two 4-byte elements
+  uint8_t dst[8], back[8];
+  shuffle_bytes(src, dst, 2, 4);
+  const uint8_t want[] = {1, 5, 2, 6, 3, 7, 4, 8};
+  EXPECT_EQ(std::memcmp(dst, want, 8), 0);
+  unshuffle_bytes(dst, back, 2, 4);
+  EXPECT_EQ(std::memcmp(back, src, 8), 0);
+  for (uint32_t es : {1u, 2u, 3u, 4u, 8u}) {
+    for (size_t n : {0, 1, 17, 1001}) {
+      std::vector<uint8_t> in(n * es), mid(n * es), out(n * es);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 37 + es);
+      shuffle_bytes(in.data(), mid.data(), n, es);
+      unshuffle_bytes(mid.data(), out.data(), n, es);
+      EXPECT_EQ(in, out) << "elem size " << es << " n " << n;
+    }
+  }
+  EXPECT_THROW(shuffle_bytes(src, dst, 2, 0), Error);
+}
+
+TEST(Xor, IsItsOwnInverseAtAnyLengthAndInPlace) {
+  for (size_t n : {0, 1, 7, 8, 9, 1000}) {
+    std::vector<uint8_t> a(n), b(n), d(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = static_cast<uint8_t>(i * 13);
+      b[i] = static_cast<uint8_t>(i * 7 + 1);
+    }
+    xor_bytes(a.data(), b.data(), d.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], a[i] ^ b[i]);
+    xor_bytes(d.data(), b.data(), d.data(), n);
+    EXPECT_EQ(d, a);
+  }
+}
+
+TEST(Checksum, DependsOnEveryByteAndNotOnAlignment) {
+  std::vector<uint8_t> buf(1025);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(i);
+  const uint64_t h = checksum(buf.data(), 1024);
+  std::vector<uint8_t> shifted(1025);
+  std::memcpy(shifted.data() + 1, buf.data(), 1024);
+  EXPECT_EQ(checksum(shifted.data() + 1, 1024), h);
+  buf[512] ^= 1;
+  EXPECT_NE(checksum(buf.data(), 1024), h);
+  EXPECT_EQ(checksum(nullptr, 0), checksum("", 0));
+}
+
+}  // namespace
+}  // namespace sigma::kernels
