@@ -32,6 +32,7 @@ void check(const void* src, const void* dst, uint64_t count, uint32_t elem_size,
 
 void shuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size) {
   check(src, dst, count, elem_size, "shuffle_bytes");
+  if (count == 0) return;  // the buffers may be NULL then
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
   switch (elem_size) {
@@ -47,6 +48,7 @@ void shuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_siz
 
 void unshuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size) {
   check(src, dst, count, elem_size, "unshuffle_bytes");
+  if (count == 0) return;
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
   switch (elem_size) {
