@@ -22,6 +22,7 @@ struct Options {
   std::string iface;               // or: a network interface to listen on
   uint64_t op_timeout_ms = 600000; // a collective that takes longer fails
   bool force_callback_store = false;  // use the host's callbacks even for file:// and redis://
+  std::string telemetry_root;      // read /sys and /proc below this folder (tests)
 };
 
 // Parses the options string; on a malformed one returns false and sets why.

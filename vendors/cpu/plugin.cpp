@@ -121,7 +121,7 @@ bool parse_options(const char* text, Options& out, std::string& why) {
       }
       out.force_callback_store = v == "callbacks";
     } else if (k == "telemetry_root") {
-      // Used by tests to read a fake /sys and /proc tree.
+      out.telemetry_root = v;
     } else {
       why = "unknown option '" + k + "' (known: host, iface, op_timeout_ms, store, telemetry_root)";
       return false;
@@ -144,15 +144,6 @@ hal_status_t check_device(uint32_t device) {
 
 namespace {
 
-std::string option_value(const char* text, const std::string& key) {
-  if (text == nullptr) return {};
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ';'))
-    if (item.rfind(key + "=", 0) == 0) return item.substr(key.size() + 1);
-  return {};
-}
-
 hal_status_t cpu_init(const hal_init_args_t* args) {
   if (args == nullptr || args->struct_size < HAL_INIT_ARGS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: init args NULL or struct_size too small");
@@ -162,7 +153,7 @@ hal_status_t cpu_init(const hal_init_args_t* args) {
     std::string why;
     if (!parse_options(args->options, opts, why)) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: " + why);
     g_options = opts;
-    g_telemetry = std::make_unique<Telemetry>(option_value(args->options, "telemetry_root"));
+    g_telemetry = std::make_unique<Telemetry>(opts.telemetry_root);
   }
   ++g_refs;
   return HAL_OK;

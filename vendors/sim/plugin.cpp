@@ -12,13 +12,11 @@
 //   inner.KEY=VALUE   passed to the wrapped vendor as KEY=VALUE
 #include "sim.hpp"
 
-#include <dlfcn.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <optional>
 #include <sstream>
 
