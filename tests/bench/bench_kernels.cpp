@@ -13,16 +13,36 @@
 
 namespace {
 
-constexpr size_t kBytes = 256u << 20;  // far beyond the caches
+constexpr size_t kBytes = size_t{1} << 30;  // 1 GiB: far beyond the caches
 
-std::vector<uint8_t>& buffer() {
-  static std::vector<uint8_t> b = [] {
-    std::vector<uint8_t> v(kBytes);
-    auto* f = reinterpret_cast<float*>(v.data());
-    for (size_t i = 0; i < kBytes / 4; ++i) f[i] = static_cast<float>(i % 1000) * 1e-3f - 0.5f;
-    return v;
-  }();
-  return b;
+// A gradient-like value for element i: small, both signs, a few exact zeros.
+float value(size_t i) { return static_cast<float>(static_cast<int>(i * 2654435761u % 2001) - 1000) * 1e-6f; }
+
+uint16_t to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);  // round to nearest even
+}
+
+// kBytes of `dtype` values (f32, bf16 or f16), made once per dtype.
+const uint8_t* buffer(hal_dtype_t dtype = HAL_DTYPE_F32) {
+  static std::vector<uint8_t> f32, bf16, f16;
+  auto& v = dtype == HAL_DTYPE_F32 ? f32 : dtype == HAL_DTYPE_BF16 ? bf16 : f16;
+  if (v.empty()) {
+    v.resize(kBytes);
+    if (dtype == HAL_DTYPE_F32) {
+      auto* f = reinterpret_cast<float*>(v.data());
+      for (size_t i = 0; i < kBytes / 4; ++i) f[i] = value(i);
+    } else {
+      auto* h = reinterpret_cast<uint16_t*>(v.data());
+      for (size_t i = 0; i < kBytes / 2; ++i) {
+        // f16 gradients are loss-scaled into its normal range.
+        const _Float16 half = static_cast<_Float16>(value(i) * 1024.0f);
+        if (dtype == HAL_DTYPE_BF16) h[i] = to_bf16(value(i)); else std::memcpy(&h[i], &half, 2);
+      }
+    }
+  }
+  return v.data();
 }
 
 // Runs fn(begin, end) over the buffer split into `threads` parts.
@@ -40,7 +60,7 @@ void split(int threads, size_t bytes, size_t align, F fn) {
 // The limit: read every byte once, doing the least work the compiler allows.
 void BM_ReadLimit(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  const uint8_t* p = buffer().data();
+  const uint8_t* p = buffer();
   for (auto _ : state) {
     split(threads, kBytes, 64, [&](size_t b, size_t e) {
       const auto* f = reinterpret_cast<const float*>(p + b);
@@ -60,7 +80,7 @@ void BM_GradScan(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   const auto dtype = static_cast<hal_dtype_t>(state.range(1));
   const size_t es = dtype == HAL_DTYPE_F32 ? 4 : 2;
-  const uint8_t* p = buffer().data();
+  const uint8_t* p = buffer(dtype);
   for (auto _ : state) {
     split(threads, kBytes, 64, [&](size_t b, size_t e) {
       benchmark::DoNotOptimize(sigma::kernels::grad_scan(p + b, (e - b) / es, dtype));
@@ -71,7 +91,7 @@ void BM_GradScan(benchmark::State& state) {
 
 void BM_Memcpy(benchmark::State& state) {
   static std::vector<uint8_t> dst(kBytes / 4);
-  const uint8_t* p = buffer().data();
+  const uint8_t* p = buffer();
   for (auto _ : state) {
     std::memcpy(dst.data(), p, kBytes / 4);
     benchmark::ClobberMemory();
@@ -81,7 +101,7 @@ void BM_Memcpy(benchmark::State& state) {
 
 void BM_ShuffleXor(benchmark::State& state) {
   static std::vector<uint8_t> tmp(kBytes / 4), out(kBytes / 4);
-  const uint8_t* p = buffer().data();
+  const uint8_t* p = buffer();
   const uint8_t* base = p + kBytes / 4;
   for (auto _ : state) {
     sigma::kernels::shuffle_bytes(p, tmp.data(), kBytes / 16, 4);
@@ -95,7 +115,7 @@ void BM_ShuffleXor(benchmark::State& state) {
 
 BENCHMARK(BM_ReadLimit)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GradScan)->Args({1, HAL_DTYPE_F32})->Args({2, HAL_DTYPE_F32})->Args({1, HAL_DTYPE_BF16})
-    ->Args({2, HAL_DTYPE_BF16})->Args({1, HAL_DTYPE_F16})->UseRealTime()->Unit(benchmark::kMillisecond);
+    ->Args({2, HAL_DTYPE_BF16})->Args({1, HAL_DTYPE_F16})->Args({2, HAL_DTYPE_F16})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ShuffleXor)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

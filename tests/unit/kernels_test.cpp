@@ -85,6 +85,10 @@ ScanResult reference(const std::vector<uint8_t>& bytes, size_t offset, size_t n,
   return r;
 }
 
+// The documented accuracy of the sum of squares: fp64 throughout for f32;
+// 16-bit squares are added in pairs in f32 (one rounding) before fp64.
+double tolerance(hal_dtype_t dt) { return dt == HAL_DTYPE_F32 ? 1e-12 : 0x1p-23; }
+
 std::vector<float> values(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(-4.0f, 4.0f);
@@ -109,9 +113,57 @@ TEST(GradScan, MatchesTheScalarReferenceForEveryIsaDtypeLengthAndAlignment) {
                        std::to_string(n) + " offset " + std::to_string(offset));
           EXPECT_EQ(got.non_finite, want.non_finite);
           EXPECT_EQ(got.amax, want.amax);
-          EXPECT_NEAR(got.sum_squares, want.sum_squares, 1e-12 * std::max(1.0, want.sum_squares));
+          EXPECT_NEAR(got.sum_squares, want.sum_squares, tolerance(dt) * std::max(1.0, want.sum_squares));
         }
       }
+    }
+  }
+  reset_isa();
+}
+
+// Long inputs cross the vector kernel's blocks: clean blocks take its fast
+// form, a block with one NaN is scanned again exactly; both must agree with
+// the reference wherever the NaN sits, including none at all.
+TEST(GradScan, CleanAndNonFiniteBlocksAgreeAcrossBlockBoundaries) {
+  const size_t n = 700001;
+  for (Isa isa : isas()) {
+    force_isa(isa);
+    for (hal_dtype_t dt : {HAL_DTYPE_F32, HAL_DTYPE_F16, HAL_DTYPE_BF16}) {
+      for (long nan_at : {-1L, 5L, 300000L, 699999L}) {
+        std::mt19937 rng(static_cast<uint32_t>(nan_at + 2));
+        std::normal_distribution<float> d(0.0f, 0.01f);
+        std::vector<float> v(n);
+        for (auto& x : v) x = d(rng);
+        if (nan_at >= 0) v[static_cast<size_t>(nan_at)] = std::numeric_limits<float>::quiet_NaN();
+        const auto bytes = encode(v, dt, 0);
+        const ScanResult got = grad_scan(bytes.data(), n, dt), want = reference(bytes, 0, n, dt);
+        SCOPED_TRACE("isa " + std::to_string(static_cast<int>(isa)) + " dtype " + std::to_string(dt) + " nan at " +
+                     std::to_string(nan_at));
+        EXPECT_EQ(got.non_finite, nan_at >= 0 ? 1u : 0u);
+        EXPECT_EQ(got.amax, want.amax);
+        EXPECT_NEAR(got.sum_squares, want.sum_squares, tolerance(dt) * want.sum_squares);
+      }
+    }
+  }
+  reset_isa();
+}
+
+// bf16 has f32's range: squares of huge values would overflow f32 and those
+// of tiny ones fall below its normal range. Such blocks go the exact way.
+TEST(GradScan, Bf16HugeAndTinyValuesKeepTheirSquares) {
+  for (Isa isa : isas()) {
+    force_isa(isa);
+    for (float scale : {1e30f, -3e38f, 1e-20f, 1e-38f}) {
+      std::vector<float> v(1000);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(1 + i % 3);
+      const auto bytes = encode(v, HAL_DTYPE_BF16, 0);
+      const ScanResult got = grad_scan(bytes.data(), v.size(), HAL_DTYPE_BF16), want = reference(bytes, 0, v.size(), HAL_DTYPE_BF16);
+      SCOPED_TRACE("scale " + std::to_string(scale));
+      EXPECT_EQ(got.non_finite, std::isfinite(scale * 3) ? 0u : want.non_finite);
+      EXPECT_TRUE(std::isfinite(got.sum_squares));
+      EXPECT_GT(got.sum_squares, 0.0);
+      EXPECT_NEAR(got.sum_squares, want.sum_squares, 1e-12 * want.sum_squares);
+      EXPECT_EQ(got.amax, want.amax);
     }
   }
   reset_isa();
