@@ -33,6 +33,15 @@ ScanResult grad_scan(const void* data, uint64_t count, hal_dtype_t dtype);
 void shuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size);
 void unshuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size);
 
+// The same with a base XORed in, in one pass: the delta of a checkpoint
+// chunk against its base, ready to compress. shuffle_xor_bytes writes
+// shuffle(src ^ base); unshuffle_xor_bytes writes unshuffle(src) ^ base, so
+// unshuffle_xor_bytes(shuffle_xor_bytes(x, base), base) == x. `base` is in
+// element order and count * elem_size bytes long; dst overlaps neither input.
+// Thread-safety: any thread, concurrently. Blocks: no.
+void shuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size);
+void unshuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size);
+
 // out[i] = a[i] ^ b[i] for `bytes` bytes (out may alias a or b): the delta of
 // a checkpoint chunk against its base.
 void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes);

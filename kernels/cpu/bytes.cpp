@@ -1,8 +1,9 @@
-// Byte-plane shuffle, XOR and checksum for the checkpoint engine. Plain
-// loops the compiler vectorises; the element sizes that matter get their own
-// instantiation so the inner loop has a constant stride.
+// Byte-plane shuffle, XOR and checksum for the checkpoint engine. 2- and
+// 4-byte elements go through the AVX2 kernels when the CPU has them; the
+// rest, and the tails, are byte loops with a constant stride per size.
+#include "dispatch.hpp"
+
 #include <sigma/error.hpp>
-#include <sigma/kernels.hpp>
 
 #include <xxhash.h>
 
@@ -11,16 +12,19 @@
 namespace sigma::kernels {
 namespace {
 
+// Elements [from, n) one byte at a time, base XORed in when given.
 template <uint32_t E>
-void shuffle_fixed(const uint8_t* src, uint8_t* dst, uint64_t n) {
-  for (uint64_t i = 0; i < n; ++i)
-    for (uint32_t b = 0; b < E; ++b) dst[b * n + i] = src[i * E + b];
+void shuffle_fixed(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t from, uint64_t n, uint32_t es) {
+  const uint32_t e = E ? E : es;
+  for (uint64_t i = from; i < n; ++i)
+    for (uint32_t b = 0; b < e; ++b) dst[b * n + i] = src[i * e + b] ^ (base ? base[i * e + b] : 0);
 }
 
 template <uint32_t E>
-void unshuffle_fixed(const uint8_t* src, uint8_t* dst, uint64_t n) {
-  for (uint64_t i = 0; i < n; ++i)
-    for (uint32_t b = 0; b < E; ++b) dst[i * E + b] = src[b * n + i];
+void unshuffle_fixed(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t from, uint64_t n, uint32_t es) {
+  const uint32_t e = E ? E : es;
+  for (uint64_t i = from; i < n; ++i)
+    for (uint32_t b = 0; b < e; ++b) dst[i * e + b] = src[b * n + i] ^ (base ? base[i * e + b] : 0);
 }
 
 void check(const void* src, const void* dst, uint64_t count, uint32_t elem_size, const char* who) {
@@ -28,38 +32,62 @@ void check(const void* src, const void* dst, uint64_t count, uint32_t elem_size,
   if (count > 0 && (src == nullptr || dst == nullptr)) throw Error(Code::invalid_argument, std::string(who) + ": NULL buffer");
 }
 
-}  // namespace
-
-void shuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size) {
-  check(src, dst, count, elem_size, "shuffle_bytes");
+void shuffle(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size, const char* who) {
+  check(src, dst, count, elem_size, who);
   if (count == 0) return;  // the buffers may be NULL then
   const auto* s = static_cast<const uint8_t*>(src);
+  const auto* x = static_cast<const uint8_t*>(base);
   auto* d = static_cast<uint8_t*>(dst);
+  if (elem_size == 1) {
+    if (x) xor_bytes(s, x, d, count); else std::memcpy(d, s, count);
+    return;
+  }
+  const uint64_t done = detail::isa() == Isa::avx2 ? detail::shuffle_avx2(s, x, d, count, elem_size) : 0;
   switch (elem_size) {
-    case 1: std::memcpy(d, s, count); return;
-    case 2: return shuffle_fixed<2>(s, d, count);
-    case 4: return shuffle_fixed<4>(s, d, count);
-    case 8: return shuffle_fixed<8>(s, d, count);
-    default:
-      for (uint64_t i = 0; i < count; ++i)
-        for (uint32_t b = 0; b < elem_size; ++b) d[b * count + i] = s[i * elem_size + b];
+    case 2: return shuffle_fixed<2>(s, x, d, done, count, 2);
+    case 4: return shuffle_fixed<4>(s, x, d, done, count, 4);
+    case 8: return shuffle_fixed<8>(s, x, d, done, count, 8);
+    default: return shuffle_fixed<0>(s, x, d, done, count, elem_size);
   }
 }
 
-void unshuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size) {
-  check(src, dst, count, elem_size, "unshuffle_bytes");
+void unshuffle(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size, const char* who) {
+  check(src, dst, count, elem_size, who);
   if (count == 0) return;
   const auto* s = static_cast<const uint8_t*>(src);
+  const auto* x = static_cast<const uint8_t*>(base);
   auto* d = static_cast<uint8_t*>(dst);
-  switch (elem_size) {
-    case 1: std::memcpy(d, s, count); return;
-    case 2: return unshuffle_fixed<2>(s, d, count);
-    case 4: return unshuffle_fixed<4>(s, d, count);
-    case 8: return unshuffle_fixed<8>(s, d, count);
-    default:
-      for (uint64_t i = 0; i < count; ++i)
-        for (uint32_t b = 0; b < elem_size; ++b) d[i * elem_size + b] = s[b * count + i];
+  if (elem_size == 1) {
+    if (x) xor_bytes(s, x, d, count); else std::memcpy(d, s, count);
+    return;
   }
+  const uint64_t done = detail::isa() == Isa::avx2 ? detail::unshuffle_avx2(s, x, d, count, elem_size) : 0;
+  switch (elem_size) {
+    case 2: return unshuffle_fixed<2>(s, x, d, done, count, 2);
+    case 4: return unshuffle_fixed<4>(s, x, d, done, count, 4);
+    case 8: return unshuffle_fixed<8>(s, x, d, done, count, 8);
+    default: return unshuffle_fixed<0>(s, x, d, done, count, elem_size);
+  }
+}
+
+}  // namespace
+
+void shuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size) {
+  shuffle(src, nullptr, dst, count, elem_size, "shuffle_bytes");
+}
+
+void unshuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size) {
+  unshuffle(src, nullptr, dst, count, elem_size, "unshuffle_bytes");
+}
+
+void shuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size) {
+  if (count > 0 && base == nullptr) throw Error(Code::invalid_argument, "shuffle_xor_bytes: NULL base");
+  shuffle(src, base, dst, count, elem_size, "shuffle_xor_bytes");
+}
+
+void unshuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size) {
+  if (count > 0 && base == nullptr) throw Error(Code::invalid_argument, "unshuffle_xor_bytes: NULL base");
+  unshuffle(src, base, dst, count, elem_size, "unshuffle_xor_bytes");
 }
 
 void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes) {

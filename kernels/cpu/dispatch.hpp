@@ -4,6 +4,7 @@
 #include <sigma/kernels.hpp>
 
 #include <atomic>
+#include <cstdint>
 
 namespace sigma::kernels::detail {
 
@@ -20,5 +21,12 @@ inline Isa isa() {
 
 ScanResult scan_scalar(const void* data, uint64_t count, hal_dtype_t dtype);
 ScanResult scan_avx2(const void* data, uint64_t count, hal_dtype_t dtype);
+
+// Vector byte-plane (un)shuffle of 2- or 4-byte elements, `base` XORed in
+// (on the element-order side) unless NULL. Returns how many leading
+// elements were done (a multiple of 32; 0 for other sizes); the caller
+// does the rest with the same plane stride `count`.
+uint64_t shuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count, uint32_t elem_size);
+uint64_t unshuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count, uint32_t elem_size);
 
 }  // namespace sigma::kernels::detail

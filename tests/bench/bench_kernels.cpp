@@ -1,6 +1,8 @@
 // The CPU kernels against the memory-bandwidth limit measured in the same
 // run: the fused gradient scan vs a plain read of the same buffer (a sum the
-// compiler vectorises), with 1 and 2 threads; shuffle + XOR vs memcpy.
+// compiler vectorises), with 1 and 2 threads; fused shuffle + XOR and its
+// inverse vs memcpy and vs a plain XOR of two buffers (the same three
+// streams).
 //
 //   bench_kernels [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
 #include <sigma/kernels.hpp>
@@ -99,13 +101,28 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * (kBytes / 4));
 }
 
+// The three-stream limit that shuffle + XOR has to live with: out = a ^ b
+// (two reads and a write per byte, where memcpy has one of each).
+void BM_XorLimit(benchmark::State& state) {
+  static std::vector<uint8_t> out(kBytes / 4);
+  const uint8_t* p = buffer();
+  for (auto _ : state) {
+    sigma::kernels::xor_bytes(p, p + kBytes / 4, out.data(), kBytes / 4);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * (kBytes / 4));
+}
+
+// Shuffle + XOR of 256 MiB of f32 against a base, fused, then the inverse:
+// both against memcpy of the same bytes (read once, write once).
 void BM_ShuffleXor(benchmark::State& state) {
-  static std::vector<uint8_t> tmp(kBytes / 4), out(kBytes / 4);
+  static std::vector<uint8_t> out(kBytes / 4), back(kBytes / 4);
   const uint8_t* p = buffer();
   const uint8_t* base = p + kBytes / 4;
+  const bool inverse = state.range(0) != 0;
   for (auto _ : state) {
-    sigma::kernels::shuffle_bytes(p, tmp.data(), kBytes / 16, 4);
-    sigma::kernels::xor_bytes(tmp.data(), base, out.data(), kBytes / 4);
+    if (inverse) sigma::kernels::unshuffle_xor_bytes(out.data(), base, back.data(), kBytes / 16, 4);
+    else sigma::kernels::shuffle_xor_bytes(p, base, out.data(), kBytes / 16, 4);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * (kBytes / 4));
@@ -117,5 +134,6 @@ BENCHMARK(BM_ReadLimit)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillise
 BENCHMARK(BM_GradScan)->Args({1, HAL_DTYPE_F32})->Args({2, HAL_DTYPE_F32})->Args({1, HAL_DTYPE_BF16})
     ->Args({2, HAL_DTYPE_BF16})->Args({1, HAL_DTYPE_F16})->Args({2, HAL_DTYPE_F16})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ShuffleXor)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_XorLimit)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ShuffleXor)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

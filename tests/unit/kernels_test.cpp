@@ -211,16 +211,46 @@ TEST(Shuffle, PutsEachBytePlaneTogetherAndRoundTrips) {
   EXPECT_EQ(std::memcmp(dst, want, 8), 0);
   unshuffle_bytes(dst, back, 2, 4);
   EXPECT_EQ(std::memcmp(back, src, 8), 0);
-  for (uint32_t es : {1u, 2u, 3u, 4u, 8u}) {
-    for (size_t n : {0, 1, 17, 1001}) {
-      std::vector<uint8_t> in(n * es), mid(n * es), out(n * es);
-      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 37 + es);
-      shuffle_bytes(in.data(), mid.data(), n, es);
-      unshuffle_bytes(mid.data(), out.data(), n, es);
-      EXPECT_EQ(in, out) << "elem size " << es << " n " << n;
+  EXPECT_THROW(shuffle_bytes(src, dst, 2, 0), Error);
+}
+
+// Every ISA, element size and length (vector bodies of 32 elements and
+// their tails), at unaligned starts, against the definition; the fused XOR
+// forms against shuffle-of-XOR, and every pair round-trips.
+TEST(Shuffle, MatchesTheDefinitionWithAndWithoutABaseForEveryIsa) {
+  for (Isa isa : isas()) {
+    force_isa(isa);
+    for (uint32_t es : {1u, 2u, 3u, 4u, 8u}) {
+      for (size_t n : {0, 1, 17, 31, 32, 33, 64, 95, 1001}) {
+        const size_t bytes = n * es, off = 3;
+        std::vector<uint8_t> in(bytes + off), base(bytes + off), mid(bytes + off), out(bytes + off), want(bytes);
+        for (size_t i = 0; i < in.size(); ++i) {
+          in[i] = static_cast<uint8_t>(i * 37 + es);
+          base[i] = static_cast<uint8_t>(i * 11 + 5);
+        }
+        const uint8_t* src = in.data() + off;
+        const uint8_t* bas = base.data() + off;
+        SCOPED_TRACE("isa " + std::to_string(static_cast<int>(isa)) + " elem " + std::to_string(es) + " n " +
+                     std::to_string(n));
+        for (size_t i = 0; i < n; ++i)
+          for (uint32_t b = 0; b < es; ++b) want[b * n + i] = src[i * es + b];
+        shuffle_bytes(src, mid.data() + off, n, es);
+        EXPECT_EQ(0, std::memcmp(mid.data() + off, want.data(), bytes));
+        unshuffle_bytes(mid.data() + off, out.data() + off, n, es);
+        EXPECT_EQ(0, std::memcmp(out.data() + off, src, bytes));
+        for (size_t i = 0; i < n; ++i)
+          for (uint32_t b = 0; b < es; ++b) want[b * n + i] = src[i * es + b] ^ bas[i * es + b];
+        shuffle_xor_bytes(src, bas, mid.data() + off, n, es);
+        EXPECT_EQ(0, std::memcmp(mid.data() + off, want.data(), bytes));
+        unshuffle_xor_bytes(mid.data() + off, bas, out.data() + off, n, es);
+        EXPECT_EQ(0, std::memcmp(out.data() + off, src, bytes));
+      }
     }
   }
-  EXPECT_THROW(shuffle_bytes(src, dst, 2, 0), Error);
+  reset_isa();
+  uint8_t x = 1;
+  EXPECT_THROW(shuffle_xor_bytes(&x, nullptr, &x, 1, 1), Error);
+  EXPECT_THROW(unshuffle_xor_bytes(&x, &x, nullptr, 1, 1), Error);
 }
 
 TEST(Xor, IsItsOwnInverseAtAnyLengthAndInPlace) {
