@@ -1,6 +1,6 @@
 #include "scenario.hpp"
 
-#include <yaml-cpp/yaml.h>
+#include "yaml_reader.hpp"
 
 #include <cmath>
 #include <fstream>
@@ -10,64 +10,11 @@
 namespace sim_vendor {
 namespace {
 
-// Thrown inside the parser with a complete message; caught at the top.
-struct Refused {
-  std::string message;
-};
+using sigma::yaml::Refused;
 
-class Parser {
+class Parser : public sigma::yaml::Reader {
  public:
-  explicit Parser(std::string file) : file_(std::move(file)) {}
-
-  [[noreturn]] void fail(const YAML::Node& at, const std::string& key, const std::string& why) const {
-    const int line = at.IsDefined() && at.Mark().line >= 0 ? at.Mark().line + 1 : 0;
-    throw Refused{file_ + ":" + std::to_string(line) + ": " + key + ": " + why};
-  }
-
-  void only_keys(const YAML::Node& map, const std::string& path, std::initializer_list<const char*> allowed) const {
-    if (!map.IsMap()) fail(map, path, "expected a mapping of keys to values");
-    std::set<std::string> ok(allowed.begin(), allowed.end());
-    for (const auto& kv : map) {
-      if (!kv.first.IsScalar()) fail(kv.first, path, "keys must be plain names");
-      const std::string k = kv.first.Scalar();
-      if (!ok.count(k)) {
-        std::string list;
-        for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-        fail(kv.first, path.empty() ? k : path + "." + k, "unknown key (allowed here: " + list + ")");
-      }
-    }
-  }
-
-  double number(const YAML::Node& n, const std::string& key, double lo, double hi) const {
-    if (!n.IsScalar()) fail(n, key, "expected a number");
-    double v = 0;
-    try {
-      v = n.as<double>();
-    } catch (const YAML::Exception&) {
-      fail(n, key, "expected a number, found '" + n.Scalar() + "'");
-    }
-    if (!std::isfinite(v)) fail(n, key, "must be a finite number");
-    if (v < lo) fail(n, key, std::to_string(v) + " is below the minimum " + std::to_string(lo));
-    if (v > hi) fail(n, key, std::to_string(v) + " is above the maximum " + std::to_string(hi));
-    return v;
-  }
-
-  uint64_t integer(const YAML::Node& n, const std::string& key, uint64_t lo, uint64_t hi) const {
-    if (!n.IsScalar()) fail(n, key, "expected a whole number");
-    const std::string& s = n.Scalar();
-    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
-      fail(n, key, "expected a whole number >= 0, found '" + s + "'");
-    if (s.size() > 19) fail(n, key, "'" + s + "' is too large");
-    const uint64_t v = std::stoull(s);
-    if (v < lo || v > hi)
-      fail(n, key, s + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
-    return v;
-  }
-
-  std::string text(const YAML::Node& n, const std::string& key) const {
-    if (!n.IsScalar()) fail(n, key, "expected a string");
-    return n.Scalar();
-  }
+  using Reader::Reader;
 
   Signal signal(const YAML::Node& n, const std::string& key, Signal def, double lo, double hi) const {
     if (n.IsScalar()) {
@@ -212,7 +159,7 @@ class Parser {
     if (!root.IsMap()) fail(root, "(top)", "a scenario is a mapping of keys to values");
     only_keys(root, "", {"description", "seed", "duration_s", "world_size", "time_scale", "inner", "devices", "faults"});
     Scenario s;
-    s.file = file_;
+    s.file = file();
     if (root["description"]) text(root["description"], "description");
     if (!root["duration_s"]) fail(root, "duration_s", "missing: the scenario's length in seconds");
     s.duration_s = number(root["duration_s"], "duration_s", 1e-3, 1e9);
@@ -243,36 +190,7 @@ class Parser {
     return s;
   }
 
- private:
-  std::string file_;
 };
-
-// yaml-cpp recurses once per nesting level: refuse absurd nesting before it
-// can exhaust the stack.
-bool nesting_ok(const std::string& text, std::string& why) {
-  int depth = 0;
-  for (char c : text) {
-    if (c == '[' || c == '{') ++depth;
-    if (c == ']' || c == '}') --depth;
-    if (depth > 32) {
-      why = "nesting deeper than 32 levels";
-      return false;
-    }
-  }
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t indent = 0;
-    while (pos + indent < text.size() && (text[pos + indent] == ' ' || text[pos + indent] == '-')) ++indent;
-    if (indent > 256) {
-      why = "indentation deeper than 256 columns";
-      return false;
-    }
-    pos = text.find('\n', pos);
-    if (pos == std::string::npos) break;
-    ++pos;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -289,38 +207,21 @@ const char* fault_kind_name(FaultKind k) {
 }
 
 std::optional<Scenario> parse_scenario(const std::string& text, const std::string& file, std::string& error) {
-  std::string why;
-  if (!nesting_ok(text, why)) {
-    error = file + ":0: (top): " + why;
-    return std::nullopt;
-  }
   try {
-    const YAML::Node root = YAML::Load(text);
-    return Parser(file).scenario(root);
+    return Parser(file).scenario(sigma::yaml::parse(text, file));
   } catch (const Refused& r) {
     error = r.message;
-  } catch (const YAML::Exception& e) {
-    error = file + ":" + std::to_string(e.mark.line + 1) + ": (syntax): " + e.msg;
   }
   return std::nullopt;
 }
 
 std::optional<Scenario> load_scenario(const std::string& path, std::string& error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = path + ":0: (file): cannot open";
-    return std::nullopt;
+  try {
+    return parse_scenario(sigma::yaml::read_file(path), path, error);
+  } catch (const Refused& r) {
+    error = r.message;
   }
-  std::string text;
-  char buf[65536];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > (1u << 20)) {
-      error = path + ":0: (file): larger than 1 MiB";
-      return std::nullopt;
-    }
-  }
-  return parse_scenario(text, path, error);
+  return std::nullopt;
 }
 
 Scenario healthy_scenario() {
