@@ -1,0 +1,73 @@
+// The guardrails' policy state as JSON, for checkpoints.
+#include "impl.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace sigma::guardrails {
+
+using nlohmann::json;
+
+std::string Guardrails::save_state() const {
+  const auto& m = *impl_;
+  json layers = json::array();
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const auto s = m.precision[l].state();
+    std::string window;
+    for (bool b : s.window) window += b ? '1' : '0';
+    layers.push_back({{"name", m.layers[l].name}, {"escalated", s.escalated}, {"calm", s.calm}, {"window", window}});
+  }
+  json history = json::array();
+  for (const auto& [step, loss] : m.spikes.history()) history.push_back({step, loss});
+  return json{{"format", "sigma.guardrails.state/1"},
+              {"loss_scale", m.scaler.scale()},
+              {"clean_steps", m.scaler.clean_steps()},
+              {"min_next_step", m.min_next_step},
+              {"loss_history", history},
+              {"spikes", m.spikes.spikes()},
+              {"snapshots", m.snapshots},
+              {"layers", layers}}
+      .dump();
+}
+
+void Guardrails::restore_state(const std::string& text) {
+  auto& m = *impl_;
+  try {
+    const json j = json::parse(text);
+    if (j.at("format") != "sigma.guardrails.state/1")
+      throw Error(Code::invalid_argument, "guardrails: restore_state: unknown format " + j.at("format").dump());
+    const auto& layers = j.at("layers");
+    if (layers.size() != m.layers.size())
+      throw Error(Code::invalid_argument, "guardrails: restore_state: the state has " + std::to_string(layers.size()) +
+                                              " layers, " + std::to_string(m.layers.size()) + " are registered");
+    std::vector<detail::LayerPrecision::State> states;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      if (layers[l].at("name") != m.layers[l].name)
+        throw Error(Code::invalid_argument, "guardrails: restore_state: layer " + std::to_string(l) + " is " +
+                                                layers[l].at("name").dump() + ", registered as '" + m.layers[l].name + "'");
+      detail::LayerPrecision::State s;
+      s.escalated = layers[l].at("escalated").get<bool>();
+      s.calm = layers[l].at("calm").get<uint64_t>();
+      for (char c : layers[l].at("window").get<std::string>()) s.window.push_back(c == '1');
+      states.push_back(std::move(s));
+    }
+    const double scale = j.at("loss_scale").get<double>();
+    if (!(scale > 0) || !std::isfinite(scale))
+      throw Error(Code::invalid_argument, "guardrails: restore_state: loss_scale " + std::to_string(scale));
+    std::deque<std::pair<uint64_t, double>> history;
+    for (const auto& h : j.at("loss_history")) history.emplace_back(h.at(0).get<uint64_t>(), h.at(1).get<double>());
+    std::deque<uint64_t> spikes;
+    for (const auto& s : j.at("spikes")) spikes.push_back(s.get<uint64_t>());
+    std::set<uint64_t> snapshots;
+    for (const auto& s : j.at("snapshots")) snapshots.insert(s.get<uint64_t>());
+    // Everything parsed: only now change the engine.
+    m.scaler.restore(scale, j.at("clean_steps").get<uint64_t>());
+    m.min_next_step = j.at("min_next_step").get<uint64_t>();
+    m.spikes.restore(std::move(history), std::move(spikes));
+    m.snapshots = std::move(snapshots);
+    for (size_t l = 0; l < states.size(); ++l) m.precision[l].restore(states[l]);
+  } catch (const json::exception& e) {
+    throw Error(Code::invalid_argument, std::string("guardrails: restore_state: not a guardrails state: ") + e.what());
+  }
+}
+
+}  // namespace sigma::guardrails
