@@ -194,17 +194,7 @@ Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all,
   }
 
   detail::SpikeDetector::Verdict spike;
-  if (!d.mismatch_ranks.empty()) {
-    // Applying would make the replicas diverge; skipping keeps them equal.
-    d.action = Action::skip;
-    std::string ranks;
-    for (int r : d.mismatch_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-    d.reason = "replicated gradients differ on rank(s) " + ranks +
-               " from the majority (non-finite count, sum of squares or amax): a silent error in the all-reduce or "
-               "in memory; step skipped, check the parameter fingerprints";
-    d.next_loss_scale = d.loss_scale;
-    min_next_step = step + 1;
-  } else if (overflow) {
+  if (overflow) {
     d.action = Action::skip;
     if (d.non_finite > 0) {
       std::string where;
@@ -219,6 +209,16 @@ Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all,
     }
     d.next_loss_scale = scaler.update(true);
     if (d.next_loss_scale != d.loss_scale) d.reason += fmt(", loss scale %g -> %g", d.loss_scale, d.next_loss_scale);
+    min_next_step = step + 1;
+  } else if (!d.mismatch_ranks.empty()) {
+    // Applying would make the replicas diverge; skipping keeps them equal.
+    d.action = Action::skip;
+    std::string ranks;
+    for (int r : d.mismatch_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    d.reason = "replicated gradients differ on rank(s) " + ranks +
+               " from the majority (non-finite count, sum of squares or amax): a silent error in the all-reduce or "
+               "in memory; step skipped, check the parameter fingerprints";
+    d.next_loss_scale = d.loss_scale;
     min_next_step = step + 1;
   } else if ((spike = spikes.judge(d.loss)).spike) {
     const uint64_t latest = step >= 1 + c.spike.rollback_margin ? step - 1 - c.spike.rollback_margin : 0;
