@@ -126,6 +126,10 @@ class Communicator {
   // Collective over all ranks. Throws Error (timeout when peers did not come,
   // not_supported for a world size the plugin cannot do, ...).
   Communicator(PluginPtr plugin, const hal_comm_create_args_t& args);
+  // Wraps a communicator the caller created through the plugin's table (the
+  // C API's users) without taking it over: destroying this object leaves
+  // `comm` alive. The caller keeps it alive while this object exists.
+  static std::unique_ptr<Communicator> borrow(PluginPtr plugin, hal_comm_t comm);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -143,8 +147,10 @@ class Communicator {
   const PluginPtr& plugin() const { return plugin_; }
 
  private:
+  Communicator(PluginPtr plugin, hal_comm_t comm) : plugin_(std::move(plugin)), comm_(comm), owned_(false) {}
   PluginPtr plugin_;
   hal_comm_t comm_ = nullptr;
+  bool owned_ = true;
 };
 
 // One posted operation. Destroying an unfinished request waits for it up to

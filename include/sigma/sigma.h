@@ -69,6 +69,112 @@ const hal_api_t *sigma_plugin_api(const sigma_plugin_t *plugin);
  */
 const char *sigma_plugin_path(const sigma_plugin_t *plugin);
 
+/* ------------------------------------------------------------------------- */
+/* Guardrails (see sigma/guardrails.hpp for the policies)                    */
+/* ------------------------------------------------------------------------- */
+
+/* A guardrails engine (opaque). */
+typedef struct sigma_guardrails_s sigma_guardrails_t;
+
+/* A layer the guardrails track: its name and low-precision compute dtype
+ * (HAL_DTYPE_F16 or HAL_DTYPE_BF16; HAL_DTYPE_F32 layers never escalate). */
+typedef struct sigma_guardrails_layer_t {
+  const char *name;
+  hal_dtype_t dtype;
+} sigma_guardrails_layer_t;
+
+/* One host-addressable buffer of f32 / f16 / bf16 values, borrowed for the
+ * call. `layer` indexes the layers given at creation. */
+typedef struct sigma_buffer_view_t {
+  const void *data;
+  uint64_t count;
+  hal_dtype_t dtype;
+  uint32_t layer;
+} sigma_buffer_view_t;
+
+typedef enum sigma_guardrails_action_e {
+  SIGMA_GUARDRAILS_APPLY = 0,   /* update with gradients * grad_multiplier */
+  SIGMA_GUARDRAILS_SKIP = 1,    /* no update; next batch */
+  SIGMA_GUARDRAILS_ROLLBACK = 2 /* restore rollback_to_step, skip the data window */
+} sigma_guardrails_action_t;
+
+/* A decision. The caller sets struct_size; the strings and arrays are owned
+ * by the engine and valid until its next call. */
+typedef struct sigma_guardrails_decision_t {
+  uint64_t struct_size;
+  uint64_t step;
+  int32_t action; /* sigma_guardrails_action_t */
+  uint32_t num_escalate;
+  double loss, global_norm, clip_factor, loss_scale, next_loss_scale, grad_multiplier;
+  uint64_t non_finite;
+  uint64_t rollback_to_step, skip_data_begin, skip_data_end;
+  const char *reason;
+  const char *const *escalate;   /* num_escalate layer names to run in fp32 */
+  const char *const *deescalate; /* num_deescalate layer names back to low precision */
+  uint32_t num_deescalate;
+  uint32_t reserved0;
+} sigma_guardrails_decision_t;
+
+/*
+ * Creates a guardrails engine.
+ * [in, optional] config_path: a YAML config (keys as in guardrails.hpp); NULL
+ *   for the defaults.
+ * [in] layers, num_layers: copied.
+ * [in, optional] plugin, comm: the communicator of the group, created by the
+ *   caller through the plugin's table; borrowed, must outlive the engine.
+ *   NULL/NULL for a single process.
+ * [in] device: the HAL device the exchange buffers live on.
+ * [in] rank, world: this rank's place in the group.
+ * [in] replicated: nonzero when every rank holds the same all-reduced
+ *   gradients (plain data parallelism), zero for shards.
+ * [out] out: owned by the caller until sigma_guardrails_destroy.
+ * Errors: INVALID_ARGUMENT (bad config, naming file:line:key; bad layers;
+ *   world > 1 without a communicator), UNAVAILABLE (the journal cannot be
+ *   opened).
+ * Thread-safety: any thread. Blocks: no.
+ */
+sigma_status_t sigma_guardrails_create(const char *config_path, const sigma_guardrails_layer_t *layers,
+                                       uint32_t num_layers, sigma_plugin_t *plugin, hal_comm_t comm,
+                                       uint32_t device, int32_t rank, int32_t world, int32_t replicated,
+                                       sigma_guardrails_t **out);
+
+/* Destroys the engine (closes its journal). NULL is accepted. */
+void sigma_guardrails_destroy(sigma_guardrails_t *g);
+
+/*
+ * Collective: one step. views: any number of buffers, each naming its layer.
+ * [out] decision: struct_size set by the caller.
+ * Errors: INVALID_ARGUMENT (bad views, step order), TIMEOUT / ABORTED /
+ *   REMOTE_ERROR from the exchange.
+ * Thread-safety: one thread at a time per engine. Blocks: for the exchange.
+ */
+sigma_status_t sigma_guardrails_step(sigma_guardrails_t *g, uint64_t step, double loss,
+                                     const sigma_buffer_view_t *views, uint64_t num_views,
+                                     sigma_guardrails_decision_t *decision);
+
+/* A snapshot of the state after `step` exists: a rollback candidate. */
+sigma_status_t sigma_guardrails_note_snapshot(sigma_guardrails_t *g, uint64_t step);
+
+/*
+ * Collective: compares the replicas' parameter fingerprints at `step`.
+ * [out] match: 1 when all agree. [out, optional] odd_rank: the one rank that
+ * differs from a strict majority, or -1.
+ */
+sigma_status_t sigma_guardrails_check_fingerprint(sigma_guardrails_t *g, uint64_t step,
+                                                  const sigma_buffer_view_t *params, uint64_t num_params,
+                                                  int32_t *match, int32_t *odd_rank);
+
+/*
+ * After a mismatch at `step`: the fingerprint of the step re-run on `device`.
+ * [out] faulty_rank: the first replica that disagrees with the re-run, or -1
+ * when the re-run matches none.
+ */
+sigma_status_t sigma_guardrails_attribute_rerun(sigma_guardrails_t *g, uint64_t step, uint64_t rerun_fingerprint,
+                                                const char *device, int32_t *faulty_rank);
+
+/* xxh3 over the bytes of the buffers, in order (their `layer` is ignored). */
+sigma_status_t sigma_fingerprint(const sigma_buffer_view_t *params, uint64_t num_params, uint64_t *out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

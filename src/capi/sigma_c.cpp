@@ -1,21 +1,21 @@
 // The C API: sigma.h over the C++ loader. Catches everything at the boundary.
-#include <sigma/hal.hpp>
-#include <sigma/sigma.h>
+#include "capi.hpp"
 
 #include <string>
 
-struct sigma_plugin_s {
-  sigma::hal::PluginPtr plugin;
-};
-
 namespace {
 thread_local std::string t_error;
+}  // namespace
 
+namespace sigma::capi {
 sigma_status_t set_error(sigma_status_t status, std::string message) {
   t_error = std::move(message);
   return status;
 }
-}  // namespace
+void clear_error() { t_error.clear(); }
+}  // namespace sigma::capi
+
+using sigma::capi::set_error;
 
 extern "C" {
 

@@ -42,8 +42,13 @@ Communicator::Communicator(PluginPtr plugin, const hal_comm_create_args_t& args)
   plugin_->check(plugin_->coll_api().comm_create(&args, &comm_), "hal_coll_api_t.comm_create");
 }
 
+std::unique_ptr<Communicator> Communicator::borrow(PluginPtr plugin, hal_comm_t comm) {
+  if (!plugin || comm == nullptr) throw Error(Code::invalid_argument, "Communicator::borrow: NULL plugin or comm");
+  return std::unique_ptr<Communicator>(new Communicator(std::move(plugin), comm));
+}
+
 Communicator::~Communicator() {
-  if (comm_ != nullptr) plugin_->coll_api().comm_destroy(comm_);
+  if (comm_ != nullptr && owned_) plugin_->coll_api().comm_destroy(comm_);
 }
 
 Request Communicator::post(const hal_coll_args_t& args, hal_stream_t stream) {

@@ -15,6 +15,42 @@ static int failures;
     }                                                                \
   } while (0)
 
+/* The guardrails from C: a clean step, a step with a NaN, a bad config. */
+static void check_guardrails(void) {
+  sigma_guardrails_t *g = NULL;
+  sigma_guardrails_layer_t layers[2] = {{"attn", HAL_DTYPE_BF16}, {"mlp", HAL_DTYPE_F16}};
+  float a[64], b[32];
+  sigma_buffer_view_t views[2];
+  sigma_guardrails_decision_t d;
+  uint64_t fp = 0;
+  int i;
+  for (i = 0; i < 64; ++i) a[i] = 0.01f;
+  for (i = 0; i < 32; ++i) b[i] = -0.02f;
+  views[0].data = a, views[0].count = 64, views[0].dtype = HAL_DTYPE_F32, views[0].layer = 0;
+  views[1].data = b, views[1].count = 32, views[1].dtype = HAL_DTYPE_F32, views[1].layer = 1;
+
+  CHECK(sigma_guardrails_create(NULL, layers, 2, NULL, NULL, 0, 0, 1, 0, &g) == SIGMA_OK);
+  memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  CHECK(sigma_guardrails_step(g, 1, 2.5, views, 2, &d) == SIGMA_OK);
+  CHECK(d.action == SIGMA_GUARDRAILS_APPLY && d.loss == 2.5 && d.loss_scale == 65536.0);
+  CHECK(d.reason != NULL && strlen(d.reason) > 0);
+  b[3] = b[3] / 0.0f * 0.0f; /* NaN */
+  CHECK(sigma_guardrails_step(g, 2, 2.5, views, 2, &d) == SIGMA_OK);
+  CHECK(d.action == SIGMA_GUARDRAILS_SKIP && d.non_finite == 1 && d.next_loss_scale == 32768.0);
+  CHECK(strstr(d.reason, "mlp") != NULL);
+  views[1].layer = 7;
+  CHECK(sigma_guardrails_step(g, 3, 2.5, views, 2, &d) == HAL_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(sigma_last_error(), "layer 7") != NULL);
+  CHECK(sigma_fingerprint(views, 1, &fp) == SIGMA_OK && fp != 0);
+  sigma_guardrails_destroy(g);
+  sigma_guardrails_destroy(NULL);
+  CHECK(sigma_guardrails_create("/nonexistent/g.yaml", layers, 2, NULL, NULL, 0, 0, 1, 0, &g) ==
+        HAL_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(sigma_last_error(), "/nonexistent/g.yaml:0") != NULL);
+  CHECK(sigma_guardrails_create(NULL, layers, 2, NULL, NULL, 0, 0, 2, 0, &g) == HAL_ERR_INVALID_ARGUMENT);
+}
+
 int main(void) {
   sigma_plugin_t *plugin = NULL;
   const hal_api_t *api;
@@ -39,6 +75,8 @@ int main(void) {
   CHECK(strstr(sigma_plugin_path(plugin), "libsigma_hal_skeleton.so") != NULL);
   sigma_plugin_unload(plugin);
   sigma_plugin_unload(NULL);
+
+  check_guardrails();
 
   if (failures == 0) printf("C API: all checks passed\n");
   return failures == 0 ? 0 : 1;

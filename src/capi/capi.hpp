@@ -1,0 +1,39 @@
+// Shared by the C API's files: the per-thread error message and the one
+// try/catch every entry point runs its body in.
+#pragma once
+
+#include <sigma/error.hpp>
+#include <sigma/hal.hpp>
+#include <sigma/sigma.h>
+
+#include <string>
+
+struct sigma_plugin_s {
+  sigma::hal::PluginPtr plugin;
+};
+
+namespace sigma::capi {
+
+sigma_status_t set_error(sigma_status_t status, std::string message);
+void clear_error();
+
+inline hal::PluginPtr plugin_ptr(sigma_plugin_t* p) {
+  if (p == nullptr) throw Error(Code::invalid_argument, "plugin is NULL");
+  return p->plugin;
+}
+
+// Runs body; turns what it throws into a status and "who: message".
+template <typename F>
+sigma_status_t guarded(const char* who, F&& body) {
+  try {
+    body();
+    clear_error();
+    return SIGMA_OK;
+  } catch (const Error& e) {
+    return set_error(to_hal_status(e.code()), std::string(who) + ": " + e.what());
+  } catch (const std::exception& e) {
+    return set_error(HAL_ERR_INTERNAL, std::string(who) + ": " + e.what());
+  }
+}
+
+}  // namespace sigma::capi
