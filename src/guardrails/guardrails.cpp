@@ -26,27 +26,17 @@ const char* action_name(Action a) {
 
 namespace {
 
-// Big buffers are scanned in fixed pieces on oneTBB's threads and summed in
-// piece order, so a rank gets the same figures run after run.
-constexpr uint64_t kPieceElems = uint64_t{4} << 20;
+// All buffers of a step are cut into fixed pieces scanned on oneTBB's
+// threads (many small layers keep every core busy as well as one big one),
+// then summed in piece order, so a rank gets the same figures run after run.
+constexpr uint64_t kPieceElems = uint64_t{1} << 20;
 
-kernels::ScanResult scan(const BufferView& v) {
-  const uint64_t pieces = (v.count + kPieceElems - 1) / kPieceElems;
-  if (pieces <= 1) return kernels::grad_scan(v.data, v.count, v.dtype);
-  const uint64_t es = v.dtype == HAL_DTYPE_F32 ? 4 : 2;
-  std::vector<kernels::ScanResult> part(pieces);
-  tbb::parallel_for(uint64_t{0}, pieces, [&](uint64_t i) {
-    const uint64_t begin = i * kPieceElems, n = std::min(kPieceElems, v.count - begin);
-    part[i] = kernels::grad_scan(static_cast<const uint8_t*>(v.data) + begin * es, n, v.dtype);
-  });
-  kernels::ScanResult r;
-  for (const auto& p : part) {
-    r.non_finite += p.non_finite;
-    r.sum_squares += p.sum_squares;
-    r.amax = std::max(r.amax, p.amax);
-  }
-  return r;
-}
+struct Piece {
+  size_t layer;
+  const uint8_t* data;
+  uint64_t count;
+  hal_dtype_t dtype;
+};
 
 // Replicated layout: the ranks whose figures (per layer: non-finite count
 // and amax exactly, sum of squares to 1e-9 relative, which absorbs another
@@ -114,21 +104,28 @@ Decision Guardrails::step(uint64_t step, double loss, const std::vector<std::vec
     throw Error(Code::invalid_argument, "guardrails: step " + std::to_string(step) + " comes after step " +
                                             std::to_string(m.min_next_step - 1) + "; steps must grow");
   const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Piece> pieces;
+  for (size_t l = 0; l < grads.size(); ++l) {
+    for (size_t b = 0; b < grads[l].size(); ++b) {
+      const BufferView& v = grads[l][b];
+      check_view(v, "layer '" + m.layers[l].name + "' buffer " + std::to_string(b));
+      const uint64_t es = v.dtype == HAL_DTYPE_F32 ? 4 : 2;
+      for (uint64_t at = 0; at < v.count; at += kPieceElems)
+        pieces.push_back({l, static_cast<const uint8_t*>(v.data) + at * es, std::min(kPieceElems, v.count - at), v.dtype});
+    }
+  }
+  std::vector<kernels::ScanResult> found(pieces.size());
+  tbb::parallel_for(size_t{0}, pieces.size(), [&](size_t i) {
+    found[i] = kernels::grad_scan(pieces[i].data, pieces[i].count, pieces[i].dtype);
+  });
   // [loss, then per layer: non-finite count, sum of squares, amax]
   std::vector<double> mine(1 + 3 * m.layers.size());
   mine[0] = loss;
-  for (size_t l = 0; l < grads.size(); ++l) {
-    kernels::ScanResult total;
-    for (size_t b = 0; b < grads[l].size(); ++b) {
-      check_view(grads[l][b], "layer '" + m.layers[l].name + "' buffer " + std::to_string(b));
-      const auto r = scan(grads[l][b]);
-      total.non_finite += r.non_finite;
-      total.sum_squares += r.sum_squares;
-      total.amax = std::max(total.amax, r.amax);
-    }
-    mine[1 + 3 * l] = static_cast<double>(total.non_finite);
-    mine[2 + 3 * l] = total.sum_squares;
-    mine[3 + 3 * l] = total.amax;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    double* at = mine.data() + 1 + 3 * pieces[i].layer;
+    at[0] += static_cast<double>(found[i].non_finite);
+    at[1] += found[i].sum_squares;
+    at[2] = std::max(at[2], found[i].amax);
   }
   const auto t1 = std::chrono::steady_clock::now();
   const auto bytes = m.exchange.all_gather(mine.data(), mine.size() * sizeof(double));
