@@ -217,6 +217,9 @@ TEST(Shuffle, PutsEachBytePlaneTogetherAndRoundTrips) {
 // Every ISA, element size and length (vector bodies of 32 elements and
 // their tails), at unaligned starts, against the definition; the fused XOR
 // forms against shuffle-of-XOR, and every pair round-trips.
+// memcmp, but defined for zero bytes at NULL (an empty vector's data()).
+bool same(const void* a, const void* b, size_t n) { return n == 0 || std::memcmp(a, b, n) == 0; }
+
 TEST(Shuffle, MatchesTheDefinitionWithAndWithoutABaseForEveryIsa) {
   for (Isa isa : isas()) {
     force_isa(isa);
@@ -235,15 +238,15 @@ TEST(Shuffle, MatchesTheDefinitionWithAndWithoutABaseForEveryIsa) {
         for (size_t i = 0; i < n; ++i)
           for (uint32_t b = 0; b < es; ++b) want[b * n + i] = src[i * es + b];
         shuffle_bytes(src, mid.data() + off, n, es);
-        EXPECT_EQ(0, std::memcmp(mid.data() + off, want.data(), bytes));
+        EXPECT_TRUE(same(mid.data() + off, want.data(), bytes));
         unshuffle_bytes(mid.data() + off, out.data() + off, n, es);
-        EXPECT_EQ(0, std::memcmp(out.data() + off, src, bytes));
+        EXPECT_TRUE(same(out.data() + off, src, bytes));
         for (size_t i = 0; i < n; ++i)
           for (uint32_t b = 0; b < es; ++b) want[b * n + i] = src[i * es + b] ^ bas[i * es + b];
         shuffle_xor_bytes(src, bas, mid.data() + off, n, es);
-        EXPECT_EQ(0, std::memcmp(mid.data() + off, want.data(), bytes));
+        EXPECT_TRUE(same(mid.data() + off, want.data(), bytes));
         unshuffle_xor_bytes(mid.data() + off, bas, out.data() + off, n, es);
-        EXPECT_EQ(0, std::memcmp(out.data() + off, src, bytes));
+        EXPECT_TRUE(same(out.data() + off, src, bytes));
       }
     }
   }
