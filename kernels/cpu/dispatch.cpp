@@ -2,6 +2,8 @@
 
 #include <sigma/error.hpp>
 
+#include <cpuid.h>
+
 namespace sigma::kernels {
 namespace detail {
 
@@ -9,7 +11,11 @@ std::atomic<int> g_isa{-1};
 
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has
+  // no name for it. The avx2 check covers the OS's saving of YMM state.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 }  // namespace detail

@@ -116,6 +116,7 @@ void LayerPrecision::restore(const State& s) {
   escalated_ = s.escalated;
   calm_ = s.calm;
   window_.assign(s.window.begin(), s.window.end());
+  while (window_.size() > c_.window) window_.pop_front();
   overflows_ = static_cast<uint64_t>(std::count(window_.begin(), window_.end(), true));
 }
 

@@ -46,8 +46,10 @@ class SpikeDetector {
   bool record_spike(uint64_t step);
   const std::deque<std::pair<uint64_t, double>>& history() const { return history_; }
   const std::deque<uint64_t>& spikes() const { return spikes_; }
+  // Takes a saved history; keeps the newest `window` losses of it.
   void restore(std::deque<std::pair<uint64_t, double>> h, std::deque<uint64_t> s) {
     history_ = std::move(h), spikes_ = std::move(s);
+    while (history_.size() > c_.window) history_.pop_front();
   }
 
  private:

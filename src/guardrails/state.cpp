@@ -7,6 +7,16 @@ namespace sigma::guardrails {
 
 using nlohmann::json;
 
+namespace {
+// A whole number >= 0. nlohmann's get<uint64_t>() on a float or a negative
+// number converts without a check (undefined for 1e127): refuse instead.
+uint64_t u64(const json& v, const char* what) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  throw Error(Code::invalid_argument, std::string("guardrails: restore_state: ") + what + " is " + v.dump(-1).substr(0, 40) +
+                                          ", not a whole number >= 0");
+}
+}  // namespace
+
 std::string Guardrails::save_state() const {
   const auto& m = *impl_;
   json layers = json::array();
@@ -46,7 +56,7 @@ void Guardrails::restore_state(const std::string& text) {
                                                 layers[l].at("name").dump() + ", registered as '" + m.layers[l].name + "'");
       detail::LayerPrecision::State s;
       s.escalated = layers[l].at("escalated").get<bool>();
-      s.calm = layers[l].at("calm").get<uint64_t>();
+      s.calm = u64(layers[l].at("calm"), "a layer's calm");
       for (char c : layers[l].at("window").get<std::string>()) s.window.push_back(c == '1');
       states.push_back(std::move(s));
     }
@@ -54,14 +64,16 @@ void Guardrails::restore_state(const std::string& text) {
     if (!(scale > 0) || !std::isfinite(scale))
       throw Error(Code::invalid_argument, "guardrails: restore_state: loss_scale " + std::to_string(scale));
     std::deque<std::pair<uint64_t, double>> history;
-    for (const auto& h : j.at("loss_history")) history.emplace_back(h.at(0).get<uint64_t>(), h.at(1).get<double>());
+    for (const auto& h : j.at("loss_history")) history.emplace_back(u64(h.at(0), "a loss step"), h.at(1).get<double>());
     std::deque<uint64_t> spikes;
-    for (const auto& s : j.at("spikes")) spikes.push_back(s.get<uint64_t>());
+    for (const auto& s : j.at("spikes")) spikes.push_back(u64(s, "a spike step"));
     std::set<uint64_t> snapshots;
-    for (const auto& s : j.at("snapshots")) snapshots.insert(s.get<uint64_t>());
+    for (const auto& s : j.at("snapshots")) snapshots.insert(u64(s, "a snapshot step"));
+    const auto clean_steps = u64(j.at("clean_steps"), "clean_steps");
+    const auto min_next_step = u64(j.at("min_next_step"), "min_next_step");
     // Everything parsed: only now change the engine.
-    m.scaler.restore(scale, j.at("clean_steps").get<uint64_t>());
-    m.min_next_step = j.at("min_next_step").get<uint64_t>();
+    m.scaler.restore(scale, clean_steps);
+    m.min_next_step = min_next_step;
     m.spikes.restore(std::move(history), std::move(spikes));
     m.snapshots = std::move(snapshots);
     for (size_t l = 0; l < states.size(); ++l) m.precision[l].restore(states[l]);
