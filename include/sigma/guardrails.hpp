@@ -178,6 +178,10 @@ struct Decision {
   uint64_t skip_data_begin = 0, skip_data_end = 0;  // rollback: batches [begin, end) to skip
   std::vector<std::string> escalate;    // layers to run in fp32 from now on
   std::vector<std::string> deescalate;  // layers back to their low precision
+  // Call check_fingerprint() after this step: its interval came, or the
+  // replicated gradients disagreed. A mismatch there asks for the step to be
+  // re-run on another device (FingerprintResult::rerun_needed).
+  bool check_fingerprint = false;
 };
 
 struct FingerprintResult {

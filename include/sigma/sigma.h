@@ -112,7 +112,9 @@ typedef struct sigma_guardrails_decision_t {
   const char *const *escalate;   /* num_escalate layer names to run in fp32 */
   const char *const *deescalate; /* num_deescalate layer names back to low precision */
   uint32_t num_deescalate;
-  uint32_t reserved0;
+  /* 1: call sigma_guardrails_check_fingerprint after this step (its interval
+   * came, or replicated gradients disagreed). */
+  int32_t check_fingerprint;
 } sigma_guardrails_decision_t;
 
 /*

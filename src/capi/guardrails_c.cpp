@@ -102,6 +102,7 @@ sigma_status_t sigma_guardrails_step(sigma_guardrails_t* g, uint64_t step, doubl
     decision->escalate = g->escalate.data();
     decision->num_deescalate = static_cast<uint32_t>(g->deescalate.size());
     decision->deescalate = g->deescalate.data();
+    decision->check_fingerprint = d.check_fingerprint ? 1 : 0;
   });
 }
 

@@ -259,6 +259,7 @@ Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all,
                       static_cast<double>(c.loss_scaling.growth_interval));
     min_next_step = step + 1;
   }
+  d.check_fingerprint = (c.sdc.enabled && step % c.sdc.interval == 0) || !d.mismatch_ranks.empty();
   journal.decision(d, esc, desc, scan_ms, exchange_ms);
   return d;
 }

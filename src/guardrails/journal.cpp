@@ -67,6 +67,7 @@ void Journal::decision(const Decision& d, const Changes& escalated, const Change
             {"non_finite", d.non_finite},
             {"non_finite_ranks", d.non_finite_ranks},
             {"mismatch_ranks", d.mismatch_ranks},
+            {"check_fingerprint", d.check_fingerprint},
             {"scan_ms", scan_ms},
             {"exchange_ms", exchange_ms}};
   if (d.action == Action::rollback) {

@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
         snapshots[step] = st;
         guard.note_snapshot(step);
       }
-      if (guard.fingerprint_due(step)) {
+      if (d.check_fingerprint) {
         const auto fp = guard.check_fingerprint(step, views(st.params));
         if (!fp.match && !result.count("detected_at")) {
           result["detected_at"] = std::to_string(step);

@@ -213,6 +213,8 @@ TEST(Guardrails, OneReplicaAlwaysMatchesItsOwnFingerprint) {
   std::vector<float> p(100, 1.5f);
   EXPECT_TRUE(g.fingerprint_due(100));
   EXPECT_FALSE(g.fingerprint_due(101));
+  Grads x;
+  for (uint64_t s = 98; s <= 101; ++s) EXPECT_EQ(g.step(s, 1.0, x.views()).check_fingerprint, s == 100) << s;
   const auto r = g.check_fingerprint(100, {{p.data(), p.size(), HAL_DTYPE_F32}});
   EXPECT_TRUE(r.match);
   EXPECT_EQ(r.fingerprints.size(), 1u);
