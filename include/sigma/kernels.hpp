@@ -49,6 +49,32 @@ void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes);
 // xxh3-64 of the bytes, seed 0: the per-chunk checksum of checkpoints.
 uint64_t checksum(const void* data, uint64_t bytes);
 
+// --- MoE token dispatch ------------------------------------------------------
+// Each of num_tokens tokens chose top_k experts: expert_ids[t * top_k + k]
+// is in [0, num_experts), or -1 for a choice that was dropped (over an
+// expert's capacity). Permuted rows are expert-major and, inside an expert,
+// in (token, k) order, so the plan is the same on every run and rank.
+
+// The plan: row_of[t * top_k + k] is the row of the permuted buffer that
+// choice goes to (-1 when dropped); expert_offsets[e] .. expert_offsets[e+1]
+// are expert e's rows (num_experts + 1 entries; the last is the row count).
+// Throws sigma::Error(invalid_argument) for an id outside [-1, num_experts).
+// Thread-safety: any thread, concurrently. Blocks: no.
+void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, uint32_t num_experts, int64_t* row_of,
+              uint64_t* expert_offsets);
+
+// Gathers: out[row_of[t * top_k + k]] = tokens[t], rows of `hidden`
+// elements of any ABI dtype. `out` has expert_offsets[num_experts] rows.
+void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_dtype_t dtype, const int64_t* row_of,
+                 uint32_t top_k, void* out);
+
+// Scatter-adds back with weights: out[t] = sum over k of
+// weights[t * top_k + k] * expert_out[row_of[t * top_k + k]] (dropped
+// choices add nothing; a token with none gets zeros). f32, f16 or bf16 rows;
+// accumulated in f32, written once in the dtype. `out` may not overlap.
+void moe_unpermute(const void* expert_out, const int64_t* row_of, const float* weights, uint64_t num_tokens,
+                   uint32_t top_k, uint64_t hidden, hal_dtype_t dtype, void* out);
+
 // Which implementation runs. force_isa exists for tests and benchmarks:
 // forcing avx2 on a CPU without it throws sigma::Error(not_supported).
 enum class Isa { scalar, avx2 };

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -280,6 +281,157 @@ TEST(Checksum, DependsOnEveryByteAndNotOnAlignment) {
   buf[512] ^= 1;
   EXPECT_NE(checksum(buf.data(), 1024), h);
   EXPECT_EQ(checksum(nullptr, 0), checksum("", 0));
+}
+
+// --- MoE permute / unpermute --------------------------------------------
+
+namespace moe {
+
+std::vector<int32_t> choices(uint64_t tokens, uint32_t k, uint32_t experts, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(tokens * k);
+  for (uint64_t t = 0; t < tokens; ++t) {
+    // Distinct experts per token, and now and then a dropped choice.
+    std::vector<int32_t> pool(experts);
+    for (uint32_t e = 0; e < experts; ++e) pool[e] = static_cast<int32_t>(e);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    for (uint32_t c = 0; c < k; ++c) ids[t * k + c] = rng() % 11 == 0 ? -1 : pool[c];
+  }
+  return ids;
+}
+
+}  // namespace moe
+
+TEST(MoePlan, IsExpertMajorStableAndSkipsDroppedChoices) {
+  // tokens 0..3, top 2: expert ids per token.
+  const std::vector<int32_t> ids = {2, 0, 0, -1, 2, 1, 0, 2};
+  std::vector<int64_t> row(8);
+  std::vector<uint64_t> off(4);
+  moe_plan(ids.data(), 4, 2, 3, row.data(), off.data());
+  EXPECT_EQ(off, (std::vector<uint64_t>{0, 3, 4, 7}));
+  // expert 0: (t0,k1) (t1,k0) (t3,k0); expert 1: (t2,k1); expert 2: (t0,k0) (t2,k0) (t3,k1)
+  EXPECT_EQ(row, (std::vector<int64_t>{4, 0, 1, -1, 5, 3, 2, 6}));
+  std::vector<int32_t> bad = {0, 3};
+  EXPECT_THROW(moe_plan(bad.data(), 1, 2, 3, row.data(), off.data()), Error);
+  bad = {-2, 0};
+  EXPECT_THROW(moe_plan(bad.data(), 1, 2, 3, row.data(), off.data()), Error);
+  moe_plan(nullptr, 0, 2, 3, nullptr, off.data());
+  EXPECT_EQ(off, (std::vector<uint64_t>{0, 0, 0, 0}));
+}
+
+TEST(MoePermute, GathersEveryChoiceIntoItsRowForAnyDtype) {
+  for (hal_dtype_t dt : {HAL_DTYPE_F32, HAL_DTYPE_BF16, HAL_DTYPE_I64, HAL_DTYPE_U8}) {
+    const uint64_t es = dt == HAL_DTYPE_F32 ? 4 : dt == HAL_DTYPE_BF16 ? 2 : dt == HAL_DTYPE_I64 ? 8 : 1;
+    for (uint64_t hidden : {1, 7, 300}) {
+      const uint64_t tokens = 37;
+      const uint32_t k = 2, experts = 5;
+      const auto ids = moe::choices(tokens, k, experts, static_cast<uint32_t>(hidden));
+      std::vector<int64_t> row(tokens * k);
+      std::vector<uint64_t> off(experts + 1);
+      moe_plan(ids.data(), tokens, k, experts, row.data(), off.data());
+      std::vector<uint8_t> in(tokens * hidden * es), out(off[experts] * hidden * es, 0xEE);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 13 + 1);
+      moe_permute(in.data(), tokens, hidden, dt, row.data(), k, out.data());
+      for (uint64_t t = 0; t < tokens; ++t)
+        for (uint32_t c = 0; c < k; ++c) {
+          const int64_t r = row[t * k + c];
+          if (r < 0) continue;
+          EXPECT_EQ(0, std::memcmp(out.data() + r * hidden * es, in.data() + t * hidden * es, hidden * es))
+              << "dtype " << dt << " hidden " << hidden << " token " << t;
+        }
+    }
+  }
+  EXPECT_THROW(moe_permute(nullptr, 1, 1, HAL_DTYPE_F32, nullptr, 1, nullptr), Error);
+}
+
+// Big permutations with aligned rows take the non-temporal store path.
+TEST(MoePermute, LargeAlignedOutputsMatchOnEveryIsa) {
+  const uint64_t tokens = 2048, hidden = 1024;
+  const uint32_t k = 2, experts = 8;
+  const auto ids = moe::choices(tokens, k, experts, 99);
+  std::vector<int64_t> row(tokens * k);
+  std::vector<uint64_t> off(experts + 1);
+  moe_plan(ids.data(), tokens, k, experts, row.data(), off.data());
+  std::vector<float> in(tokens * hidden);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+  for (Isa isa : isas()) {
+    force_isa(isa);
+    std::vector<float> out(off[experts] * hidden + 8, -1.0f);
+    float* aligned = out.data() + (8 - (reinterpret_cast<uintptr_t>(out.data()) % 32) / 4) % 8;
+    moe_permute(in.data(), tokens, hidden, HAL_DTYPE_F32, row.data(), k, aligned);
+    for (uint64_t t = 0; t < tokens; ++t)
+      for (uint32_t c = 0; c < k; ++c) {
+        const int64_t r = row[t * k + c];
+        if (r >= 0) {
+          ASSERT_TRUE(same(aligned + r * hidden, in.data() + t * hidden, hidden * 4)) << t;
+        }
+      }
+  }
+  reset_isa();
+}
+
+TEST(MoeUnpermute, WeightedSumsMatchTheReferenceForEveryIsaAndDtype) {
+  for (Isa isa : isas()) {
+    force_isa(isa);
+    for (hal_dtype_t dt : {HAL_DTYPE_F32, HAL_DTYPE_F16, HAL_DTYPE_BF16}) {
+      for (uint64_t hidden : {1, 17, 300}) {
+        const uint64_t tokens = 29;
+        const uint32_t k = 4, experts = 6;
+        const auto ids = moe::choices(tokens, k, experts, static_cast<uint32_t>(hidden + dt));
+        std::vector<int64_t> row(tokens * k);
+        std::vector<uint64_t> off(experts + 1);
+        moe_plan(ids.data(), tokens, k, experts, row.data(), off.data());
+        std::vector<float> vals(off[experts] * hidden), w(tokens * k);
+        std::mt19937 rng(7);
+        std::uniform_real_distribution<float> d(-2, 2);
+        for (auto& v : vals) v = d(rng);
+        for (auto& x : w) x = d(rng) / 4;
+        const auto src = encode(vals, dt, 0);
+        std::vector<uint8_t> out(tokens * hidden * (dt == HAL_DTYPE_F32 ? 4 : 2), 0xEE);
+        moe_unpermute(src.data(), row.data(), w.data(), tokens, k, hidden, dt, out.data());
+        for (uint64_t t = 0; t < tokens; ++t)
+          for (uint64_t j = 0; j < hidden; ++j) {
+            double want = 0, mag = 0;
+            for (uint32_t c = 0; c < k; ++c) {
+              const int64_t r = row[t * k + c];
+              if (r < 0) continue;
+              const double x = from(src, static_cast<size_t>(r) * hidden + j, dt);
+              want += w[t * k + c] * x;
+              mag += std::fabs(w[t * k + c] * x);
+            }
+            const double got = from(out, t * hidden + j, dt);
+            // f32 accumulation, then one rounding to the dtype.
+            const double ulp = dt == HAL_DTYPE_F32 ? 0x1p-23 : dt == HAL_DTYPE_F16 ? 0x1p-10 : 0x1p-7;
+            EXPECT_NEAR(got, want, 1e-6 * mag + ulp * std::fabs(want) + 1e-30)
+                << "isa " << static_cast<int>(isa) << " dtype " << dt << " hidden " << hidden << " t " << t;
+          }
+      }
+    }
+  }
+  reset_isa();
+}
+
+TEST(MoeUnpermute, PermuteThenUnpermuteWithEqualWeightsGivesTheTokensBack) {
+  const uint64_t tokens = 50, hidden = 64;
+  const uint32_t k = 2, experts = 4;
+  auto ids = moe::choices(tokens, k, experts, 3);
+  for (auto& e : ids) e = e < 0 ? 0 : e;  // nothing dropped here
+  for (uint64_t t = 0; t < tokens; ++t)
+    if (ids[t * k] == ids[t * k + 1]) ids[t * k + 1] = (ids[t * k] + 1) % experts;
+  std::vector<int64_t> row(tokens * k);
+  std::vector<uint64_t> off(experts + 1);
+  moe_plan(ids.data(), tokens, k, experts, row.data(), off.data());
+  std::vector<float> x(tokens * hidden), mid(off[experts] * hidden), back(tokens * hidden);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) * 0.125f - 3;
+  std::vector<float> w(tokens * k, 0.5f);
+  moe_permute(x.data(), tokens, hidden, HAL_DTYPE_F32, row.data(), k, mid.data());
+  moe_unpermute(mid.data(), row.data(), w.data(), tokens, k, hidden, HAL_DTYPE_F32, back.data());
+  EXPECT_EQ(x, back);
+  // Every choice dropped: zeros.
+  std::fill(row.begin(), row.end(), -1);
+  moe_unpermute(mid.data(), row.data(), w.data(), tokens, k, hidden, HAL_DTYPE_F32, back.data());
+  EXPECT_EQ(back, std::vector<float>(tokens * hidden, 0.0f));
+  EXPECT_THROW(moe_unpermute(mid.data(), row.data(), w.data(), tokens, k, hidden, HAL_DTYPE_I32, back.data()), Error);
 }
 
 }  // namespace
