@@ -1,7 +1,10 @@
 // sigma/kernels.hpp -- numeric kernels the engines share (guardrails,
-// checkpoints). CPU versions: AVX2 where the CPU has it, a portable scalar
-// version otherwise, chosen once at run time. Buffers are host memory here;
-// device versions come with the cuda vendor.
+// checkpoints, MoE dispatch). One entry point per kernel picks by where the
+// buffer lives: CUDA device memory (when libsigma is built with CUDA and a
+// GPU is present) runs the CUDA version, synchronously on the calling
+// thread's default stream; host memory runs the CPU version (AVX2 where the
+// CPU has it, a portable scalar version otherwise, chosen once at run time).
+// A call's buffers all live on the same side.
 #pragma once
 
 #include <sigma/hal.h>
@@ -74,6 +77,17 @@ void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_d
 // accumulated in f32, written once in the dtype. `out` may not overlap.
 void moe_unpermute(const void* expert_out, const int64_t* row_of, const float* weights, uint64_t num_tokens,
                    uint32_t top_k, uint64_t hidden, hal_dtype_t dtype, void* out);
+
+// The GPU-friendly checksum ("sigma-h64"), defined so that a GPU computes
+// it in parallel and this CPU twin gives the same value: the bytes are read
+// as little-endian 64-bit words w_i (the last one zero-padded), each word is
+// mixed with its position, t_i = fmix64(w_i + (i + 1) * 0x9E3779B97F4A7C15),
+// the t_i are added modulo 2^64 (in any order), and the result is
+// fmix64(sum ^ (bytes * 0xC2B2AE3D27D4EB4F)), fmix64 being MurmurHash3's
+// 64-bit finaliser. Any single flipped bit changes it; it is not a
+// cryptographic hash. Buffers in CUDA device memory are hashed on the GPU.
+// Thread-safety: any thread, concurrently. Blocks: until the GPU is done.
+uint64_t checksum_parallel(const void* data, uint64_t bytes);
 
 // Which implementation runs. force_isa exists for tests and benchmarks:
 // forcing avx2 on a CPU without it throws sigma::Error(not_supported).

@@ -283,6 +283,39 @@ TEST(Checksum, DependsOnEveryByteAndNotOnAlignment) {
   EXPECT_EQ(checksum(nullptr, 0), checksum("", 0));
 }
 
+// The GPU-friendly checksum's definition, guarded by values computed by an
+// independent implementation of it (docs/kernels.md has the formula).
+TEST(ChecksumParallel, MatchesItsDefinitionsGoldenValues) {
+  EXPECT_EQ(checksum_parallel(nullptr, 0), 0x0ull);
+  EXPECT_EQ(checksum_parallel("a", 1), 0xd48789040abca3c7ull);
+  EXPECT_EQ(checksum_parallel("sigma-h64", 9), 0x26de39d7c8c8ada2ull);
+  std::vector<uint8_t> b(1024);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i % 256);
+  EXPECT_EQ(checksum_parallel(b.data(), b.size()), 0xf3c7396676e04f79ull);
+}
+
+TEST(ChecksumParallel, SeesEveryBitAndEveryPositionAtAnyAlignment) {
+  std::vector<uint8_t> b(301 + 7);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (size_t off = 0; off < 8; ++off) {
+    std::vector<uint8_t> copy(b.begin() + static_cast<long>(off), b.begin() + static_cast<long>(off) + 301);
+    const uint64_t base = checksum_parallel(copy.data(), copy.size());
+    EXPECT_EQ(base, checksum_parallel(b.data() + off, 301)) << off;
+    for (size_t bit = 0; bit < 301 * 8; bit += 37) {
+      copy[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      EXPECT_NE(checksum_parallel(copy.data(), copy.size()), base) << bit;
+      copy[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    }
+    std::swap(copy[0], copy[8]);  // two words trade places
+    ASSERT_NE(copy[0], copy[8]);
+    EXPECT_NE(checksum_parallel(copy.data(), copy.size()), base);
+  }
+  // A trailing zero byte is not the same buffer: the length is hashed too.
+  std::vector<uint8_t> z(16, 0);
+  EXPECT_NE(checksum_parallel(z.data(), 15), checksum_parallel(z.data(), 16));
+  EXPECT_THROW(checksum_parallel(nullptr, 3), Error);
+}
+
 // --- MoE permute / unpermute --------------------------------------------
 
 namespace moe {

@@ -1,0 +1,270 @@
+// The CUDA versions of the kernels (see sigma/kernels.hpp). Each runs
+// synchronously on the calling thread's default stream (built with
+// --default-stream per-thread). Reductions write one partial per block and
+// the host adds them in block order, so results do not depend on timing.
+#include "../cpu/device.hpp"
+
+#include <sigma/error.hpp>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace sigma::kernels::device {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 1024;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw Error(Code::internal, std::string("kernels (CUDA): ") + what + ": " + cudaGetErrorName(e) + ": " +
+                                    cudaGetErrorString(e));
+}
+
+int blocks_for(uint64_t n) {
+  return static_cast<int>(std::clamp<uint64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks));
+}
+
+// Device memory the host reads back, freed on scope exit.
+template <typename T>
+struct DeviceArray {
+  T* p = nullptr;
+  explicit DeviceArray(size_t n) { check(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc"); }
+  ~DeviceArray() { cudaFree(p); }
+  std::vector<T> to_host(size_t n) const {
+    std::vector<T> h(n);
+    check(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return h;
+  }
+};
+
+void finish(const char* what) {
+  check(cudaGetLastError(), what);
+  check(cudaStreamSynchronize(cudaStreamPerThread), what);
+}
+
+template <int kDt>
+__device__ float load(const uint8_t* p, uint64_t i) {
+  if constexpr (kDt == HAL_DTYPE_F32) return reinterpret_cast<const float*>(p)[i];
+  else if constexpr (kDt == HAL_DTYPE_F16) return __half2float(reinterpret_cast<const __half*>(p)[i]);
+  else return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+template <int kDt>
+__device__ void store(uint8_t* p, uint64_t i, float v) {
+  if constexpr (kDt == HAL_DTYPE_F32) reinterpret_cast<float*>(p)[i] = v;
+  else if constexpr (kDt == HAL_DTYPE_F16) reinterpret_cast<__half*>(p)[i] = __float2half_rn(v);
+  else reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+}
+
+struct Partial {
+  unsigned long long bad;
+  double ssq;
+  float amax;
+};
+
+template <int kDt>
+__global__ void scan_kernel(const uint8_t* data, uint64_t n, Partial* out) {
+  unsigned long long bad = 0;
+  double s = 0;
+  float m = 0;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float v = load<kDt>(data, i);
+    if (!isfinite(v)) {
+      ++bad;
+      continue;
+    }
+    s += static_cast<double>(v) * v;
+    m = fmaxf(m, fabsf(v));
+  }
+  __shared__ Partial warp[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) {
+    bad += __shfl_down_sync(0xFFFFFFFFu, bad, o);
+    s += __shfl_down_sync(0xFFFFFFFFu, s, o);
+    m = fmaxf(m, __shfl_down_sync(0xFFFFFFFFu, m, o));
+  }
+  if (threadIdx.x % 32 == 0) warp[threadIdx.x / 32] = {bad, s, m};
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Partial p{0, 0, 0};
+    for (int w = 0; w < kThreads / 32; ++w) {
+      p.bad += warp[w].bad;
+      p.ssq += warp[w].ssq;
+      p.amax = fmaxf(p.amax, warp[w].amax);
+    }
+    out[blockIdx.x] = p;
+  }
+}
+
+__global__ void shuffle_kernel(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t n, uint32_t es,
+                               bool inverse) {
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    for (uint32_t b = 0; b < es; ++b) {
+      const uint8_t x = base ? base[i * es + b] : 0;
+      if (inverse) dst[i * es + b] = src[b * n + i] ^ x;
+      else dst[b * n + i] = src[i * es + b] ^ x;
+    }
+  }
+}
+
+__global__ void xor_kernel(const uint8_t* a, const uint8_t* b, uint8_t* out, uint64_t n) {
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x)
+    out[i] = a[i] ^ b[i];
+}
+
+__device__ uint64_t word_at(const uint8_t* p, uint64_t i, uint64_t bytes) {
+  if (i * 8 + 8 <= bytes && (reinterpret_cast<uintptr_t>(p) & 7) == 0) return reinterpret_cast<const uint64_t*>(p)[i];
+  uint64_t w = 0;
+  for (uint64_t b = 0; b < 8 && i * 8 + b < bytes; ++b) w |= static_cast<uint64_t>(p[i * 8 + b]) << (8 * b);
+  return w;
+}
+
+__global__ void checksum_kernel(const uint8_t* p, uint64_t bytes, unsigned long long* out) {
+  const uint64_t words = (bytes + 7) / 8;
+  unsigned long long s = 0;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x)
+    s += fmix64(word_at(p, i, bytes) + (i + 1) * kGolden);
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xFFFFFFFFu, s, o);
+  __shared__ unsigned long long warp[kThreads / 32];
+  if (threadIdx.x % 32 == 0) warp[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long t = 0;
+    for (int w = 0; w < kThreads / 32; ++w) t += warp[w];
+    out[blockIdx.x] = t;
+  }
+}
+
+// One block per choice: its row of `row_bytes` copied 4 bytes at a time
+// when the rows allow, else byte by byte.
+__global__ void permute_kernel(const uint8_t* src, uint8_t* dst, uint64_t row_bytes, const int64_t* row_of,
+                               uint32_t top_k) {
+  const uint64_t choice = blockIdx.x;
+  const int64_t r = row_of[choice];
+  if (r < 0) return;
+  const uint8_t* from = src + (choice / top_k) * row_bytes;
+  uint8_t* to = dst + static_cast<uint64_t>(r) * row_bytes;
+  if (row_bytes % 4 == 0 && (reinterpret_cast<uintptr_t>(from) & 3) == 0 && (reinterpret_cast<uintptr_t>(to) & 3) == 0) {
+    for (uint64_t j = threadIdx.x; j < row_bytes / 4; j += blockDim.x)
+      reinterpret_cast<uint32_t*>(to)[j] = reinterpret_cast<const uint32_t*>(from)[j];
+  } else {
+    for (uint64_t j = threadIdx.x; j < row_bytes; j += blockDim.x) to[j] = from[j];
+  }
+}
+
+// One block per token: out[t][j] = sum_k w * expert_out[row][j] in f32.
+template <int kDt>
+__global__ void unpermute_kernel(const uint8_t* src, const int64_t* row_of, const float* weights, uint32_t top_k,
+                                 uint64_t hidden, uint8_t* out) {
+  const uint64_t t = blockIdx.x;
+  for (uint64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+    float acc = 0;
+    for (uint32_t c = 0; c < top_k; ++c) {
+      const int64_t r = row_of[t * top_k + c];
+      if (r >= 0) acc += weights[t * top_k + c] * load<kDt>(src, static_cast<uint64_t>(r) * hidden + j);
+    }
+    store<kDt>(out, t * hidden + j, acc);
+  }
+}
+
+}  // namespace
+
+bool on_device(const void* p) {
+  // Whether a GPU is usable at all, asked once: without a driver every
+  // pointer is a host pointer and no CUDA call is made again.
+  static const bool usable = [] {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  }();
+  if (!usable || p == nullptr) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // an unregistered host pointer is not an error here
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+ScanResult scan(const void* data, uint64_t count, hal_dtype_t dtype) {
+  ScanResult r;
+  if (count == 0) return r;
+  const int blocks = blocks_for(count);
+  DeviceArray<Partial> part(blocks);
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (dtype == HAL_DTYPE_F32) scan_kernel<HAL_DTYPE_F32><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+  else if (dtype == HAL_DTYPE_F16) scan_kernel<HAL_DTYPE_F16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+  else scan_kernel<HAL_DTYPE_BF16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+  finish("grad_scan");
+  for (const Partial& q : part.to_host(blocks)) {
+    r.non_finite += q.bad;
+    r.sum_squares += q.ssq;
+    r.amax = std::max(r.amax, static_cast<double>(q.amax));
+  }
+  return r;
+}
+
+void shuffle(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size, bool inverse) {
+  if (count == 0) return;
+  shuffle_kernel<<<blocks_for(count), kThreads, 0, cudaStreamPerThread>>>(
+      static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(base), static_cast<uint8_t*>(dst), count,
+      elem_size, inverse);
+  finish(inverse ? "unshuffle_bytes" : "shuffle_bytes");
+}
+
+void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes) {
+  if (bytes == 0) return;
+  xor_kernel<<<blocks_for(bytes), kThreads, 0, cudaStreamPerThread>>>(
+      static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), static_cast<uint8_t*>(out), bytes);
+  finish("xor_bytes");
+}
+
+uint64_t checksum_parallel(const void* data, uint64_t bytes) {
+  uint64_t sum = 0;
+  if (bytes > 0) {
+    const int blocks = blocks_for((bytes + 7) / 8);
+    DeviceArray<unsigned long long> part(blocks);
+    checksum_kernel<<<blocks, kThreads, 0, cudaStreamPerThread>>>(static_cast<const uint8_t*>(data), bytes, part.p);
+    finish("checksum_parallel");
+    for (unsigned long long q : part.to_host(blocks)) sum += q;
+  }
+  return fmix64(sum ^ (bytes * kLenMul));
+}
+
+void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t row_bytes, const int64_t* row_of, uint32_t top_k,
+                 void* out) {
+  const uint64_t choices = num_tokens * top_k;
+  if (choices == 0 || row_bytes == 0) return;
+  if (choices > 0x7FFFFFFFull) throw Error(Code::invalid_argument, "moe_permute (CUDA): more than 2^31 choices");
+  permute_kernel<<<static_cast<unsigned>(choices), kThreads, 0, cudaStreamPerThread>>>(
+      static_cast<const uint8_t*>(tokens), static_cast<uint8_t*>(out), row_bytes, row_of, top_k);
+  finish("moe_permute");
+}
+
+void moe_unpermute(const void* expert_out, const int64_t* row_of, const float* weights, uint64_t num_tokens,
+                   uint32_t top_k, uint64_t hidden, hal_dtype_t dtype, void* out) {
+  if (num_tokens == 0 || hidden == 0) return;
+  if (num_tokens > 0x7FFFFFFFull) throw Error(Code::invalid_argument, "moe_unpermute (CUDA): more than 2^31 tokens");
+  const auto* s = static_cast<const uint8_t*>(expert_out);
+  auto* o = static_cast<uint8_t*>(out);
+  const auto blocks = static_cast<unsigned>(num_tokens);
+  if (dtype == HAL_DTYPE_F32)
+    unpermute_kernel<HAL_DTYPE_F32><<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
+  else if (dtype == HAL_DTYPE_F16)
+    unpermute_kernel<HAL_DTYPE_F16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
+  else
+    unpermute_kernel<HAL_DTYPE_BF16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
+  finish("moe_unpermute");
+}
+
+}  // namespace sigma::kernels::device
