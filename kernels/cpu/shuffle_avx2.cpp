@@ -7,6 +7,8 @@
 
 #include <immintrin.h>
 
+#include <type_traits>
+
 namespace sigma::kernels::detail {
 namespace {
 
@@ -24,13 +26,16 @@ __attribute__((target("avx2"), always_inline)) inline __m256i load(const uint8_t
   return _mm256_xor_si256(x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base)));
 }
 
-template <bool kXor>
+template <bool kXor, bool kStream = false>
 __attribute__((target("avx2"), always_inline)) inline void store(uint8_t* p, __m256i v, const uint8_t* base) {
   if constexpr (kXor) v = _mm256_xor_si256(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+  // Non-temporal for outputs far beyond the caches: no read of each
+  // destination line before it is written (needs 32-byte alignment).
+  if constexpr (kStream) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v);
+  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
 }
 
-template <bool kXor>
+template <bool kXor, bool kStream>
 __attribute__((target("avx2"))) uint64_t shuffle4(const uint8_t* s, const uint8_t* base, uint8_t* d, uint64_t n) {
   const __m256i group = SIGMA_GROUP4, spread = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   uint64_t i = 0;
@@ -43,15 +48,15 @@ __attribute__((target("avx2"))) uint64_t shuffle4(const uint8_t* s, const uint8_
     }
     const __m256i t0 = _mm256_unpacklo_epi64(a[0], a[1]), t1 = _mm256_unpackhi_epi64(a[0], a[1]);
     const __m256i t2 = _mm256_unpacklo_epi64(a[2], a[3]), t3 = _mm256_unpackhi_epi64(a[2], a[3]);
-    store<false>(d + i, _mm256_permute2x128_si256(t0, t2, 0x20), nullptr);
-    store<false>(d + n + i, _mm256_permute2x128_si256(t1, t3, 0x20), nullptr);
-    store<false>(d + 2 * n + i, _mm256_permute2x128_si256(t0, t2, 0x31), nullptr);
-    store<false>(d + 3 * n + i, _mm256_permute2x128_si256(t1, t3, 0x31), nullptr);
+    store<false, kStream>(d + i, _mm256_permute2x128_si256(t0, t2, 0x20), nullptr);
+    store<false, kStream>(d + n + i, _mm256_permute2x128_si256(t1, t3, 0x20), nullptr);
+    store<false, kStream>(d + 2 * n + i, _mm256_permute2x128_si256(t0, t2, 0x31), nullptr);
+    store<false, kStream>(d + 3 * n + i, _mm256_permute2x128_si256(t1, t3, 0x31), nullptr);
   }
   return i;
 }
 
-template <bool kXor>
+template <bool kXor, bool kStream>
 __attribute__((target("avx2"))) uint64_t unshuffle4(const uint8_t* s, const uint8_t* base, uint8_t* d, uint64_t n) {
   const __m256i group = SIGMA_GROUP4, gather = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   uint64_t i = 0;
@@ -63,14 +68,15 @@ __attribute__((target("avx2"))) uint64_t unshuffle4(const uint8_t* s, const uint
     const __m256i a[4] = {_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1), _mm256_unpacklo_epi64(t2, t3),
                           _mm256_unpackhi_epi64(t2, t3)};
     for (int k = 0; k < 4; ++k) {
-      store<kXor>(d + 4 * i + 32 * k, _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(a[k], gather), group),
-                  base + 4 * i + 32 * k);
+      store<kXor, kStream>(d + 4 * i + 32 * k,
+                           _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(a[k], gather), group),
+                           base + 4 * i + 32 * k);
     }
   }
   return i;
 }
 
-template <bool kXor>
+template <bool kXor, bool kStream>
 __attribute__((target("avx2"))) uint64_t shuffle2(const uint8_t* s, const uint8_t* base, uint8_t* d, uint64_t n) {
   const __m256i group = SIGMA_GROUP2;
   uint64_t i = 0;
@@ -79,37 +85,62 @@ __attribute__((target("avx2"))) uint64_t shuffle2(const uint8_t* s, const uint8_
     const __m256i a0 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(load<kXor>(s + 2 * i, base + 2 * i), group), 0xD8);
     const __m256i a1 =
         _mm256_permute4x64_epi64(_mm256_shuffle_epi8(load<kXor>(s + 2 * i + 32, base + 2 * i + 32), group), 0xD8);
-    store<false>(d + i, _mm256_permute2x128_si256(a0, a1, 0x20), nullptr);
-    store<false>(d + n + i, _mm256_permute2x128_si256(a0, a1, 0x31), nullptr);
+    store<false, kStream>(d + i, _mm256_permute2x128_si256(a0, a1, 0x20), nullptr);
+    store<false, kStream>(d + n + i, _mm256_permute2x128_si256(a0, a1, 0x31), nullptr);
   }
   return i;
 }
 
-template <bool kXor>
+template <bool kXor, bool kStream>
 __attribute__((target("avx2"))) uint64_t unshuffle2(const uint8_t* s, const uint8_t* base, uint8_t* d, uint64_t n) {
   const __m256i ungroup = SIGMA_UNGROUP2;
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m256i p0 = load<false>(s + i, nullptr), p1 = load<false>(s + n + i, nullptr);
     const __m256i a0 = _mm256_permute2x128_si256(p0, p1, 0x20), a1 = _mm256_permute2x128_si256(p0, p1, 0x31);
-    store<kXor>(d + 2 * i, _mm256_shuffle_epi8(_mm256_permute4x64_epi64(a0, 0xD8), ungroup), base + 2 * i);
-    store<kXor>(d + 2 * i + 32, _mm256_shuffle_epi8(_mm256_permute4x64_epi64(a1, 0xD8), ungroup), base + 2 * i + 32);
+    store<kXor, kStream>(d + 2 * i, _mm256_shuffle_epi8(_mm256_permute4x64_epi64(a0, 0xD8), ungroup), base + 2 * i);
+    store<kXor, kStream>(d + 2 * i + 32, _mm256_shuffle_epi8(_mm256_permute4x64_epi64(a1, 0xD8), ungroup),
+                         base + 2 * i + 32);
   }
   return i;
+}
+
+template <bool kStream>
+uint64_t shuffle_any(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count, uint32_t elem_size) {
+  if (elem_size == 4)
+    return base ? shuffle4<true, kStream>(src, base, dst, count) : shuffle4<false, kStream>(src, base, dst, count);
+  if (elem_size == 2)
+    return base ? shuffle2<true, kStream>(src, base, dst, count) : shuffle2<false, kStream>(src, base, dst, count);
+  return 0;
 }
 
 }  // namespace
 
 uint64_t shuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count, uint32_t elem_size) {
-  if (elem_size == 4) return base ? shuffle4<true>(src, base, dst, count) : shuffle4<false>(src, base, dst, count);
-  if (elem_size == 2) return base ? shuffle2<true>(src, base, dst, count) : shuffle2<false>(src, base, dst, count);
-  return 0;
+  // Every plane starts 32-byte aligned when dst is and count is a multiple
+  // of 32; then large outputs are streamed past the caches.
+  const bool stream = reinterpret_cast<uintptr_t>(dst) % 32 == 0 && count % 32 == 0 &&
+                      count * elem_size >= (uint64_t{8} << 20);
+  if (!stream) return shuffle_any<false>(src, base, dst, count, elem_size);
+  const uint64_t done = shuffle_any<true>(src, base, dst, count, elem_size);
+  _mm_sfence();
+  return done;
 }
 
 uint64_t unshuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count, uint32_t elem_size) {
-  if (elem_size == 4) return base ? unshuffle4<true>(src, base, dst, count) : unshuffle4<false>(src, base, dst, count);
-  if (elem_size == 2) return base ? unshuffle2<true>(src, base, dst, count) : unshuffle2<false>(src, base, dst, count);
-  return 0;
+  const bool stream = reinterpret_cast<uintptr_t>(dst) % 32 == 0 && count * elem_size >= (uint64_t{8} << 20);
+  auto run = [&](auto streaming) -> uint64_t {
+    constexpr bool kS = decltype(streaming)::value;
+    if (elem_size == 4)
+      return base ? unshuffle4<true, kS>(src, base, dst, count) : unshuffle4<false, kS>(src, base, dst, count);
+    if (elem_size == 2)
+      return base ? unshuffle2<true, kS>(src, base, dst, count) : unshuffle2<false, kS>(src, base, dst, count);
+    return 0;
+  };
+  if (!stream) return run(std::false_type{});
+  const uint64_t done = run(std::true_type{});
+  _mm_sfence();
+  return done;
 }
 
 }  // namespace sigma::kernels::detail

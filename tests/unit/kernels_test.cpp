@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -255,6 +256,30 @@ TEST(Shuffle, MatchesTheDefinitionWithAndWithoutABaseForEveryIsa) {
   uint8_t x = 1;
   EXPECT_THROW(shuffle_xor_bytes(&x, nullptr, &x, 1, 1), Error);
   EXPECT_THROW(unshuffle_xor_bytes(&x, &x, nullptr, 1, 1), Error);
+}
+
+// Outputs of 8 MiB and more with aligned planes take the streaming stores.
+TEST(Shuffle, LargeAlignedBuffersRoundTripThroughTheStreamingPath) {
+  for (uint32_t es : {2u, 4u}) {
+    const uint64_t n = (uint64_t{9} << 20) / es;  // 9 MiB, a multiple of 32 elements
+    std::vector<uint8_t> in(n * es), base(n * es);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 31 + 7), base[i] = static_cast<uint8_t>(i >> 5);
+    auto* mid = static_cast<uint8_t*>(std::aligned_alloc(64, n * es));
+    auto* back = static_cast<uint8_t*>(std::aligned_alloc(64, n * es));
+    for (Isa isa : isas()) {
+      force_isa(isa);
+      shuffle_xor_bytes(in.data(), base.data(), mid, n, es);
+      bool ok = true;
+      for (uint64_t i = 0; i < n && ok; i += 4097)
+        for (uint32_t b = 0; b < es; ++b) ok &= mid[b * n + i] == (in[i * es + b] ^ base[i * es + b]);
+      EXPECT_TRUE(ok) << "elem " << es << " isa " << static_cast<int>(isa);
+      unshuffle_xor_bytes(mid, base.data(), back, n, es);
+      EXPECT_TRUE(same(back, in.data(), in.size())) << "elem " << es;
+    }
+    reset_isa();
+    std::free(mid);
+    std::free(back);
+  }
 }
 
 TEST(Xor, IsItsOwnInverseAtAnyLengthAndInPlace) {

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The one prepared script for a machine with an NVIDIA GPU: build with CUDA,
+# run the GPU kernel tests against the CPU versions, the HAL conformance
+# suite on the cuda vendor (one rank, one GPU), the cuda vendor's own tests
+# and the GPU kernel benchmark (fused scan vs a device-to-device copy).
+# Everything it prints and every report lands in $OUT (default ./device-out).
+# Budget: well under 8 minutes on a 16-core machine with a warm ccache.
+#
+#   tests/device/run.sh            # from the repository root
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-./device-out}
+mkdir -p "$OUT"
+log() { echo "[$(date +%T)] $*" | tee -a "$OUT/summary.txt"; }
+status=0
+
+log "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+  # Packages when the machine can reach a mirror; a bare machine without one
+  # needs them present already (the build below then says what is missing).
+  . tools/common.sh && sigma_ensure_packages >"$OUT/apt.log" 2>&1 || log "package setup failed (see apt.log)"
+fi
+
+BUILD=build/device
+log "configure + build ($BUILD)"
+if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSIGMA_ENABLE_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="${SIGMA_CUDA_ARCH:-90}" >"$OUT/configure.log" 2>&1 ||
+   ! cmake --build "$BUILD" -j"$(nproc)" --target sigma sigma_hal_cuda sigma-hal-conformance \
+      unit_kernels_cuda_test unit_kernels_test cuda_vendor_test bench_cuda_kernels >"$OUT/build.log" 2>&1; then
+  log "BUILD FAILED: tail of the logs:"
+  tail -30 "$OUT/configure.log" "$OUT/build.log" | tee -a "$OUT/summary.txt"
+  exit 1
+fi
+export SIGMA_HAL_PLUGIN_PATH=$PWD/$BUILD/lib/sigma/plugins
+
+run() {  # name, command...
+  local name=$1; shift
+  log "run: $name"
+  if timeout 240 "$@" >"$OUT/$name.txt" 2>&1; then log "  ok"; else
+    local rc=$?; log "  FAILED (exit $rc): $(tail -3 "$OUT/$name.txt" | tr '\n' ' ')"; status=1; fi
+}
+run kernels_cuda_test "$BUILD/bin/unit_kernels_cuda_test" --gtest_output="json:$OUT/kernels_cuda_test.json"
+run kernels_cpu_test "$BUILD/bin/unit_kernels_test"
+run cuda_vendor_test "$BUILD/bin/cuda_vendor_test"
+run conformance_cuda_1 "$BUILD/bin/sigma-hal-conformance" --plugin cuda --ranks 1 --json "$OUT/conformance_cuda_1.json"
+run bench_cuda_kernels "$BUILD/bin/bench_cuda_kernels" --benchmark_repetitions=3 \
+    --benchmark_report_aggregates_only=true --benchmark_out="$OUT/bench_cuda_kernels.json"
+grep -h "SKIPPED\|skipped" "$OUT"/kernels_cuda_test.txt "$OUT"/cuda_vendor_test.txt 2>/dev/null | head -5 |
+  sed 's/^/  note: /' | tee -a "$OUT/summary.txt"
+log "done: $([ $status -eq 0 ] && echo all passed || echo SOMETHING FAILED)"
+exit $status
