@@ -3,9 +3,11 @@
 // weighted sum per output row for the scatter-add, vectorised for AVX2 by
 // compiling the same loop body in a target-specific clone.
 #include "device.hpp"
+#include "convert.hpp"
 #include "dispatch.hpp"
 
 #include <sigma/error.hpp>
+#include <sigma/hal.hpp>
 
 #include <immintrin.h>
 
@@ -16,24 +18,7 @@
 namespace sigma::kernels {
 namespace {
 
-inline float load(const uint8_t* p, hal_dtype_t dt) {
-  if (dt == HAL_DTYPE_F32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  if (dt == HAL_DTYPE_F16) {
-    _Float16 v;
-    std::memcpy(&v, &h, 2);
-    return static_cast<float>(v);
-  }
-  const uint32_t x = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
+inline float load(const uint8_t* p, hal_dtype_t dt) { return detail::load_one(p, dt); }
 
 inline void store(uint8_t* p, float f, hal_dtype_t dt) {
   if (dt == HAL_DTYPE_F32) {
@@ -122,16 +107,6 @@ __attribute__((target("avx2"))) void permute_stream(const uint8_t* src, uint8_t*
   _mm_sfence();  // the streamed rows are visible before the caller reads them
 }
 
-uint64_t dtype_bytes(hal_dtype_t dt) {
-  switch (dt) {
-    case HAL_DTYPE_F32: case HAL_DTYPE_I32: return 4;
-    case HAL_DTYPE_F16: case HAL_DTYPE_BF16: return 2;
-    case HAL_DTYPE_F64: case HAL_DTYPE_I64: return 8;
-    case HAL_DTYPE_U8: return 1;
-    default: return 0;
-  }
-}
-
 }  // namespace
 
 void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, uint32_t num_experts, int64_t* row_of,
@@ -159,7 +134,7 @@ void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, ui
 
 void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_dtype_t dtype, const int64_t* row_of,
                  uint32_t top_k, void* out) {
-  const uint64_t es = dtype_bytes(dtype);
+  const uint64_t es = hal::dtype_size(dtype);
   if (es == 0) throw Error(Code::invalid_argument, "moe_permute: dtype " + std::to_string(dtype));
   if (num_tokens * top_k * hidden > 0 && (tokens == nullptr || row_of == nullptr || out == nullptr))
     throw Error(Code::invalid_argument, "moe_permute: NULL buffer");

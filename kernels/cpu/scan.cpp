@@ -1,5 +1,6 @@
 // The fused gradient scan: non-finite count, fp64 sum of squares and amax in
 // one pass over f32, f16 or bf16 data.
+#include "convert.hpp"
 #include "dispatch.hpp"
 
 #include <immintrin.h>
@@ -10,42 +11,6 @@
 
 namespace sigma::kernels::detail {
 namespace {
-
-inline float bf16_to_f32(uint16_t h) {
-  const uint32_t x = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-
-// IEEE binary16 -> binary32, exact for every input (subnormals included).
-inline float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
-  uint32_t x;
-  if (exp == 0x1F) {
-    x = sign | 0x7F800000u | (mant << 13);
-  } else if (exp != 0) {
-    x = sign | ((exp + 112) << 23) | (mant << 13);
-  } else {
-    float f = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -f : f;
-  }
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-
-inline float load_one(const uint8_t* p, hal_dtype_t dtype) {
-  if (dtype == HAL_DTYPE_F32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return dtype == HAL_DTYPE_F16 ? f16_to_f32(h) : bf16_to_f32(h);
-}
 
 void scan_tail(const uint8_t* p, uint64_t n, hal_dtype_t dtype, ScanResult& r) {
   const size_t es = dtype == HAL_DTYPE_F32 ? 4 : 2;
