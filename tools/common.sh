@@ -9,7 +9,8 @@ cd "$SIGMA_ROOT"
 # Debian 12 packages the build and the tests need.
 SIGMA_PACKAGES=(cmake ninja-build g++ ccache pkg-config libgtest-dev libgmock-dev
                 libbenchmark-dev nlohmann-json3-dev libcli11-dev libgloo-dev libhiredis-dev redis-server
-                libyaml-cpp-dev libxxhash-dev libtbb-dev)
+                libyaml-cpp-dev libxxhash-dev libtbb-dev libflatbuffers-dev flatbuffers-compiler
+                libzstd-dev)
 
 sigma_ensure_packages() {
   local missing=()

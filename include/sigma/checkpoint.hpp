@@ -1,0 +1,159 @@
+// sigma/checkpoint.hpp -- the checkpoint engine.
+//
+// A checkpoint is named tensors (any ABI dtype and shape) plus small typed
+// metadata, one shard per rank. On disk: a data file of zstd frames, one per
+// chunk, and a FlatBuffers manifest (src/checkpoint/checkpoint.fbs) written
+// last. A shard is committed by renaming its finished temporary folder into
+// place and syncing the folders, so a half-written checkpoint is never seen
+// as complete. Every K-th checkpoint is a full base (chunks byte-plane
+// shuffled + zstd); the ones between are differential against that base:
+// a chunk whose xxh3 did not change is not written at all, the others store
+// shuffle(chunk ^ base chunk) + zstd. Loading verifies the manifest with the
+// FlatBuffers verifier, bounds every size before allocating, checks every
+// hash, and falls back to the newest good checkpoint, saying why.
+//
+// Saving can be asynchronous: save_async() blocks the caller only for the
+// copy of the tensors into host staging memory; a background writer
+// compresses (on oneTBB) and persists. When it falls behind, the next
+// save_async() waits for it (back-pressure) and reports the wait, instead
+// of piling up memory.
+//
+// Thread-safety: an Engine is used by one thread at a time (the training
+// loop's); its writer thread is its own business.
+#pragma once
+
+#include <sigma/error.hpp>
+#include <sigma/hal.h>
+#include <sigma/hal.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sigma::checkpoint {
+
+// One tensor of the state, borrowed for the call. Host memory, or memory of
+// `device` of `plugin` (copied through the HAL when that memory is not
+// host-addressable).
+struct TensorView {
+  std::string name;
+  hal_dtype_t dtype = HAL_DTYPE_F32;
+  std::vector<int64_t> shape;
+  void* data = nullptr;
+  hal::Plugin* plugin = nullptr;
+  uint32_t device = 0;
+
+  uint64_t bytes() const;  // product of the shape times the dtype's size
+};
+
+struct Metadata {
+  uint64_t step = 0;
+  uint64_t data_position = 0;     // where the data loader resumes
+  std::vector<uint8_t> rng_state; // opaque
+  double loss_scale = 1;
+  std::string guardrails_state;   // guardrails::Guardrails::save_state()
+  std::string parallel_plan;      // opaque (JSON by convention)
+  std::map<std::string, std::string> extra;
+};
+
+struct Options {
+  std::string dir;              // the checkpoint root; the job's folder goes below it
+  std::string job = "job";
+  uint32_t rank = 0, world = 1;
+  uint64_t chunk_bytes = uint64_t{4} << 20;
+  uint32_t base_every = 8;      // a full base every K checkpoints (1: always)
+  int zstd_level = 1;           // see docs/checkpoint.md for the measured trade-off
+  uint32_t keep = 3;            // newest checkpoints kept (their bases are kept too)
+  // Async staging bound; 0: room for two snapshots of the state.
+  uint64_t max_pending_bytes = 0;
+  // Told about back-pressure waits and fallbacks ("checkpoint: ...").
+  std::function<void(const std::string&)> log;
+};
+
+struct SaveResult {
+  uint64_t step = 0;
+  std::string path;         // the shard's folder
+  bool base = false;
+  uint64_t raw_bytes = 0;    // the state's bytes
+  uint64_t stored_bytes = 0; // what the data file holds
+  uint64_t chunks = 0, chunks_unchanged = 0;
+  double blocked_s = 0;      // how long the caller was held (copy + back-pressure)
+  double backpressure_s = 0; // of which, waiting for the writer
+  double persist_s = 0;      // compress + write + fsync + commit
+};
+
+struct RestoreResult {
+  uint64_t step = 0;
+  std::string path;
+  // Newer checkpoints that were refused, each with the file, chunk and check.
+  std::vector<std::string> refused;
+};
+
+// What `ls` / `inspect` show of one shard.
+struct ShardInfo {
+  std::string path;
+  uint64_t step = 0;
+  uint32_t rank = 0, world = 1;
+  int64_t base_step = -1;  // -1: a base
+  uint64_t raw_bytes = 0, stored_bytes = 0;
+  struct Tensor {
+    std::string name;
+    hal_dtype_t dtype;
+    std::vector<int64_t> shape;
+    uint64_t bytes = 0, stored_bytes = 0, chunks = 0, chunks_unchanged = 0;
+  };
+  std::vector<Tensor> tensors;
+  Metadata meta;
+};
+
+class Engine {
+ public:
+  // Creates the job folder; removes this rank's leftovers of crashed saves.
+  // Throws Error(invalid_argument) for bad options, Error(unavailable) when
+  // the folder cannot be made.
+  explicit Engine(Options options);
+  // Waits for pending saves (errors are logged, not thrown, here).
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Durable when it returns. Throws Error(unavailable) naming the file and
+  // the OS error (a full disk, ...): nothing half-written stays, older
+  // checkpoints and the tensors are untouched.
+  SaveResult save(const std::vector<TensorView>& tensors, const Metadata& meta);
+  // Copies the tensors, then returns; a background writer persists them.
+  // A failure of that writer is thrown by the next save_async() or wait().
+  SaveResult save_async(const std::vector<TensorView>& tensors, const Metadata& meta);
+  // Until every pending save is durable; throws the first failure.
+  std::vector<SaveResult> wait();
+
+  // Loads the newest checkpoint of this rank that passes every check into
+  // `tensors` (same names, dtypes and sizes as saved) and `meta`. Damaged
+  // newer ones are skipped and listed in the result (and logged). Throws
+  // Error(data_loss) when none is good, Error(invalid_argument) when a good
+  // one does not match the views (that is the caller's mistake, not damage).
+  RestoreResult restore(const std::vector<TensorView>& tensors, Metadata* meta);
+
+  // This rank's committed shards, newest first.
+  std::vector<ShardInfo> list() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads a shard's manifest (FlatBuffers verifier, bounds) without the data.
+// Throws Error(data_loss) naming the file and the check that failed.
+ShardInfo inspect(const std::string& shard_path);
+// Checks every hash of a shard (and of its base for a differential one) by
+// decoding every chunk. Throws Error(data_loss) naming file, tensor, chunk and
+// check.
+void verify(const std::string& shard_path);
+// The committed shards below a job folder (any rank), newest first.
+std::vector<ShardInfo> list_shards(const std::string& job_dir);
+
+}  // namespace sigma::checkpoint

@@ -1,0 +1,454 @@
+// The checkpoint engine: base/differential choice, the asynchronous writer
+// with back-pressure, retention, and restore with fallback.
+#include <sigma/checkpoint.hpp>
+
+#include "io.hpp"
+#include "shard.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace sigma::checkpoint {
+
+uint64_t TensorView::bytes() const {
+  return format::tensor_bytes(dtype, shape, "checkpoint: tensor " + name, Code::invalid_argument);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+bool on_device(const TensorView& v) {
+  if (v.plugin == nullptr) return false;
+  hal_device_props_t p{};
+  p.struct_size = sizeof p;
+  v.plugin->check(v.plugin->api().device->get_props(v.device, &p), "get_props");
+  return p.memory_kind == HAL_MEMORY_DEVICE;
+}
+
+void check_views(const std::vector<TensorView>& views) {
+  std::set<std::string> names;
+  for (const auto& v : views) {
+    if (v.name.empty() || !names.insert(v.name).second)
+      throw Error(Code::invalid_argument, "checkpoint: tensor name '" + v.name + "' is empty or repeated");
+    if (v.data == nullptr && v.bytes() > 0) throw Error(Code::invalid_argument, "checkpoint: tensor " + v.name + " is NULL");
+  }
+}
+
+// A staged copy of the state, in host memory.
+struct Staged {
+  std::vector<shard::HostTensor> views;       // point into `owned` (or into the caller's memory)
+  std::vector<std::vector<uint8_t>> owned;
+  uint64_t bytes = 0;
+};
+
+// Copies every tensor into host memory (through the HAL for device memory).
+Staged stage(const std::vector<TensorView>& views, bool copy_host) {
+  Staged s;
+  s.owned.resize(views.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    const TensorView& v = views[i];
+    const uint64_t n = v.bytes();
+    const uint8_t* p = static_cast<const uint8_t*>(v.data);
+    if (on_device(v)) {
+      s.owned[i].resize(n);
+      v.plugin->check(v.plugin->api().device->memcpy(v.device, s.owned[i].data(), v.data, n, HAL_COPY_DEVICE_TO_HOST,
+                                                      nullptr),
+                      "memcpy (checkpoint snapshot)");
+      p = s.owned[i].data();
+    } else if (copy_host) {
+      s.owned[i].assign(p, p + n);
+      p = s.owned[i].data();
+    }
+    s.views.push_back({v.name, v.dtype, v.shape, p, n});
+    s.bytes += n;
+  }
+  return s;
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  Options o;
+  std::string job;
+
+  // The writer's state; `mu` guards everything below.
+  std::mutex mu;
+  std::condition_variable cv;
+  struct Pending {
+    uint64_t step;
+    Staged staged;
+    Metadata meta;
+    SaveResult result;
+  };
+  std::deque<Pending> queue;
+  uint64_t pending_bytes = 0;
+  bool busy = false, stop = false;
+  std::string failure;  // the first background failure, thrown at the next call
+  Code failure_code = Code::ok;
+  std::vector<SaveResult> done;
+  std::thread writer;
+
+  // Only the thread that writes (the writer, or the caller of save() after
+  // draining the queue) touches these.
+  std::unique_ptr<shard::Base> base;
+  uint64_t since_base = 0;
+
+  void log(const std::string& s) const {
+    if (o.log) o.log(s);
+  }
+
+  // Writes one checkpoint; makes it the base when it is one. `owned`: the
+  // staged bytes may be moved into the base.
+  SaveResult persist(uint64_t step, Staged& s, const Metadata& meta) {
+    bool as_base = base == nullptr || o.base_every <= 1 || since_base + 1 >= o.base_every;
+    if (!as_base) {
+      // A new tensor, or one whose size or dtype changed, needs a new base.
+      for (const auto& t : s.views) {
+        auto it = base->tensors.find(t.name);
+        if (it == base->tensors.end() || it->second.bytes.size() != t.bytes || it->second.dtype != t.dtype) as_base = true;
+      }
+    }
+    std::vector<std::vector<uint64_t>> hashes;
+    SaveResult r = shard::write(o, step, s.views, meta, as_base ? nullptr : base.get(), &hashes);
+    if (as_base) {
+      auto b = std::make_unique<shard::Base>();
+      b->step = step;
+      b->chunk_bytes = std::max<uint64_t>(8, o.chunk_bytes / 8 * 8);
+      for (size_t i = 0; i < s.views.size(); ++i) {
+        auto& t = b->tensors[s.views[i].name];
+        t.dtype = s.views[i].dtype;
+        if (s.owned[i].size() == s.views[i].bytes) t.bytes = std::move(s.owned[i]);
+        else t.bytes.assign(s.views[i].data, s.views[i].data + s.views[i].bytes);
+        t.hashes = std::move(hashes[i]);
+      }
+      base = std::move(b);
+      since_base = 0;
+    } else {
+      ++since_base;
+    }
+    collect_garbage();
+    return r;
+  }
+
+  // Keeps the newest `keep` checkpoints of this rank and the bases they
+  // need; removes the rest of this rank's shards (and emptied step folders).
+  void collect_garbage() {
+    std::vector<std::pair<uint64_t, int64_t>> shards;  // step, base step
+    for (const auto& name : io::list_dir(job)) {
+      uint64_t step;
+      if (!format::parse_step(name, step)) continue;
+      const std::string path = format::shard_dir(job, step, o.rank);
+      if (!io::exists(path + "/" + format::kManifest)) continue;
+      int64_t base_step = -1;
+      try {
+        base_step = shard::open(path).manifest.base_step;
+      } catch (const Error&) {
+        // A damaged shard is kept: it is evidence, and restore skips it.
+        continue;
+      }
+      shards.emplace_back(step, base_step);
+    }
+    std::sort(shards.rbegin(), shards.rend());
+    std::set<uint64_t> keep;
+    for (size_t i = 0; i < shards.size() && i < o.keep; ++i) {
+      keep.insert(shards[i].first);
+      if (shards[i].second >= 0) keep.insert(static_cast<uint64_t>(shards[i].second));
+    }
+    if (base) keep.insert(base->step);  // the next deltas need it
+    for (const auto& [step, b] : shards) {
+      (void)b;
+      if (keep.count(step)) continue;
+      io::remove_tree(format::shard_dir(job, step, o.rank));
+      const std::string sd = format::step_dir(job, step);
+      if (io::list_dir(sd).empty()) io::remove_tree(sd);
+    }
+  }
+
+  void run_writer() {
+    std::unique_lock lk(mu);
+    for (;;) {
+      cv.wait(lk, [&] { return stop || !queue.empty(); });
+      if (queue.empty()) return;
+      Pending p = std::move(queue.front());
+      queue.pop_front();
+      busy = true;
+      lk.unlock();
+      SaveResult r;
+      std::string err;
+      Code code = Code::ok;
+      try {
+        r = persist(p.step, p.staged, p.meta);
+        r.blocked_s = p.result.blocked_s;
+        r.backpressure_s = p.result.backpressure_s;
+      } catch (const Error& e) {
+        err = e.what(), code = e.code();
+      } catch (const std::exception& e) {
+        err = e.what(), code = Code::internal;
+      }
+      lk.lock();
+      busy = false;
+      pending_bytes -= p.staged.bytes;
+      if (!err.empty() && failure.empty()) failure = err, failure_code = code;
+      if (err.empty()) done.push_back(r);
+      else log("checkpoint: background save of step " + std::to_string(p.step) + " failed: " + err);
+      cv.notify_all();
+    }
+  }
+
+  void rethrow_failure() {
+    if (failure.empty()) return;
+    std::string f = std::move(failure);
+    failure.clear();
+    throw Error(failure_code, f);
+  }
+
+  // Waits until the writer has nothing queued or running.
+  void drain(std::unique_lock<std::mutex>& lk) {
+    cv.wait(lk, [&] { return queue.empty() && !busy; });
+  }
+};
+
+Engine::Engine(Options options) : impl_(std::make_unique<Impl>()) {
+  auto& m = *impl_;
+  if (options.dir.empty()) throw Error(Code::invalid_argument, "checkpoint: Options::dir is empty");
+  if (options.job.empty() || options.job.find('/') != std::string::npos || options.job[0] == '.')
+    throw Error(Code::invalid_argument, "checkpoint: job name '" + options.job + "' must be a plain folder name");
+  if (options.world == 0 || options.rank >= options.world)
+    throw Error(Code::invalid_argument, "checkpoint: rank " + std::to_string(options.rank) + " of world " +
+                                            std::to_string(options.world));
+  if (options.chunk_bytes < 4096 || options.chunk_bytes > format::kMaxChunkBytes)
+    throw Error(Code::invalid_argument, "checkpoint: chunk_bytes " + std::to_string(options.chunk_bytes) +
+                                            " outside [4096, " + std::to_string(format::kMaxChunkBytes) + "]");
+  if (options.keep == 0) throw Error(Code::invalid_argument, "checkpoint: keep must be >= 1");
+  if (options.zstd_level < -7 || options.zstd_level > 19)
+    throw Error(Code::invalid_argument, "checkpoint: zstd_level " + std::to_string(options.zstd_level) + " outside [-7, 19]");
+  m.o = std::move(options);
+  m.job = format::job_dir(m.o);
+  io::make_dirs(m.job);
+  // Leftovers of this rank's saves that a crash interrupted.
+  const std::string mine = "-rank-" + std::to_string(m.o.rank) + "-";
+  for (const auto& name : io::list_dir(m.job))
+    if (name.rfind(".tmp-step-", 0) == 0 && name.find(mine) != std::string::npos) io::remove_tree(m.job + "/" + name);
+  m.writer = std::thread([this] { impl_->run_writer(); });
+}
+
+Engine::~Engine() {
+  auto& m = *impl_;
+  {
+    std::unique_lock lk(m.mu);
+    m.drain(lk);
+    m.stop = true;
+  }
+  m.cv.notify_all();
+  m.writer.join();
+}
+
+SaveResult Engine::save(const std::vector<TensorView>& tensors, const Metadata& meta) {
+  auto& m = *impl_;
+  check_views(tensors);
+  const auto t0 = Clock::now();
+  {
+    std::unique_lock lk(m.mu);
+    m.drain(lk);  // one writer at a time, in step order
+    m.rethrow_failure();
+  }
+  Staged s = stage(tensors, /*copy_host=*/false);
+  SaveResult r = m.persist(meta.step, s, meta);
+  r.blocked_s = seconds_since(t0);
+  return r;
+}
+
+SaveResult Engine::save_async(const std::vector<TensorView>& tensors, const Metadata& meta) {
+  auto& m = *impl_;
+  check_views(tensors);
+  const auto t0 = Clock::now();
+  uint64_t bytes = 0;
+  for (const auto& v : tensors) bytes += v.bytes();
+  const uint64_t limit = m.o.max_pending_bytes ? m.o.max_pending_bytes : 2 * bytes;
+  SaveResult r;
+  r.step = meta.step;
+  {
+    std::unique_lock lk(m.mu);
+    m.rethrow_failure();
+    if (m.pending_bytes > 0 && m.pending_bytes + bytes > limit) {
+      const auto w0 = Clock::now();
+      m.cv.wait(lk, [&] { return m.pending_bytes == 0 || m.pending_bytes + bytes <= limit; });
+      r.backpressure_s = seconds_since(w0);
+      m.log("checkpoint: the writer is behind; step " + std::to_string(meta.step) + " waited " +
+            std::to_string(r.backpressure_s) + " s for it (back-pressure, staging bound " + std::to_string(limit) +
+            " bytes)");
+      m.rethrow_failure();
+    }
+    m.pending_bytes += bytes;  // reserved before the copy, so two callers cannot both fit
+  }
+  Staged s;
+  try {
+    s = stage(tensors, /*copy_host=*/true);
+  } catch (...) {
+    std::lock_guard lk(m.mu);
+    m.pending_bytes -= bytes;
+    m.cv.notify_all();
+    throw;
+  }
+  r.blocked_s = seconds_since(t0);
+  {
+    std::lock_guard lk(m.mu);
+    m.queue.push_back({meta.step, std::move(s), meta, r});
+  }
+  m.cv.notify_all();
+  return r;
+}
+
+std::vector<SaveResult> Engine::wait() {
+  auto& m = *impl_;
+  std::unique_lock lk(m.mu);
+  m.drain(lk);
+  m.rethrow_failure();
+  std::vector<SaveResult> out;
+  out.swap(m.done);
+  return out;
+}
+
+RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* meta) {
+  auto& m = *impl_;
+  check_views(tensors);
+  {
+    std::unique_lock lk(m.mu);
+    m.drain(lk);
+  }
+  RestoreResult res;
+  std::vector<uint64_t> steps;
+  for (const auto& name : io::list_dir(m.job)) {
+    uint64_t step;
+    if (format::parse_step(name, step) && io::exists(format::shard_dir(m.job, step, m.o.rank))) steps.push_back(step);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  for (uint64_t step : steps) {
+    const std::string path = format::shard_dir(m.job, step, m.o.rank);
+    std::vector<std::vector<uint8_t>> decoded(tensors.size());
+    format::Manifest man;
+    try {
+      const shard::Shard s = shard::open(path);
+      std::unique_ptr<shard::Shard> base;
+      if (s.manifest.base_step >= 0) base = std::make_unique<shard::Shard>(shard::open(shard::base_path(s)));
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        const TensorView& v = tensors[i];
+        const format::Tensor* t = nullptr;
+        for (const auto& x : s.manifest.tensors)
+          if (x.name == v.name) t = &x;
+        if (t == nullptr)
+          throw Error(Code::invalid_argument, "checkpoint: " + path + " has no tensor " + v.name);
+        if (t->dtype != v.dtype || t->shape != v.shape)
+          throw Error(Code::invalid_argument, "checkpoint: tensor " + v.name + " in " + path +
+                                                  " has another dtype or shape than the view");
+        decoded[i].resize(t->bytes);
+        shard::read_tensor(s, *t, base.get(), decoded[i].data());
+      }
+      man = s.manifest;
+    } catch (const Error& e) {
+      if (e.code() != Code::data_loss) throw;
+      res.refused.push_back(e.what());
+      m.log(std::string(e.what()) + "; falling back to an older checkpoint");
+      continue;
+    }
+    // Everything decoded and verified: only now touch the caller's state.
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const TensorView& v = tensors[i];
+      if (on_device(v))
+        v.plugin->check(v.plugin->api().device->memcpy(v.device, v.data, decoded[i].data(), decoded[i].size(),
+                                                        HAL_COPY_HOST_TO_DEVICE, nullptr),
+                        "memcpy (checkpoint restore)");
+      else if (!decoded[i].empty())
+        std::memcpy(v.data, decoded[i].data(), decoded[i].size());
+    }
+    if (meta) *meta = man.meta;
+    res.step = step;
+    res.path = path;
+    return res;
+  }
+  std::string why = "checkpoint: no good checkpoint of rank " + std::to_string(m.o.rank) + " in " + m.job;
+  for (const auto& r : res.refused) why += "\n  " + r;
+  throw Error(Code::data_loss, why);
+}
+
+namespace {
+
+ShardInfo info_of(const shard::Shard& s) {
+  ShardInfo i;
+  i.path = s.path;
+  i.step = s.manifest.step;
+  i.rank = s.manifest.rank;
+  i.world = s.manifest.world;
+  i.base_step = s.manifest.base_step;
+  i.stored_bytes = s.manifest.data_bytes;
+  i.meta = s.manifest.meta;
+  for (const auto& t : s.manifest.tensors) {
+    ShardInfo::Tensor x{t.name, t.dtype, t.shape, t.bytes, 0, t.chunks.size(), 0};
+    for (const auto& c : t.chunks) {
+      x.stored_bytes += c.stored_size;
+      x.chunks_unchanged += c.codec == format::kSameAsBase;
+    }
+    i.raw_bytes += t.bytes;
+    i.tensors.push_back(std::move(x));
+  }
+  return i;
+}
+
+}  // namespace
+
+std::vector<ShardInfo> Engine::list() const {
+  std::vector<ShardInfo> all = list_shards(impl_->job), mine;
+  for (auto& s : all)
+    if (s.rank == impl_->o.rank) mine.push_back(std::move(s));
+  return mine;
+}
+
+ShardInfo inspect(const std::string& shard_path) { return info_of(shard::open(shard_path)); }
+
+void verify(const std::string& shard_path) {
+  const shard::Shard s = shard::open(shard_path);
+  std::unique_ptr<shard::Shard> base;
+  if (s.manifest.base_step >= 0) base = std::make_unique<shard::Shard>(shard::open(shard::base_path(s)));
+  std::vector<uint8_t> out;
+  for (const auto& t : s.manifest.tensors) {
+    out.resize(t.bytes);
+    shard::read_tensor(s, t, base.get(), out.data());
+  }
+}
+
+std::vector<ShardInfo> list_shards(const std::string& job_dir) {
+  std::vector<ShardInfo> out;
+  for (const auto& sname : io::list_dir(job_dir)) {
+    uint64_t step;
+    if (!format::parse_step(sname, step)) continue;
+    for (const auto& rname : io::list_dir(job_dir + "/" + sname)) {
+      uint32_t rank;
+      if (!format::parse_rank(rname, rank)) continue;
+      try {
+        out.push_back(inspect(job_dir + "/" + sname + "/" + rname));
+      } catch (const Error& e) {
+        ShardInfo bad;
+        bad.path = job_dir + "/" + sname + "/" + rname;
+        bad.step = step;
+        bad.rank = rank;
+        bad.base_step = -2;  // unreadable: see verify
+        out.push_back(bad);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const ShardInfo& a, const ShardInfo& b) {
+    return a.step != b.step ? a.step > b.step : a.rank < b.rank;
+  });
+  return out;
+}
+
+}  // namespace sigma::checkpoint

@@ -1,0 +1,197 @@
+#include "shard.hpp"
+
+#include "codec.hpp"
+#include "io.hpp"
+
+#include <tbb/parallel_for.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+
+#include <chrono>
+#include <filesystem>
+
+namespace sigma::checkpoint::shard {
+namespace {
+
+uint64_t now_unix_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+// Test hook for the crash tests: SIGMA_CHECKPOINT_CRASH_AT=data|manifest|
+// rename kills this process with SIGKILL at that point of a save (half the
+// data written / data durable but no manifest / manifest durable but not
+// renamed into place). Read once; unset in production.
+void crash_point(const char* where) {
+  static const std::string at = [] {
+    const char* v = std::getenv("SIGMA_CHECKPOINT_CRASH_AT");
+    return std::string(v ? v : "");
+  }();
+  if (!at.empty() && at == where) ::raise(SIGKILL);
+}
+
+// Chunks of one tensor start at multiples of chunk_bytes rounded down to
+// whole elements of at most 8 bytes.
+uint64_t chunk_size(const Options& o) { return std::max<uint64_t>(8, o.chunk_bytes / 8 * 8); }
+
+}  // namespace
+
+SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>& tensors, const Metadata& meta,
+                 const Base* base, std::vector<std::vector<uint64_t>>* hashes) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string job = format::job_dir(o);
+  const std::string final_path = format::shard_dir(job, step, o.rank);
+  if (io::exists(final_path))
+    throw Error(Code::invalid_argument, "checkpoint: step " + std::to_string(step) + " of rank " +
+                                            std::to_string(o.rank) + " exists already at " + final_path);
+  const std::string tmp = job + "/.tmp-step-" + std::to_string(step) + "-rank-" + std::to_string(o.rank) + "-" +
+                          std::to_string(::getpid());
+  io::remove_tree(tmp);
+  io::make_dirs(tmp);
+  try {
+    const uint64_t cb = chunk_size(o);
+    format::Manifest m;
+    m.job = o.job;
+    m.step = step;
+    m.rank = o.rank;
+    m.world = o.world;
+    m.base_step = base ? static_cast<int64_t>(base->step) : -1;
+    m.created_unix_ns = now_unix_ns();
+    m.meta = meta;
+    m.meta.step = step;
+    // Every chunk of every tensor, in file order.
+    struct Job {
+      size_t tensor;
+      uint64_t offset, bytes;
+      const uint8_t* base;
+      uint64_t base_xxh3;
+    };
+    std::vector<Job> jobs;
+    if (hashes) hashes->assign(tensors.size(), {});
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const HostTensor& t = tensors[i];
+      format::Tensor rec;
+      rec.name = t.name;
+      rec.dtype = t.dtype;
+      rec.shape = t.shape;
+      rec.bytes = t.bytes;
+      m.tensors.push_back(rec);
+      const Base::Tensor* bt = nullptr;
+      if (base && base->chunk_bytes == cb) {
+        auto it = base->tensors.find(t.name);
+        if (it != base->tensors.end() && it->second.dtype == t.dtype && it->second.bytes.size() == t.bytes)
+          bt = &it->second;
+      }
+      for (uint64_t off = 0, k = 0; off < t.bytes; off += cb, ++k)
+        jobs.push_back({i, off, std::min(cb, t.bytes - off), bt ? bt->bytes.data() + off : nullptr,
+                        bt ? bt->hashes[k] : 0});
+    }
+    io::Writer data(tmp + "/" + format::kData);
+    // Encode a batch of chunks in parallel, append their frames in order:
+    // memory stays bounded by one batch of frames.
+    const size_t batch = 64;
+    std::vector<std::vector<uint8_t>> frames(batch);
+    std::vector<format::Chunk> recs(batch);
+    for (size_t first = 0; first < jobs.size(); first += batch) {
+      const size_t n = std::min(batch, jobs.size() - first);
+      tbb::parallel_for(size_t{0}, n, [&](size_t j) {
+        const Job& jb = jobs[first + j];
+        const HostTensor& t = tensors[jb.tensor];
+        const auto es = static_cast<uint32_t>(format::dtype_bytes(t.dtype));
+        recs[j] = codec::encode(t.data + jb.offset, jb.bytes, es, jb.base, jb.base_xxh3, o.zstd_level, frames[j]);
+      });
+      if (first > 0) crash_point("data");
+      for (size_t j = 0; j < n; ++j) {
+        format::Chunk c = recs[j];
+        c.offset = jobs[first + j].offset;
+        c.data_offset = data.size();
+        data.write(frames[j].data(), frames[j].size());
+        m.tensors[jobs[first + j].tensor].chunks.push_back(c);
+        if (hashes) (*hashes)[jobs[first + j].tensor].push_back(c.raw_xxh3);
+      }
+    }
+    m.data_bytes = data.size();
+    data.sync_and_close();
+    crash_point("manifest");
+    const auto manifest = format::encode(m);
+    io::write_file(tmp + "/" + format::kManifest, manifest.data(), manifest.size());
+    io::sync_dir(tmp);
+    crash_point("rename");
+    const std::string step_path = format::step_dir(job, step);
+    io::make_dirs(step_path);
+    io::rename(tmp, final_path);
+    io::sync_dir(step_path);
+    io::sync_dir(job);
+    SaveResult r;
+    r.step = step;
+    r.path = final_path;
+    r.base = base == nullptr;
+    for (const auto& t : m.tensors) {
+      r.raw_bytes += t.bytes;
+      for (const auto& c : t.chunks) r.chunks_unchanged += c.codec == format::kSameAsBase;
+      r.chunks += t.chunks.size();
+    }
+    r.stored_bytes = m.data_bytes;
+    r.persist_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  } catch (...) {
+    io::remove_tree(tmp);
+    throw;
+  }
+}
+
+Shard open(const std::string& path) {
+  Shard s;
+  s.path = path;
+  const std::string mpath = path + "/" + format::kManifest;
+  s.manifest = format::decode(io::read_file(mpath, format::kMaxManifestBytes), mpath);
+  const std::string dpath = path + "/" + format::kData;
+  const uint64_t size = io::file_size(dpath);
+  if (size != s.manifest.data_bytes)
+    throw Error(Code::data_loss, "checkpoint: " + dpath + ": " + std::to_string(size) + " bytes, the manifest says " +
+                                     std::to_string(s.manifest.data_bytes) + " (truncated or extended)");
+  return s;
+}
+
+std::string base_path(const Shard& s) {
+  const std::filesystem::path shard(s.path);
+  return format::shard_dir(shard.parent_path().parent_path().string(), static_cast<uint64_t>(s.manifest.base_step),
+                           s.manifest.rank);
+}
+
+void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out) {
+  const format::Tensor* bt = nullptr;
+  if (base) {
+    for (const auto& x : base->manifest.tensors)
+      if (x.name == t.name) bt = &x;
+  }
+  const auto es = static_cast<uint32_t>(format::dtype_bytes(t.dtype));
+  const std::string dpath = s.path + "/" + format::kData;
+  std::vector<uint8_t> stored, base_raw;
+  for (size_t k = 0; k < t.chunks.size(); ++k) {
+    const format::Chunk& c = t.chunks[k];
+    const std::string where = dpath + ": tensor " + t.name + " chunk " + std::to_string(k);
+    const uint8_t* br = nullptr;
+    if (c.codec != format::kShuffleZstd) {
+      // The base's same chunk, decoded (and verified) first.
+      if (bt == nullptr || bt->dtype != t.dtype || bt->bytes != t.bytes || k >= bt->chunks.size() ||
+          bt->chunks[k].offset != c.offset || bt->chunks[k].raw_size != c.raw_size)
+        throw Error(Code::data_loss, "checkpoint: " + where + ": the base " + (base ? base->path : std::string("(none)")) +
+                                         " has no matching chunk");
+      base_raw.resize(c.raw_size);
+      const format::Chunk& b = bt->chunks[k];
+      std::vector<uint8_t> bstored(b.stored_size);
+      io::read_at(base->path + "/" + format::kData, b.data_offset, bstored.data(), b.stored_size);
+      codec::decode(b, bstored.data(), es, nullptr, base_raw.data(),
+                    base->path + "/" + format::kData + ": tensor " + t.name + " chunk " + std::to_string(k));
+      br = base_raw.data();
+    }
+    stored.resize(c.stored_size);
+    if (c.stored_size) io::read_at(dpath, c.data_offset, stored.data(), c.stored_size);
+    codec::decode(c, stored.data(), es, br, out + c.offset, where);
+  }
+}
+
+}  // namespace sigma::checkpoint::shard

@@ -1,0 +1,56 @@
+// Internal: writing one rank's shard (chunks encoded on oneTBB, frames
+// appended in order, manifest last, atomic commit) and reading one back.
+#pragma once
+
+#include "format.hpp"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace sigma::checkpoint::shard {
+
+// One tensor's bytes in host memory, borrowed.
+struct HostTensor {
+  std::string name;
+  hal_dtype_t dtype = HAL_DTYPE_F32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+};
+
+// What differential checkpoints are taken against: the base's raw bytes
+// (owned) and chunk hashes, per tensor.
+struct Base {
+  uint64_t step = 0;
+  uint64_t chunk_bytes = 0;
+  struct Tensor {
+    hal_dtype_t dtype;
+    std::vector<uint8_t> bytes;
+    std::vector<uint64_t> hashes;
+  };
+  std::map<std::string, Tensor> tensors;
+};
+
+// Writes and commits the shard of `step`. With `base`, chunks of tensors the
+// base has with the same dtype and size are differential. Fills `hashes`
+// (per tensor, per chunk raw xxh3) for the caller to keep as the next base.
+// On any failure removes what it wrote and throws.
+SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>& tensors, const Metadata& meta,
+                 const Base* base, std::vector<std::vector<uint64_t>>* hashes);
+
+struct Shard {
+  std::string path;
+  format::Manifest manifest;
+};
+
+// The manifest of the shard at `path`, verified, and its data file's size
+// checked. Throws Error(data_loss).
+Shard open(const std::string& path);
+// The base shard a differential one needs.
+std::string base_path(const Shard& s);
+// Decodes tensor `t` of `s` into `out` (t.bytes bytes), every hash checked;
+// `base` must be open when `s` is differential.
+void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out);
+
+}  // namespace sigma::checkpoint::shard

@@ -1,0 +1,226 @@
+// The checkpoint engine in one process: round trips of bases and deltas,
+// unchanged chunks skipped, retention, asynchronous saves with
+// back-pressure, and every kind of damage refused with a fallback.
+#include <sigma/checkpoint.hpp>
+
+#include "state.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace sigma::checkpoint {
+namespace {
+
+using testing::meta_for;
+using testing::State;
+
+std::string fresh_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "ckpt-" + name + "-" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+Options options(const std::string& dir) {
+  Options o;
+  o.dir = dir;
+  o.chunk_bytes = 64 << 10;
+  o.base_every = 4;
+  o.keep = 10;
+  return o;
+}
+
+void flip_byte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.put(static_cast<char>(c ^ 0x10));
+}
+
+TEST(Checkpoint, ABaseRoundTripsEveryTensorAndTheMetadata) {
+  Engine e(options(fresh_dir("base")));
+  State s(7);
+  const SaveResult r = e.save(s.views(), meta_for(7));
+  EXPECT_TRUE(r.base);
+  EXPECT_EQ(r.step, 7u);
+  EXPECT_GT(r.raw_bytes, 1'000'000u);
+  EXPECT_LT(r.stored_bytes, r.raw_bytes);  // shuffle + zstd compress these values
+  State back(0);
+  Metadata m;
+  const RestoreResult rr = e.restore(back.views(), &m);
+  EXPECT_EQ(rr.step, 7u);
+  EXPECT_TRUE(rr.refused.empty());
+  EXPECT_TRUE(back == s);
+  EXPECT_EQ(m.data_position, 7u * 32);
+  EXPECT_EQ(m.rng_state, meta_for(7).rng_state);
+  EXPECT_EQ(m.loss_scale, meta_for(7).loss_scale);
+  EXPECT_EQ(m.guardrails_state, meta_for(7).guardrails_state);
+  EXPECT_EQ(m.parallel_plan, meta_for(7).parallel_plan);
+  EXPECT_EQ(m.extra, meta_for(7).extra);
+  verify(r.path);
+}
+
+TEST(Checkpoint, DeltasSkipUnchangedChunksAndRestoreExactly) {
+  Engine e(options(fresh_dir("delta")));
+  State s1(1);
+  ASSERT_TRUE(e.save(s1.views(), meta_for(1)).base);
+  State s2(2);  // a few weights moved; most chunks did not
+  const SaveResult d = e.save(s2.views(), meta_for(2));
+  EXPECT_FALSE(d.base);
+  EXPECT_GT(d.chunks_unchanged, 0u);
+  EXPECT_LT(d.stored_bytes, d.raw_bytes / 4);
+  State back(0);
+  EXPECT_EQ(e.restore(back.views(), nullptr).step, 2u);
+  EXPECT_TRUE(back == s2);
+  verify(d.path);
+  const ShardInfo info = inspect(d.path);
+  EXPECT_EQ(info.base_step, 1);
+  EXPECT_EQ(info.tensors.size(), 5u);
+  // Every base_every-th checkpoint is a base again.
+  EXPECT_FALSE(e.save(State(3).views(), meta_for(3)).base);
+  EXPECT_FALSE(e.save(State(4).views(), meta_for(4)).base);
+  EXPECT_TRUE(e.save(State(5).views(), meta_for(5)).base);
+  // A tensor that changes size forces a base.
+  EXPECT_FALSE(e.save(State(6).views(), meta_for(6)).base);
+  State bigger(7, 2);
+  EXPECT_TRUE(e.save(bigger.views(), meta_for(7)).base);
+}
+
+TEST(Checkpoint, RetentionKeepsTheBasesKeptDeltasNeed) {
+  Options o = options(fresh_dir("gc"));
+  o.keep = 2;
+  o.base_every = 10;
+  Engine e(o);
+  for (uint64_t step = 1; step <= 6; ++step) e.save(State(step).views(), meta_for(step));
+  std::vector<uint64_t> steps;
+  for (const auto& s : e.list()) steps.push_back(s.step);
+  EXPECT_EQ(steps, (std::vector<uint64_t>{6, 5, 1}));  // 1 is their base
+  State back(0);
+  EXPECT_EQ(e.restore(back.views(), nullptr).step, 6u);
+  EXPECT_TRUE(back == State(6));
+}
+
+TEST(Checkpoint, AsyncSavesBlockOnlyForTheCopyAndPushBackWhenBehind) {
+  Options o = options(fresh_dir("async"));
+  std::vector<std::string> said;
+  o.log = [&](const std::string& s) { said.push_back(s); };
+  o.max_pending_bytes = 1;  // the writer is always "behind": every save waits
+  Engine e(o);
+  for (uint64_t step = 1; step <= 3; ++step) {
+    State s(step);
+    const SaveResult r = e.save_async(s.views(), meta_for(step));
+    EXPECT_GE(r.blocked_s, r.backpressure_s);
+    // The caller may change its tensors at once: the engine has a copy.
+    s.w1.assign(s.w1.size(), -1.0f);
+  }
+  const auto results = e.wait();
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_FALSE(said.empty());
+  EXPECT_NE(said[0].find("back-pressure"), std::string::npos) << said[0];
+  State back(0);
+  EXPECT_EQ(e.restore(back.views(), nullptr).step, 3u);
+  EXPECT_TRUE(back == State(3));
+}
+
+TEST(Checkpoint, DamageAnywhereIsRefusedNamingTheCheckAndRestoreFallsBack) {
+  const std::string dir = fresh_dir("damage");
+  Options o = options(dir);
+  std::vector<std::string> said;
+  o.log = [&](const std::string& s) { said.push_back(s); };
+  Engine e(o);
+  e.save(State(1).views(), meta_for(1));
+  const SaveResult r2 = e.save(State(2).views(), meta_for(2));
+  const SaveResult r3 = e.save(State(3).views(), meta_for(3));
+  // A flipped bit in the newest's data: the stored hash catches it.
+  const std::string data3 = r3.path + "/data.bin";
+  flip_byte(data3, std::filesystem::file_size(data3) / 2);
+  try {
+    verify(r3.path);
+    FAIL();
+  } catch (const Error& x) {
+    EXPECT_EQ(x.code(), Code::data_loss);
+    EXPECT_NE(std::string(x.what()).find("data.bin: tensor"), std::string::npos) << x.what();
+    EXPECT_NE(std::string(x.what()).find("chunk"), std::string::npos) << x.what();
+  }
+  // A torn manifest in the next one.
+  const std::string man2 = r2.path + "/manifest.sgck";
+  std::filesystem::resize_file(man2, std::filesystem::file_size(man2) / 2);
+  State back(0);
+  const RestoreResult rr = e.restore(back.views(), nullptr);
+  EXPECT_EQ(rr.step, 1u);
+  EXPECT_TRUE(back == State(1));
+  ASSERT_EQ(rr.refused.size(), 2u);
+  EXPECT_NE(rr.refused[0].find(r3.path), std::string::npos) << rr.refused[0];
+  EXPECT_NE(rr.refused[1].find("manifest.sgck"), std::string::npos) << rr.refused[1];
+  EXPECT_EQ(said.size(), 2u);
+}
+
+TEST(Checkpoint, TruncatedDataVersionMismatchAndNoGoodCheckpointAreSaid) {
+  const std::string dir = fresh_dir("trunc");
+  Engine e(options(dir));
+  const SaveResult r = e.save(State(1).views(), meta_for(1));
+  std::filesystem::resize_file(r.path + "/data.bin", 100);
+  try {
+    verify(r.path);
+    FAIL();
+  } catch (const Error& x) {
+    EXPECT_NE(std::string(x.what()).find("truncated"), std::string::npos) << x.what();
+  }
+  // The manifest's format version is its first field after the header:
+  // rewrite the manifest of a second save with another version.
+  Options o2 = options(dir);
+  o2.job = "other";
+  Engine e2(o2);
+  const SaveResult r2 = e2.save(State(2).views(), meta_for(2));
+  std::ifstream in(r2.path + "/manifest.sgck", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const std::string one("\x01\x00\x00\x00", 4), nine("\x09\x00\x00\x00", 4);
+  const auto at = bytes.find(one);
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 4, nine);
+  std::ofstream(r2.path + "/manifest.sgck", std::ios::binary | std::ios::trunc) << bytes;
+  try {
+    inspect(r2.path);
+    FAIL();
+  } catch (const Error& x) {
+    EXPECT_NE(std::string(x.what()).find("format version 9"), std::string::npos) << x.what();
+  }
+  State back(0);
+  try {
+    e.restore(back.views(), nullptr);
+    FAIL();
+  } catch (const Error& x) {
+    EXPECT_EQ(x.code(), Code::data_loss);
+    EXPECT_NE(std::string(x.what()).find("no good checkpoint"), std::string::npos);
+  }
+}
+
+TEST(Checkpoint, ViewsThatDoNotMatchAreTheCallersMistakeNotDamage) {
+  Engine e(options(fresh_dir("mismatch")));
+  e.save(State(1).views(), meta_for(1));
+  State back(0, 2);  // w1 twice as large
+  try {
+    e.restore(back.views(), nullptr);
+    FAIL();
+  } catch (const Error& x) {
+    EXPECT_EQ(x.code(), Code::invalid_argument);
+    EXPECT_NE(std::string(x.what()).find("layers.0.weight"), std::string::npos) << x.what();
+  }
+  auto v = State(1).views();
+  v[1].name = v[0].name;
+  EXPECT_THROW(e.save(v, meta_for(2)), Error);
+  EXPECT_THROW(e.save(State(1).views(), meta_for(1)), Error);  // step 1 exists
+  Options bad = options(fresh_dir("bad"));
+  bad.job = "../escape";
+  EXPECT_THROW(Engine{bad}, Error);
+  bad = options(fresh_dir("bad"));
+  bad.chunk_bytes = 10;
+  EXPECT_THROW(Engine{bad}, Error);
+}
+
+}  // namespace
+}  // namespace sigma::checkpoint
