@@ -102,12 +102,12 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
         const auto es = static_cast<uint32_t>(format::dtype_bytes(t.dtype));
         recs[j] = codec::encode(t.data + jb.offset, jb.bytes, es, jb.base, jb.base_xxh3, o.zstd_level, frames[j]);
       });
-      if (first > 0) crash_point("data");
       for (size_t j = 0; j < n; ++j) {
         format::Chunk c = recs[j];
         c.offset = jobs[first + j].offset;
         c.data_offset = data.size();
         data.write(frames[j].data(), frames[j].size());
+        if (first + j == 0) crash_point("data");  // one frame of many is on disk
         m.tensors[jobs[first + j].tensor].chunks.push_back(c);
         if (hashes) (*hashes)[jobs[first + j].tensor].push_back(c.raw_xxh3);
       }
