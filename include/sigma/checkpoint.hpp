@@ -153,7 +153,31 @@ ShardInfo inspect(const std::string& shard_path);
 // decoding every chunk. Throws Error(data_loss) naming file, tensor, chunk and
 // check.
 void verify(const std::string& shard_path);
-// The committed shards below a job folder (any rank), newest first.
+// The committed shards below a job folder (any rank), newest first. A shard
+// whose manifest cannot be read is listed with base_step -2.
 std::vector<ShardInfo> list_shards(const std::string& job_dir);
+// One tensor of a shard, decoded, every hash checked. Throws Error(data_loss)
+// for damage, Error(invalid_argument) when the shard has no such tensor.
+std::vector<uint8_t> read_tensor(const std::string& shard_path, const std::string& name);
+
+// safetensors (https://github.com/huggingface/safetensors): an 8-byte
+// little-endian header length, a JSON header naming each tensor's dtype,
+// shape and byte range, then the bytes. Export writes every tensor of a
+// shard (and its metadata as "__metadata__" strings), durably.
+void export_safetensors(const std::string& shard_path, const std::string& out_path);
+// Reads a safetensors file into owned tensors; the file is untrusted: the
+// header is bounded (100 MiB), every range is checked against the file and
+// the shape, overlaps are refused. Throws Error(invalid_argument) naming the
+// file and the field.
+struct OwnedTensor {
+  std::string name;
+  hal_dtype_t dtype = HAL_DTYPE_F32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+std::vector<OwnedTensor> import_safetensors(const std::string& path, std::map<std::string, std::string>* metadata);
+// The same from bytes in memory (the fuzz target's entry); `name` in messages.
+std::vector<OwnedTensor> parse_safetensors(const uint8_t* data, uint64_t size, const std::string& name,
+                                           std::map<std::string, std::string>* metadata);
 
 }  // namespace sigma::checkpoint

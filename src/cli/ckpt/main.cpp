@@ -1,0 +1,253 @@
+// sigma-ckpt: look at, check, compare and convert checkpoints.
+//
+//   sigma-ckpt ls DIR                    shards below DIR (a job folder, or a root of jobs)
+//   sigma-ckpt verify PATH               every hash of a shard, a step (all ranks) or a job
+//   sigma-ckpt inspect PATH              one shard: tensors, sizes, ratios, chain, metadata
+//   sigma-ckpt diff A B                  which tensors of two shards differ, and by how much
+//   sigma-ckpt export PATH --safetensors OUT
+//   sigma-ckpt import IN.safetensors --dir DIR [--job NAME] [--step N]
+//
+// Exit status: 0 fine; 1 damage found (verify) or differences (diff); 2 usage
+// or an unreadable input.
+#include <sigma/checkpoint.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+namespace ck = sigma::checkpoint;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* dtype_name(hal_dtype_t d) {
+  static const char* n[] = {"f32", "f16", "bf16", "f64", "i32", "i64", "u8"};
+  return d < 7 ? n[d] : "?";
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); ++i) o += (i ? "," : "") + std::to_string(s[i]);
+  return o + "]";
+}
+
+std::string human(double bytes) {
+  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (bytes >= 1024 && i < 4) bytes /= 1024, ++i;
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f %s", bytes, u[i]);
+  return b;
+}
+
+bool is_job(const fs::path& p) {
+  for (const auto& e : fs::directory_iterator(p))
+    if (e.path().filename().string().rfind("step-", 0) == 0) return true;
+  return false;
+}
+
+std::vector<fs::path> jobs_below(const fs::path& dir) {
+  if (is_job(dir)) return {dir};
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && is_job(e.path())) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Every shard a PATH names: a shard, a step folder (its ranks) or a job.
+std::vector<std::string> shards_of(const fs::path& p) {
+  if (fs::exists(p / "manifest.sgck") || fs::exists(p / "data.bin")) return {p.string()};
+  std::vector<std::string> out;
+  if (p.filename().string().rfind("step-", 0) == 0) {
+    for (const auto& e : fs::directory_iterator(p)) out.push_back(e.path().string());
+  } else {
+    for (const auto& j : jobs_below(p))
+      for (const auto& s : ck::list_shards(j.string())) out.push_back(s.path);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int cmd_ls(const std::string& dir) {
+  std::printf("%-20s %6s %5s %-12s %12s %12s %6s %8s\n", "job", "step", "rank", "kind", "raw", "stored", "ratio",
+              "tensors");
+  for (const auto& job : jobs_below(dir)) {
+    for (const auto& s : ck::list_shards(job.string())) {
+      std::string kind = s.base_step == -1 ? "base" : s.base_step == -2 ? "UNREADABLE" : "delta of " + std::to_string(s.base_step);
+      std::printf("%-20s %6llu %5u %-12s %12s %12s %6.3f %8zu\n", job.filename().c_str(),
+                  static_cast<unsigned long long>(s.step), s.rank, kind.c_str(), human(static_cast<double>(s.raw_bytes)).c_str(),
+                  human(static_cast<double>(s.stored_bytes)).c_str(),
+                  s.raw_bytes ? static_cast<double>(s.stored_bytes) / static_cast<double>(s.raw_bytes) : 0.0, s.tensors.size());
+    }
+  }
+  return 0;
+}
+
+int cmd_verify(const std::string& path) {
+  int bad = 0, n = 0;
+  for (const auto& s : shards_of(path)) {
+    ++n;
+    try {
+      ck::verify(s);
+      std::printf("ok       %s\n", s.c_str());
+    } catch (const sigma::Error& e) {
+      ++bad;
+      std::printf("DAMAGED  %s\n         %s\n", s.c_str(), e.what());
+    }
+  }
+  if (n == 0) {
+    std::fprintf(stderr, "sigma-ckpt: no checkpoint under %s\n", path.c_str());
+    return 2;
+  }
+  std::printf("%d of %d shards verified, %d damaged\n", n - bad, n, bad);
+  return bad ? 1 : 0;
+}
+
+int cmd_inspect(const std::string& path) {
+  const ck::ShardInfo s = ck::inspect(path);
+  std::printf("shard   %s\nstep    %llu (rank %u of %u)\nkind    %s\n", s.path.c_str(),
+              static_cast<unsigned long long>(s.step), s.rank, s.world,
+              s.base_step < 0 ? "base" : ("delta of step " + std::to_string(s.base_step)).c_str());
+  std::printf("size    %s raw, %s stored (%.3f)\n", human(static_cast<double>(s.raw_bytes)).c_str(),
+              human(static_cast<double>(s.stored_bytes)).c_str(),
+              s.raw_bytes ? static_cast<double>(s.stored_bytes) / static_cast<double>(s.raw_bytes) : 0.0);
+  std::printf("meta    data position %llu, loss scale %g, %zu RNG bytes, guardrails state %zu bytes, plan %s\n",
+              static_cast<unsigned long long>(s.meta.data_position), s.meta.loss_scale, s.meta.rng_state.size(),
+              s.meta.guardrails_state.size(), s.meta.parallel_plan.empty() ? "-" : s.meta.parallel_plan.c_str());
+  for (const auto& [k, v] : s.meta.extra) std::printf("        %s = %s\n", k.c_str(), v.c_str());
+  std::printf("\n%-40s %-5s %-18s %12s %12s %6s %7s %9s\n", "tensor", "dtype", "shape", "raw", "stored", "ratio",
+              "chunks", "unchanged");
+  for (const auto& t : s.tensors)
+    std::printf("%-40s %-5s %-18s %12s %12s %6.3f %7llu %9llu\n", t.name.c_str(), dtype_name(t.dtype),
+                shape_str(t.shape).c_str(), human(static_cast<double>(t.bytes)).c_str(),
+                human(static_cast<double>(t.stored_bytes)).c_str(),
+                t.bytes ? static_cast<double>(t.stored_bytes) / static_cast<double>(t.bytes) : 0.0,
+                static_cast<unsigned long long>(t.chunks), static_cast<unsigned long long>(t.chunks_unchanged));
+  return 0;
+}
+
+double as_double(const uint8_t* p, hal_dtype_t d) {
+  switch (d) {
+    case HAL_DTYPE_F32: { float f; std::memcpy(&f, p, 4); return f; }
+    case HAL_DTYPE_F64: { double f; std::memcpy(&f, p, 8); return f; }
+    case HAL_DTYPE_F16: { _Float16 f; std::memcpy(&f, p, 2); return static_cast<double>(f); }
+    case HAL_DTYPE_BF16: { uint32_t x = static_cast<uint32_t>(p[0] | p[1] << 8) << 16; float f; std::memcpy(&f, &x, 4); return f; }
+    case HAL_DTYPE_I32: { int32_t i; std::memcpy(&i, p, 4); return i; }
+    case HAL_DTYPE_I64: { int64_t i; std::memcpy(&i, p, 8); return static_cast<double>(i); }
+    default: return *p;
+  }
+}
+
+int cmd_diff(const std::string& a, const std::string& b) {
+  const ck::ShardInfo ia = ck::inspect(a), ib = ck::inspect(b);
+  int differ = 0;
+  std::printf("%-40s %-10s %12s %14s %14s\n", "tensor", "status", "elements", "max |a-b|", "rms(a-b)");
+  for (const auto& ta : ia.tensors) {
+    const ck::ShardInfo::Tensor* tb = nullptr;
+    for (const auto& x : ib.tensors)
+      if (x.name == ta.name) tb = &x;
+    if (tb == nullptr) {
+      std::printf("%-40s %-10s\n", ta.name.c_str(), "only in A");
+      ++differ;
+      continue;
+    }
+    if (tb->dtype != ta.dtype || tb->shape != ta.shape) {
+      std::printf("%-40s %-10s %s%s vs %s%s\n", ta.name.c_str(), "reshaped", dtype_name(ta.dtype),
+                  shape_str(ta.shape).c_str(), dtype_name(tb->dtype), shape_str(tb->shape).c_str());
+      ++differ;
+      continue;
+    }
+    const auto va = ck::read_tensor(a, ta.name), vb = ck::read_tensor(b, ta.name);
+    const uint64_t es = ta.dtype == HAL_DTYPE_U8 ? 1 : ta.dtype <= HAL_DTYPE_BF16 && ta.dtype != HAL_DTYPE_F32 ? 2
+                        : ta.dtype == HAL_DTYPE_F64 || ta.dtype == HAL_DTYPE_I64 ? 8 : 4;
+    uint64_t changed = 0;
+    double worst = 0, sq = 0;
+    for (uint64_t i = 0; i < va.size() / es; ++i) {
+      if (std::memcmp(va.data() + i * es, vb.data() + i * es, es) == 0) continue;
+      ++changed;
+      const double d = as_double(va.data() + i * es, ta.dtype) - as_double(vb.data() + i * es, ta.dtype);
+      worst = std::max(worst, std::fabs(d));
+      sq += d * d;
+    }
+    const uint64_t n = va.size() / es;
+    if (changed) ++differ;
+    std::printf("%-40s %-10s %12llu %14.6g %14.6g\n", ta.name.c_str(), changed ? "differs" : "same",
+                static_cast<unsigned long long>(changed), worst, n ? std::sqrt(sq / static_cast<double>(n)) : 0.0);
+  }
+  for (const auto& tb : ib.tensors) {
+    bool in_a = false;
+    for (const auto& x : ia.tensors) in_a |= x.name == tb.name;
+    if (!in_a) std::printf("%-40s %-10s\n", tb.name.c_str(), "only in B"), ++differ;
+  }
+  std::printf("%d tensor(s) differ\n", differ);
+  return differ ? 1 : 0;
+}
+
+int cmd_import(const std::string& in, const std::string& dir, const std::string& job, uint64_t step) {
+  std::map<std::string, std::string> meta_in;
+  auto tensors = ck::import_safetensors(in, &meta_in);
+  ck::Options o;
+  o.dir = dir;
+  o.job = job;
+  o.base_every = 1;
+  ck::Engine e(o);
+  std::vector<ck::TensorView> views;
+  for (auto& t : tensors) views.push_back({t.name, t.dtype, t.shape, t.bytes.data()});
+  ck::Metadata m;
+  m.step = step;
+  m.extra = meta_in;
+  const ck::SaveResult r = e.save(views, m);
+  std::printf("imported %zu tensors (%s) from %s into %s\n", tensors.size(), human(static_cast<double>(r.raw_bytes)).c_str(),
+              in.c_str(), r.path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Looks at, checks, compares and converts libsigma checkpoints"};
+  app.require_subcommand(1);
+  std::string a, b, out, dir, job = "imported";
+  uint64_t step = 0;
+  auto* ls = app.add_subcommand("ls", "list the shards below a job folder or a root of jobs");
+  ls->add_option("DIR", a)->required()->check(CLI::ExistingDirectory);
+  auto* verify = app.add_subcommand("verify", "check every hash; exit 1 on damage");
+  verify->add_option("PATH", a, "a shard, a step folder or a job folder")->required()->check(CLI::ExistingDirectory);
+  auto* inspect = app.add_subcommand("inspect", "tensors, sizes, ratios, chain and metadata of a shard");
+  inspect->add_option("PATH", a)->required()->check(CLI::ExistingDirectory);
+  auto* diff = app.add_subcommand("diff", "which tensors of two shards differ, and by how much; exit 1 if any");
+  diff->add_option("A", a)->required()->check(CLI::ExistingDirectory);
+  diff->add_option("B", b)->required()->check(CLI::ExistingDirectory);
+  auto* exp = app.add_subcommand("export", "write a shard's tensors as safetensors");
+  exp->add_option("PATH", a)->required()->check(CLI::ExistingDirectory);
+  exp->add_option("--safetensors", out, "the file to write")->required();
+  auto* imp = app.add_subcommand("import", "save a safetensors file as a base checkpoint");
+  imp->add_option("FILE", a)->required()->check(CLI::ExistingFile);
+  imp->add_option("--dir", dir, "the checkpoint root")->required();
+  imp->add_option("--job", job, "the job folder's name");
+  imp->add_option("--step", step, "the step to record");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*ls) return cmd_ls(a);
+    if (*verify) return cmd_verify(a);
+    if (*inspect) return cmd_inspect(a);
+    if (*diff) return cmd_diff(a, b);
+    if (*exp) {
+      ck::export_safetensors(a, out);
+      std::printf("wrote %s\n", out.c_str());
+      return 0;
+    }
+    if (*imp) return cmd_import(a, dir, job, step);
+  } catch (const sigma::Error& e) {
+    std::fprintf(stderr, "sigma-ckpt: %s\n", e.what());
+    return e.code() == sigma::Code::data_loss && *verify ? 1 : 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sigma-ckpt: %s\n", e.what());
+    return 2;
+  }
+  return 2;
+}

@@ -1,0 +1,107 @@
+// sigma-ckpt as a user runs it: ls, verify (clean and damaged), inspect,
+// diff, and a safetensors round trip through export and import.
+#include <sigma/checkpoint.hpp>
+
+#include "state.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace sigma::checkpoint {
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+};
+
+CliRun cli(const std::string& args) {
+  CliRun r;
+  FILE* p = ::popen((std::string(SIGMA_CKPT) + " " + args + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+class CkptCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = ::testing::TempDir() + "ckpt-cli-" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir);
+    Options o;
+    o.dir = dir;
+    o.chunk_bytes = 64 << 10;
+    Engine e(o);
+    s1 = e.save(testing::State(1).views(), testing::meta_for(1)).path;
+    s2 = e.save(testing::State(2).views(), testing::meta_for(2)).path;
+  }
+  std::string dir, s1, s2;
+};
+
+TEST_F(CkptCli, LsInspectAndVerifyShowWhatIsThere) {
+  CliRun r = cli("ls " + dir);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("base"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("delta of 1"), std::string::npos) << r.out;
+  r = cli("inspect " + s2);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("layers.0.weight"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("delta of step 1"), std::string::npos) << r.out;
+  r = cli("verify " + dir);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("2 of 2 shards verified, 0 damaged"), std::string::npos) << r.out;
+}
+
+TEST_F(CkptCli, VerifyExitsNonZeroAndNamesTheDamage) {
+  {
+    std::fstream f(s1 + "/data.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    f.put('\x5a');
+  }
+  const CliRun r = cli("verify " + dir);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("DAMAGED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("xxh3"), std::string::npos) << r.out;
+  // The delta on top of the damaged base is damaged too, and says where.
+  EXPECT_NE(r.out.find("0 of 2 shards verified, 2 damaged"), std::string::npos) << r.out;
+}
+
+TEST_F(CkptCli, DiffSaysWhichTensorsChangedAndHowMuch) {
+  CliRun r = cli("diff " + s1 + " " + s2);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("layers.1.weight"), std::string::npos);
+  EXPECT_NE(r.out.find("differs"), std::string::npos);
+  r = cli("diff " + s2 + " " + s2);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("0 tensor(s) differ"), std::string::npos) << r.out;
+}
+
+TEST_F(CkptCli, SafetensorsRoundTripsAndBadFilesAreRefused) {
+  const std::string st = dir + "/w.safetensors";
+  CliRun r = cli("export " + s2 + " --safetensors " + st);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = cli("import " + st + " --dir " + dir + "/imp --step 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = cli("diff " + s2 + " " + dir + "/imp/imported/step-00000000000000000002/rank-00000");
+  EXPECT_EQ(r.code, 0) << r.out;
+  std::map<std::string, std::string> meta;
+  const auto tensors = import_safetensors(st, &meta);
+  EXPECT_EQ(tensors.size(), 5u);
+  EXPECT_EQ(meta["sigma.step"], "2");
+  // A header that promises more bytes than the file has.
+  std::ofstream(dir + "/bad.safetensors", std::ios::binary) << std::string("\xff\xff\x00\x00\x00\x00\x00\x00{}", 10);
+  r = cli("import " + dir + "/bad.safetensors --dir " + dir + "/imp2");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("header length"), std::string::npos) << r.out;
+  r = cli("inspect " + dir);  // not a shard
+  EXPECT_EQ(r.code, 2) << r.out;
+}
+
+}  // namespace
+}  // namespace sigma::checkpoint
