@@ -24,8 +24,8 @@ inline void store(uint8_t* p, float f, hal_dtype_t dt) {
   if (dt == HAL_DTYPE_F32) {
     std::memcpy(p, &f, 4);
   } else if (dt == HAL_DTYPE_F16) {
-    const _Float16 v = static_cast<_Float16>(f);
-    std::memcpy(p, &v, 2);
+    const uint16_t h = detail::f32_to_f16(f);
+    std::memcpy(p, &h, 2);
   } else {
     uint32_t x;
     std::memcpy(&x, &f, 4);

@@ -19,6 +19,9 @@ namespace {
 #define SIGMA_GROUP2 SIGMA_LANES(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)
 #define SIGMA_UNGROUP2 SIGMA_LANES(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15)
 
+// base + offset, or NULL without a base (no arithmetic on a null pointer).
+inline const uint8_t* at(const uint8_t* base, uint64_t offset) { return base ? base + offset : nullptr; }
+
 template <bool kXor>
 __attribute__((target("avx2"), always_inline)) inline __m256i load(const uint8_t* p, const uint8_t* base) {
   const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -43,7 +46,7 @@ __attribute__((target("avx2"))) uint64_t shuffle4(const uint8_t* s, const uint8_
     __m256i a[4];
     for (int k = 0; k < 4; ++k) {
       // After this, qword q of a[k] holds byte q of elements i+8k .. i+8k+7.
-      a[k] = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(load<kXor>(s + 4 * i + 32 * k, base + 4 * i + 32 * k), group),
+      a[k] = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(load<kXor>(s + 4 * i + 32 * k, at(base, 4 * i + 32 * k)), group),
                                          spread);
     }
     const __m256i t0 = _mm256_unpacklo_epi64(a[0], a[1]), t1 = _mm256_unpackhi_epi64(a[0], a[1]);
@@ -70,7 +73,7 @@ __attribute__((target("avx2"))) uint64_t unshuffle4(const uint8_t* s, const uint
     for (int k = 0; k < 4; ++k) {
       store<kXor, kStream>(d + 4 * i + 32 * k,
                            _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(a[k], gather), group),
-                           base + 4 * i + 32 * k);
+                           at(base, 4 * i + 32 * k));
     }
   }
   return i;
@@ -82,9 +85,9 @@ __attribute__((target("avx2"))) uint64_t shuffle2(const uint8_t* s, const uint8_
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     // After the permute, the low half of a holds byte 0 of its 16 elements.
-    const __m256i a0 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(load<kXor>(s + 2 * i, base + 2 * i), group), 0xD8);
+    const __m256i a0 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(load<kXor>(s + 2 * i, at(base, 2 * i)), group), 0xD8);
     const __m256i a1 =
-        _mm256_permute4x64_epi64(_mm256_shuffle_epi8(load<kXor>(s + 2 * i + 32, base + 2 * i + 32), group), 0xD8);
+        _mm256_permute4x64_epi64(_mm256_shuffle_epi8(load<kXor>(s + 2 * i + 32, at(base, 2 * i + 32)), group), 0xD8);
     store<false, kStream>(d + i, _mm256_permute2x128_si256(a0, a1, 0x20), nullptr);
     store<false, kStream>(d + n + i, _mm256_permute2x128_si256(a0, a1, 0x31), nullptr);
   }
@@ -98,9 +101,9 @@ __attribute__((target("avx2"))) uint64_t unshuffle2(const uint8_t* s, const uint
   for (; i + 32 <= n; i += 32) {
     const __m256i p0 = load<false>(s + i, nullptr), p1 = load<false>(s + n + i, nullptr);
     const __m256i a0 = _mm256_permute2x128_si256(p0, p1, 0x20), a1 = _mm256_permute2x128_si256(p0, p1, 0x31);
-    store<kXor, kStream>(d + 2 * i, _mm256_shuffle_epi8(_mm256_permute4x64_epi64(a0, 0xD8), ungroup), base + 2 * i);
+    store<kXor, kStream>(d + 2 * i, _mm256_shuffle_epi8(_mm256_permute4x64_epi64(a0, 0xD8), ungroup), at(base, 2 * i));
     store<kXor, kStream>(d + 2 * i + 32, _mm256_shuffle_epi8(_mm256_permute4x64_epi64(a1, 0xD8), ungroup),
-                         base + 2 * i + 32);
+                         at(base, 2 * i + 32));
   }
   return i;
 }

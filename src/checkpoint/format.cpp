@@ -98,7 +98,13 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
       if (x.name.empty() || x.name.size() > 4096 || !names.insert(x.name).second)
         bad(path, "tensor name '" + x.name.substr(0, 64) + "' is empty, too long or repeated");
       x.dtype = static_cast<hal_dtype_t>(t->dtype());
-      if (t->shape()) x.shape.assign(t->shape()->begin(), t->shape()->end());
+      if (t->shape()) {
+        // This FlatBuffers' verifier checks a vector's 4-byte length, not
+        // the 8-byte alignment of its elements: check it here.
+        if (reinterpret_cast<uintptr_t>(t->shape()->data()) % alignof(int64_t) != 0)
+          bad(path, "tensor " + x.name + ": misaligned shape vector");
+        x.shape.assign(t->shape()->begin(), t->shape()->end());
+      }
       if (x.shape.size() > 64) bad(path, "tensor " + x.name + ": " + std::to_string(x.shape.size()) + " dimensions");
       x.bytes = tensor_bytes(x.dtype, x.shape, "checkpoint: " + path + ": tensor " + x.name, Code::data_loss);
       if (t->bytes() != x.bytes)

@@ -134,7 +134,11 @@ double as_double(const uint8_t* p, hal_dtype_t d) {
   switch (d) {
     case HAL_DTYPE_F32: { float f; std::memcpy(&f, p, 4); return f; }
     case HAL_DTYPE_F64: { double f; std::memcpy(&f, p, 8); return f; }
-    case HAL_DTYPE_F16: { _Float16 f; std::memcpy(&f, p, 2); return static_cast<double>(f); }
+    case HAL_DTYPE_F16: {  // binary16 by hand: not every compiler has _Float16
+      const int e = (p[1] >> 2) & 0x1F, m = (p[1] & 3) << 8 | p[0];
+      const double mag = e == 0 ? std::ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(1024 + m, e - 25);
+      return p[1] & 0x80 ? -mag : mag;
+    }
     case HAL_DTYPE_BF16: { uint32_t x = static_cast<uint32_t>(p[0] | p[1] << 8) << 16; float f; std::memcpy(&f, &x, 4); return f; }
     case HAL_DTYPE_I32: { int32_t i; std::memcpy(&i, p, 4); return i; }
     case HAL_DTYPE_I64: { int64_t i; std::memcpy(&i, p, 8); return static_cast<double>(i); }
