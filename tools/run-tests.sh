@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Every test: the Release build's suite, then the same suite under ASan+UBSan
-# and under ThreadSanitizer. Fails when any test fails.
+# and under ThreadSanitizer, then each libFuzzer target for a bounded time
+# over its corpus (the checkpoint reader longest). Fails when any test fails
+# or any fuzzer finds a crash.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 sigma_ensure_packages
 for preset in default asan tsan; do
@@ -8,4 +10,25 @@ for preset in default asan tsan; do
   sigma_build "$preset"
   echo "==== $preset: test"
   ctest --preset "$preset" -j "$(nproc)"
+done
+
+echo "==== fuzz: build (clang + libFuzzer)"
+sigma_ensure_packages clang libclang-rt-14-dev
+sigma_build fuzz
+# name:seconds. Each run starts from a scratch copy of the committed corpus.
+for target in checkpoint:60 guardrails:20 scenario:20; do
+  name=${target%%:*}
+  seconds=${target##*:}
+  corpus=$(mktemp -d)
+  cp tests/fuzz/corpus/"$name"/* "$corpus"/
+  echo "==== fuzz: $name for ${seconds}s"
+  log=build/fuzz/fuzz_"$name".log
+  if ! ./build/fuzz/bin/fuzz_"$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+      -artifact_prefix=build/fuzz/ "$corpus" >"$log" 2>&1; then
+    tail -40 "$log"
+    echo "fuzz_$name found a crash (input saved under build/fuzz/)" >&2
+    exit 1
+  fi
+  grep -E "^Done" "$log" || tail -2 "$log"
+  rm -rf "$corpus"
 done
