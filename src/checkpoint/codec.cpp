@@ -5,6 +5,7 @@
 #include <zstd.h>
 
 #include <cstring>
+#include <memory>
 
 namespace sigma::checkpoint::codec {
 namespace {
@@ -15,6 +16,17 @@ std::vector<uint8_t>& scratch(uint64_t bytes) {
   thread_local std::vector<uint8_t> s;
   if (s.size() < bytes) s.resize(bytes);
   return s;
+}
+
+// One zstd context per thread for each direction: ZSTD_compress() would
+// build (and page in) a fresh one for every chunk.
+ZSTD_CCtx* cctx() {
+  thread_local std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> c(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  return c.get();
+}
+ZSTD_DCtx* dctx() {
+  thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> d(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  return d.get();
 }
 
 }  // namespace
@@ -39,7 +51,7 @@ format::Chunk encode(const uint8_t* raw, uint64_t bytes, uint32_t elem_size, con
     c.codec = format::kShuffleZstd;
   }
   frame.resize(ZSTD_compressBound(bytes));
-  const size_t z = ZSTD_compress(frame.data(), frame.size(), tmp.data(), bytes, level);
+  const size_t z = ZSTD_compressCCtx(cctx(), frame.data(), frame.size(), tmp.data(), bytes, level);
   if (ZSTD_isError(z)) throw Error(Code::internal, std::string("checkpoint: zstd: ") + ZSTD_getErrorName(z));
   frame.resize(z);
   c.stored_size = z;
@@ -60,7 +72,7 @@ void decode(const format::Chunk& c, const uint8_t* stored, uint32_t elem_size, c
   const unsigned long long frame = ZSTD_getFrameContentSize(stored, c.stored_size);
   if (frame != c.raw_size) fail("the zstd frame declares " + std::to_string(frame) + " bytes, not " + std::to_string(c.raw_size));
   auto& tmp = scratch(c.raw_size);
-  const size_t z = ZSTD_decompress(tmp.data(), c.raw_size, stored, c.stored_size);
+  const size_t z = ZSTD_decompressDCtx(dctx(), tmp.data(), c.raw_size, stored, c.stored_size);
   if (ZSTD_isError(z) || z != c.raw_size) fail(std::string("zstd refused the frame: ") + (ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short"));
   const uint64_t n = c.raw_size / elem_size;
   if (c.codec == format::kXorShuffleZstd) {

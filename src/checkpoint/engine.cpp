@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -46,12 +47,29 @@ void check_views(const std::vector<TensorView>& views) {
 // A staged copy of the state, in host memory.
 struct Staged {
   std::vector<shard::HostTensor> views;       // point into `owned` (or into the caller's memory)
-  std::vector<std::vector<uint8_t>> owned;
+  std::vector<shard::Bytes> owned;
   uint64_t bytes = 0;
 };
 
-// Copies every tensor into host memory (through the HAL for device memory).
-Staged stage(const std::vector<TensorView>& views, bool copy_host) {
+// Host buffers kept from earlier snapshots, by size: a fresh buffer costs a
+// page fault per page on first touch, several times the copy itself.
+using Pool = std::multimap<uint64_t, shard::Bytes>;
+
+shard::Bytes take(Pool* pool, uint64_t n) {
+  if (pool) {
+    auto it = pool->find(n);
+    if (it != pool->end()) {
+      shard::Bytes b = std::move(it->second);
+      pool->erase(it);
+      return b;
+    }
+  }
+  return shard::Bytes(n);
+}
+
+// Copies every tensor into host memory (through the HAL for device memory),
+// into buffers from `pool` where it has them.
+Staged stage(const std::vector<TensorView>& views, bool copy_host, Pool* pool = nullptr) {
   Staged s;
   s.owned.resize(views.size());
   for (size_t i = 0; i < views.size(); ++i) {
@@ -59,13 +77,14 @@ Staged stage(const std::vector<TensorView>& views, bool copy_host) {
     const uint64_t n = v.bytes();
     const uint8_t* p = static_cast<const uint8_t*>(v.data);
     if (on_device(v)) {
-      s.owned[i].resize(n);
+      s.owned[i] = take(pool, n);
       v.plugin->check(v.plugin->api().device->memcpy(v.device, s.owned[i].data(), v.data, n, HAL_COPY_DEVICE_TO_HOST,
                                                       nullptr),
                       "memcpy (checkpoint snapshot)");
       p = s.owned[i].data();
     } else if (copy_host) {
-      s.owned[i].assign(p, p + n);
+      s.owned[i] = take(pool, n);
+      if (n) std::memcpy(s.owned[i].data(), p, n);
       p = s.owned[i].data();
     }
     s.views.push_back({v.name, v.dtype, v.shape, p, n});
@@ -95,6 +114,7 @@ struct Engine::Impl {
   std::string failure;  // the first background failure, thrown at the next call
   Code failure_code = Code::ok;
   std::vector<SaveResult> done;
+  Pool pool;  // staging buffers to reuse
   std::thread writer;
 
   // Only the thread that writes (the writer, or the caller of save() after
@@ -120,14 +140,23 @@ struct Engine::Impl {
     std::vector<std::vector<uint64_t>> hashes;
     SaveResult r = shard::write(o, step, s.views, meta, as_base ? nullptr : base.get(), &hashes);
     if (as_base) {
+      if (base) {
+        std::lock_guard lk(mu);
+        for (auto& [name, t] : base->tensors) pool.emplace(t.bytes.size(), std::move(t.bytes));
+      }
       auto b = std::make_unique<shard::Base>();
       b->step = step;
       b->chunk_bytes = std::max<uint64_t>(8, o.chunk_bytes / 8 * 8);
       for (size_t i = 0; i < s.views.size(); ++i) {
         auto& t = b->tensors[s.views[i].name];
         t.dtype = s.views[i].dtype;
-        if (s.owned[i].size() == s.views[i].bytes) t.bytes = std::move(s.owned[i]);
-        else t.bytes.assign(s.views[i].data, s.views[i].data + s.views[i].bytes);
+        // A copy of its own (taken from the pool when it can), so that the
+        // staging buffers go back to the pool for the next snapshot.
+        {
+          std::lock_guard lk(mu);
+          t.bytes = take(&pool, s.views[i].bytes);
+        }
+        if (s.views[i].bytes) std::memcpy(t.bytes.data(), s.views[i].data, s.views[i].bytes);
         t.hashes = std::move(hashes[i]);
       }
       base = std::move(b);
@@ -197,6 +226,10 @@ struct Engine::Impl {
       lk.lock();
       busy = false;
       pending_bytes -= p.staged.bytes;
+      for (auto& b : p.staged.owned)
+        if (!b.empty()) pool.emplace(b.size(), std::move(b));
+      // Keep at most one snapshot's worth.
+      while (pool.size() > 2 * p.staged.owned.size() + 8) pool.erase(pool.begin());
       if (!err.empty() && failure.empty()) failure = err, failure_code = code;
       if (err.empty()) done.push_back(r);
       else log("checkpoint: background save of step " + std::to_string(p.step) + " failed: " + err);
@@ -290,9 +323,16 @@ SaveResult Engine::save_async(const std::vector<TensorView>& tensors, const Meta
     }
     m.pending_bytes += bytes;  // reserved before the copy, so two callers cannot both fit
   }
+  Pool mine;
+  {
+    std::lock_guard lk(m.mu);
+    mine.swap(m.pool);
+  }
   Staged s;
   try {
-    s = stage(tensors, /*copy_host=*/true);
+    s = stage(tensors, /*copy_host=*/true, &mine);
+    std::lock_guard lk(m.mu);
+    m.pool.merge(mine);
   } catch (...) {
     std::lock_guard lk(m.mu);
     m.pending_bytes -= bytes;
@@ -334,7 +374,7 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
   std::sort(steps.rbegin(), steps.rend());
   for (uint64_t step : steps) {
     const std::string path = format::shard_dir(m.job, step, m.o.rank);
-    std::vector<std::vector<uint8_t>> decoded(tensors.size());
+    std::vector<shard::Bytes> decoded(tensors.size());
     format::Manifest man;
     try {
       const shard::Shard s = shard::open(path);
@@ -350,7 +390,7 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
         if (t->dtype != v.dtype || t->shape != v.shape)
           throw Error(Code::invalid_argument, "checkpoint: tensor " + v.name + " in " + path +
                                                   " has another dtype or shape than the view");
-        decoded[i].resize(t->bytes);
+        decoded[i] = shard::Bytes(t->bytes);
         shard::read_tensor(s, *t, base.get(), decoded[i].data());
       }
       man = s.manifest;

@@ -72,25 +72,34 @@ std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
   return out;
 }
 
-void read_at(const std::string& path, uint64_t offset, void* out, uint64_t bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(Code::data_loss, "checkpoint: " + path + ": cannot open (" + std::strerror(errno) + ")");
+Reader::Reader(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw Error(Code::data_loss, "checkpoint: " + path_ + ": cannot open (" + std::strerror(errno) + ")");
+}
+
+Reader::~Reader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void Reader::read_at(uint64_t offset, void* out, uint64_t bytes) const {
   auto* p = static_cast<uint8_t*>(out);
   uint64_t done = 0;
   while (done < bytes) {
-    const ssize_t n = ::pread(fd, p + done, std::min<uint64_t>(bytes - done, uint64_t{1} << 30),
+    const ssize_t n = ::pread(fd_, p + done, std::min<uint64_t>(bytes - done, uint64_t{1} << 30),
                               static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = n < 0 ? errno : 0;
-      ::close(fd);
-      throw Error(Code::data_loss, "checkpoint: " + path + ": truncated: wanted " + std::to_string(bytes) +
+      throw Error(Code::data_loss, "checkpoint: " + path_ + ": truncated: wanted " + std::to_string(bytes) +
                                        " bytes at " + std::to_string(offset) + ", got " + std::to_string(done) +
                                        (err ? std::string(" (") + std::strerror(err) + ")" : std::string()));
     }
     done += static_cast<uint64_t>(n);
   }
-  ::close(fd);
+}
+
+void read_at(const std::string& path, uint64_t offset, void* out, uint64_t bytes) {
+  Reader(path).read_at(offset, out, bytes);
 }
 
 void sync_dir(const std::string& path) {

@@ -28,6 +28,22 @@ class Writer {
   uint64_t size_ = 0;
 };
 
+// A file open for reading at offsets from many threads at once (pread).
+class Reader {
+ public:
+  explicit Reader(std::string path);  // Error(data_loss) when it cannot be opened
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+  // Exactly `bytes` at `offset`; a short read is Error(data_loss) "truncated".
+  void read_at(uint64_t offset, void* out, uint64_t bytes) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 void write_file(const std::string& path, const void* data, uint64_t bytes);  // durable
 // The whole file, refusing files larger than max_bytes (Error(data_loss)).
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes);

@@ -4,6 +4,7 @@
 #include "io.hpp"
 
 #include <tbb/parallel_for.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -11,8 +12,19 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 
 namespace sigma::checkpoint::shard {
+
+Bytes::Bytes(uint64_t n) : n_(n) {
+  constexpr uint64_t kHuge = uint64_t{2} << 20;
+  const uint64_t size = (std::max<uint64_t>(n, 1) + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, size);
+  if (p == nullptr) throw Error(Code::out_of_memory, "checkpoint: cannot allocate " + std::to_string(n) + " bytes of staging memory");
+  ::madvise(p, size, MADV_HUGEPAGE);
+  p_.reset(static_cast<uint8_t*>(p));
+}
+
 namespace {
 
 uint64_t now_unix_ns() {
@@ -169,29 +181,35 @@ void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uin
   }
   const auto es = static_cast<uint32_t>(format::dtype_bytes(t.dtype));
   const std::string dpath = s.path + "/" + format::kData;
-  std::vector<uint8_t> stored, base_raw;
-  for (size_t k = 0; k < t.chunks.size(); ++k) {
+  const io::Reader data(dpath);
+  std::unique_ptr<io::Reader> base_data;
+  for (const auto& c : t.chunks)
+    if (c.codec != format::kShuffleZstd && base != nullptr && !base_data)
+      base_data = std::make_unique<io::Reader>(base->path + "/" + format::kData);
+  // Chunks decode independently: on oneTBB's threads, each into its place.
+  tbb::parallel_for(size_t{0}, t.chunks.size(), [&](size_t k) {
+    thread_local std::vector<uint8_t> stored, bstored, base_raw;
     const format::Chunk& c = t.chunks[k];
     const std::string where = dpath + ": tensor " + t.name + " chunk " + std::to_string(k);
     const uint8_t* br = nullptr;
     if (c.codec != format::kShuffleZstd) {
       // The base's same chunk, decoded (and verified) first.
       if (bt == nullptr || bt->dtype != t.dtype || bt->bytes != t.bytes || k >= bt->chunks.size() ||
-          bt->chunks[k].offset != c.offset || bt->chunks[k].raw_size != c.raw_size)
-        throw Error(Code::data_loss, "checkpoint: " + where + ": the base " + (base ? base->path : std::string("(none)")) +
-                                         " has no matching chunk");
-      base_raw.resize(c.raw_size);
+          bt->chunks[k].offset != c.offset || bt->chunks[k].raw_size != c.raw_size || !base_data)
+        throw Error(Code::data_loss, "checkpoint: " + where + ": the base " +
+                                         (base ? base->path : std::string("(none)")) + " has no matching chunk");
       const format::Chunk& b = bt->chunks[k];
-      std::vector<uint8_t> bstored(b.stored_size);
-      io::read_at(base->path + "/" + format::kData, b.data_offset, bstored.data(), b.stored_size);
+      base_raw.resize(c.raw_size);
+      bstored.resize(b.stored_size);
+      base_data->read_at(b.data_offset, bstored.data(), b.stored_size);
       codec::decode(b, bstored.data(), es, nullptr, base_raw.data(),
-                    base->path + "/" + format::kData + ": tensor " + t.name + " chunk " + std::to_string(k));
+                    base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
       br = base_raw.data();
     }
     stored.resize(c.stored_size);
-    if (c.stored_size) io::read_at(dpath, c.data_offset, stored.data(), c.stored_size);
+    if (c.stored_size) data.read_at(c.data_offset, stored.data(), c.stored_size);
     codec::decode(c, stored.data(), es, br, out + c.offset, where);
-  }
+  });
 }
 
 }  // namespace sigma::checkpoint::shard
