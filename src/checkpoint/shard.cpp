@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <memory>
 
 namespace sigma::checkpoint::shard {
@@ -101,11 +102,15 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
                         bt ? bt->hashes[k] : 0});
     }
     io::Writer data(tmp + "/" + format::kData);
-    // Encode a batch of chunks in parallel, append their frames in order:
-    // memory stays bounded by one batch of frames.
+    // Encode a batch of chunks in parallel while the previous batch's frames
+    // go to disk: compression and I/O overlap, and memory stays bounded by
+    // two batches of frames.
     const size_t batch = 64;
-    std::vector<std::vector<uint8_t>> frames(batch);
+    std::vector<std::vector<uint8_t>> frames(batch), writing(batch);
     std::vector<format::Chunk> recs(batch);
+    std::future<void> pending;
+    size_t pending_n = 0;
+    uint64_t offset = 0;
     for (size_t first = 0; first < jobs.size(); first += batch) {
       const size_t n = std::min(batch, jobs.size() - first);
       tbb::parallel_for(size_t{0}, n, [&](size_t j) {
@@ -117,13 +122,22 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
       for (size_t j = 0; j < n; ++j) {
         format::Chunk c = recs[j];
         c.offset = jobs[first + j].offset;
-        c.data_offset = data.size();
-        data.write(frames[j].data(), frames[j].size());
-        if (first + j == 0) crash_point("data");  // one frame of many is on disk
+        c.data_offset = offset;
+        offset += frames[j].size();
         m.tensors[jobs[first + j].tensor].chunks.push_back(c);
         if (hashes) (*hashes)[jobs[first + j].tensor].push_back(c.raw_xxh3);
       }
+      if (pending.valid()) pending.get();  // the previous batch is written (or throws)
+      frames.swap(writing);
+      pending_n = n;
+      pending = std::async(std::launch::async, [&data, &writing, pending_n, first] {
+        for (size_t j = 0; j < pending_n; ++j) {
+          data.write(writing[j].data(), writing[j].size());
+          if (first + j == 0) crash_point("data");  // one frame of many is on disk
+        }
+      });
     }
+    if (pending.valid()) pending.get();
     m.data_bytes = data.size();
     data.sync_and_close();
     crash_point("manifest");
