@@ -23,11 +23,7 @@ int main(int argc, char** argv) {
     rlimit lim{std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[3], nullptr, 10)};
     setrlimit(RLIMIT_FSIZE, &lim);
   }
-  sigma::checkpoint::Options o;
-  o.dir = argv[1];
-  o.chunk_bytes = 64 << 10;
-  o.base_every = 4;
-  o.keep = 10;
+  const sigma::checkpoint::Options o = sigma::checkpoint::testing::test_options(argv[1]);
   sigma::checkpoint::testing::State s(step);
   try {
     sigma::checkpoint::Engine e(o);

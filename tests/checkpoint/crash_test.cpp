@@ -59,14 +59,7 @@ Exit run_worker(const std::string& dir, uint64_t step, const std::string& crash_
   return x;
 }
 
-Options options(const std::string& dir) {
-  Options o;
-  o.dir = dir;
-  o.chunk_bytes = 64 << 10;
-  o.base_every = 4;
-  o.keep = 10;
-  return o;
-}
+Options options(const std::string& dir) { return testing::test_options(dir); }
 
 TEST(CheckpointCrash, AKillAnywhereInASaveLeavesThePreviousCheckpointLoadable) {
   for (const char* at : {"data", "manifest", "rename"}) {

@@ -22,14 +22,7 @@ std::string fresh_dir(const std::string& name) {
   return d;
 }
 
-Options options(const std::string& dir) {
-  Options o;
-  o.dir = dir;
-  o.chunk_bytes = 64 << 10;
-  o.base_every = 4;
-  o.keep = 10;
-  return o;
-}
+Options options(const std::string& dir) { return testing::test_options(dir); }
 
 void flip_byte(const std::string& path, uint64_t offset) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);

@@ -45,6 +45,17 @@ struct State {
   }
 };
 
+// The engine options the tests share: small chunks (many per tensor), a
+// base every 4 checkpoints, everything kept.
+inline Options test_options(const std::string& dir) {
+  Options o;
+  o.dir = dir;
+  o.chunk_bytes = 64 << 10;
+  o.base_every = 4;
+  o.keep = 10;
+  return o;
+}
+
 inline Metadata meta_for(uint64_t step) {
   Metadata m;
   m.step = step;
