@@ -5,6 +5,9 @@ set -euo pipefail
 
 SIGMA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$SIGMA_ROOT"
+# ccache: paths relative to the checkout, so a fresh clone elsewhere still
+# hits what an earlier build cached.
+export CCACHE_BASEDIR="$SIGMA_ROOT" CCACHE_NOHASHDIR=1
 
 # Debian 12 packages the build and the tests need.
 SIGMA_PACKAGES=(cmake ninja-build g++ ccache pkg-config libgtest-dev libgmock-dev
