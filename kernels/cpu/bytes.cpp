@@ -13,19 +13,17 @@
 namespace sigma::kernels {
 namespace {
 
-// Elements [from, n) one byte at a time, base XORed in when given.
-template <uint32_t E>
-void shuffle_fixed(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t from, uint64_t n, uint32_t es) {
+// Elements [from, n) one byte at a time, base XORed in when given; the
+// inverse reads the planes and writes elements.
+template <uint32_t E, bool kInverse>
+void planes_fixed(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t from, uint64_t n, uint32_t es) {
   const uint32_t e = E ? E : es;
   for (uint64_t i = from; i < n; ++i)
-    for (uint32_t b = 0; b < e; ++b) dst[b * n + i] = src[i * e + b] ^ (base ? base[i * e + b] : 0);
-}
-
-template <uint32_t E>
-void unshuffle_fixed(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t from, uint64_t n, uint32_t es) {
-  const uint32_t e = E ? E : es;
-  for (uint64_t i = from; i < n; ++i)
-    for (uint32_t b = 0; b < e; ++b) dst[i * e + b] = src[b * n + i] ^ (base ? base[i * e + b] : 0);
+    for (uint32_t b = 0; b < e; ++b) {
+      const uint8_t x = base ? base[i * e + b] : 0;
+      if constexpr (kInverse) dst[i * e + b] = src[b * n + i] ^ x;
+      else dst[b * n + i] = src[i * e + b] ^ x;
+    }
 }
 
 void check(const void* src, const void* dst, uint64_t count, uint32_t elem_size, const char* who) {
@@ -33,10 +31,11 @@ void check(const void* src, const void* dst, uint64_t count, uint32_t elem_size,
   if (count > 0 && (src == nullptr || dst == nullptr)) throw Error(Code::invalid_argument, std::string(who) + ": NULL buffer");
 }
 
-void shuffle(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size, const char* who) {
+template <bool kInverse>
+void planes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size, const char* who) {
   check(src, dst, count, elem_size, who);
   if (count == 0) return;  // the buffers may be NULL then
-  if (device::on_device(src)) return device::shuffle(src, base, dst, count, elem_size, false);
+  if (device::on_device(src)) return device::shuffle(src, base, dst, count, elem_size, kInverse);
   const auto* s = static_cast<const uint8_t*>(src);
   const auto* x = static_cast<const uint8_t*>(base);
   auto* d = static_cast<uint8_t*>(dst);
@@ -44,53 +43,35 @@ void shuffle(const void* src, const void* base, void* dst, uint64_t count, uint3
     if (x) xor_bytes(s, x, d, count); else std::memcpy(d, s, count);
     return;
   }
-  const uint64_t done = detail::isa() == Isa::avx2 ? detail::shuffle_avx2(s, x, d, count, elem_size) : 0;
+  uint64_t done = 0;
+  if (detail::isa() == Isa::avx2)
+    done = kInverse ? detail::unshuffle_avx2(s, x, d, count, elem_size) : detail::shuffle_avx2(s, x, d, count, elem_size);
   switch (elem_size) {
-    case 2: return shuffle_fixed<2>(s, x, d, done, count, 2);
-    case 4: return shuffle_fixed<4>(s, x, d, done, count, 4);
-    case 8: return shuffle_fixed<8>(s, x, d, done, count, 8);
-    default: return shuffle_fixed<0>(s, x, d, done, count, elem_size);
-  }
-}
-
-void unshuffle(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size, const char* who) {
-  check(src, dst, count, elem_size, who);
-  if (count == 0) return;
-  if (device::on_device(src)) return device::shuffle(src, base, dst, count, elem_size, true);
-  const auto* s = static_cast<const uint8_t*>(src);
-  const auto* x = static_cast<const uint8_t*>(base);
-  auto* d = static_cast<uint8_t*>(dst);
-  if (elem_size == 1) {
-    if (x) xor_bytes(s, x, d, count); else std::memcpy(d, s, count);
-    return;
-  }
-  const uint64_t done = detail::isa() == Isa::avx2 ? detail::unshuffle_avx2(s, x, d, count, elem_size) : 0;
-  switch (elem_size) {
-    case 2: return unshuffle_fixed<2>(s, x, d, done, count, 2);
-    case 4: return unshuffle_fixed<4>(s, x, d, done, count, 4);
-    case 8: return unshuffle_fixed<8>(s, x, d, done, count, 8);
-    default: return unshuffle_fixed<0>(s, x, d, done, count, elem_size);
+    case 2: return planes_fixed<2, kInverse>(s, x, d, done, count, 2);
+    case 4: return planes_fixed<4, kInverse>(s, x, d, done, count, 4);
+    case 8: return planes_fixed<8, kInverse>(s, x, d, done, count, 8);
+    default: return planes_fixed<0, kInverse>(s, x, d, done, count, elem_size);
   }
 }
 
 }  // namespace
 
 void shuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size) {
-  shuffle(src, nullptr, dst, count, elem_size, "shuffle_bytes");
+  planes<false>(src, nullptr, dst, count, elem_size, "shuffle_bytes");
 }
 
 void unshuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size) {
-  unshuffle(src, nullptr, dst, count, elem_size, "unshuffle_bytes");
+  planes<true>(src, nullptr, dst, count, elem_size, "unshuffle_bytes");
 }
 
 void shuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size) {
   if (count > 0 && base == nullptr) throw Error(Code::invalid_argument, "shuffle_xor_bytes: NULL base");
-  shuffle(src, base, dst, count, elem_size, "shuffle_xor_bytes");
+  planes<false>(src, base, dst, count, elem_size, "shuffle_xor_bytes");
 }
 
 void unshuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size) {
   if (count > 0 && base == nullptr) throw Error(Code::invalid_argument, "unshuffle_xor_bytes: NULL base");
-  unshuffle(src, base, dst, count, elem_size, "unshuffle_xor_bytes");
+  planes<true>(src, base, dst, count, elem_size, "unshuffle_xor_bytes");
 }
 
 void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes) {

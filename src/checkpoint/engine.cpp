@@ -393,8 +393,7 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
     format::Manifest man;
     try {
       const shard::Shard s = shard::open(path);
-      std::unique_ptr<shard::Shard> base;
-      if (s.manifest.base_step >= 0) base = std::make_unique<shard::Shard>(shard::open(shard::base_path(s)));
+      const std::unique_ptr<shard::Shard> base = shard::open_base(s);
       for (size_t i = 0; i < tensors.size(); ++i) {
         const TensorView& v = tensors[i];
         const format::Tensor* t = nullptr;
@@ -471,8 +470,7 @@ ShardInfo inspect(const std::string& shard_path) { return info_of(shard::open(sh
 
 void verify(const std::string& shard_path) {
   const shard::Shard s = shard::open(shard_path);
-  std::unique_ptr<shard::Shard> base;
-  if (s.manifest.base_step >= 0) base = std::make_unique<shard::Shard>(shard::open(shard::base_path(s)));
+  const std::unique_ptr<shard::Shard> base = shard::open_base(s);
   std::vector<uint8_t> out;
   for (const auto& t : s.manifest.tensors) {
     out.resize(t.bytes);

@@ -19,18 +19,8 @@ namespace fb = sigma::ckpt::fb;
 
 }  // namespace
 
-uint64_t dtype_bytes(hal_dtype_t dtype) {
-  switch (dtype) {
-    case HAL_DTYPE_F64: case HAL_DTYPE_I64: return 8;
-    case HAL_DTYPE_F32: case HAL_DTYPE_I32: return 4;
-    case HAL_DTYPE_F16: case HAL_DTYPE_BF16: return 2;
-    case HAL_DTYPE_U8: return 1;
-    default: return 0;
-  }
-}
-
 uint64_t tensor_bytes(hal_dtype_t dtype, const std::vector<int64_t>& shape, const std::string& what, Code code) {
-  const uint64_t es = dtype_bytes(dtype);
+  const uint64_t es = hal::dtype_size(dtype);
   if (es == 0) throw Error(code, what + ": unknown dtype " + std::to_string(dtype));
   unsigned __int128 n = es;
   for (int64_t d : shape) {
@@ -119,7 +109,7 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
           if (k.offset != next) bad(path, where + ": starts at " + std::to_string(k.offset) + ", expected " + std::to_string(next));
           if (k.raw_size == 0 || k.raw_size > kMaxChunkBytes || k.raw_size > x.bytes - k.offset)
             bad(path, where + ": raw size " + std::to_string(k.raw_size) + " out of bounds");
-          if (k.raw_size % dtype_bytes(x.dtype) != 0) bad(path, where + ": not a whole number of elements");
+          if (k.raw_size % hal::dtype_size(x.dtype) != 0) bad(path, where + ": not a whole number of elements");
           if (k.codec > kSameAsBase) bad(path, where + ": unknown codec " + std::to_string(k.codec));
           if ((k.codec == kSameAsBase) != (k.stored_size == 0)) bad(path, where + ": stored size does not fit its codec");
           if (k.codec != kSameAsBase && m.base_step < 0 && k.codec != kShuffleZstd)

@@ -50,8 +50,6 @@ std::vector<uint8_t> encode(const Manifest& m);
 // Throws Error(data_loss) "checkpoint: <path>: <check>".
 Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path);
 
-// Bytes of one element of an ABI dtype; 0 for an unknown one.
-uint64_t dtype_bytes(hal_dtype_t dtype);
 // product(shape) * element size, or throws Error(invalid_argument / data_loss
 // via `what`) on a negative dimension or overflow.
 uint64_t tensor_bytes(hal_dtype_t dtype, const std::vector<int64_t>& shape, const std::string& what, Code code);

@@ -41,8 +41,7 @@ bool hal_of(const std::string& s, hal_dtype_t& out) {
 
 std::vector<uint8_t> read_tensor(const std::string& shard_path, const std::string& name) {
   const shard::Shard s = shard::open(shard_path);
-  std::unique_ptr<shard::Shard> base;
-  if (s.manifest.base_step >= 0) base = std::make_unique<shard::Shard>(shard::open(shard::base_path(s)));
+  const std::unique_ptr<shard::Shard> base = shard::open_base(s);
   for (const auto& t : s.manifest.tensors) {
     if (t.name != name) continue;
     std::vector<uint8_t> out(t.bytes);
@@ -54,8 +53,7 @@ std::vector<uint8_t> read_tensor(const std::string& shard_path, const std::strin
 
 void export_safetensors(const std::string& shard_path, const std::string& out_path) {
   const shard::Shard s = shard::open(shard_path);
-  std::unique_ptr<shard::Shard> base;
-  if (s.manifest.base_step >= 0) base = std::make_unique<shard::Shard>(shard::open(shard::base_path(s)));
+  const std::unique_ptr<shard::Shard> base = shard::open_base(s);
   json header = json::object();
   uint64_t offset = 0;
   for (const auto& t : s.manifest.tensors) {

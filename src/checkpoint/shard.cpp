@@ -116,7 +116,7 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
       tbb::parallel_for(size_t{0}, n, [&](size_t j) {
         const Job& jb = jobs[first + j];
         const HostTensor& t = tensors[jb.tensor];
-        const auto es = static_cast<uint32_t>(format::dtype_bytes(t.dtype));
+        const auto es = static_cast<uint32_t>(hal::dtype_size(t.dtype));
         recs[j] = codec::encode(t.data + jb.offset, jb.bytes, es, jb.base, jb.base_xxh3, o.zstd_level, frames[j]);
       });
       for (size_t j = 0; j < n; ++j) {
@@ -187,13 +187,17 @@ std::string base_path(const Shard& s) {
                            s.manifest.rank);
 }
 
+std::unique_ptr<Shard> open_base(const Shard& s) {
+  return s.manifest.base_step < 0 ? nullptr : std::make_unique<Shard>(open(base_path(s)));
+}
+
 void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out) {
   const format::Tensor* bt = nullptr;
   if (base) {
     for (const auto& x : base->manifest.tensors)
       if (x.name == t.name) bt = &x;
   }
-  const auto es = static_cast<uint32_t>(format::dtype_bytes(t.dtype));
+  const auto es = static_cast<uint32_t>(hal::dtype_size(t.dtype));
   const std::string dpath = s.path + "/" + format::kData;
   const io::Reader data(dpath);
   std::unique_ptr<io::Reader> base_data;

@@ -70,6 +70,8 @@ struct Shard {
 Shard open(const std::string& path);
 // The base shard a differential one needs.
 std::string base_path(const Shard& s);
+// That base, opened and verified like `s`; NULL when `s` is a base.
+std::unique_ptr<Shard> open_base(const Shard& s);
 // Decodes tensor `t` of `s` into `out` (t.bytes bytes), every hash checked;
 // `base` must be open when `s` is differential.
 void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out);

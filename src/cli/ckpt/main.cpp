@@ -23,10 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* dtype_name(hal_dtype_t d) {
-  static const char* n[] = {"f32", "f16", "bf16", "f64", "i32", "i64", "u8"};
-  return d < 7 ? n[d] : "?";
-}
+std::string dtype_name(hal_dtype_t d) { return sigma::hal::dtype_name(d); }
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string o = "[";
@@ -122,7 +119,7 @@ int cmd_inspect(const std::string& path) {
   std::printf("\n%-40s %-5s %-18s %12s %12s %6s %7s %9s\n", "tensor", "dtype", "shape", "raw", "stored", "ratio",
               "chunks", "unchanged");
   for (const auto& t : s.tensors)
-    std::printf("%-40s %-5s %-18s %12s %12s %6.3f %7llu %9llu\n", t.name.c_str(), dtype_name(t.dtype),
+    std::printf("%-40s %-5s %-18s %12s %12s %6.3f %7llu %9llu\n", t.name.c_str(), dtype_name(t.dtype).c_str(),
                 shape_str(t.shape).c_str(), human(static_cast<double>(t.bytes)).c_str(),
                 human(static_cast<double>(t.stored_bytes)).c_str(),
                 t.bytes ? static_cast<double>(t.stored_bytes) / static_cast<double>(t.bytes) : 0.0,
@@ -160,14 +157,13 @@ int cmd_diff(const std::string& a, const std::string& b) {
       continue;
     }
     if (tb->dtype != ta.dtype || tb->shape != ta.shape) {
-      std::printf("%-40s %-10s %s%s vs %s%s\n", ta.name.c_str(), "reshaped", dtype_name(ta.dtype),
-                  shape_str(ta.shape).c_str(), dtype_name(tb->dtype), shape_str(tb->shape).c_str());
+      std::printf("%-40s %-10s %s%s vs %s%s\n", ta.name.c_str(), "reshaped", dtype_name(ta.dtype).c_str(),
+                  shape_str(ta.shape).c_str(), dtype_name(tb->dtype).c_str(), shape_str(tb->shape).c_str());
       ++differ;
       continue;
     }
     const auto va = ck::read_tensor(a, ta.name), vb = ck::read_tensor(b, ta.name);
-    const uint64_t es = ta.dtype == HAL_DTYPE_U8 ? 1 : ta.dtype <= HAL_DTYPE_BF16 && ta.dtype != HAL_DTYPE_F32 ? 2
-                        : ta.dtype == HAL_DTYPE_F64 || ta.dtype == HAL_DTYPE_I64 ? 8 : 4;
+    const uint64_t es = sigma::hal::dtype_size(ta.dtype);
     uint64_t changed = 0;
     double worst = 0, sq = 0;
     for (uint64_t i = 0; i < va.size() / es; ++i) {
