@@ -1,0 +1,326 @@
+// The scheduler's decisions. Every public entry returns the actions it took
+// and appends them to the history, so a journal can replay why a device
+// moved.
+#include <sigma/scheduler.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace sigma::scheduler {
+
+const char* state_name(DeviceState s) noexcept {
+  switch (s) {
+    case DeviceState::fresh: return "new";
+    case DeviceState::validating: return "validating";
+    case DeviceState::available: return "available";
+    case DeviceState::in_use: return "in_use";
+    case DeviceState::suspect: return "suspect";
+    case DeviceState::cordoned: return "cordoned";
+    case DeviceState::repaired: return "repaired";
+  }
+  return "unknown";
+}
+
+const char* action_name(Action::Kind k) noexcept {
+  switch (k) {
+    case Action::Kind::validate: return "validate";
+    case Action::Kind::admit: return "admit";
+    case Action::Kind::cordon: return "cordon";
+    case Action::Kind::assign: return "assign";
+    case Action::Kind::migrate: return "migrate";
+    case Action::Kind::abort_communicators: return "abort_communicators";
+    case Action::Kind::replace: return "replace";
+    case Action::Kind::restore: return "restore";
+    case Action::Kind::shrink: return "shrink";
+    case Action::Kind::pause: return "pause";
+    case Action::Kind::resume: return "resume";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// P(X > s) for X ~ Poisson(m), summed stably.
+double poisson_tail_above(double m, uint32_t s) {
+  double term = std::exp(-m);
+  double cdf = term;
+  for (uint32_t k = 1; k <= s; ++k) {
+    term *= m / k;
+    cdf += term;
+  }
+  return std::max(0.0, 1.0 - cdf);
+}
+
+}  // namespace
+
+SparePlan size_spares(uint32_t n, const FailureModel& m) {
+  if (!(m.failures_per_device_hour >= 0) || !std::isfinite(m.failures_per_device_hour)) {
+    throw Error(Code::invalid_argument, "spare sizing: failures_per_device_hour must be finite and >= 0");
+  }
+  if (!(m.repair_hours > 0) || !(m.job_hours > 0) || !std::isfinite(m.repair_hours) ||
+      !std::isfinite(m.job_hours)) {
+    throw Error(Code::invalid_argument, "spare sizing: repair_hours and job_hours must be positive");
+  }
+  if (!(m.target_risk > 0 && m.target_risk < 1)) {
+    throw Error(Code::invalid_argument, "spare sizing: target_risk must be in (0, 1)");
+  }
+  const double window = std::min(m.repair_hours, m.job_hours);
+  const double mean_out = n * m.failures_per_device_hour * window;
+  const double windows = std::max(1.0, m.job_hours / m.repair_hours);
+  SparePlan plan;
+  plan.expected_failures = n * m.failures_per_device_hour * m.job_hours;
+  for (uint32_t s = 0;; ++s) {
+    const double p = poisson_tail_above(mean_out, s);
+    const double risk = 1.0 - std::pow(1.0 - p, windows);
+    if (risk <= m.target_risk || s >= n) {
+      plan.spares = s;
+      plan.risk = risk;
+      break;
+    }
+  }
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "smallest S with P(more than S of %u devices in repair at once) over %.0f repair "
+                "window(s) <= %.3g; in repair ~ Poisson(%u x %.3g/h x %.3g h = %.3g); S = %u gives "
+                "risk %.3g, %.3g failures expected in %.3g h",
+                n, windows, m.target_risk, n, m.failures_per_device_hour, window, mean_out, plan.spares,
+                plan.risk, plan.expected_failures, m.job_hours);
+  plan.rule = buf;
+  return plan;
+}
+
+Scheduler::Scheduler(Config config) : config_(config), world_size_(config.world_size) {
+  if (config_.world_size == 0) throw Error(Code::invalid_argument, "scheduler: world_size must be >= 1");
+  if (config_.min_world_size == 0 || config_.min_world_size > config_.world_size) {
+    throw Error(Code::invalid_argument, "scheduler: min_world_size must be in [1, world_size]");
+  }
+}
+
+std::vector<Action> Scheduler::emit(std::vector<Action> actions) {
+  history_.insert(history_.end(), actions.begin(), actions.end());
+  return actions;
+}
+
+DeviceState& Scheduler::at(uint32_t device) {
+  auto it = devices_.find(device);
+  if (it == devices_.end()) {
+    throw Error(Code::invalid_argument, "scheduler: unknown device " + std::to_string(device));
+  }
+  return it->second;
+}
+
+DeviceState Scheduler::state(uint32_t device) const {
+  auto it = devices_.find(device);
+  if (it == devices_.end()) {
+    throw Error(Code::invalid_argument, "scheduler: unknown device " + std::to_string(device));
+  }
+  return it->second;
+}
+
+std::optional<uint32_t> Scheduler::device_of(uint32_t rank) const {
+  auto it = rank_device_.find(rank);
+  if (it == rank_device_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<uint32_t> Scheduler::rank_of(uint32_t device) const {
+  for (auto& [r, d] : rank_device_) {
+    if (d == device) return r;
+  }
+  return std::nullopt;
+}
+
+std::vector<uint32_t> Scheduler::spares() const {
+  std::vector<uint32_t> out;
+  for (auto& [d, s] : devices_) {
+    if (s != DeviceState::available) continue;
+    bool reserved = false;
+    for (auto& [from, to] : migrations_) reserved |= to == d;
+    if (!reserved) out.push_back(d);
+  }
+  return out;
+}
+
+std::optional<uint32_t> Scheduler::pending_migration(uint32_t device) const {
+  auto it = migrations_.find(device);
+  if (it == migrations_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<uint32_t> Scheduler::take_spare(uint32_t exclude) {
+  for (uint32_t d : spares()) {
+    if (d != exclude) return d;
+  }
+  return std::nullopt;
+}
+
+std::vector<Action> Scheduler::add_device(uint32_t device, double t) {
+  if (devices_.count(device)) {
+    throw Error(Code::invalid_argument, "scheduler: device " + std::to_string(device) + " added twice");
+  }
+  devices_[device] = DeviceState::validating;
+  return emit({{Action::Kind::validate, device, kNone, kNone, 0, "", "new device", t}});
+}
+
+std::vector<Action> Scheduler::validation_done(uint32_t device, bool passed, const std::string& detail,
+                                               double t) {
+  DeviceState& s = at(device);
+  if (s != DeviceState::validating) {
+    throw Error(Code::invalid_argument, "scheduler: device " + std::to_string(device) + " is " +
+                                            state_name(s) + ", not validating");
+  }
+  if (!passed) {
+    s = DeviceState::cordoned;
+    return emit({{Action::Kind::cordon, device, kNone, kNone, 0, "", "validation failed: " + detail, t}});
+  }
+  s = DeviceState::available;
+  std::vector<Action> out{{Action::Kind::admit, device, kNone, kNone, 0, "", detail, t}};
+  if (!missing_ranks_.empty()) {
+    // Paused for want of a device: this one takes the first missing rank.
+    const uint32_t rank = missing_ranks_.front();
+    missing_ranks_.erase(missing_ranks_.begin());
+    s = DeviceState::in_use;
+    rank_device_[rank] = device;
+    out.push_back({Action::Kind::replace, kNone, rank, device, world_size_, "", "a validated device", t});
+    out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_, "disk",
+                   "the rank's memory replica did not survive the pause", t});
+    if (missing_ranks_.empty()) {
+      out.push_back({Action::Kind::resume, kNone, kNone, kNone, world_size_, "", "every rank has a device", t});
+    }
+  }
+  return emit(std::move(out));
+}
+
+std::vector<Action> Scheduler::start(double t) {
+  if (started_) throw Error(Code::invalid_argument, "scheduler: start called twice");
+  std::vector<uint32_t> avail = spares();
+  if (avail.size() < world_size_) {
+    throw Error(Code::unavailable, "scheduler: " + std::to_string(avail.size()) +
+                                       " device(s) passed validation, the job needs " +
+                                       std::to_string(world_size_));
+  }
+  started_ = true;
+  std::vector<Action> out;
+  for (uint32_t r = 0; r < world_size_; ++r) {
+    devices_[avail[r]] = DeviceState::in_use;
+    rank_device_[r] = avail[r];
+    out.push_back({Action::Kind::assign, avail[r], r, kNone, world_size_, "", "job start", t});
+  }
+  return emit(std::move(out));
+}
+
+std::vector<Action> Scheduler::on_warning(uint32_t device, const std::string& reason, double t) {
+  DeviceState& s = at(device);
+  if (s == DeviceState::available) {
+    s = DeviceState::cordoned;
+    return emit({{Action::Kind::cordon, device, kNone, kNone, 0, "", "spare warned: " + reason, t}});
+  }
+  if (s != DeviceState::in_use) return {};
+  s = DeviceState::suspect;
+  if (!config_.proactive_migration) return {};
+  if (auto spare = take_spare(device)) migrations_[device] = *spare;
+  return {};
+}
+
+std::vector<Action> Scheduler::on_calm(uint32_t device, double /*t*/) {
+  DeviceState& s = at(device);
+  if (s == DeviceState::suspect) {
+    s = DeviceState::in_use;
+    migrations_.erase(device);
+  }
+  return {};
+}
+
+std::vector<Action> Scheduler::at_step_boundary(uint64_t step, double t) {
+  std::vector<Action> out;
+  // A suspect device still waiting for a spare gets one that appeared since.
+  for (auto& [d, s] : devices_) {
+    if (s == DeviceState::suspect && config_.proactive_migration && !migrations_.count(d)) {
+      if (auto spare = take_spare(d)) migrations_[d] = *spare;
+    }
+  }
+  for (auto& [from, to] : migrations_) {
+    const auto rank = rank_of(from);
+    if (!rank) continue;
+    devices_[from] = DeviceState::cordoned;
+    devices_[to] = DeviceState::in_use;
+    rank_device_[*rank] = to;
+    out.push_back({Action::Kind::migrate, from, *rank, to, world_size_, "memory",
+                   "early warning; moved at the boundary of step " + std::to_string(step), t});
+    out.push_back({Action::Kind::cordon, from, kNone, kNone, 0, "", "migrated away after a warning", t});
+  }
+  migrations_.clear();
+  return emit(std::move(out));
+}
+
+std::vector<Action> Scheduler::on_fault(uint32_t device, const std::string& reason, bool memory_tier_ok,
+                                        double t) {
+  DeviceState& s = at(device);
+  if (s == DeviceState::available || s == DeviceState::validating || s == DeviceState::repaired) {
+    s = DeviceState::cordoned;
+    for (auto it = migrations_.begin(); it != migrations_.end();) {
+      it = it->second == device ? migrations_.erase(it) : std::next(it);
+    }
+    return emit({{Action::Kind::cordon, device, kNone, kNone, 0, "", "spare failed: " + reason, t}});
+  }
+  if (s != DeviceState::in_use && s != DeviceState::suspect) return {};
+  const auto rank = rank_of(device);
+  s = DeviceState::cordoned;
+  // A migration reserved for this device is moot: its spare replaces it now.
+  std::optional<uint32_t> spare;
+  if (auto it = migrations_.find(device); it != migrations_.end()) {
+    spare = it->second;
+    migrations_.erase(it);
+  } else {
+    spare = take_spare(device);
+  }
+  std::vector<Action> out;
+  out.push_back({Action::Kind::abort_communicators, device, rank.value_or(kNone), kNone, world_size_, "",
+                 reason, t});
+  out.push_back({Action::Kind::cordon, device, kNone, kNone, 0, "", "hard fault: " + reason, t});
+  if (!rank) return emit(std::move(out));
+  if (spare) {
+    devices_[*spare] = DeviceState::in_use;
+    rank_device_[*rank] = *spare;
+    out.push_back({Action::Kind::replace, device, *rank, *spare, world_size_, "", "spare replaces a failed device", t});
+    out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_, memory_tier_ok ? "memory" : "disk",
+                   memory_tier_ok ? "a peer holds the rank's snapshot" : "no memory replica of the rank",
+                   t});
+    return emit(std::move(out));
+  }
+  rank_device_.erase(*rank);
+  if (config_.allow_shrink && world_size_ - 1 >= config_.min_world_size) {
+    // Ranks above the lost one move down by one; the world shrinks.
+    std::map<uint32_t, uint32_t> renumbered;
+    for (auto& [r, d] : rank_device_) renumbered[r > *rank ? r - 1 : r] = d;
+    rank_device_ = std::move(renumbered);
+    --world_size_;
+    out.push_back({Action::Kind::shrink, device, *rank, kNone, world_size_, "",
+                   "no spare left: continuing with " + std::to_string(world_size_) + " ranks", t});
+    out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_, memory_tier_ok ? "memory" : "disk",
+                   "re-shard the state onto the smaller world", t});
+  } else {
+    missing_ranks_.push_back(*rank);
+    out.push_back({Action::Kind::pause, device, *rank, kNone, world_size_, "",
+                   config_.allow_shrink
+                       ? "no spare left and the world cannot shrink below " + std::to_string(config_.min_world_size) +
+                             ": paused until a repaired device passes validation"
+                       : "no spare left and the job does not allow shrinking: paused until a repaired "
+                         "device passes validation",
+                   t});
+  }
+  return emit(std::move(out));
+}
+
+std::vector<Action> Scheduler::on_repaired(uint32_t device, double t) {
+  DeviceState& s = at(device);
+  if (s != DeviceState::cordoned) {
+    throw Error(Code::invalid_argument, "scheduler: device " + std::to_string(device) + " is " +
+                                            state_name(s) + ", only a cordoned device is repaired");
+  }
+  s = DeviceState::validating;
+  return emit({{Action::Kind::validate, device, kNone, kNone, 0, "", "back from repair", t}});
+}
+
+}  // namespace sigma::scheduler
