@@ -135,7 +135,10 @@ class Engine {
   // newer ones are skipped and listed in the result (and logged). Throws
   // Error(data_loss) when none is good, Error(invalid_argument) when a good
   // one does not match the views (that is the caller's mistake, not damage).
-  RestoreResult restore(const std::vector<TensorView>& tensors, Metadata* meta);
+  // Checkpoints of steps above `newest_step` are not considered (ranks that
+  // must agree on a step restore the newest one they all hold).
+  RestoreResult restore(const std::vector<TensorView>& tensors, Metadata* meta,
+                        uint64_t newest_step = UINT64_MAX);
 
   // This rank's committed shards, newest first.
   std::vector<ShardInfo> list() const;

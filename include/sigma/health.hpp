@@ -15,7 +15,11 @@
 //   ecc_rate     correctable ECC errors per minute over ecc_window_s (suspect)
 //   link_rate    link errors per minute over link_window_s (suspect)
 //   straggler    the device's median step time over its peers' median
-//                (suspect above straggler_ratio once straggler_min_steps are seen)
+//                (suspect above straggler_ratio and straggler_min_excess_s
+//                once straggler_min_steps are seen). Feed it the rank's own
+//                compute time where the trainer has it: in synchronous data
+//                parallelism every rank's wall step time includes waiting
+//                for the slowest.
 //   heartbeat    no heartbeat for heartbeat_timeout_s after the first (failed)
 //   error        a collective timeout or async error (suspect); device lost or
 //                a process that exited (failed)
@@ -62,8 +66,9 @@ struct Config {
   double link_window_s = 30.0;
   double link_errors_per_min_suspect = 60.0;
   double straggler_ratio = 1.5;
-  size_t straggler_window_steps = 20;
-  size_t straggler_min_steps = 5;
+  double straggler_min_excess_s = 0.05;  // and at least this much slower
+  size_t straggler_window_steps = 50;
+  size_t straggler_min_steps = 20;
   double heartbeat_timeout_s = 5.0;
   double clear_after_s = 30.0;
 };

@@ -373,7 +373,7 @@ std::vector<SaveResult> Engine::wait() {
   return out;
 }
 
-RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* meta) {
+RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* meta, uint64_t newest_step) {
   auto& m = *impl_;
   check_views(tensors);
   {
@@ -384,7 +384,9 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
   std::vector<uint64_t> steps;
   for (const auto& name : io::list_dir(m.job)) {
     uint64_t step;
-    if (format::parse_step(name, step) && io::exists(format::shard_dir(m.job, step, m.o.rank))) steps.push_back(step);
+    if (format::parse_step(name, step) && step <= newest_step &&
+        io::exists(format::shard_dir(m.job, step, m.o.rank)))
+      steps.push_back(step);
   }
   std::sort(steps.rbegin(), steps.rend());
   for (uint64_t step : steps) {

@@ -36,6 +36,7 @@ void validate(const Config& c) {
   need(c.link_window_s > 0 && c.link_errors_per_min_suspect > 0, "link_window_s",
        "window and rate must be positive");
   need(c.straggler_ratio > 1, "straggler_ratio", "must be above 1");
+  need(c.straggler_min_excess_s >= 0, "straggler_min_excess_s", "must not be negative");
   need(c.straggler_min_steps >= 1 && c.straggler_window_steps >= c.straggler_min_steps,
        "straggler_window_steps", "must be at least straggler_min_steps (>= 1)");
   need(c.heartbeat_timeout_s > 0, "heartbeat_timeout_s", "must be positive");
@@ -204,7 +205,7 @@ struct Monitor::Impl {
       if (!peers.empty()) {
         const double own = median({d.step_times.begin(), d.step_times.end()});
         const double ref = median(peers);
-        if (ref > 0 && own / ref >= c.straggler_ratio) {
+        if (ref > 0 && own / ref >= c.straggler_ratio && own - ref >= c.straggler_min_excess_s) {
           out.push_back(make(id, "step_time", "straggler", State::suspect, own / ref, c.straggler_ratio,
                              fmt("median step %.4f s is %.2fx its peers' %.4f s", own, own / ref, ref)));
         }

@@ -1,0 +1,128 @@
+// sigma/runtime.hpp -- the worker's side of `sigmarun`.
+//
+// A worker started by sigmarun creates one Session. The session connects to
+// the agent, loads the HAL plugin for its device, runs the device's
+// self-test, then waits to be given a rank (spares wait here, warm). It
+// sends heartbeats and telemetry from its own thread, reports each step's
+// time, keeps the registered state in the memory tier (own snapshot plus a
+// replica of the previous rank's, exchanged through the HAL) and, when the
+// agent reports a failure elsewhere, aborts the communicator so the training
+// thread leaves its collective at once. The training loop then calls
+// recover(): the session builds the next communicator, restores the state
+// (from memory, or from disk when memory cannot serve) and says which step
+// to run next.
+//
+//   sigma::runtime::Session s;                 // from sigmarun's environment
+//   s.set_state(views);                        // what to snapshot and restore
+//   auto done = s.run(total, [&](uint64_t step) {
+//     ... compute; collectives on s.comm() ...
+//   });                                        // nullopt: retired, exit
+//
+// run() is join / step_begin / step_end / recover / finish in a loop; a
+// program with its own loop calls them itself.
+//
+// Step indices: step_end(k) snapshots the state after step k, i.e. k + 1
+// steps done; join()/recover() return the number of steps done in the state
+// they restored, which is the next step to run.
+//
+// Thread-safety: every member is for the training thread, except that the
+// session's own thread runs heartbeats and aborts. Not copyable.
+#pragma once
+
+#include <sigma/checkpoint.hpp>
+#include <sigma/error.hpp>
+#include <sigma/hal.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sigma::runtime {
+
+struct SessionOptions {
+  std::string agent_socket;      // SIGMA_AGENT_SOCKET
+  uint32_t device = 0;           // SIGMA_DEVICE: the agent's id for this device
+  std::string job_dir;           // SIGMA_JOB_DIR
+  std::string plugin = "cpu";    // SIGMA_HAL_PLUGIN: name or path
+  std::string plugin_options;    // SIGMA_HAL_OPTIONS
+  std::string store;             // SIGMA_STORE: file:///... or redis://host:port
+  double heartbeat_s = 0.1;      // SIGMA_HEARTBEAT_S
+  uint64_t snapshot_every = 1;   // SIGMA_SNAPSHOT_EVERY: memory-tier period in steps
+  uint64_t checkpoint_every = 0; // SIGMA_CHECKPOINT_EVERY: disk period in steps; 0 = never
+  double comm_timeout_s = 30;    // how long communicator creation waits for peers
+
+  // Reads the variables above; throws Error(invalid_argument) naming the
+  // variable that is missing or malformed.
+  static SessionOptions from_env();
+};
+
+class Session {
+ public:
+  // True when this process was started by sigmarun (SIGMA_AGENT_SOCKET set).
+  static bool under_agent() noexcept;
+
+  // Connects, loads the plugin, runs self_test and says hello. A failing
+  // self-test is reported to the agent (which cordons the device) and thrown
+  // as Error(unavailable). Throws Error(unavailable) when the agent cannot
+  // be reached.
+  explicit Session(SessionOptions options = SessionOptions::from_env());
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // The state the memory tier and disk checkpoints hold: host memory views
+  // that stay valid (same addresses and sizes) for the session's life.
+  void set_state(std::vector<checkpoint::TensorView> views);
+
+  // Blocks until the agent assigns a rank, builds the communicator, takes
+  // the first snapshot (or restores, for a spare that replaces a rank) and
+  // returns the next step to run. Throws Error(aborted) when the agent ends
+  // the job before this device is needed (a spare never used).
+  uint64_t join();
+
+  uint32_t rank() const noexcept;
+  uint32_t world_size() const noexcept;
+  uint64_t generation() const noexcept;
+  hal::Communicator& comm();
+  const hal::PluginPtr& plugin() const noexcept;
+
+  void step_begin(uint64_t step);
+  // Reports the step's time, snapshots into the memory tier when due (a
+  // collective), saves a disk checkpoint when due. Throws Error(aborted)
+  // when the agent asked the job to stop after this step (a migration).
+  void step_end(uint64_t step);
+  // True when the disk checkpoint of `step` is due (step_end saves it).
+  bool should_checkpoint(uint64_t step) const noexcept;
+  // True once the agent has asked for a stop at a step boundary.
+  bool should_migrate() const noexcept;
+
+  // After an Error from a collective or step_end: reports what this rank
+  // holds, waits for the agent's new assignment, builds the next
+  // communicator, restores the agreed state and returns the next step.
+  // Throws Error(aborted) when the agent retires this worker (it was moved
+  // off a suspect device, or the job is paused) and Error(unavailable)
+  // when the agent is gone.
+  uint64_t recover(const std::string& reason = {});
+  // True once the agent has retired this worker or ended the job: join()
+  // and recover() then throw Error(aborted) and the process should exit.
+  bool ended() const noexcept;
+
+  // The whole loop for the common case: join, run `step_fn(step)` for each
+  // step from the restored one to `total_steps` with step_begin/step_end
+  // around it, recover from any sigma::Error, finish. Returns the steps
+  // done, or std::nullopt when the agent retired this worker (a spare never
+  // used, or a worker moved off a suspect device). Other exceptions and
+  // the agent's loss propagate.
+  std::optional<uint64_t> run(uint64_t total_steps, const std::function<void(uint64_t)>& step_fn);
+  // Reports the job done on this rank and waits for the agent's goodbye.
+  void finish(uint64_t steps_done);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sigma::runtime

@@ -1,0 +1,839 @@
+// sigmarun's agent loop. One thread owns every piece of job state: it polls
+// the workers' channels, the listening socket and a self-pipe woken by
+// SIGCHLD, so a crash is seen the moment the process is reaped, and runs the
+// health monitor and the scheduler on the same clock. Recovery is a round:
+// abort the survivors, collect what each holds, pick the freshest state all
+// can reach (memory first, disk second), assign the next generation, and
+// watch the job get back to the step it had reached.
+#include "agent.hpp"
+
+#include "journal.hpp"
+#include "metrics.hpp"
+#include "runtime/channel.hpp"
+
+#include <sigma/error.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <poll.h>
+#include <set>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace sigma::sigmarun {
+
+using json = nlohmann::json;
+using runtime::Channel;
+namespace fs = std::filesystem;
+
+namespace {
+
+int g_sigchld_pipe[2] = {-1, -1};
+
+void on_sigchld(int) {
+  const int saved = errno;
+  const char c = 1;
+  (void)!::write(g_sigchld_pipe[1], &c, 1);
+  errno = saved;
+}
+
+enum class Phase { starting, spare, active, retiring, done, dead };
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::starting: return "starting";
+    case Phase::spare: return "spare";
+    case Phase::active: return "active";
+    case Phase::retiring: return "retiring";
+    case Phase::done: return "done";
+    case Phase::dead: return "dead";
+  }
+  return "?";
+}
+
+struct Slot {
+  uint32_t device = 0;
+  pid_t pid = -1;
+  std::unique_ptr<Channel> ch;
+  Phase phase = Phase::starting;
+  int64_t rank = -1;
+  double spare_since = -1;
+  double last_heartbeat = -1;
+  int64_t last_step = -1;
+  bool reported = false;
+  std::set<uint64_t> own, replica;
+  uint64_t joined_gen = 0;
+  double comm_s = 0, restore_s = 0;
+};
+
+struct Round {
+  bool active = false;
+  std::string cause;
+  double fault_s = 0, detected_s = 0, abort_s = 0;
+  uint64_t reached = 0;
+  bool paused = false;
+  bool assigned = false;
+  double assigned_s = 0;
+  uint64_t index = 0;
+  std::string tier;
+  bool rejoined = false;
+  double rejoined_s = 0;
+  json record;
+};
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  return "ended";
+}
+
+class Agent {
+ public:
+  explicit Agent(const Options& o)
+      : o_(o),
+        scheduler_({o.nproc, o.proactive_migration, false, o.nproc}),
+        monitor_(monitor_config(o)),
+        t0_(health::monotonic_s()) {}
+
+  int run();
+
+ private:
+  static health::Config monitor_config(const Options& o) {
+    health::Config c;
+    c.heartbeat_timeout_s = o.heartbeat_timeout_s;
+    // The sim vendor compresses scenario time: trend figures are per real second.
+    if (o.time_scale > 0) {
+      c.trend_window_s = std::max(0.5, 20.0 / o.time_scale);
+      c.trend_horizon_s = 300.0 / o.time_scale;
+      c.trend_min_slope_c_per_s = 0.02 * o.time_scale;
+      c.ecc_window_s = std::max(1.0, 30.0 / o.time_scale);
+      c.ecc_per_min_suspect = 30.0 * o.time_scale;
+      c.link_window_s = std::max(1.0, 30.0 / o.time_scale);
+      c.link_errors_per_min_suspect = 60.0 * o.time_scale;
+      c.clear_after_s = 30.0 / o.time_scale;
+    }
+    return c;
+  }
+
+  double now() const { return health::monotonic_s() - t0_; }
+  void spawn(Slot& s);
+  void accept_new();
+  void read_messages(Slot& s);
+  void handle(Slot& s, const json& m);
+  void reap();
+  void fault(Slot& s, const std::string& cause, double fault_s);
+  void start_round(const std::string& cause, double fault_s);
+  void advance_round();
+  bool choose_restore(uint64_t& index, std::string& tier, std::vector<std::pair<uint32_t, uint32_t>>& pairs);
+  void health_tick();
+  void maybe_migrate();
+  void finish_job();
+  void end_all(const std::string& why);
+  void write_report(const std::string& status, const std::string& why);
+  void progress_tick();
+  void publish_metrics();
+  // The most steps any rank has ever completed / the members' progress now
+  // (after a rollback the second is behind the first until recomputed).
+  uint64_t reached() const;
+  uint64_t progress() const;
+  uint64_t steps_reached_ = 0;
+  Slot* slot_of_rank(uint32_t rank);
+  std::vector<Slot*> members();
+
+  Options o_;
+  scheduler::Scheduler scheduler_;
+  health::Monitor monitor_;
+  double t0_;
+  std::vector<Slot> slots_;
+  int listen_fd_ = -1;
+  std::vector<std::unique_ptr<Channel>> pending_;  // connected, not yet said hello
+  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<MetricsServer> metrics_;
+  bool started_ = false;
+  uint64_t generation_ = 0;
+  Round round_;
+  std::vector<json> incidents_;
+  Ledger ledger_;
+  std::map<uint64_t, double> step_times_;  // step -> slowest rank's seconds
+  double last_progress_ = 0;
+  bool finished_ = false;
+  int exit_code_ = 0;
+  std::string end_status_ = "done", end_why_;
+  std::map<uint32_t, std::set<uint64_t>> disk_;  // rank -> committed disk indices
+};
+
+void Agent::spawn(Slot& s) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "SIGMA_", 6) != 0 || std::strncmp(*e, "SIGMA_HAL_PLUGIN_PATH=", 22) == 0) env.emplace_back(*e);
+  }
+  auto add = [&](const std::string& k, const std::string& v) { env.push_back(k + "=" + v); };
+  add("SIGMA_AGENT_SOCKET", o_.job_dir + "/agent.sock");
+  add("SIGMA_DEVICE", std::to_string(s.device));
+  add("SIGMA_JOB_DIR", o_.job_dir);
+  add("SIGMA_HAL_PLUGIN", o_.vendor);
+  std::string opts;
+  if (!o_.scenario.empty()) opts += "scenario=" + o_.scenario + ";rank=" + std::to_string(s.device);
+  if (o_.time_scale > 0) opts += (opts.empty() ? "" : ";") + std::string("time_scale=") + std::to_string(o_.time_scale);
+  if (!opts.empty()) add("SIGMA_HAL_OPTIONS", opts);
+  add("SIGMA_STORE", o_.store.empty() ? "file://" + o_.job_dir + "/store" : o_.store);
+  add("SIGMA_HEARTBEAT_S", std::to_string(o_.heartbeat_s));
+  add("SIGMA_SNAPSHOT_EVERY", std::to_string(o_.snapshot_every));
+  add("SIGMA_CHECKPOINT_EVERY", std::to_string(o_.checkpoint_every));
+  // A plain program (no session) still learns its place, torchrun-style.
+  if (s.device < o_.nproc) {
+    add("SIGMA_RANK", std::to_string(s.device));
+    add("SIGMA_WORLD_SIZE", std::to_string(o_.nproc));
+  }
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = o_.worker;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  const std::string log = o_.job_dir + "/logs/device-" + std::to_string(s.device) + ".log";
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    throw Error(Code::invalid_argument, "sigmarun: cannot start " + args[0] + ": " + std::strerror(rc));
+  }
+  s.pid = pid;
+  s.phase = Phase::starting;
+  journal_->write({{"event", "launch"}, {"device", s.device}, {"pid", pid}});
+}
+
+void Agent::accept_new() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    pending_.push_back(std::make_unique<Channel>(fd));
+  }
+}
+
+uint64_t Agent::reached() const {
+  int64_t best = 0;
+  for (const Slot& s : slots_) {
+    if (s.rank >= 0 && (s.phase == Phase::active || s.phase == Phase::done)) best = std::max(best, s.last_step + 1);
+  }
+  return std::max(static_cast<uint64_t>(best), steps_reached_);
+}
+
+uint64_t Agent::progress() const {
+  int64_t best = 0;
+  for (const Slot& s : slots_) {
+    if (s.rank >= 0 && (s.phase == Phase::active || s.phase == Phase::done)) best = std::max(best, s.last_step + 1);
+  }
+  return static_cast<uint64_t>(best);
+}
+
+Slot* Agent::slot_of_rank(uint32_t rank) {
+  auto d = scheduler_.device_of(rank);
+  return d ? &slots_[*d] : nullptr;
+}
+
+std::vector<Slot*> Agent::members() {
+  std::vector<Slot*> out;
+  for (uint32_t r = 0; r < scheduler_.world_size(); ++r) {
+    if (Slot* s = slot_of_rank(r)) out.push_back(s);
+  }
+  return out;
+}
+
+void Agent::handle(Slot& s, const json& m) {
+  const std::string type = m.value("type", "");
+  const double t = now();
+  if (type == "heartbeat") {
+    s.last_heartbeat = t;
+    monitor_.observe_heartbeat(s.device, t);
+    std::vector<hal_telemetry_sample_t> samples;
+    for (const auto& f : m.value("telemetry", json::array())) {
+      hal_telemetry_sample_t x{};
+      x.id = f.at(0).get<uint32_t>();
+      x.status = f.at(1).get<int32_t>();
+      x.type = f.at(2).get<uint32_t>();
+      if (x.type == HAL_VALUE_F64) x.value.f64 = f.at(3).get<double>();
+      else if (x.type == HAL_VALUE_I64) x.value.i64 = f.at(3).get<int64_t>();
+      else x.value.u64 = f.at(3).get<uint64_t>();
+      samples.push_back(x);
+    }
+    monitor_.observe_telemetry(s.device, t, samples.data(), samples.size());
+  } else if (type == "step") {
+    const uint64_t step = m.value("step", uint64_t{0});
+    const double secs = m.value("seconds", 0.0);
+    s.last_step = std::max<int64_t>(s.last_step, static_cast<int64_t>(step));
+    steps_reached_ = std::max(steps_reached_, step + 1);
+    monitor_.observe_step(s.device, step, secs, t);
+    double& slowest = step_times_[step];
+    slowest = std::max(slowest, secs);
+    ledger_.steps_run += s.rank == 0 ? 1 : 0;
+  } else if (type == "checkpoint") {
+    if (s.rank >= 0) disk_[static_cast<uint32_t>(s.rank)].insert(m.value("index", uint64_t{0}));
+  } else if (type == "joined") {
+    s.joined_gen = m.value("generation", uint64_t{0});
+    s.comm_s = m.value("comm_s", 0.0);
+    s.restore_s = m.value("restore_s", 0.0);
+    s.last_step = static_cast<int64_t>(m.value("index", uint64_t{0})) - 1;
+  } else if (type == "recover") {
+    s.reported = true;
+    s.own.clear();
+    s.replica.clear();
+    for (auto& x : m.value("own", json::array())) s.own.insert(x.get<uint64_t>());
+    for (auto& x : m.value("replica", json::array())) s.replica.insert(x.get<uint64_t>());
+    const std::string reason = m.value("reason", std::string());
+    if (reason.rfind("device_lost", 0) == 0 && (s.phase == Phase::active || s.phase == Phase::spare)) {
+      // Its own device is gone: no use waiting for it in the next generation.
+      if (s.pid > 0) ::kill(s.pid, SIGKILL);
+      fault(s, "the device reports itself lost: " + reason, t);
+      return;
+    }
+    if (s.phase == Phase::active && !round_.active) {
+      start_round("rank " + std::to_string(s.rank) + " reported: " + m.value("reason", std::string("an error")), t);
+      s.reported = true;
+    }
+  } else if (type == "done") {
+    s.phase = Phase::done;
+    s.last_step = static_cast<int64_t>(m.value("steps", uint64_t{0})) - 1;
+    steps_reached_ = std::max(steps_reached_, m.value("steps", uint64_t{0}));
+  }
+}
+
+void Agent::read_messages(Slot& s) {
+  while (s.ch) {
+    auto m = s.ch->receive_ready();
+    if (!m) break;
+    handle(s, *m);
+  }
+}
+
+void Agent::start_round(const std::string& cause, double fault_s) {
+  const double t = now();
+  bool reset_reports = true;
+  if (round_.active && !round_.rejoined) {
+    // A second fault before the first recovery finished: the same round goes
+    // on with one more casualty. Survivors already waiting keep their
+    // reports; after an assignment went out they must report again.
+    round_.cause += "; then " + cause;
+    reset_reports = round_.assigned;
+    round_.assigned = false;
+  } else {
+    if (round_.active) {
+      round_.record["back_at_reached_step_s"] = nullptr;
+      incidents_.push_back(round_.record);
+    }
+    round_ = Round{};
+    round_.active = true;
+    round_.cause = cause;
+    round_.fault_s = fault_s;
+    round_.detected_s = t;
+    round_.reached = reached();
+    round_.record = {{"cause", cause}, {"fault_s", fault_s}, {"detected_s", t}, {"reached_step", round_.reached}};
+  }
+  round_.abort_s = t;
+  for (Slot* m : members()) {
+    if (m->phase == Phase::active) {
+      if (reset_reports) m->reported = false;
+      if (m->ch) m->ch->send({{"type", "abort"}, {"reason", cause}});
+    }
+  }
+  for (Slot& s : slots_) {
+    if (s.phase == Phase::retiring && s.ch) s.ch->send({{"type", "abort"}, {"reason", cause}});
+  }
+  journal_->write({{"event", "recovery_started"}, {"cause", cause}, {"reached_step", round_.reached}});
+}
+
+void Agent::fault(Slot& s, const std::string& cause, double fault_s) {
+  const double t = now();
+  const Phase was = s.phase;
+  if (was == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += t - s.spare_since;
+  s.phase = Phase::dead;
+  s.ch.reset();
+  monitor_.observe_error(s.device, Code::device_lost, cause, t);
+  journal_->write({{"event", "fault"}, {"device", s.device}, {"rank", s.rank}, {"phase", phase_name(was)},
+                   {"cause", cause}, {"detected_after_s", t - fault_s}});
+  if (was == Phase::retiring && round_.active && !round_.assigned) {
+    // The device being migrated away died before the boundary: the others
+    // may be waiting for it inside a collective.
+    for (Slot* m : members()) {
+      if (m->phase == Phase::active && m->ch) m->ch->send({{"type", "abort"}, {"reason", cause}});
+    }
+  }
+  if (was == Phase::retiring || was == Phase::done || finished_) return;
+  if (was == Phase::spare || was == Phase::starting) {
+    if (scheduler_.state(s.device) != scheduler::DeviceState::cordoned) {
+      for (const auto& a : scheduler_.on_fault(s.device, cause, true, t)) journal_->action(a);
+    }
+    return;
+  }
+  const uint32_t world = scheduler_.world_size();
+  const uint32_t rank = static_cast<uint32_t>(s.rank);
+  bool holder_alive = false;
+  if (world > 1) {
+    Slot* h = slot_of_rank((rank + 1) % world);
+    holder_alive = h && h->phase == Phase::active;
+  }
+  start_round("device " + std::to_string(s.device) + " (rank " + std::to_string(rank) + "): " + cause, fault_s);
+  for (const auto& a : scheduler_.on_fault(s.device, cause, holder_alive, t)) {
+    journal_->action(a);
+    if (a.kind == scheduler::Action::Kind::pause) round_.paused = true;
+  }
+}
+
+void Agent::reap() {
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    for (Slot& s : slots_) {
+      if (s.pid != pid) continue;
+      s.pid = -1;
+      if (s.phase == Phase::dead) break;
+      if (s.phase == Phase::done || s.phase == Phase::retiring || finished_) {
+        // An expected exit: the job ended, or the worker was let go.
+        if (s.phase == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += now() - s.spare_since;
+        s.phase = Phase::dead;
+        break;
+      }
+      // Whatever it had sent before it died still counts.
+      if (s.ch) read_messages(s);
+      fault(s, "process " + describe_status(status), now());
+      break;
+    }
+  }
+}
+
+bool Agent::choose_restore(uint64_t& index, std::string& tier, std::vector<std::pair<uint32_t, uint32_t>>& pairs) {
+  const uint32_t world = scheduler_.world_size();
+  std::vector<uint32_t> replaced;
+  std::set<uint64_t> candidates;
+  bool first = true;
+  for (uint32_t r = 0; r < world; ++r) {
+    Slot* s = slot_of_rank(r);
+    if (s == nullptr) return false;
+    if (s->phase != Phase::active) {
+      replaced.push_back(r);
+      continue;
+    }
+    if (first) candidates = s->own;
+    else {
+      std::set<uint64_t> keep;
+      for (uint64_t i : candidates) if (s->own.count(i)) keep.insert(i);
+      candidates = std::move(keep);
+    }
+    first = false;
+  }
+  if (first) candidates.clear();  // no survivor holds anything
+  for (uint32_t r : replaced) {
+    Slot* h = world > 1 ? slot_of_rank((r + 1) % world) : nullptr;
+    std::set<uint64_t> keep;
+    if (h != nullptr && h->phase == Phase::active) {
+      for (uint64_t i : candidates) if (h->replica.count(i)) keep.insert(i);
+    }
+    candidates = std::move(keep);
+    pairs.emplace_back((r + 1) % world, r);
+  }
+  if (!candidates.empty()) {
+    index = *candidates.rbegin();
+    tier = "memory";
+    return true;
+  }
+  pairs.clear();
+  std::set<uint64_t> disk;
+  for (uint32_t r = 0; r < world; ++r) {
+    const auto& d = disk_[r];
+    if (r == 0) disk = d;
+    else {
+      std::set<uint64_t> keep;
+      for (uint64_t i : disk) if (d.count(i)) keep.insert(i);
+      disk = std::move(keep);
+    }
+  }
+  if (!disk.empty()) {
+    index = *disk.rbegin();
+    tier = "disk";
+    return true;
+  }
+  return false;
+}
+
+void Agent::advance_round() {
+  if (!round_.active) return;
+  const double t = now();
+  if (!round_.assigned) {
+    auto ms = members();
+    for (Slot* m : ms) {
+      if (m->phase == Phase::active && !m->reported && t - round_.abort_s > o_.abort_grace_s) {
+        // A survivor that cannot leave its collective is as good as hung.
+        if (m->pid > 0) ::kill(m->pid, SIGKILL);
+        fault(*m, "did not answer the abort within " + std::to_string(o_.abort_grace_s) + " s", t);
+        return;
+      }
+    }
+    for (Slot* m : ms) {
+      if (m->phase == Phase::active && !m->reported) return;
+      if (m->phase == Phase::starting) return;
+    }
+    if (round_.paused) {
+      end_status_ = "paused";
+      end_why_ = "no spare device left and the job cannot shrink; the survivors' state is kept on disk "
+                 "from the last checkpoint, rerun sigmarun when a device is repaired";
+      exit_code_ = 3;
+      journal_->write({{"event", "paused"}, {"reason", end_why_}});
+      end_all(end_why_);
+      return;
+    }
+    uint64_t index = 0;
+    std::string tier;
+    std::vector<std::pair<uint32_t, uint32_t>> pairs;
+    if (!choose_restore(index, tier, pairs)) {
+      end_status_ = "unrecoverable";
+      end_why_ = "no state to restore: the memory replicas of the lost ranks died with them and no disk "
+                 "checkpoint is common to every rank (set --checkpoint-every)";
+      exit_code_ = 4;
+      journal_->write({{"event", "unrecoverable"}, {"reason", end_why_}});
+      end_all(end_why_);
+      return;
+    }
+    ++generation_;
+    json handoff = json::array();
+    for (auto [h, r] : pairs) handoff.push_back({h, r});
+    for (uint32_t r = 0; r < scheduler_.world_size(); ++r) {
+      Slot* s = slot_of_rank(r);
+      if (s->phase == Phase::spare) {
+        ledger_.idle_spares_s += t - s->spare_since;
+        s->phase = Phase::active;
+      }
+      s->rank = r;
+      s->reported = false;
+      s->ch->send({{"type", "assign"}, {"rank", r}, {"world", scheduler_.world_size()}, {"generation", generation_},
+                   {"restore", tier}, {"index", index}, {"handoff", handoff}});
+    }
+    for (Slot& s : slots_) {
+      if (s.phase == Phase::retiring && s.ch) s.ch->send({{"type", "retire"}, {"reason", "moved off a suspect device"}});
+    }
+    round_.assigned = true;
+    round_.assigned_s = t;
+    round_.index = index;
+    round_.tier = tier;
+    journal_->write({{"event", "assigned"}, {"generation", generation_}, {"restore", tier}, {"index", index},
+                     {"handoff", handoff}});
+    return;
+  }
+  if (!round_.rejoined) {
+    double comm_s = 0, restore_s = 0;
+    for (Slot* m : members()) {
+      if (m->joined_gen != generation_) return;
+      comm_s = std::max(comm_s, m->comm_s);
+      restore_s = std::max(restore_s, m->restore_s);
+    }
+    round_.rejoined = true;
+    round_.rejoined_s = t;
+    const uint64_t redo = round_.reached > round_.index ? round_.reached - round_.index : 0;
+    ledger_.detection_s += round_.detected_s - round_.fault_s;
+    ledger_.restart_s += std::max(0.0, t - round_.detected_s - restore_s);
+    ledger_.restore_s += restore_s;
+    ledger_.recomputed_steps += redo;
+    round_.record.update({{"generation", generation_}, {"restore", round_.tier}, {"index", round_.index},
+                          {"recomputed_steps", redo}, {"rejoined_s", t}, {"comm_s", comm_s}, {"restore_s", restore_s}});
+    journal_->write({{"event", "rejoined"}, {"generation", generation_}, {"after_fault_s", t - round_.fault_s},
+                     {"recomputed_steps", redo}});
+  }
+  if (progress() >= round_.reached) {
+    round_.record["back_at_reached_step_s"] = t - round_.fault_s;
+    journal_->write({{"event", "recovered"}, {"back_at_step", round_.reached}, {"after_fault_s", t - round_.fault_s}});
+    incidents_.push_back(round_.record);
+    round_.active = false;
+  }
+}
+
+void Agent::health_tick() {
+  const double t = now();
+  for (const health::Event& e : monitor_.evaluate(t)) {
+    journal_->health(e);
+    if (e.kind != health::Event::Kind::state_changed) continue;
+    Slot& s = slots_[e.device];
+    if (e.to == health::State::failed && e.warning.rule == "heartbeat" &&
+        (s.phase == Phase::active || s.phase == Phase::spare)) {
+      // Hung: make sure it cannot come back, then treat it as lost.
+      if (s.pid > 0) ::kill(s.pid, SIGKILL);
+      fault(s, "no heartbeat for " + std::to_string(e.warning.value) + " s (hung)", t - e.warning.value);
+      continue;
+    }
+    if (e.to >= health::State::suspect && e.to != health::State::failed &&
+        (s.phase == Phase::active || s.phase == Phase::spare)) {
+      for (const auto& a : scheduler_.on_warning(s.device, e.warning.message, t)) journal_->action(a);
+      if (s.phase == Phase::spare && scheduler_.state(s.device) == scheduler::DeviceState::cordoned) {
+        ledger_.idle_spares_s += t - s.spare_since;
+        s.phase = Phase::retiring;
+        if (s.ch) s.ch->send({{"type", "retire"}, {"reason", "cordoned: " + e.warning.message}});
+      }
+    } else if (e.to == health::State::healthy && s.phase == Phase::active) {
+      scheduler_.on_calm(s.device, t);
+    }
+  }
+}
+
+void Agent::maybe_migrate() {
+  if (round_.active || !started_) return;
+  for (Slot& s : slots_) {
+    if (s.phase != Phase::active || !scheduler_.pending_migration(s.device)) continue;
+    // Stop every rank after a step none has begun yet; the spare takes the
+    // suspect's rank from the memory tier with nothing recomputed.
+    const uint64_t boundary = progress() + 1;
+    const double t = now();
+    for (Slot* m : members()) {
+      if (m->ch) m->ch->send({{"type", "stop_after"}, {"step", boundary}});
+    }
+    const auto actions = scheduler_.at_step_boundary(boundary, t);
+    for (const auto& a : actions) journal_->action(a);
+    s.phase = Phase::retiring;
+    round_ = Round{};
+    round_.active = true;
+    round_.cause = "migration of device " + std::to_string(s.device) + " (rank " + std::to_string(s.rank) + ") before it fails";
+    round_.fault_s = round_.detected_s = round_.abort_s = t;
+    round_.reached = boundary + 1;
+    round_.record = {{"cause", round_.cause}, {"fault_s", t}, {"detected_s", t}, {"reached_step", round_.reached},
+                     {"proactive", true}, {"warning", monitor_.device(s.device).warnings.empty() ? json() :
+                                                          json(monitor_.device(s.device).warnings.front().message)}};
+    for (Slot* m : members()) m->reported = false;
+    journal_->write({{"event", "migration_started"}, {"device", s.device}, {"rank", s.rank}, {"boundary_step", boundary}});
+    return;
+  }
+}
+
+void Agent::end_all(const std::string& why) {
+  finished_ = true;
+  for (Slot& s : slots_) {
+    if (s.ch) s.ch->send({{"type", "goodbye"}, {"reason", why}});
+  }
+}
+
+void Agent::finish_job() {
+  if (finished_ || !started_ || round_.active) return;
+  for (Slot* m : members()) {
+    if (m->phase != Phase::done) return;
+  }
+  end_all("the job is done");
+}
+
+void Agent::progress_tick() {
+  const double t = now();
+  if (t - last_progress_ < 1.0) return;
+  last_progress_ = t;
+  publish_metrics();
+  if (!o_.progress) return;
+  std::fprintf(stderr, "sigmarun: %6.1f s | step %llu | world %u | spares %zu | incidents %zu%s\n", t,
+               static_cast<unsigned long long>(reached()), scheduler_.world_size(), scheduler_.spares().size(),
+               incidents_.size() + (round_.active ? 1 : 0), round_.active ? " | recovering" : "");
+}
+
+void Agent::publish_metrics() {
+  if (!metrics_) return;
+  MetricsSnapshot snap;
+  snap.steps = reached();
+  snap.wall_s = now();
+  snap.incidents = incidents_.size() + (round_.active ? 1 : 0);
+  snap.ledger = ledger_;
+  snap.spares = scheduler_.spares().size();
+  for (const auto& h : monitor_.devices()) {
+    snap.devices.push_back({h.device, h.score, health::state_name(h.state), scheduler::state_name(scheduler_.state(h.device))});
+  }
+  metrics_->publish(snap);
+}
+
+void Agent::write_report(const std::string& status, const std::string& why) {
+  const double wall = now();
+  std::vector<double> times;
+  for (auto& [k, v] : step_times_) times.push_back(v);
+  double median = 0;
+  if (!times.empty()) {
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    median = sorted[sorted.size() / 2];
+    for (double x : times) {
+      if (x > 1.5 * median) ledger_.slow_steps_s += x - median;
+    }
+  }
+  for (Slot& s : slots_) {
+    if (s.phase == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += wall - s.spare_since;
+  }
+  ledger_.recompute_s = static_cast<double>(ledger_.recomputed_steps) * median;
+  json devices = json::array();
+  for (const Slot& s : slots_) {
+    const auto h = monitor_.device(s.device);
+    json w = json::array();
+    for (const auto& x : h.warnings) w.push_back(x.signal + "/" + x.rule + ": " + x.message);
+    devices.push_back({{"device", s.device}, {"scheduler_state", scheduler::state_name(scheduler_.state(s.device))},
+                       {"health", health::state_name(h.state)}, {"score", h.score}, {"warnings", w}});
+  }
+  json advice;
+  if (o_.failure_rate_per_device_hour > 0) {
+    scheduler::FailureModel fm{o_.failure_rate_per_device_hour, o_.repair_hours, o_.job_hours, 0.01};
+    const auto plan = scheduler::size_spares(o_.nproc, fm);
+    advice = {{"spares", plan.spares}, {"risk", plan.risk}, {"rule", plan.rule}, {"given", o_.spares}};
+  }
+  json report{{"status", status},
+              {"reason", why},
+              {"world", scheduler_.world_size()},
+              {"spares", o_.spares},
+              {"steps", reached()},
+              {"generations", generation_},
+              {"wall_s", wall},
+              {"median_step_s", median},
+              {"incidents", incidents_},
+              {"ledger", ledger_.to_json(wall)},
+              {"spare_advice", advice},
+              {"devices", devices}};
+  write_json_file(o_.job_dir + "/report.json", report);
+  journal_->write({{"event", "end"}, {"status", status}, {"reason", why}});
+}
+
+int Agent::run() {
+  fs::create_directories(o_.job_dir + "/logs");
+  journal_ = std::make_unique<Journal>(o_.job_dir + "/incidents.jsonl", t0_);
+  if (::pipe2(g_sigchld_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw Error(Code::internal, "sigmarun: pipe failed");
+  struct sigaction sa {};
+  sa.sa_handler = on_sigchld;
+  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  ::sigaction(SIGCHLD, &sa, nullptr);
+  listen_fd_ = runtime::listen_unix(o_.job_dir + "/agent.sock");
+  ::fcntl(listen_fd_, F_SETFL, O_NONBLOCK);
+  if (o_.metrics_port >= 0) {
+    metrics_ = std::make_unique<MetricsServer>(o_.metrics_port);
+    std::fprintf(stderr, "sigmarun: metrics on http://127.0.0.1:%d/metrics\n", metrics_->port());
+    write_json_file(o_.job_dir + "/metrics.json", {{"port", metrics_->port()}});
+  }
+  journal_->write({{"event", "start"}, {"nproc", o_.nproc}, {"spares", o_.spares}, {"vendor", o_.vendor},
+                   {"scenario", o_.scenario}, {"worker", o_.worker}});
+  slots_.resize(o_.nproc + o_.spares);
+  for (uint32_t d = 0; d < slots_.size(); ++d) {
+    slots_[d].device = d;
+    monitor_.add_device(d);
+    for (const auto& a : scheduler_.add_device(d, now())) journal_->action(a);
+    spawn(slots_[d]);
+  }
+  for (;;) {
+    std::vector<pollfd> fds;
+    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({g_sigchld_pipe[0], POLLIN, 0});
+    for (auto& p : pending_) fds.push_back({p->fd(), POLLIN, 0});
+    for (Slot& s : slots_) {
+      if (s.ch) fds.push_back({s.ch->fd(), POLLIN, 0});
+    }
+    ::poll(fds.data(), fds.size(), 20);
+    char drain[64];
+    while (::read(g_sigchld_pipe[0], drain, sizeof drain) > 0) {
+    }
+    accept_new();
+    // Greetings: the first message names the device.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      auto m = (*it)->receive_ready();
+      if ((*it)->closed()) { it = pending_.erase(it); continue; }
+      if (!m) { ++it; continue; }
+      const uint32_t d = m->value("device", UINT32_MAX);
+      if (m->value("type", "") != "hello" || d >= slots_.size() || slots_[d].phase != Phase::starting) {
+        journal_->write({{"event", "refused_connection"}, {"message", *m}});
+        it = pending_.erase(it);
+        continue;
+      }
+      Slot& s = slots_[d];
+      s.ch = std::move(*it);
+      it = pending_.erase(it);
+      const bool passed = m->at("self_test").value("passed", false);
+      const std::string detail = m->at("self_test").value("detail", "");
+      journal_->write({{"event", "validated"}, {"device", d}, {"passed", passed}, {"detail", detail}});
+      for (const auto& a : scheduler_.validation_done(d, passed, detail, now())) journal_->action(a);
+      s.phase = passed ? Phase::spare : Phase::retiring;
+      s.spare_since = now();
+      s.last_heartbeat = now();
+      monitor_.observe_heartbeat(d, now());
+    }
+    for (Slot& s : slots_) {
+      if (s.ch) {
+        read_messages(s);
+        if (s.ch && s.ch->closed() && s.phase != Phase::done && s.phase != Phase::dead) {
+          // The channel broke before the exit was reaped: the exit handler decides.
+          s.ch.reset();
+        }
+      }
+    }
+    reap();
+    if (!started_ && !finished_) {
+      bool all_heard = true;
+      for (const Slot& s : slots_) all_heard &= s.phase != Phase::starting;
+      // Ranks go to the lowest device ids that passed, so a job maps the same
+      // way every time; a device slow to validate is waited for a while.
+      if (scheduler_.spares().size() >= o_.nproc && (all_heard || now() > o_.validate_timeout_s)) {
+        for (const auto& a : scheduler_.start(now())) {
+          journal_->action(a);
+          Slot& s = slots_[a.device];
+          s.rank = a.rank;
+          s.phase = Phase::active;
+          s.ch->send({{"type", "assign"}, {"rank", a.rank}, {"world", o_.nproc}, {"generation", 1}, {"restore", "none"}});
+        }
+        generation_ = 1;
+        started_ = true;
+      } else {
+        uint32_t out = 0;
+        for (Slot& s : slots_) out += s.phase == Phase::dead || s.phase == Phase::retiring;
+        if (slots_.size() - out < o_.nproc) {
+          end_status_ = "unrecoverable";
+          end_why_ = "only " + std::to_string(slots_.size() - out) + " device(s) passed validation; the job needs " +
+                     std::to_string(o_.nproc);
+          exit_code_ = 4;
+          end_all(end_why_);
+        }
+      }
+    }
+    if (!finished_) {
+      health_tick();
+      maybe_migrate();
+      advance_round();
+      finish_job();
+    }
+    progress_tick();
+    if (finished_) {
+      bool alive = false;
+      for (Slot& s : slots_) alive |= s.pid > 0;
+      if (!alive) break;
+      static double since = -1;
+      if (since < 0) since = now();
+      if (now() - since > 10) {
+        for (Slot& s : slots_) if (s.pid > 0) ::kill(s.pid, SIGKILL);
+      }
+    }
+  }
+  if (round_.active) incidents_.push_back(round_.record);
+  write_report(end_status_, end_why_);
+  publish_metrics();
+  ::close(listen_fd_);
+  ::unlink((o_.job_dir + "/agent.sock").c_str());
+  return exit_code_;
+}
+
+}  // namespace
+
+int run(const Options& options) {
+  Agent agent(options);
+  return agent.run();
+}
+
+}  // namespace sigma::sigmarun

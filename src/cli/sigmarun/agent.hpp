@@ -1,0 +1,42 @@
+// sigmarun's agent: launches one worker per device plus warm spares, hosts
+// the health monitor and the scheduler, carries out their decisions, and
+// keeps the incident journal, the goodput ledger and the final report.
+#pragma once
+
+#include <sigma/health.hpp>
+#include <sigma/scheduler.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sigma::sigmarun {
+
+struct Options {
+  uint32_t nproc = 1;
+  uint32_t spares = 0;
+  std::string vendor = "cpu";
+  std::string scenario;          // sim only
+  double time_scale = 0;         // sim only; 0 = the scenario's
+  std::string job_dir;
+  std::string store;             // empty: file store in the job dir
+  double heartbeat_s = 0.1;      // worker heartbeat period
+  double heartbeat_timeout_s = 3;
+  double abort_grace_s = 5;
+  double validate_timeout_s = 30;  // start without devices still validating after this      // survivors must report within this after an abort
+  uint64_t snapshot_every = 1;
+  uint64_t checkpoint_every = 0;
+  int metrics_port = -1;         // -1 off, 0 any free port
+  bool progress = true;
+  bool proactive_migration = true;
+  double failure_rate_per_device_hour = 0;  // for the spare advice in the report
+  double repair_hours = 24;
+  double job_hours = 24;
+  std::vector<std::string> worker;  // program and arguments
+};
+
+// Runs the job to its end. Exit status: 0 done; 3 paused (degraded, state
+// persisted); 4 unrecoverable (said why); 2 bad usage / could not start.
+int run(const Options& options);
+
+}  // namespace sigma::sigmarun

@@ -1,0 +1,60 @@
+// sigmarun: runs a training job with one worker process per device, warm
+// spares, health monitoring and failure-aware recovery.
+//
+//   sigmarun --nproc N [--spares S] [--vendor NAME] [--scenario FILE]
+//            --job-dir DIR [--store redis://HOST:PORT] [options] -- WORKER ARGS...
+//
+// Writes DIR/incidents.jsonl (the incident journal), DIR/report.json (status,
+// incidents, goodput ledger, devices) and DIR/logs/device-N.log (each
+// worker's output). Exit status: 0 done, 2 bad usage or could not start,
+// 3 paused (no spare left), 4 unrecoverable (the report says why).
+#include "agent.hpp"
+
+#include <sigma/error.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <iostream>
+
+int main(int argc, char** argv) {
+  sigma::sigmarun::Options o;
+  CLI::App app{"sigmarun: failure-aware launcher for training jobs on early-life accelerators"};
+  app.add_option("--nproc", o.nproc, "worker processes (ranks), one per device")->required()->check(CLI::Range(1u, 4096u));
+  app.add_option("--spares", o.spares, "warm spare devices kept validated and waiting")->check(CLI::Range(0u, 4096u));
+  app.add_option("--vendor", o.vendor, "HAL plugin name or path (cpu, sim, cuda, ...)");
+  app.add_option("--scenario", o.scenario, "sim vendor scenario file (device N of the scenario is device N here)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--time-scale", o.time_scale, "sim: scenario seconds per real second")->check(CLI::PositiveNumber);
+  app.add_option("--job-dir", o.job_dir, "job folder: journal, report, logs, store, checkpoints")->required();
+  app.add_option("--store", o.store, "rendezvous store (redis://host:port); default: a file store in the job folder");
+  app.add_option("--heartbeat", o.heartbeat_s, "worker heartbeat period in seconds")->check(CLI::Range(0.001, 60.0));
+  app.add_option("--heartbeat-timeout", o.heartbeat_timeout_s, "a worker silent this long is hung")
+      ->check(CLI::Range(0.01, 3600.0));
+  app.add_option("--snapshot-every", o.snapshot_every, "memory-tier snapshot period in steps")->check(CLI::Range(1, 1000000));
+  app.add_option("--checkpoint-every", o.checkpoint_every, "disk checkpoint period in steps (0: none)");
+  app.add_option("--metrics-port", o.metrics_port, "serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)");
+  app.add_flag("!--no-progress", o.progress, "no progress line on stderr");
+  app.add_flag("!--no-migration", o.proactive_migration, "no proactive migration on early warnings");
+  app.add_option("--failure-rate", o.failure_rate_per_device_hour,
+                 "failures per device-hour, for the spare-pool advice in the report")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--repair-hours", o.repair_hours, "repair time for the spare advice")->check(CLI::PositiveNumber);
+  app.add_option("--job-hours", o.job_hours, "job length for the spare advice")->check(CLI::PositiveNumber);
+  app.add_option("worker", o.worker, "the worker program and its arguments (after --)")->required();
+  app.allow_extras(false);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!o.scenario.empty() && o.vendor == "cpu") o.vendor = "sim";
+  try {
+    o.job_dir = std::filesystem::absolute(o.job_dir).string();
+    if (!o.scenario.empty()) o.scenario = std::filesystem::absolute(o.scenario).string();
+    return sigma::sigmarun::run(o);
+  } catch (const sigma::Error& e) {
+    std::cerr << "sigmarun: " << e.what() << "\n";
+    return 2;
+  }
+}

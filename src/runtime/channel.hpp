@@ -1,0 +1,53 @@
+// One connection between the agent and a worker: a Unix stream socket
+// carrying one JSON object per line. Small control messages only (commands,
+// heartbeats, step figures); tensors travel through the HAL, never here.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace sigma::runtime {
+
+// Thread-safety: send() from any thread (serialised inside); receive() from
+// one thread at a time. The fd is owned and closed by the destructor.
+class Channel {
+ public:
+  explicit Channel(int fd) : fd_(fd) {}
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  // Connects to the agent's socket. Throws Error(unavailable) naming the path.
+  static std::unique_ptr<Channel> connect(const std::string& path);
+
+  // False when the peer is gone (the message is dropped).
+  bool send(const nlohmann::json& msg);
+  // The next message, waiting at most `timeout`; nullopt on timeout. Sets
+  // closed() when the peer hung up. A line that is not JSON is skipped.
+  std::optional<nlohmann::json> receive(std::chrono::milliseconds timeout);
+  // Messages already read off the socket, without waiting (agent's poll loop:
+  // call after poll() said the fd is readable).
+  std::optional<nlohmann::json> receive_ready();
+  bool closed() const { return closed_; }
+  int fd() const { return fd_; }
+  // Shuts the socket down so a blocked receive() returns (closed()).
+  void shutdown();
+
+ private:
+  std::optional<nlohmann::json> pop_line();
+  bool fill();  // one read(); false when the peer hung up
+  int fd_;
+  bool closed_ = false;
+  std::string buffer_;
+  std::mutex send_mu_;
+};
+
+// A listening Unix socket at `path` (removed first if stale). Returns the fd.
+// Throws Error(unavailable).
+int listen_unix(const std::string& path);
+
+}  // namespace sigma::runtime

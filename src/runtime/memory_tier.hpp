@@ -1,0 +1,62 @@
+// The checkpoint engine's memory tier as the runtime uses it: every snapshot
+// of a rank's state is kept in host memory, and a copy of it is held by the
+// next rank of the ring (rank r holds r-1's), exchanged through the HAL. When
+// one process dies, its state survives in a peer and the replacement gets it
+// at memory speed, with no disk in the path.
+#pragma once
+
+#include <sigma/checkpoint.hpp>
+#include <sigma/hal.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+namespace sigma::runtime {
+
+// Thread-safety: one thread (the training loop's).
+class MemoryTier {
+ public:
+  explicit MemoryTier(size_t keep = 2) : keep_(keep) {}
+
+  // Collective over `comm` (every rank, same order): copies `views` as
+  // snapshot `index` (steps done) and swaps copies along the ring. World 1:
+  // no replica.
+  void snapshot(uint64_t index, const std::vector<checkpoint::TensorView>& views, hal::Communicator& comm,
+                uint32_t rank, uint32_t world);
+
+  // Indices this rank holds of its own state / of its ring predecessor's.
+  std::vector<uint64_t> own_indices() const;
+  std::vector<uint64_t> replica_indices() const;
+
+  // Copies own snapshot `index` into `views` (the sizes must match). False
+  // when this rank does not hold it.
+  bool restore_own(uint64_t index, const std::vector<checkpoint::TensorView>& views) const;
+
+  // Collective over a new communicator: for each (holder, receiver) pair,
+  // the holder sends its replica `index` and the receiver restores it into
+  // `views` and keeps it as its own. Pairs are processed in the given order
+  // by every rank. Throws Error(data_loss) when a holder lacks the replica.
+  void handoff(uint64_t index, const std::vector<std::pair<uint32_t, uint32_t>>& pairs,
+               const std::vector<checkpoint::TensorView>& views, hal::Communicator& comm, uint32_t rank);
+
+  // Forgets snapshots newer than `index` (after a rollback to it: they
+  // describe steps that will be run again).
+  void drop_after(uint64_t index);
+
+  // Forgets everything (a new rank assignment on a new ring).
+  void clear() { own_.clear(); replica_.clear(); }
+
+ private:
+  void trim(std::map<uint64_t, std::vector<uint8_t>>& m);
+  size_t keep_;
+  std::map<uint64_t, std::vector<uint8_t>> own_, replica_;
+};
+
+// Bytes of the views laid end to end / back into the views. Throws
+// Error(invalid_argument) when the sizes do not match.
+std::vector<uint8_t> pack(const std::vector<checkpoint::TensorView>& views);
+void unpack(const std::vector<uint8_t>& bytes, const std::vector<checkpoint::TensorView>& views);
+
+}  // namespace sigma::runtime

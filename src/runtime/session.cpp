@@ -1,0 +1,416 @@
+// The worker's session. Two threads: the training thread (every public
+// member) and the session's control thread, which owns the agent channel's
+// reading side, sends heartbeats with telemetry, and aborts the current
+// communicator when the agent says a peer failed. They share the inbox
+// (assignments), the current communicator (abort only) and a few atomics.
+#include <sigma/bootstrap.hpp>
+#include <sigma/runtime.hpp>
+
+#include "runtime/channel.hpp"
+#include "runtime/memory_tier.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+namespace sigma::runtime {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string env(const char* name, bool required) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == 0) {
+    if (required) throw Error(Code::invalid_argument, std::string("runtime: ") + name + " is not set (is this process started by sigmarun?)");
+    return "";
+  }
+  return v;
+}
+
+double env_number(const char* name, double fallback, double lo, double hi) {
+  const std::string v = env(name, false);
+  if (v.empty()) return fallback;
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || *end != 0 || !(x >= lo && x <= hi)) {
+    throw Error(Code::invalid_argument, std::string("runtime: ") + name + "='" + v + "' is not a number in [" +
+                                            std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return x;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+SessionOptions SessionOptions::from_env() {
+  SessionOptions o;
+  o.agent_socket = env("SIGMA_AGENT_SOCKET", true);
+  o.device = static_cast<uint32_t>(env_number("SIGMA_DEVICE", -1, 0, 1e9));
+  o.job_dir = env("SIGMA_JOB_DIR", true);
+  if (auto p = env("SIGMA_HAL_PLUGIN", false); !p.empty()) o.plugin = p;
+  o.plugin_options = env("SIGMA_HAL_OPTIONS", false);
+  o.store = env("SIGMA_STORE", false);
+  if (o.store.empty()) o.store = "file://" + o.job_dir + "/store";
+  o.heartbeat_s = env_number("SIGMA_HEARTBEAT_S", o.heartbeat_s, 1e-3, 3600);
+  o.snapshot_every = static_cast<uint64_t>(env_number("SIGMA_SNAPSHOT_EVERY", 1, 1, 1e9));
+  o.checkpoint_every = static_cast<uint64_t>(env_number("SIGMA_CHECKPOINT_EVERY", 0, 0, 1e9));
+  return o;
+}
+
+bool Session::under_agent() noexcept { return std::getenv("SIGMA_AGENT_SOCKET") != nullptr; }
+
+struct Session::Impl {
+  SessionOptions o;
+  std::unique_ptr<Channel> ch;
+  hal::PluginPtr plugin;
+  std::vector<hal_field_id_t> fields;
+  std::shared_ptr<bootstrap::Store> store;
+  std::unique_ptr<bootstrap::HalBootstrap> bs;
+  std::mutex comm_mu;
+  std::shared_ptr<hal::Communicator> comm;  // guarded by comm_mu (the pointer)
+  uint32_t rank = 0, world = 0;
+  uint64_t generation = 0;
+  std::vector<checkpoint::TensorView> views;
+  MemoryTier tier;
+  std::unique_ptr<checkpoint::Engine> engine;
+  std::vector<uint64_t> disk_indices;
+  Clock::time_point step_t0;
+
+  // The control thread's side.
+  std::thread control;
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> agent_gone{false};
+  std::atomic<int64_t> current_step{-1};
+  std::atomic<int64_t> stop_after{-1};
+  std::mutex inbox_mu;
+  std::condition_variable inbox_cv;
+  std::deque<json> inbox;  // assign / retire / goodbye
+  std::atomic<bool> ended{false};
+
+  void abort_comm() {
+    std::shared_ptr<hal::Communicator> c;
+    {
+      std::lock_guard<std::mutex> lk(comm_mu);
+      c = comm;
+    }
+    if (c) c->abort();
+  }
+
+  json telemetry() {
+    json out = json::array();
+    if (fields.empty()) return out;
+    try {
+      for (const hal_telemetry_sample_t& s : plugin->read_telemetry(0, fields)) {
+        json v = s.type == HAL_VALUE_F64 ? json(s.value.f64) : s.type == HAL_VALUE_I64 ? json(s.value.i64) : json(s.value.u64);
+        out.push_back({s.id, s.status, s.type, v});
+      }
+    } catch (const Error&) {
+      out.push_back({HAL_FIELD_TEMPERATURE_C, HAL_ERR_DEVICE_LOST, HAL_VALUE_F64, 0.0});
+    }
+    return out;
+  }
+
+  void control_loop() {
+    auto next_beat = Clock::now();
+    while (!stopping) {
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now());
+      auto msg = ch->receive(std::max(std::chrono::milliseconds(0), wait));
+      if (ch->closed()) {
+        agent_gone = true;
+        abort_comm();
+        inbox_cv.notify_all();
+        return;
+      }
+      if (msg) handle((*msg));
+      if (Clock::now() >= next_beat) {
+        ch->send({{"type", "heartbeat"}, {"step", current_step.load()}, {"telemetry", telemetry()}});
+        next_beat += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.heartbeat_s));
+        if (next_beat < Clock::now()) next_beat = Clock::now();
+      }
+    }
+  }
+
+  void handle(const json& m) {
+    const std::string type = m.value("type", "");
+    if (type == "abort") {
+      abort_comm();
+    } else if (type == "stop_after") {
+      const int64_t step = m.value("step", int64_t{-1});
+      stop_after = step;
+      // Already past the boundary: leave the collective now instead.
+      if (current_step.load() > step) abort_comm();
+    } else if (type == "assign" || type == "retire" || type == "goodbye") {
+      if (type != "assign") abort_comm();
+      {
+        std::lock_guard<std::mutex> lk(inbox_mu);
+        inbox.push_back(m);
+      }
+      inbox_cv.notify_all();
+    }
+  }
+
+  json next_command() {
+    std::unique_lock<std::mutex> lk(inbox_mu);
+    inbox_cv.wait(lk, [&] { return !inbox.empty() || agent_gone.load(); });
+    if (inbox.empty()) throw Error(Code::unavailable, "runtime: the agent is gone");
+    json m = inbox.front();
+    inbox.pop_front();
+    return m;
+  }
+
+  void build_comm(const json& a) {
+    {
+      std::lock_guard<std::mutex> lk(comm_mu);
+      comm.reset();
+    }
+    rank = a.at("rank").get<uint32_t>();
+    world = a.at("world").get<uint32_t>();
+    generation = a.at("generation").get<uint64_t>();
+    bs = std::make_unique<bootstrap::HalBootstrap>(store, "gen-" + std::to_string(generation) + "/");
+    hal_comm_create_args_t ca{};
+    ca.struct_size = sizeof(ca);
+    ca.rank = rank;
+    ca.world_size = world;
+    ca.bootstrap = bs->table();
+    ca.timeout_ns = static_cast<uint64_t>(o.comm_timeout_s * 1e9);
+    auto c = std::make_shared<hal::Communicator>(plugin, ca);
+    std::lock_guard<std::mutex> lk(comm_mu);
+    comm = std::move(c);
+  }
+
+  checkpoint::Engine& disk() {
+    if (!engine) {
+      checkpoint::Options co;
+      co.dir = o.job_dir + "/checkpoints";
+      co.job = "sigmarun";
+      co.rank = rank;
+      co.world = world;
+      co.base_every = 4;
+      co.keep = 4;
+      engine = std::make_unique<checkpoint::Engine>(co);
+    }
+    return *engine;
+  }
+
+  // Carries out an assignment: communicator, then the agreed state.
+  uint64_t apply(const json& a) {
+    const auto t0 = Clock::now();
+    const uint32_t old_rank = rank;
+    build_comm(a);
+    if (engine && old_rank != rank) engine.reset();
+    const std::string how = a.value("restore", "none");
+    const uint64_t index = a.value("index", uint64_t{0});
+    const auto t1 = Clock::now();
+    if (how == "none") {
+      tier.clear();
+      tier.snapshot(0, views, *comm, rank, world);
+    } else if (how == "memory") {
+      std::vector<std::pair<uint32_t, uint32_t>> pairs;
+      for (const auto& p : a.value("handoff", json::array())) pairs.emplace_back(p.at(0).get<uint32_t>(), p.at(1).get<uint32_t>());
+      bool receiver = false;
+      for (auto [h, r] : pairs) receiver |= r == rank;
+      if (!receiver && !tier.restore_own(index, views)) {
+        throw Error(Code::data_loss, "runtime: rank " + std::to_string(rank) + " holds no snapshot " + std::to_string(index));
+      }
+      tier.handoff(index, pairs, views, *comm, rank);
+      tier.drop_after(index);
+    } else if (how == "disk") {
+      checkpoint::Metadata meta;
+      const auto res = disk().restore(views, &meta, index);
+      if (meta.step != index) {
+        throw Error(Code::data_loss, "runtime: rank " + std::to_string(rank) + " found disk checkpoint " +
+                                         std::to_string(meta.step) + ", the job restores " + std::to_string(index) +
+                                         (res.refused.empty() ? "" : " (" + res.refused.front() + ")"));
+      }
+      tier.clear();
+      tier.snapshot(index, views, *comm, rank, world);
+    } else {
+      throw Error(Code::invalid_argument, "runtime: the agent asked for restore '" + how + "'");
+    }
+    stop_after = -1;
+    current_step = static_cast<int64_t>(index);
+    ch->send({{"type", "joined"},
+              {"generation", generation},
+              {"rank", rank},
+              {"index", index},
+              {"restore", how},
+              {"comm_s", std::chrono::duration<double>(t1 - t0).count()},
+              {"restore_s", seconds_since(t1)}});
+    return index;
+  }
+
+  uint64_t wait_and_apply() {
+    json m = next_command();
+    const std::string type = m.value("type", "");
+    if (type != "assign") {
+      ended = true;
+      throw Error(Code::aborted, "runtime: the agent " + std::string(type == "retire" ? "retired this worker" : "ended the job") +
+                                     (m.contains("reason") ? ": " + m["reason"].get<std::string>() : std::string()));
+    }
+    return apply(m);
+  }
+};
+
+Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.o = std::move(options);
+  m.ch = Channel::connect(m.o.agent_socket);
+  json hello{{"type", "hello"}, {"device", m.o.device}, {"pid", ::getpid()}};
+  try {
+    hal::LoadOptions lo;
+    lo.options = m.o.plugin_options;
+    lo.job_dir = m.o.job_dir;
+    m.plugin = hal::Plugin::load(m.o.plugin, lo);
+    const hal_self_test_result_t r = m.plugin->self_test(0, 16ull << 20);
+    const bool passed = r.passed != 0;
+    char detail[384];
+    std::snprintf(detail, sizeof detail, "%s (GEMM rel. error %.2g, %llu bad words of %llu, copy %.2f GB/s, %.2f s)",
+                  r.message, r.gemm_max_rel_error, static_cast<unsigned long long>(r.memory_pattern_errors),
+                  static_cast<unsigned long long>(r.memory_bytes_tested) / 8, r.copy_bandwidth * 1e-9, r.duration_s);
+    hello["self_test"] = {{"passed", passed}, {"detail", std::string(detail)}};
+    for (const auto& f : m.plugin->telemetry_fields(0)) m.fields.push_back(f.id);
+    m.store = bootstrap::open_store(m.o.store);
+    if (!passed) {
+      m.ch->send(hello);
+      throw Error(Code::unavailable, std::string("runtime: self_test failed on device ") + std::to_string(m.o.device) + ": " + r.message);
+    }
+  } catch (const Error& e) {
+    if (!hello.contains("self_test")) {
+      hello["self_test"] = {{"passed", false}, {"detail", e.what()}};
+      m.ch->send(hello);
+    }
+    throw;
+  }
+  m.ch->send(hello);
+  m.control = std::thread([&m] { m.control_loop(); });
+}
+
+Session::~Session() {
+  impl_->stopping = true;
+  impl_->ch->shutdown();
+  if (impl_->control.joinable()) impl_->control.join();
+  std::lock_guard<std::mutex> lk(impl_->comm_mu);
+  impl_->comm.reset();
+}
+
+void Session::set_state(std::vector<checkpoint::TensorView> views) { impl_->views = std::move(views); }
+
+uint64_t Session::join() { return impl_->wait_and_apply(); }
+
+uint32_t Session::rank() const noexcept { return impl_->rank; }
+uint32_t Session::world_size() const noexcept { return impl_->world; }
+uint64_t Session::generation() const noexcept { return impl_->generation; }
+const hal::PluginPtr& Session::plugin() const noexcept { return impl_->plugin; }
+
+hal::Communicator& Session::comm() {
+  std::lock_guard<std::mutex> lk(impl_->comm_mu);
+  if (!impl_->comm) throw Error(Code::aborted, "runtime: no communicator (call join or recover)");
+  return *impl_->comm;
+}
+
+void Session::step_begin(uint64_t step) {
+  impl_->current_step = static_cast<int64_t>(step);
+  impl_->step_t0 = Clock::now();
+}
+
+bool Session::should_checkpoint(uint64_t step) const noexcept {
+  return impl_->o.checkpoint_every > 0 && (step + 1) % impl_->o.checkpoint_every == 0;
+}
+
+bool Session::should_migrate() const noexcept { return impl_->stop_after.load() >= 0; }
+
+void Session::step_end(uint64_t step) {
+  Impl& m = *impl_;
+  const double seconds = seconds_since(m.step_t0);
+  m.ch->send({{"type", "step"}, {"step", step}, {"seconds", seconds}});
+  const uint64_t index = step + 1;
+  if (index % m.o.snapshot_every == 0) {
+    m.tier.snapshot(index, m.views, comm(), m.rank, m.world);
+    m.ch->send({{"type", "snapshot"}, {"index", index}});
+  }
+  if (should_checkpoint(step)) {
+    checkpoint::Metadata meta;
+    meta.step = index;
+    m.disk().save(m.views, meta);
+    m.disk_indices.push_back(index);
+    m.ch->send({{"type", "checkpoint"}, {"index", index}});
+  }
+  const int64_t stop = m.stop_after.load();
+  if (stop >= 0 && static_cast<int64_t>(step) >= stop) {
+    throw Error(Code::aborted, "runtime: the agent stops the job after step " + std::to_string(stop));
+  }
+}
+
+uint64_t Session::recover(const std::string& reason) {
+  Impl& m = *impl_;
+  m.abort_comm();
+  m.ch->send({{"type", "recover"},
+              {"reason", reason},
+              {"generation", m.generation},
+              {"own", m.tier.own_indices()},
+              {"replica", m.tier.replica_indices()},
+              {"disk", m.disk_indices}});
+  return m.wait_and_apply();
+}
+
+void Session::finish(uint64_t steps_done) {
+  Impl& m = *impl_;
+  m.ch->send({{"type", "done"}, {"steps", steps_done}});
+  try {
+    for (;;) {
+      json c = m.next_command();
+      if (c.value("type", "") == "goodbye") break;
+    }
+  } catch (const Error&) {
+    // The agent left first: the job is over either way.
+  }
+}
+
+}  // namespace sigma::runtime
+
+namespace sigma::runtime {
+
+bool Session::ended() const noexcept { return impl_->ended.load(); }
+
+std::optional<uint64_t> Session::run(uint64_t total_steps, const std::function<void(uint64_t)>& step_fn) {
+  uint64_t step = 0;
+  try {
+    step = join();
+  } catch (const Error&) {
+    if (ended()) return std::nullopt;
+    throw;
+  }
+  while (step < total_steps) {
+    try {
+      step_begin(step);
+      step_fn(step);
+      step_end(step);
+      ++step;
+    } catch (const Error& e) {
+      std::string why = std::string(code_name(e.code())) + ": " + e.what();
+      for (;;) {
+        try {
+          step = recover(why);
+          break;
+        } catch (const Error& again) {
+          if (ended()) return std::nullopt;
+          if (impl_->agent_gone) throw;
+          why = std::string(code_name(again.code())) + ": " + again.what();
+        }
+      }
+    }
+  }
+  finish(step);
+  return step;
+}
+
+}  // namespace sigma::runtime

@@ -1,0 +1,229 @@
+// sigmarun with real processes: a deterministic data-parallel worker killed
+// (SIGKILL), hung (SIGSTOP), moved off a device that the sim vendor heats
+// toward failure, and run out of spares. Every recovered run must end with
+// exactly the bytes of a fault-free run.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr uint64_t kSteps = 160;
+
+std::string job_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "sigmarun-" + std::to_string(::getpid()) + "-" + name;
+  fs::remove_all(d);
+  return d;
+}
+
+struct JobRun {
+  int exit_code = -1;
+  json report;
+  std::vector<json> journal;
+  std::string dir;
+  double wall_s = 0;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+JobRun sigmarun(const std::string& name, std::vector<std::string> agent_args, std::vector<std::string> worker_args) {
+  JobRun r;
+  r.dir = job_dir(name);
+  std::vector<std::string> args{SIGMARUN, "--job-dir", r.dir, "--no-progress"};
+  args.insert(args.end(), agent_args.begin(), agent_args.end());
+  args.push_back("--");
+  args.push_back(RUNTIME_WORKER);
+  args.insert(args.end(), worker_args.begin(), worker_args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (fs::exists(r.dir + "/report.json")) r.report = json::parse(read_file(r.dir + "/report.json"));
+  std::ifstream j(r.dir + "/incidents.jsonl");
+  for (std::string line; std::getline(j, line);) r.journal.push_back(json::parse(line));
+  return r;
+}
+
+std::string logs(const JobRun& r) {
+  std::string out = "report: " + r.report.dump(1) + "\n";
+  for (const auto& j : r.journal) out += j.dump() + "\n";
+  for (const auto& e : fs::directory_iterator(r.dir + "/logs")) {
+    out += "---- " + e.path().filename().string() + "\n" + read_file(e.path().string());
+  }
+  return out;
+}
+
+std::vector<std::string> finals(const JobRun& r, uint32_t world) {
+  std::vector<std::string> out;
+  for (uint32_t k = 0; k < world; ++k) out.push_back(read_file(r.dir + "/final-rank-" + std::to_string(k) + ".bin"));
+  return out;
+}
+
+const json* find_event(const JobRun& r, const std::string& event, const std::string& key = "", const json& value = {}) {
+  for (const auto& j : r.journal) {
+    if (j.value("event", "") == event && (key.empty() || j.value(key, json()) == value)) return &j;
+  }
+  return nullptr;
+}
+
+class Sigmarun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    JobRun r = sigmarun("baseline", {"--nproc", "3", "--spares", "1"}, {"--steps", std::to_string(kSteps)});
+    ASSERT_EQ(r.exit_code, 0) << logs(r);
+    baseline_ = new std::vector<std::string>(finals(r, 3));
+    ASSERT_EQ((*baseline_)[0].size(), 2 * 4096 * sizeof(float));
+    EXPECT_EQ((*baseline_)[0], (*baseline_)[1]) << "data-parallel replicas agree";
+    EXPECT_EQ((*baseline_)[0], (*baseline_)[2]);
+  }
+  static void TearDownTestSuite() {
+    delete baseline_;
+    baseline_ = nullptr;
+  }
+  static void expect_exact(const JobRun& r) {
+    ASSERT_NE(baseline_, nullptr);
+    const auto f = finals(r, 3);
+    for (uint32_t k = 0; k < 3; ++k) EXPECT_TRUE(f[k] == (*baseline_)[k]) << "rank " << k << " differs from the fault-free run";
+  }
+  static std::vector<std::string>* baseline_;
+};
+
+std::vector<std::string>* Sigmarun::baseline_ = nullptr;
+
+TEST_F(Sigmarun, AFaultFreeRunReportsDoneWithNoIncidents) {
+  JobRun r = sigmarun("clean", {"--nproc", "3", "--spares", "1", "--failure-rate", "0.001"}, {"--steps", std::to_string(kSteps)});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  EXPECT_EQ(r.report["status"], "done");
+  EXPECT_EQ(r.report["steps"], kSteps);
+  EXPECT_TRUE(r.report["incidents"].empty());
+  EXPECT_EQ(r.report["generations"], 1);
+  EXPECT_GT(r.report["ledger"]["idle_spares_device_s"].get<double>(), 0);
+  EXPECT_NE(r.report["spare_advice"]["rule"].get<std::string>().find("Poisson"), std::string::npos);
+  expect_exact(r);
+}
+
+TEST_F(Sigmarun, AKilledWorkerIsReplacedByASpareFromTheMemoryTierWithinFiveSeconds) {
+  JobRun r = sigmarun("kill", {"--nproc", "3", "--spares", "1"},
+                   {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "1"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  const json& inc = r.report["incidents"][0];
+  EXPECT_EQ(inc["restore"], "memory") << logs(r);
+  EXPECT_LE(inc["recomputed_steps"].get<uint64_t>(), 1u);
+  EXPECT_LT(inc["back_at_reached_step_s"].get<double>(), 5.0);
+  EXPECT_LT(inc["detected_s"].get<double>() - inc["fault_s"].get<double>(), 0.5);
+  const json* replace = find_event(r, "scheduler", "action", "replace");
+  ASSERT_NE(replace, nullptr);
+  EXPECT_EQ((*replace)["rank"], 1);
+  EXPECT_EQ((*replace)["to_device"], 3);
+  expect_exact(r);
+}
+
+TEST_F(Sigmarun, AHungWorkerIsFoundWithinTheHeartbeatTimeoutAndReplaced) {
+  JobRun r = sigmarun("hang", {"--nproc", "3", "--spares", "1", "--heartbeat-timeout", "1"},
+                   {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "2", "--kill-signal", "STOP"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  const json& inc = r.report["incidents"][0];
+  EXPECT_NE(inc["cause"].get<std::string>().find("hung"), std::string::npos) << inc.dump();
+  // Detected within the timeout + 1 s of the last heartbeat, and running again.
+  EXPECT_LT(inc["detected_s"].get<double>() - inc["fault_s"].get<double>(), 1.0 + 1.0);
+  EXPECT_LT(inc["back_at_reached_step_s"].get<double>(), 1.0 + 1.0 + 2.0);
+  EXPECT_EQ(inc["restore"], "memory");
+  expect_exact(r);
+}
+
+TEST_F(Sigmarun, TwoFaultsCloseTogetherFallBackToDiskAndStillEndExact) {
+  // Ranks 1 and 2 die one step apart: rank 1's memory replica was on rank 2.
+  JobRun r = sigmarun("two", {"--nproc", "3", "--spares", "2", "--checkpoint-every", "20"},
+                   {"--steps", std::to_string(kSteps), "--kill-at", "70", "--kill-device", "1", "--kill-at", "70",
+                    "--kill-device", "2"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_GE(r.report["incidents"].size(), 1u);
+  bool disk = false;
+  for (const auto& inc : r.report["incidents"]) disk |= inc.value("restore", "") == "disk";
+  EXPECT_TRUE(disk) << logs(r);
+  expect_exact(r);
+}
+
+TEST_F(Sigmarun, WithNoSpareLeftTheJobPausesAndSaysWhy) {
+  JobRun r = sigmarun("nospare", {"--nproc", "3", "--spares", "0", "--checkpoint-every", "20"},
+                   {"--steps", std::to_string(kSteps), "--kill-at", "50", "--kill-device", "0"});
+  EXPECT_EQ(r.exit_code, 3) << logs(r);
+  EXPECT_EQ(r.report["status"], "paused");
+  EXPECT_NE(r.report["reason"].get<std::string>().find("no spare"), std::string::npos);
+  ASSERT_NE(find_event(r, "paused"), nullptr);
+  // Nothing lost: every rank's checkpoint of step 40 is on disk.
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_TRUE(fs::exists(r.dir + "/checkpoints/sigmarun/step-00000000000000000040/rank-0000" + std::to_string(k) +
+                           "/manifest.sgck"))
+        << k;
+  }
+}
+
+TEST_F(Sigmarun, AThermalRunawayIsMigratedBeforeTheDeviceFails) {
+  // thermal_runaway: device 1 ramps from scenario second 30 and is lost at
+  // 100; at 40 scenario seconds per second, lost 2.5 s after start.
+  JobRun r = sigmarun("thermal",
+                   {"--nproc", "3", "--spares", "1", "--scenario", std::string(SIGMA_SCENARIO_DIR) + "/thermal_runaway.yaml",
+                    "--time-scale", "40", "--heartbeat", "0.05"},
+                   {"--steps", std::to_string(kSteps), "--step-ms", "12"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  const json* mig = find_event(r, "migration_started");
+  ASSERT_NE(mig, nullptr) << logs(r);
+  EXPECT_EQ((*mig)["device"], 1);
+  EXPECT_LT((*mig)["t"].get<double>(), 2.5) << "migrated after the scenario's failure time";
+  const json* warn = find_event(r, "warning", "device", 1);
+  ASSERT_NE(warn, nullptr);
+  EXPECT_LT((*warn)["t"].get<double>(), (*mig)["t"].get<double>());
+  EXPECT_EQ(r.report["incidents"][0]["proactive"], true);
+  EXPECT_EQ(r.report["incidents"][0]["restore"], "memory");
+  const json* move = find_event(r, "scheduler", "action", "migrate");
+  ASSERT_NE(move, nullptr);
+  EXPECT_EQ((*move)["to_device"], 3);
+  expect_exact(r);
+}
+
+TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {
+  const std::string dir = job_dir("usage");
+  std::string cmd = std::string(SIGMARUN) + " --job-dir " + dir + " -- /bin/true 2>/dev/null";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 2) << "--nproc is required";
+  // A plain program that crashes: seen at once, reported, nothing hangs.
+  cmd = std::string(SIGMARUN) + " --nproc 2 --no-progress --job-dir " + dir + " -- /bin/sh -c 'exit 7' 2>/dev/null";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 4);
+  const json rep = json::parse(read_file(dir + "/report.json"));
+  EXPECT_EQ(rep["status"], "unrecoverable");
+  EXPECT_NE(read_file(dir + "/incidents.jsonl").find("exited with status 7"), std::string::npos);
+}
+
+}  // namespace
