@@ -177,6 +177,82 @@ sigma_status_t sigma_guardrails_attribute_rerun(sigma_guardrails_t *g, uint64_t 
 /* xxh3 over the bytes of the buffers, in order (their `layer` is ignored). */
 sigma_status_t sigma_fingerprint(const sigma_buffer_view_t *params, uint64_t num_params, uint64_t *out);
 
+/* ------------------------------------------------------------------------- */
+/* Worker session under sigmarun (see sigma/runtime.hpp for the protocol)    */
+/* ------------------------------------------------------------------------- */
+
+/* A worker's session with the sigmarun agent (opaque). */
+typedef struct sigma_session_s sigma_session_t;
+
+/* One named tensor of the state the session snapshots and restores: host
+ * memory the caller owns and keeps valid (same address and size) while the
+ * session lives. */
+typedef struct sigma_state_view_t {
+  const char *name;  /* copied */
+  hal_dtype_t dtype;
+  void *data;
+  uint64_t count;    /* elements */
+} sigma_state_view_t;
+
+/* 1 when this process was started by sigmarun (SIGMA_AGENT_SOCKET is set). */
+int32_t sigma_session_under_agent(void);
+
+/*
+ * Connects to the agent named by the environment sigmarun sets, loads the
+ * HAL plugin for this device, runs its self-test and says hello.
+ * [out] out: owned by the caller until sigma_session_destroy.
+ * Errors: INVALID_ARGUMENT (a variable missing or malformed), UNAVAILABLE (no
+ * agent, the plugin failed to load, or the self-test failed).
+ * Thread-safety: any thread. Blocks: for the self-test (about a second).
+ */
+sigma_status_t sigma_session_create(sigma_session_t **out);
+
+/* Ends the session (its heartbeat thread too). NULL is accepted. */
+void sigma_session_destroy(sigma_session_t *s);
+
+/* Registers the state (copies the list, not the data). */
+sigma_status_t sigma_session_set_state(sigma_session_t *s, const sigma_state_view_t *views, uint32_t num_views);
+
+/*
+ * Blocks until the agent assigns a rank, builds the communicator, snapshots or
+ * restores the state. [out] next_step: the first step to run.
+ * Errors: ABORTED when the agent let this worker go (sigma_session_ended
+ * is then 1: exit), UNAVAILABLE when the agent is gone, TIMEOUT / REMOTE_ERROR
+ * from building the communicator (call sigma_session_recover).
+ */
+sigma_status_t sigma_session_join(sigma_session_t *s, uint64_t *next_step);
+
+/* [out, optional] rank, world, generation of the current assignment. */
+sigma_status_t sigma_session_info(const sigma_session_t *s, uint32_t *rank, uint32_t *world, uint64_t *generation);
+
+/*
+ * The current communicator and the plugin's table to post collectives with.
+ * Both owned by the session; the communicator is valid until the next
+ * sigma_session_join / _recover / _destroy. NULL before a join.
+ */
+hal_comm_t sigma_session_comm(sigma_session_t *s);
+const hal_api_t *sigma_session_api(const sigma_session_t *s);
+
+sigma_status_t sigma_session_step_begin(sigma_session_t *s, uint64_t step);
+/* Snapshots when due (collective). ABORTED: the agent stops the job after
+ * this step (a migration): call sigma_session_recover. */
+sigma_status_t sigma_session_step_end(sigma_session_t *s, uint64_t step);
+/* 1 once the agent asked for a stop at a step boundary. */
+int32_t sigma_session_should_migrate(const sigma_session_t *s);
+/* 1 when this worker was retired or the job ended: exit. */
+int32_t sigma_session_ended(const sigma_session_t *s);
+
+/*
+ * After any error of a collective or step_end: reports, waits for the next
+ * assignment, restores. [in, optional] reason. [out] next_step.
+ * Errors as sigma_session_join.
+ * Thread-safety (every sigma_session_* call): the training thread only.
+ */
+sigma_status_t sigma_session_recover(sigma_session_t *s, const char *reason, uint64_t *next_step);
+
+/* Reports the job done on this rank and waits for the agent's goodbye. */
+sigma_status_t sigma_session_finish(sigma_session_t *s, uint64_t steps_done);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

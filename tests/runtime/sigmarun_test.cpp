@@ -47,13 +47,14 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-JobRun sigmarun(const std::string& name, std::vector<std::string> agent_args, std::vector<std::string> worker_args) {
+JobRun sigmarun(const std::string& name, std::vector<std::string> agent_args, std::vector<std::string> worker_args,
+               const std::string& worker = RUNTIME_WORKER) {
   JobRun r;
   r.dir = job_dir(name);
   std::vector<std::string> args{SIGMARUN, "--job-dir", r.dir, "--no-progress"};
   args.insert(args.end(), agent_args.begin(), agent_args.end());
   args.push_back("--");
-  args.push_back(RUNTIME_WORKER);
+  args.push_back(worker);
   args.insert(args.end(), worker_args.begin(), worker_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -212,6 +213,36 @@ TEST_F(Sigmarun, AThermalRunawayIsMigratedBeforeTheDeviceFails) {
   ASSERT_NE(move, nullptr);
   EXPECT_EQ((*move)["to_device"], 3);
   expect_exact(r);
+}
+
+TEST_F(Sigmarun, ALostDeviceIsReplacedByASpare) {
+  // The sim device 2 falls off the bus 0.8 s into the run.
+  const std::string scenario = ::testing::TempDir() + "lost-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(scenario) << "seed: 3\nduration_s: 60\nworld_size: 4\n"
+                             "faults:\n  - {kind: device_lost, device: 2, at_s: 0.8}\n";
+  JobRun r = sigmarun("lost", {"--nproc", "3", "--spares", "1", "--scenario", scenario},
+                      {"--steps", std::to_string(kSteps), "--step-ms", "8"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_GE(r.report["incidents"].size(), 1u) << logs(r);
+  const json* f = find_event(r, "fault", "device", 2);
+  ASSERT_NE(f, nullptr) << logs(r);
+  const json* replace = find_event(r, "scheduler", "action", "replace");
+  ASSERT_NE(replace, nullptr);
+  EXPECT_EQ((*replace)["device"], 2);
+  EXPECT_EQ((*replace)["to_device"], 3);
+  expect_exact(r);
+}
+
+TEST(SigmarunC, AWorkerWrittenInCRecoversFromAKillExactly) {
+  JobRun clean = sigmarun("c-clean", {"--nproc", "2", "--spares", "1"}, {"120"}, RUNTIME_C_WORKER);
+  ASSERT_EQ(clean.exit_code, 0) << logs(clean);
+  JobRun killed = sigmarun("c-kill", {"--nproc", "2", "--spares", "1"}, {"120", "50", "1"}, RUNTIME_C_WORKER);
+  ASSERT_EQ(killed.exit_code, 0) << logs(killed);
+  ASSERT_EQ(killed.report["incidents"].size(), 1u);
+  EXPECT_EQ(killed.report["incidents"][0]["restore"], "memory");
+  const auto a = finals(clean, 2), b = finals(killed, 2);
+  ASSERT_EQ(a[0].size(), 2048 * sizeof(float));
+  EXPECT_TRUE(a == b);
 }
 
 TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {

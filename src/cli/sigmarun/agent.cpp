@@ -299,7 +299,8 @@ void Agent::handle(Slot& s, const json& m) {
     for (auto& x : m.value("own", json::array())) s.own.insert(x.get<uint64_t>());
     for (auto& x : m.value("replica", json::array())) s.replica.insert(x.get<uint64_t>());
     const std::string reason = m.value("reason", std::string());
-    if (reason.rfind("device_lost", 0) == 0 && (s.phase == Phase::active || s.phase == Phase::spare)) {
+    if ((reason.rfind("device_lost", 0) == 0 || reason.find("HAL_ERR_DEVICE_LOST") != std::string::npos) &&
+        (s.phase == Phase::active || s.phase == Phase::spare)) {
       // Its own device is gone: no use waiting for it in the next generation.
       if (s.pid > 0) ::kill(s.pid, SIGKILL);
       fault(s, "the device reports itself lost: " + reason, t);

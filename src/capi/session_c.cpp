@@ -1,0 +1,110 @@
+// The worker session's C API over sigma::runtime::Session.
+#include <sigma/runtime.hpp>
+#include <sigma/sigma.h>
+
+#include "capi.hpp"
+
+#include <cstdlib>
+#include <vector>
+
+using namespace sigma;
+
+struct sigma_session_s {
+  std::unique_ptr<runtime::Session> s;
+  std::vector<std::string> names;
+};
+
+extern "C" {
+
+int32_t sigma_session_under_agent(void) { return runtime::Session::under_agent() ? 1 : 0; }
+
+sigma_status_t sigma_session_create(sigma_session_t** out) {
+  return capi::guarded("sigma_session_create", [&] {
+    if (out == nullptr) throw Error(Code::invalid_argument, "out is NULL");
+    auto h = std::make_unique<sigma_session_s>();
+    h->s = std::make_unique<runtime::Session>();
+    *out = h.release();
+  });
+}
+
+void sigma_session_destroy(sigma_session_t* s) { delete s; }
+
+sigma_status_t sigma_session_set_state(sigma_session_t* s, const sigma_state_view_t* views, uint32_t n) {
+  return capi::guarded("sigma_session_set_state", [&] {
+    if (s == nullptr || (n > 0 && views == nullptr)) throw Error(Code::invalid_argument, "session or views is NULL");
+    std::vector<checkpoint::TensorView> v;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (views[i].name == nullptr || (views[i].count > 0 && views[i].data == nullptr)) {
+        throw Error(Code::invalid_argument, "view " + std::to_string(i) + " has no name or no data");
+      }
+      if (hal::dtype_size(views[i].dtype) == 0) {
+        throw Error(Code::invalid_argument, "view " + std::to_string(i) + " has an unknown dtype");
+      }
+      v.push_back({views[i].name, views[i].dtype, {static_cast<int64_t>(views[i].count)}, views[i].data});
+    }
+    s->s->set_state(std::move(v));
+  });
+}
+
+sigma_status_t sigma_session_join(sigma_session_t* s, uint64_t* next_step) {
+  return capi::guarded("sigma_session_join", [&] {
+    if (s == nullptr || next_step == nullptr) throw Error(Code::invalid_argument, "session or next_step is NULL");
+    *next_step = s->s->join();
+  });
+}
+
+sigma_status_t sigma_session_info(const sigma_session_t* s, uint32_t* rank, uint32_t* world, uint64_t* generation) {
+  return capi::guarded("sigma_session_info", [&] {
+    if (s == nullptr) throw Error(Code::invalid_argument, "session is NULL");
+    if (rank) *rank = s->s->rank();
+    if (world) *world = s->s->world_size();
+    if (generation) *generation = s->s->generation();
+  });
+}
+
+hal_comm_t sigma_session_comm(sigma_session_t* s) {
+  if (s == nullptr) return nullptr;
+  try {
+    return s->s->comm().handle();
+  } catch (const Error&) {
+    return nullptr;
+  }
+}
+
+const hal_api_t* sigma_session_api(const sigma_session_t* s) {
+  if (s == nullptr || !s->s->plugin()) return nullptr;
+  return &s->s->plugin()->api();
+}
+
+sigma_status_t sigma_session_step_begin(sigma_session_t* s, uint64_t step) {
+  return capi::guarded("sigma_session_step_begin", [&] {
+    if (s == nullptr) throw Error(Code::invalid_argument, "session is NULL");
+    s->s->step_begin(step);
+  });
+}
+
+sigma_status_t sigma_session_step_end(sigma_session_t* s, uint64_t step) {
+  return capi::guarded("sigma_session_step_end", [&] {
+    if (s == nullptr) throw Error(Code::invalid_argument, "session is NULL");
+    s->s->step_end(step);
+  });
+}
+
+int32_t sigma_session_should_migrate(const sigma_session_t* s) { return s && s->s->should_migrate() ? 1 : 0; }
+int32_t sigma_session_ended(const sigma_session_t* s) { return s && s->s->ended() ? 1 : 0; }
+
+sigma_status_t sigma_session_recover(sigma_session_t* s, const char* reason, uint64_t* next_step) {
+  return capi::guarded("sigma_session_recover", [&] {
+    if (s == nullptr || next_step == nullptr) throw Error(Code::invalid_argument, "session or next_step is NULL");
+    *next_step = s->s->recover(reason ? reason : "");
+  });
+}
+
+sigma_status_t sigma_session_finish(sigma_session_t* s, uint64_t steps_done) {
+  return capi::guarded("sigma_session_finish", [&] {
+    if (s == nullptr) throw Error(Code::invalid_argument, "session is NULL");
+    s->s->finish(steps_done);
+  });
+}
+
+}  // extern "C"
