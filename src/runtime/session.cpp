@@ -90,6 +90,7 @@ struct Session::Impl {
   std::atomic<bool> stopping{false};
   std::atomic<bool> agent_gone{false};
   std::atomic<int64_t> current_step{-1};
+  std::atomic<bool> in_step_end{false};  // inside step_end: the step's own work is done
   std::atomic<int64_t> stop_after{-1};
   std::mutex inbox_mu;
   std::condition_variable inbox_cv;
@@ -132,7 +133,8 @@ struct Session::Impl {
       }
       if (msg) handle((*msg));
       if (Clock::now() >= next_beat) {
-        ch->send({{"type", "heartbeat"}, {"step", current_step.load()}, {"telemetry", telemetry()}});
+        ch->send({{"type", "heartbeat"}, {"step", current_step.load()}, {"phase", in_step_end.load() ? 1 : 0},
+                  {"telemetry", telemetry()}});
         next_beat += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.heartbeat_s));
         if (next_beat < Clock::now()) next_beat = Clock::now();
       }
@@ -318,6 +320,7 @@ hal::Communicator& Session::comm() {
 }
 
 void Session::step_begin(uint64_t step) {
+  impl_->in_step_end = false;
   impl_->current_step = static_cast<int64_t>(step);
   impl_->step_t0 = Clock::now();
 }
@@ -331,6 +334,7 @@ bool Session::should_migrate() const noexcept { return impl_->stop_after.load() 
 void Session::step_end(uint64_t step) {
   Impl& m = *impl_;
   const double seconds = seconds_since(m.step_t0);
+  m.in_step_end = true;
   m.ch->send({{"type", "step"}, {"step", step}, {"seconds", seconds}});
   const uint64_t index = step + 1;
   if (index % m.o.snapshot_every == 0) {

@@ -6,11 +6,14 @@
 //
 //   runtime_worker --steps N [--size K] [--step-ms MS]
 //                  [--kill-at STEP --kill-device D [--kill-signal KILL|STOP]]...
+//                  [--log PREFIX]
 //
 // --kill-at: the process on device D sends itself the signal when it starts
 // step STEP (the first time only: a replacement on another device does not).
 // At the end each rank writes JOB_DIR/final-rank-R.bin (parameters then
-// momentum).
+// momentum). --log: each process appends "step N T" after each step and
+// "kill T" before signalling itself to PREFIX.dDEVICE (T: CLOCK_MONOTONIC
+// seconds), for the recovery benchmark.
 #include <sigma/runtime.hpp>
 
 #include <chrono>
@@ -23,6 +26,7 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <time.h>
 #include <unistd.h>
 #include <vector>
 
@@ -40,6 +44,7 @@ int main(int argc, char** argv) {
   uint64_t steps = 100, size = 4096;
   double step_ms = 0;
   std::vector<Kill> kills;
+  std::string log_prefix;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -52,6 +57,7 @@ int main(int argc, char** argv) {
     if (a == "--steps") steps = std::stoull(next());
     else if (a == "--size") size = std::stoull(next());
     else if (a == "--step-ms") step_ms = std::stod(next());
+    else if (a == "--log") log_prefix = next();
     else if (a == "--kill-at") kills.push_back({std::stoull(next()), 0, SIGKILL});
     else if (a == "--kill-device" && !kills.empty()) kills.back().device = static_cast<uint32_t>(std::stoul(next()));
     else if (a == "--kill-signal" && !kills.empty()) kills.back().signal = next() == "STOP" ? SIGSTOP : SIGKILL;
@@ -69,12 +75,22 @@ int main(int argc, char** argv) {
                  {"momentum", HAL_DTYPE_F32, {static_cast<int64_t>(size)}, momentum.data()}});
     sigma::hal::PluginPtr plugin = s.plugin();
     sigma::hal::Buffer buf(plugin, 0, size * sizeof(float));
+    std::FILE* log = log_prefix.empty() ? nullptr : std::fopen((log_prefix + ".d" + std::to_string(device)).c_str(), "a");
+    auto mono = [] {
+      timespec ts{};
+      ::clock_gettime(CLOCK_MONOTONIC, &ts);
+      return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+    };
     auto done = s.run(steps, [&](uint64_t step) {
       for (const Kill& k : kills) {
         if (k.step == step && k.device == device) {
           std::fprintf(stderr, "runtime_worker: device %u sends itself signal %d at step %llu\n", device, k.signal,
                        static_cast<unsigned long long>(step));
           std::fflush(stderr);
+          if (log) {
+            std::fprintf(log, "kill %.6f\n", mono());
+            std::fflush(log);
+          }
           ::kill(::getpid(), k.signal);
         }
       }
@@ -97,6 +113,10 @@ int main(int argc, char** argv) {
       for (uint64_t i = 0; i < size; ++i) {
         momentum[i] = 0.9f * momentum[i] + grad[i] * inv;
         params[i] -= 0.1f * momentum[i];
+      }
+      if (log) {
+        std::fprintf(log, "step %llu %.6f\n", static_cast<unsigned long long>(step), mono());
+        std::fflush(log);
       }
     });
     if (!done) {

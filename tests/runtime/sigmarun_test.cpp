@@ -245,6 +245,35 @@ TEST(SigmarunC, AWorkerWrittenInCRecoversFromAKillExactly) {
   EXPECT_TRUE(a == b);
 }
 
+TEST_F(Sigmarun, WorkersMeetThroughARealRedisServerAndRecover) {
+  std::ifstream in(std::string(SIGMA_REDIS_FIXTURE_DIR) + "/port");
+  int port = 0;
+  in >> port;
+  ASSERT_GT(port, 0) << "the redis fixture did not start";
+  JobRun r = sigmarun("redis", {"--nproc", "3", "--spares", "1", "--store", "redis://127.0.0.1:" + std::to_string(port)},
+                      {"--steps", std::to_string(kSteps), "--kill-at", "40", "--kill-device", "0"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  EXPECT_NE(r.journal.at(0)["store"].get<std::string>().find("redis://127.0.0.1:"), std::string::npos);
+  EXPECT_FALSE(fs::exists(r.dir + "/store")) << "no file store was used";
+  ASSERT_EQ(r.report["incidents"].size(), 1u);
+  expect_exact(r);
+}
+
+TEST_F(Sigmarun, ACollectiveThatHangsWhileTheProcessBeatsIsFoundByTheStepWatchdog) {
+  // The sim device 1 stops completing collectives after its 204th (the all-reduce of step 40): the process
+  // and its heartbeats live on, the job does not.
+  const std::string scenario = ::testing::TempDir() + "hang-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(scenario) << "seed: 5\nduration_s: 600\nworld_size: 4\n"
+                             "faults:\n  - {kind: hang, device: 1, at_op: 204}\n";
+  JobRun r = sigmarun("collhang", {"--nproc", "3", "--spares", "1", "--scenario", scenario, "--step-timeout", "1.5"},
+                      {"--steps", std::to_string(kSteps)});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  const json* f = find_event(r, "fault", "device", 1);
+  ASSERT_NE(f, nullptr) << logs(r);
+  EXPECT_NE((*f)["cause"].get<std::string>().find("stuck in a collective"), std::string::npos) << (*f).dump();
+  expect_exact(r);
+}
+
 TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {
   const std::string dir = job_dir("usage");
   std::string cmd = std::string(SIGMARUN) + " --job-dir " + dir + " -- /bin/true 2>/dev/null";

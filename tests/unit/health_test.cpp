@@ -123,7 +123,8 @@ TEST(Health, CorrectableEccRateAndUncorrectableErrorsAreCounted) {
     m.observe_telemetry(0, t, s, 2);
     m.evaluate(t);
   }
-  const Warning* w = find(m.device(0), "ecc_rate");
+  const DeviceHealth h = m.device(0);
+  const Warning* w = find(h, "ecc_rate");
   ASSERT_NE(w, nullptr);
   EXPECT_GT(w->value, 200);
   EXPECT_EQ(m.device(0).state, State::suspect);
@@ -132,7 +133,8 @@ TEST(Health, CorrectableEccRateAndUncorrectableErrorsAreCounted) {
   m.observe_telemetry(0, 21, &unc, 1);
   m.evaluate(21);
   EXPECT_EQ(m.device(0).state, State::failing);
-  EXPECT_NE(find(m.device(0), "threshold"), nullptr);
+  const DeviceHealth h2 = m.device(0);
+  EXPECT_NE(find(h2, "threshold"), nullptr);
 }
 
 TEST(Health, AStragglerIsNamedAgainstItsPeers) {
@@ -149,7 +151,8 @@ TEST(Health, AStragglerIsNamedAgainstItsPeers) {
   }
   m.evaluate(60);
   EXPECT_EQ(m.device(2).state, State::suspect);
-  const Warning* w = find(m.device(2), "straggler");
+  const DeviceHealth h = m.device(2);
+  const Warning* w = find(h, "straggler");
   ASSERT_NE(w, nullptr);
   EXPECT_NEAR(w->value, 2.1, 1e-9);
   for (uint32_t d : {0u, 1u, 3u}) EXPECT_EQ(m.device(d).state, State::healthy);

@@ -72,6 +72,7 @@ struct Slot {
   double spare_since = -1;
   double last_heartbeat = -1;
   int64_t last_step = -1;
+  int64_t current_step = -1;  // from heartbeats: the step in progress
   bool reported = false;
   std::set<uint64_t> own, replica;
   uint64_t joined_gen = 0;
@@ -139,6 +140,9 @@ class Agent {
   bool choose_restore(uint64_t& index, std::string& tier, std::vector<std::pair<uint32_t, uint32_t>>& pairs);
   void health_tick();
   void maybe_migrate();
+  void watchdog();
+  uint64_t watched_progress_ = 0;
+  double progress_since_ = 0;
   void finish_job();
   void end_all(const std::string& why);
   void write_report(const std::string& status, const std::string& why);
@@ -172,6 +176,7 @@ class Agent {
   int exit_code_ = 0;
   std::string end_status_ = "done", end_why_;
   std::map<uint32_t, std::set<uint64_t>> disk_;  // rank -> committed disk indices
+  std::string store_uri_;
 };
 
 void Agent::spawn(Slot& s) {
@@ -188,7 +193,7 @@ void Agent::spawn(Slot& s) {
   if (!o_.scenario.empty()) opts += "scenario=" + o_.scenario + ";rank=" + std::to_string(s.device);
   if (o_.time_scale > 0) opts += (opts.empty() ? "" : ";") + std::string("time_scale=") + std::to_string(o_.time_scale);
   if (!opts.empty()) add("SIGMA_HAL_OPTIONS", opts);
-  add("SIGMA_STORE", o_.store.empty() ? "file://" + o_.job_dir + "/store" : o_.store);
+  add("SIGMA_STORE", store_uri_);
   add("SIGMA_HEARTBEAT_S", std::to_string(o_.heartbeat_s));
   add("SIGMA_SNAPSHOT_EVERY", std::to_string(o_.snapshot_every));
   add("SIGMA_CHECKPOINT_EVERY", std::to_string(o_.checkpoint_every));
@@ -263,6 +268,9 @@ void Agent::handle(Slot& s, const json& m) {
   const double t = now();
   if (type == "heartbeat") {
     s.last_heartbeat = t;
+    // Progress as 2 x step + 1 once the step's own work is done (in
+    // step_end): a rank stuck inside a step's collective is behind its peers.
+    s.current_step = 2 * m.value("step", int64_t{-1}) + m.value("phase", 0);
     monitor_.observe_heartbeat(s.device, t);
     std::vector<hal_telemetry_sample_t> samples;
     for (const auto& f : m.value("telemetry", json::array())) {
@@ -367,7 +375,10 @@ void Agent::fault(Slot& s, const std::string& cause, double fault_s) {
   if (was == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += t - s.spare_since;
   s.phase = Phase::dead;
   s.ch.reset();
-  monitor_.observe_error(s.device, Code::device_lost, cause, t);
+  // The health record says which kind of loss: the device itself, or the
+  // process on it (crashed, hung, stuck).
+  const bool device_said = cause.find("lost") != std::string::npos;
+  monitor_.observe_error(s.device, device_said ? Code::device_lost : Code::internal, cause, t);
   journal_->write({{"event", "fault"}, {"device", s.device}, {"rank", s.rank}, {"phase", phase_name(was)},
                    {"cause", cause}, {"detected_after_s", t - fault_s}});
   if (was == Phase::retiring && round_.active && !round_.assigned) {
@@ -620,6 +631,40 @@ void Agent::maybe_migrate() {
   }
 }
 
+void Agent::watchdog() {
+  const double t = now();
+  const uint64_t p = progress();
+  if (!started_ || round_.active || p != watched_progress_) {
+    watched_progress_ = p;
+    progress_since_ = t;
+    return;
+  }
+  if (o_.step_timeout_s <= 0 || t - progress_since_ < o_.step_timeout_s) return;
+  // No step completed for the timeout while every process still beats: a
+  // collective is stuck. The rank(s) behind the others are the hung ones.
+  int64_t lowest = INT64_MAX, highest = INT64_MIN;
+  for (Slot* m : members()) {
+    lowest = std::min(lowest, m->current_step);
+    highest = std::max(highest, m->current_step);
+  }
+  progress_since_ = t;
+  if (lowest == highest) {
+    journal_->write({{"event", "stalled"}, {"step", lowest / 2}, {"seconds", o_.step_timeout_s},
+                     {"note", "every rank is in the same step; no rank stands out, aborting the collective and retrying"}});
+ start_round("every rank stalled in step " + std::to_string(lowest / 2) + " for " + std::to_string(o_.step_timeout_s) + " s",
+                t - o_.step_timeout_s);
+    return;
+  }
+  for (Slot* m : members()) {
+    if (m->current_step != lowest) continue;
+    monitor_.observe_error(m->device, Code::timeout, "collective stalled in step " + std::to_string(lowest / 2), t);
+    if (m->pid > 0) ::kill(m->pid, SIGKILL);
+    fault(*m, "stuck in a collective of step " + std::to_string(lowest / 2) + " for " +
+                  std::to_string(o_.step_timeout_s) + " s while its peers had finished it",
+          t - o_.step_timeout_s);
+  }
+}
+
 void Agent::end_all(const std::string& why) {
   finished_ = true;
   for (Slot& s : slots_) {
@@ -709,6 +754,12 @@ void Agent::write_report(const std::string& status, const std::string& why) {
 
 int Agent::run() {
   fs::create_directories(o_.job_dir + "/logs");
+  store_uri_ = o_.store.empty() ? "file://" + o_.job_dir + "/store" : o_.store;
+  if (store_uri_.rfind("redis://", 0) == 0 && store_uri_.find('/', 8) == std::string::npos) {
+    // One Redis serves many jobs: this job's keys get a prefix of their own.
+    store_uri_ += "/sigmarun-" + std::to_string(::getpid()) + "-" +
+                  std::to_string(static_cast<uint64_t>(health::monotonic_s() * 1e9));
+  }
   journal_ = std::make_unique<Journal>(o_.job_dir + "/incidents.jsonl", t0_);
   if (::pipe2(g_sigchld_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw Error(Code::internal, "sigmarun: pipe failed");
   struct sigaction sa {};
@@ -722,7 +773,7 @@ int Agent::run() {
     std::fprintf(stderr, "sigmarun: metrics on http://127.0.0.1:%d/metrics\n", metrics_->port());
     write_json_file(o_.job_dir + "/metrics.json", {{"port", metrics_->port()}});
   }
-  journal_->write({{"event", "start"}, {"nproc", o_.nproc}, {"spares", o_.spares}, {"vendor", o_.vendor},
+  journal_->write({{"event", "start"}, {"nproc", o_.nproc}, {"spares", o_.spares}, {"vendor", o_.vendor}, {"store", store_uri_},
                    {"scenario", o_.scenario}, {"worker", o_.worker}});
   slots_.resize(o_.nproc + o_.spares);
   for (uint32_t d = 0; d < slots_.size(); ++d) {
@@ -807,6 +858,7 @@ int Agent::run() {
     if (!finished_) {
       health_tick();
       maybe_migrate();
+      watchdog();
       advance_round();
       finish_job();
     }

@@ -23,6 +23,7 @@ struct Options {
   double heartbeat_s = 0.1;      // worker heartbeat period
   double heartbeat_timeout_s = 3;
   double abort_grace_s = 5;
+  double step_timeout_s = 60;      // no step completed for this long: a stuck collective
   double validate_timeout_s = 30;  // start without devices still validating after this      // survivors must report within this after an abort
   uint64_t snapshot_every = 1;
   uint64_t checkpoint_every = 0;

@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat", o.heartbeat_s, "worker heartbeat period in seconds")->check(CLI::Range(0.001, 60.0));
   app.add_option("--heartbeat-timeout", o.heartbeat_timeout_s, "a worker silent this long is hung")
       ->check(CLI::Range(0.01, 3600.0));
+  app.add_option("--step-timeout", o.step_timeout_s,
+                 "no step completed for this long while workers still beat: a stuck collective (0: off)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--snapshot-every", o.snapshot_every, "memory-tier snapshot period in steps")->check(CLI::Range(1, 1000000));
   app.add_option("--checkpoint-every", o.checkpoint_every, "disk checkpoint period in steps (0: none)");
   app.add_option("--metrics-port", o.metrics_port, "serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)");

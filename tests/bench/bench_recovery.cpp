@@ -1,0 +1,222 @@
+// Recovery from a killed and from a hung worker: sigmarun vs torchrun, the
+// same tiny data-parallel job (2 ranks, 4096 floats, one all-reduce and 10 ms
+// of "compute" per step), the same fault at the same step, in one run.
+//
+// Measured from the fault (the worker logs CLOCK_MONOTONIC just before it
+// signals itself) until the job has again completed the last step it had
+// reached, plus the steps run twice. torchrun: Debian python3-torch's
+// `python3 -m torch.distributed.run --nproc_per_node=2 --max_restarts=3`,
+// gloo, torch.save every 20 steps; its hang case is cut off after a cap
+// (torchrun has no heartbeat: the survivor's gloo timeout is 30 minutes).
+// sigmarun: one spare, memory-tier snapshots every step, heartbeat timeout
+// 1 s.
+//
+//   ./build/default/bin/bench_recovery --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kSteps = 150, kKillStep = 50, kCheckpointEvery = 20;
+constexpr double kHangCapS = 30;
+
+struct Outcome {
+  bool recovered = false;
+  double recovery_s = 0;
+  int recomputed = 0;
+};
+
+std::map<std::string, std::vector<double>> g_results;
+
+// Runs argv in its own process group; kills the group after cap_s.
+int run(std::vector<std::string> args, double cap_s) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  for (;;) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) break;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > cap_s) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(-pid, SIGKILL);  // stragglers of the group (a stopped worker)
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Reads every "PREFIX.*" log: "kill T" and "step N T" lines.
+Outcome analyse(const std::string& dir, const std::string& stem) {
+  double kill_t = -1;
+  std::vector<std::pair<double, int>> steps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind(stem + ".", 0) != 0) continue;
+    std::ifstream f(e.path());
+    for (std::string line; std::getline(f, line);) {
+      std::istringstream is(line);
+      std::string what;
+      is >> what;
+      if (what == "kill") is >> kill_t;
+      if (what == "step") {
+        int n;
+        double t;
+        is >> n >> t;
+        steps.emplace_back(t, n);
+      }
+    }
+  }
+  Outcome o;
+  if (kill_t < 0) return o;
+  int reached = -1;
+  for (auto [t, n] : steps) {
+    if (t < kill_t) reached = std::max(reached, n);
+  }
+  double back = -1;
+  std::map<int, int> redone;
+  for (auto [t, n] : steps) {
+    if (t <= kill_t) continue;
+    if (n <= reached) redone[n] = 1;
+    if (n >= reached && (back < 0 || t < back)) back = t;
+  }
+  o.recovered = back > 0;
+  o.recovery_s = back - kill_t;
+  o.recomputed = static_cast<int>(redone.size());
+  return o;
+}
+
+std::string fresh_dir(const std::string& name) {
+  const std::string d = (fs::temp_directory_path() / ("bench-recovery-" + std::to_string(::getpid()) + "-" + name)).string();
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+Outcome sigmarun_once(bool hang) {
+  const std::string d = fresh_dir("sigmarun");
+  std::vector<std::string> args{SIGMARUN, "--nproc", "2", "--spares", "1", "--job-dir", d + "/job", "--no-progress",
+                                "--heartbeat-timeout", "1", "--", RUNTIME_WORKER, "--steps", std::to_string(kSteps),
+                                "--step-ms", "10", "--kill-at", std::to_string(kKillStep), "--kill-device", "1",
+                                "--log", d + "/progress"};
+  if (hang) {
+    args.push_back("--kill-signal");
+    args.push_back("STOP");
+  }
+  if (run(args, 120) != 0) return {};
+  return analyse(d, "progress");
+}
+
+bool have_torch() {
+  static const int ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1");
+  return ok == 0;
+}
+
+Outcome torchrun_once(bool hang) {
+  const std::string d = fresh_dir("torchrun");
+  fs::create_directories(d + "/ckpt");
+  const int port = 20000 + static_cast<int>(::getpid() % 20000);
+  std::vector<std::string> args{"/usr/bin/python3", "-m", "torch.distributed.run", "--nproc_per_node=2",
+                                "--max_restarts=3", "--master_port=" + std::to_string(port), "--redirects", "2",
+                                "--tee", "2", "--log_dir", d + "/logs", TORCHRUN_WORKER, std::to_string(kSteps), "10",
+                                std::to_string(kCheckpointEvery), d + "/ckpt", d + "/progress",
+                                std::to_string(kKillStep), "1", hang ? "STOP" : "KILL"};
+  run(args, hang ? kHangCapS : 180);
+  Outcome o = analyse(d, "progress");
+  if (!o.recovered && hang) o.recovery_s = kHangCapS;  // a lower bound
+  return o;
+}
+
+void report(benchmark::State& state, const std::string& key, const std::vector<Outcome>& runs) {
+  std::vector<double> times;
+  int recovered = 0;
+  double recomputed = 0;
+  for (const Outcome& o : runs) {
+    times.push_back(o.recovery_s);
+    recovered += o.recovered;
+    recomputed += o.recomputed;
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times.empty() ? 0 : times[times.size() / 2];
+  g_results[key] = times;
+  state.counters["recovery_s_median"] = median;
+  state.counters["recovery_s_max"] = times.empty() ? 0 : times.back();
+  state.counters["recomputed_steps"] = runs.empty() ? 0 : recomputed / static_cast<double>(runs.size());
+  state.counters["recovered"] = recovered;
+}
+
+void BM_Sigmarun(benchmark::State& state) {
+  const bool hang = state.range(0) == 1;
+  std::vector<Outcome> runs;
+  for (auto _ : state) {
+    const Outcome o = sigmarun_once(hang);
+    if (!o.recovered) {
+      state.SkipWithError("sigmarun did not recover (see the job folder)");
+      return;
+    }
+    runs.push_back(o);
+    state.SetIterationTime(o.recovery_s);
+  }
+  report(state, hang ? "sigmarun/hang" : "sigmarun/kill", runs);
+}
+
+void BM_Torchrun(benchmark::State& state) {
+  const bool hang = state.range(0) == 1;
+  if (!have_torch()) {
+    state.SkipWithError("no /usr/bin/python3 with torch (Debian python3-torch)");
+    return;
+  }
+  std::vector<Outcome> runs;
+  for (auto _ : state) {
+    const Outcome o = torchrun_once(hang);
+    runs.push_back(o);
+    state.SetIterationTime(o.recovery_s);
+  }
+  report(state, hang ? "torchrun/hang" : "torchrun/kill", runs);
+}
+
+// The ratio of medians, torchrun over sigmarun (the goal for a kill: >= 10).
+void BM_Ratio(benchmark::State& state) {
+  for (auto _ : state) {
+  }
+  auto median = [](const std::vector<double>& v) { return v.empty() ? 0.0 : v[v.size() / 2]; };
+  for (const char* fault : {"kill", "hang"}) {
+    const double s = median(g_results[std::string("sigmarun/") + fault]);
+    const double t = median(g_results[std::string("torchrun/") + fault]);
+    state.counters[std::string(fault) + "_torchrun_over_sigmarun"] = s > 0 ? t / s : 0;
+  }
+}
+
+BENCHMARK(BM_Sigmarun)->Arg(0)->Arg(1)->ArgName("hang")->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Torchrun)->Arg(0)->ArgName("hang")->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Torchrun)->Arg(1)->ArgName("hang")->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Ratio)->Iterations(1);
+
+}  // namespace
+
+BENCHMARK_MAIN();
