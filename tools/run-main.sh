@@ -2,7 +2,10 @@
 # The main job: build, then run the HAL conformance suite over every plugin
 # the build produced (the reference vendors and the vendor skeleton), with one
 # rank and, for plugins that do collectives across ranks, with 2 and 4 ranks
-# as real processes. Ends with a summary table; exits non-zero on a failure.
+# as real processes. Ends with a summary table, then shows sigmarun keeping a
+# job alive on the sim vendor: a device heating toward failure is migrated
+# away before it dies and a killed worker is replaced from the memory tier.
+# Exits non-zero on a failure.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 sigma_ensure_packages
 sigma_build default
@@ -42,4 +45,13 @@ for r in "${rows[@]}"; do
   read -r n k p f s v <<< "$r"
   printf '%-12s %5s %7s %7s %8s  %s\n' "$n" "$k" "$p" "$f" "$s" "$v"
 done
+
+echo
+echo "sigmarun: 3 ranks + 2 spares on the sim vendor's thermal_runaway scenario"
+echo "(device 1 overheats and is lost at 2.5 s), and the worker on device 0 killed at step 250"
+job=build/default/sigmarun-demo
+rm -rf "$job"
+build/default/bin/sigmarun --nproc 3 --spares 2 --scenario samples/scenarios/thermal_runaway.yaml \
+  --time-scale 40 --job-dir "$job" --no-progress -- \
+  build/default/bin/runtime_worker --steps 400 --step-ms 5 --kill-at 250 --kill-device 0 || status=1
 exit $status

@@ -9,6 +9,7 @@
 
 #include <sigma/hal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -87,6 +88,10 @@ class HalBootstrap {
   HalBootstrap(const HalBootstrap&) = delete;
   HalBootstrap& operator=(const HalBootstrap&) = delete;
   const hal_bootstrap_t* table() const { return &table_; }
+  // Makes every kv_get, waiting or later, return HAL_ERR_ABORTED within
+  // ~50 ms: a communicator being created for a job that lost a rank gives up
+  // at once instead of waiting out its timeout. Any thread.
+  void cancel() { cancelled_ = true; }
 
  private:
   static hal_status_t kv_set(void* ctx, const char* key, const void* value, uint64_t size);
@@ -96,6 +101,7 @@ class HalBootstrap {
   std::string prefix_;
   std::string uri_;
   hal_bootstrap_t table_{};
+  std::atomic<bool> cancelled_{false};
 };
 
 }  // namespace sigma::bootstrap

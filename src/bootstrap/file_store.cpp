@@ -189,10 +189,19 @@ hal_status_t HalBootstrap::kv_get(void* ctx, const char* key, void* value, uint6
   }
   auto* self = static_cast<HalBootstrap*>(ctx);
   try {
-    // Clamp "for ever" so the chrono arithmetic cannot overflow.
+    // Clamp "for ever" so the chrono arithmetic cannot overflow. The wait
+    // runs in slices so that cancel() ends it within one slice.
     const uint64_t max_ns = uint64_t{1} << 62;
-    auto got = self->store_->get(self->prefix_ + key,
-                                 std::chrono::nanoseconds(std::min(timeout_ns, max_ns)));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(std::min(timeout_ns, max_ns));
+    std::optional<std::vector<uint8_t>> got;
+    for (;;) {
+      if (self->cancelled_.load()) return HAL_ERR_ABORTED;
+      const auto left = deadline - std::chrono::steady_clock::now();
+      const auto slice = std::min<std::chrono::nanoseconds>(std::max<std::chrono::nanoseconds>(left, std::chrono::nanoseconds(0)),
+                                                            std::chrono::milliseconds(50));
+      got = self->store_->get(self->prefix_ + key, slice);
+      if (got || std::chrono::steady_clock::now() >= deadline) break;
+    }
     if (!got) return HAL_ERR_TIMEOUT;
     *size = got->size();
     if (capacity > 0) std::memcpy(value, got->data(), std::min<uint64_t>(capacity, got->size()));

@@ -74,9 +74,9 @@ struct Session::Impl {
   hal::PluginPtr plugin;
   std::vector<hal_field_id_t> fields;
   std::shared_ptr<bootstrap::Store> store;
-  std::unique_ptr<bootstrap::HalBootstrap> bs;
   std::mutex comm_mu;
-  std::shared_ptr<hal::Communicator> comm;  // guarded by comm_mu (the pointer)
+  std::shared_ptr<bootstrap::HalBootstrap> bs;  // guarded by comm_mu (the pointer)
+  std::shared_ptr<hal::Communicator> comm;      // guarded by comm_mu (the pointer)
   uint32_t rank = 0, world = 0;
   uint64_t generation = 0;
   std::vector<checkpoint::TensorView> views;
@@ -92,16 +92,20 @@ struct Session::Impl {
   std::atomic<int64_t> current_step{-1};
   std::atomic<bool> in_step_end{false};  // inside step_end: the step's own work is done
   std::atomic<int64_t> stop_after{-1};
+  std::atomic<uint64_t> abort_seq{0};  // aborts received so far
   std::mutex inbox_mu;
   std::condition_variable inbox_cv;
   std::deque<json> inbox;  // assign / retire / goodbye
   std::atomic<bool> ended{false};
 
+  // Ends what the training thread waits for: a collective (abort) or the
+  // creation of the next communicator (its bootstrap is cancelled).
   void abort_comm() {
     std::shared_ptr<hal::Communicator> c;
     {
       std::lock_guard<std::mutex> lk(comm_mu);
       c = comm;
+      if (bs) bs->cancel();
     }
     if (c) c->abort();
   }
@@ -131,7 +135,7 @@ struct Session::Impl {
         inbox_cv.notify_all();
         return;
       }
-      if (msg) handle((*msg));
+      if (msg) handle(std::move(*msg));
       if (Clock::now() >= next_beat) {
         ch->send({{"type", "heartbeat"}, {"step", current_step.load()}, {"phase", in_step_end.load() ? 1 : 0},
                   {"telemetry", telemetry()}});
@@ -141,9 +145,10 @@ struct Session::Impl {
     }
   }
 
-  void handle(const json& m) {
+  void handle(json m) {
     const std::string type = m.value("type", "");
     if (type == "abort") {
+      ++abort_seq;
       abort_comm();
     } else if (type == "stop_after") {
       const int64_t step = m.value("step", int64_t{-1});
@@ -151,7 +156,12 @@ struct Session::Impl {
       // Already past the boundary: leave the collective now instead.
       if (current_step.load() > step) abort_comm();
     } else if (type == "assign" || type == "retire" || type == "goodbye") {
-      if (type != "assign") abort_comm();
+      if (type != "assign") {
+        ++abort_seq;
+        abort_comm();
+      }
+      // An abort that comes after this assignment makes it stale.
+      m["_abort_seq"] = abort_seq.load();
       {
         std::lock_guard<std::mutex> lk(inbox_mu);
         inbox.push_back(m);
@@ -177,12 +187,17 @@ struct Session::Impl {
     rank = a.at("rank").get<uint32_t>();
     world = a.at("world").get<uint32_t>();
     generation = a.at("generation").get<uint64_t>();
-    bs = std::make_unique<bootstrap::HalBootstrap>(store, "gen-" + std::to_string(generation) + "/");
+    auto boot = std::make_shared<bootstrap::HalBootstrap>(store, "gen-" + std::to_string(generation) + "/");
+    {
+      std::lock_guard<std::mutex> lk(comm_mu);
+      bs = boot;
+    }
+    if (a.value("_abort_seq", uint64_t{0}) != abort_seq.load()) boot->cancel();
     hal_comm_create_args_t ca{};
     ca.struct_size = sizeof(ca);
     ca.rank = rank;
     ca.world_size = world;
-    ca.bootstrap = bs->table();
+    ca.bootstrap = boot->table();
     ca.timeout_ns = static_cast<uint64_t>(o.comm_timeout_s * 1e9);
     auto c = std::make_shared<hal::Communicator>(plugin, ca);
     std::lock_guard<std::mutex> lk(comm_mu);
@@ -387,20 +402,18 @@ bool Session::ended() const noexcept { return impl_->ended.load(); }
 
 std::optional<uint64_t> Session::run(uint64_t total_steps, const std::function<void(uint64_t)>& step_fn) {
   uint64_t step = 0;
+  std::optional<std::string> failed;
   try {
     step = join();
-  } catch (const Error&) {
+  } catch (const Error& e) {
     if (ended()) return std::nullopt;
-    throw;
+    if (impl_->agent_gone) throw;
+    failed = std::string(code_name(e.code())) + ": " + e.what();
   }
-  while (step < total_steps) {
-    try {
-      step_begin(step);
-      step_fn(step);
-      step_end(step);
-      ++step;
-    } catch (const Error& e) {
-      std::string why = std::string(code_name(e.code())) + ": " + e.what();
+  while (step < total_steps || failed) {
+    if (failed) {
+      // Recover until an assignment works out (a peer may die meanwhile).
+      std::string why = *failed;
       for (;;) {
         try {
           step = recover(why);
@@ -411,6 +424,16 @@ std::optional<uint64_t> Session::run(uint64_t total_steps, const std::function<v
           why = std::string(code_name(again.code())) + ": " + again.what();
         }
       }
+      failed.reset();
+      continue;
+    }
+    try {
+      step_begin(step);
+      step_fn(step);
+      step_end(step);
+      ++step;
+    } catch (const Error& e) {
+      failed = std::string(code_name(e.code())) + ": " + e.what();
     }
   }
   finish(step);

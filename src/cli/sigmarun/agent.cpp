@@ -340,7 +340,14 @@ void Agent::start_round(const std::string& cause, double fault_s) {
     // A second fault before the first recovery finished: the same round goes
     // on with one more casualty. Survivors already waiting keep their
     // reports; after an assignment went out they must report again.
-    round_.cause += "; then " + cause;
+    // A survivor's report often arrives before the exit is reaped: the
+    // fault itself is the better headline.
+    if (round_.cause.rfind("rank ", 0) == 0 && round_.cause.find(" reported: ") != std::string::npos) {
+      round_.cause = cause + " (first seen as: " + round_.cause + ")";
+    } else {
+      round_.cause += "; then " + cause;
+    }
+    round_.record["cause"] = round_.cause;
     reset_reports = round_.assigned;
     round_.assigned = false;
   } else {
@@ -749,6 +756,19 @@ void Agent::write_report(const std::string& status, const std::string& why) {
               {"spare_advice", advice},
               {"devices", devices}};
   write_json_file(o_.job_dir + "/report.json", report);
+  std::fprintf(stderr, "sigmarun: %s after %llu steps in %.2f s%s%s; goodput %.3f; report: %s/report.json\n",
+               status.c_str(), static_cast<unsigned long long>(reached()), wall, why.empty() ? "" : ": ",
+               why.c_str(), report["ledger"]["goodput"].get<double>(), o_.job_dir.c_str());
+  for (const json& inc : incidents_) {
+    std::fprintf(stderr, "  incident: %s\n    restored from %s at step %llu, %llu step(s) recomputed, back at the "
+                         "reached step %.3f s after the fault\n",
+                 inc.value("cause", std::string("?")).c_str(), inc.value("restore", std::string("-")).c_str(),
+                 static_cast<unsigned long long>(inc.value("index", uint64_t{0})),
+                 static_cast<unsigned long long>(inc.value("recomputed_steps", uint64_t{0})),
+                 inc.contains("back_at_reached_step_s") && inc["back_at_reached_step_s"].is_number()
+                     ? inc["back_at_reached_step_s"].get<double>()
+                     : -1.0);
+  }
   journal_->write({{"event", "end"}, {"status", status}, {"reason", why}});
 }
 
