@@ -26,6 +26,23 @@ using json = nlohmann::json;
 
 constexpr uint64_t kSteps = 160;
 
+// Job folders of the current test, removed when it passes.
+std::vector<std::string> g_dirs;
+
+class CleanUp : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (info.result()->Passed()) {
+      for (const auto& d : g_dirs) fs::remove_all(d);
+    }
+    g_dirs.clear();
+  }
+};
+
+const bool g_cleanup_installed = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new CleanUp);
+  return true;
+}();
+
 std::string job_dir(const std::string& name) {
   const std::string d = ::testing::TempDir() + "sigmarun-" + std::to_string(::getpid()) + "-" + name;
   fs::remove_all(d);
@@ -70,6 +87,16 @@ JobRun sigmarun(const std::string& name, std::vector<std::string> agent_args, st
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (fs::exists(r.dir + "/report.json")) r.report = json::parse(read_file(r.dir + "/report.json"));
+  // A sanitizer report in a worker would only look like one more fault to
+  // the agent: it must fail the test instead.
+  if (fs::exists(r.dir + "/logs")) {
+    for (const auto& e : fs::directory_iterator(r.dir + "/logs")) {
+      const std::string text = read_file(e.path().string());
+      EXPECT_EQ(text.find("Sanitizer"), std::string::npos) << e.path() << ":\n" << text;
+      EXPECT_EQ(text.find("runtime error:"), std::string::npos) << e.path() << ":\n" << text;
+    }
+  }
+  g_dirs.push_back(r.dir);
   std::ifstream j(r.dir + "/incidents.jsonl");
   for (std::string line; std::getline(j, line);) r.journal.push_back(json::parse(line));
   return r;
@@ -226,6 +253,7 @@ TEST_F(Sigmarun, AThermalRunawayIsMigratedBeforeTheDeviceFails) {
 TEST_F(Sigmarun, ALostDeviceIsReplacedByASpare) {
   // The sim device 2 falls off the bus at its 100th collective (step ~19).
   const std::string scenario = ::testing::TempDir() + "lost-" + std::to_string(::getpid()) + ".yaml";
+  g_dirs.push_back(scenario);
   std::ofstream(scenario) << "seed: 3\nduration_s: 60\nworld_size: 4\n"
                              "faults:\n  - {kind: device_lost, device: 2, at_op: 100}\n";
   JobRun r = sigmarun("lost", {"--nproc", "3", "--spares", "1", "--scenario", scenario},
@@ -271,6 +299,7 @@ TEST_F(Sigmarun, ACollectiveThatHangsWhileTheProcessBeatsIsFoundByTheStepWatchdo
   // The sim device 1 stops completing collectives after its 204th (the all-reduce of step 40): the process
   // and its heartbeats live on, the job does not.
   const std::string scenario = ::testing::TempDir() + "hang-" + std::to_string(::getpid()) + ".yaml";
+  g_dirs.push_back(scenario);
   std::ofstream(scenario) << "seed: 5\nduration_s: 600\nworld_size: 4\n"
                              "faults:\n  - {kind: hang, device: 1, at_op: 204}\n";
   JobRun r = sigmarun("collhang", {"--nproc", "3", "--spares", "1", "--scenario", scenario, "--step-timeout", "1.5"},
@@ -284,6 +313,7 @@ TEST_F(Sigmarun, ACollectiveThatHangsWhileTheProcessBeatsIsFoundByTheStepWatchdo
 
 TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {
   const std::string dir = job_dir("usage");
+  g_dirs.push_back(dir);
   std::string cmd = std::string(SIGMARUN) + " --job-dir " + dir + " -- /bin/true 2>/dev/null";
   EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 2) << "--nproc is required";
   // A plain program that crashes: seen at once, reported, nothing hangs.
