@@ -3,8 +3,8 @@
 // of "compute" per step), the same fault at the same step, in one run.
 //
 // Measured from the fault (the worker logs CLOCK_MONOTONIC just before it
-// signals itself) until the job has again completed the last step it had
-// reached, plus the steps run twice. torchrun: Debian python3-torch's
+// signals itself) until the job completes the step the fault interrupted
+// (it had reached the one before), plus the steps run twice. torchrun: Debian python3-torch's
 // `python3 -m torch.distributed.run --nproc_per_node=2 --max_restarts=3`,
 // gloo, torch.save every 20 steps; its hang case is cut off after a cap
 // (torchrun has no heartbeat: the survivor's gloo timeout is 30 minutes).
@@ -72,13 +72,17 @@ int run(std::vector<std::string> args, double cap_s) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// Reads every "PREFIX.*" log: "kill T" and "step N T" lines.
+// Reads every "PREFIX.*" log (one per process slot): "kill T" and "step N T".
+// Back: the first step after the fault (index >= the killed step) completed
+// after it. Recomputed: steps some slot completed both before and after the
+// fault (a restarted or rolled-back process running them again).
 Outcome analyse(const std::string& dir, const std::string& stem) {
   double kill_t = -1;
-  std::vector<std::pair<double, int>> steps;
+  std::vector<std::vector<std::pair<double, int>>> logs;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().filename().string().rfind(stem + ".", 0) != 0) continue;
     std::ifstream f(e.path());
+    logs.emplace_back();
     for (std::string line; std::getline(f, line);) {
       std::istringstream is(line);
       std::string what;
@@ -88,22 +92,30 @@ Outcome analyse(const std::string& dir, const std::string& stem) {
         int n;
         double t;
         is >> n >> t;
-        steps.emplace_back(t, n);
+        logs.back().emplace_back(t, n);
       }
     }
   }
   Outcome o;
   if (kill_t < 0) return o;
-  int reached = -1;
-  for (auto [t, n] : steps) {
-    if (t < kill_t) reached = std::max(reached, n);
+  int killed_step = 0;
+  for (const auto& log : logs) {
+    for (auto [t, n] : log) {
+      if (t < kill_t) killed_step = std::max(killed_step, n + 1);
+    }
   }
   double back = -1;
   std::map<int, int> redone;
-  for (auto [t, n] : steps) {
-    if (t <= kill_t) continue;
-    if (n <= reached) redone[n] = 1;
-    if (n >= reached && (back < 0 || t < back)) back = t;
+  for (const auto& log : logs) {
+    std::map<int, int> before;
+    for (auto [t, n] : log) {
+      if (t < kill_t) {
+        before[n] = 1;
+      } else {
+        if (before.count(n)) redone[n] = 1;
+        if (n >= killed_step && (back < 0 || t < back)) back = t;
+      }
+    }
   }
   o.recovered = back > 0;
   o.recovery_s = back - kill_t;

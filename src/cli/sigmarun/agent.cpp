@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <deque>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -170,7 +171,13 @@ class Agent {
   Round round_;
   std::vector<json> incidents_;
   Ledger ledger_;
-  std::map<uint64_t, double> step_times_;  // step -> slowest rank's seconds
+  // Step times in bounded memory: the last few steps by index (slowest rank
+  // wins), then a window of finished ones for the median; slow steps are
+  // charged to the ledger as they leave the first map.
+  std::map<uint64_t, double> step_times_;
+  std::deque<double> step_window_;
+  void settle_steps(size_t keep);
+  double median_step() const;
   double last_progress_ = 0;
   bool finished_ = false;
   int exit_code_ = 0;
@@ -292,6 +299,7 @@ void Agent::handle(Slot& s, const json& m) {
     monitor_.observe_step(s.device, step, secs, t);
     double& slowest = step_times_[step];
     slowest = std::max(slowest, secs);
+    settle_steps(64);
     ledger_.steps_run += s.rank == 0 ? 1 : 0;
   } else if (type == "checkpoint") {
     if (s.rank >= 0) disk_[static_cast<uint32_t>(s.rank)].insert(m.value("index", uint64_t{0}));
@@ -712,19 +720,28 @@ void Agent::publish_metrics() {
   metrics_->publish(snap);
 }
 
+double Agent::median_step() const {
+  if (step_window_.empty()) return 0;
+  std::vector<double> v(step_window_.begin(), step_window_.end());
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+void Agent::settle_steps(size_t keep) {
+  while (step_times_.size() > keep) {
+    const double x = step_times_.begin()->second;
+    step_times_.erase(step_times_.begin());
+    step_window_.push_back(x);
+    if (step_window_.size() > 1001) step_window_.pop_front();
+    const double median = median_step();
+    if (step_window_.size() >= 10 && x > 1.5 * median) ledger_.slow_steps_s += x - median;
+  }
+}
+
 void Agent::write_report(const std::string& status, const std::string& why) {
   const double wall = now();
-  std::vector<double> times;
-  for (auto& [k, v] : step_times_) times.push_back(v);
-  double median = 0;
-  if (!times.empty()) {
-    std::vector<double> sorted = times;
-    std::sort(sorted.begin(), sorted.end());
-    median = sorted[sorted.size() / 2];
-    for (double x : times) {
-      if (x > 1.5 * median) ledger_.slow_steps_s += x - median;
-    }
-  }
+  settle_steps(0);
+  const double median = median_step();
   for (Slot& s : slots_) {
     if (s.phase == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += wall - s.spare_since;
   }
