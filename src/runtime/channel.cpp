@@ -4,6 +4,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -31,7 +34,41 @@ Channel::~Channel() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+namespace {
+
+std::unique_ptr<Channel> connect_tcp(const std::string& address) {
+  const std::string rest = address.substr(6);
+  const auto colon = rest.rfind(':');
+  if (colon == std::string::npos) throw Error(Code::invalid_argument, "runtime: no port in " + address);
+  const std::string host = rest.substr(0, colon), port = rest.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    throw Error(Code::unavailable, "runtime: cannot resolve " + address + ": " + ::gai_strerror(rc));
+  }
+  int err = 0;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      ::freeaddrinfo(res);
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      return std::make_unique<Channel>(fd);
+    }
+    err = errno;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  throw Error(Code::unavailable, "runtime: cannot reach the agent at " + address + ": " + std::strerror(err));
+}
+
+}  // namespace
+
 std::unique_ptr<Channel> Channel::connect(const std::string& path) {
+  if (path.rfind("tcp://", 0) == 0) return connect_tcp(path);
   const sockaddr_un a = address(path);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw Error(Code::unavailable, std::string("runtime: socket: ") + std::strerror(errno));
@@ -117,6 +154,41 @@ int listen_unix(const std::string& path) {
     ::close(fd);
     throw Error(Code::unavailable, "runtime: cannot listen at " + path + ": " + std::strerror(e));
   }
+  return fd;
+}
+
+}  // namespace sigma::runtime
+
+namespace sigma::runtime {
+
+int listen_tcp(const std::string& host, int* port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &res); rc != 0) {
+    throw Error(Code::unavailable, "runtime: cannot resolve " + host + ": " + ::gai_strerror(rc));
+  }
+  int fd = -1, err = 0;
+  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, 256) != 0) {
+      err = errno;
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) throw Error(Code::unavailable, "runtime: cannot listen on " + host + ": " + std::strerror(err));
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = a.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port)
+                                  : ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
   return fd;
 }
 

@@ -21,8 +21,9 @@ class Channel {
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
 
-  // Connects to the agent's socket. Throws Error(unavailable) naming the path.
-  static std::unique_ptr<Channel> connect(const std::string& path);
+  // Connects to the agent: a Unix socket path, or "tcp://HOST:PORT" (an
+  // agent on another host). Throws Error(unavailable) naming the address.
+  static std::unique_ptr<Channel> connect(const std::string& address);
 
   // False when the peer is gone (the message is dropped).
   bool send(const nlohmann::json& msg);
@@ -49,5 +50,9 @@ class Channel {
 // A listening Unix socket at `path` (removed first if stale). Returns the fd.
 // Throws Error(unavailable).
 int listen_unix(const std::string& path);
+
+// A listening TCP socket on `host` (an address or name of this machine) and
+// a free port; *port gets the port. Throws Error(unavailable).
+int listen_tcp(const std::string& host, int* port);
 
 }  // namespace sigma::runtime

@@ -311,6 +311,70 @@ TEST_F(Sigmarun, ACollectiveThatHangsWhileTheProcessBeatsIsFoundByTheStepWatchdo
   expect_exact(r);
 }
 
+// Two agents, as on two hosts: the root (node 0) and a follower (node 1),
+// each with 2 ranks and 1 spare, meeting through a real Redis. Returns the
+// root's run; the follower's folder is `dir + "-node1"`.
+JobRun two_nodes(const std::string& name, int redis_port, std::vector<std::string> worker_args) {
+  const std::string follower_dir = job_dir(name + "-node1");
+  std::vector<std::string> common{"--nnodes", "2", "--nproc", "2", "--spares", "1", "--store",
+                                  "redis://127.0.0.1:" + std::to_string(redis_port), "--job-id",
+                                  name + "-" + std::to_string(::getpid())};
+  std::vector<std::string> args{SIGMARUN, "--node-rank", "1", "--job-dir", follower_dir, "--no-progress"};
+  args.insert(args.end(), common.begin(), common.end());
+  args.push_back("--");
+  args.push_back(RUNTIME_WORKER);
+  args.insert(args.end(), worker_args.begin(), worker_args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t follower = ::fork();
+  if (follower == 0) {
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  common.insert(common.begin(), {"--node-rank", "0", "--host", "127.0.0.1"});
+  JobRun r = sigmarun(name, common, worker_args);
+  int status = 0;
+  ::waitpid(follower, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == r.exit_code) << "the follower ended otherwise";
+  g_dirs.push_back(follower_dir);
+  return r;
+}
+
+// Each rank's final state, from whichever host ran it last.
+std::vector<std::string> finals_of(const JobRun& r, uint32_t world) {
+  std::vector<std::string> out;
+  for (uint32_t k = 0; k < world; ++k) {
+    std::string f = read_file(r.dir + "/final-rank-" + std::to_string(k) + ".bin");
+    if (f.empty()) f = read_file(r.dir + "-node1/final-rank-" + std::to_string(k) + ".bin");
+    out.push_back(f);
+  }
+  return out;
+}
+
+TEST(SigmarunNodes, TwoAgentsFormOneJobAndASpareOnOneHostReplacesAWorkerOnTheOther) {
+  std::ifstream in(std::string(SIGMA_REDIS_FIXTURE_DIR) + "/port");
+  int port = 0;
+  in >> port;
+  ASSERT_GT(port, 0) << "the redis fixture did not start";
+  JobRun clean = two_nodes("nodes-clean", port, {"--steps", "120"});
+  ASSERT_EQ(clean.exit_code, 0) << logs(clean);
+  EXPECT_EQ(clean.report["world"], 4);
+  // Device 3 is rank 3 on node 1; the first spare, device 4, is on node 0.
+  JobRun r = two_nodes("nodes-kill", port, {"--steps", "120", "--kill-at", "40", "--kill-device", "3"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  const json* launch = find_event(r, "launch", "device", 3);
+  ASSERT_NE(launch, nullptr);
+  EXPECT_EQ((*launch)["node"], 1);
+  const json* replace = find_event(r, "scheduler", "action", "replace");
+  ASSERT_NE(replace, nullptr) << logs(r);
+  EXPECT_EQ((*replace)["to_device"], 4);
+  EXPECT_EQ(r.report["incidents"][0]["restore"], "memory");
+  const auto a = finals_of(clean, 4), b = finals_of(r, 4);
+  ASSERT_EQ(a[0].size(), 2 * 4096 * sizeof(float));
+  for (uint32_t k = 0; k < 4; ++k) EXPECT_TRUE(a[k] == b[k]) << "rank " << k;
+}
+
 TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {
   const std::string dir = job_dir("usage");
   g_dirs.push_back(dir);

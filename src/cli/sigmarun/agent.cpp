@@ -9,8 +9,10 @@
 
 #include "journal.hpp"
 #include "metrics.hpp"
+#include "node.hpp"
 #include "runtime/channel.hpp"
 
+#include <sigma/bootstrap.hpp>
 #include <sigma/error.hpp>
 
 #include <algorithm>
@@ -66,7 +68,9 @@ const char* phase_name(Phase p) {
 
 struct Slot {
   uint32_t device = 0;
-  pid_t pid = -1;
+  uint32_t node = 0;     // the agent whose host runs it
+  pid_t pid = -1;        // on that host
+  bool alive = false;    // a process exists (or is being started) for it
   std::unique_ptr<Channel> ch;
   Phase phase = Phase::starting;
   int64_t rank = -1;
@@ -95,17 +99,12 @@ struct Round {
   json record;
 };
 
-std::string describe_status(int status) {
-  if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  return "ended";
-}
-
 class Agent {
  public:
   explicit Agent(const Options& o)
       : o_(o),
-        scheduler_({o.nproc, o.proactive_migration, false, o.nproc}),
+        world_(o.nproc * o.nnodes),
+        scheduler_({o.nproc * o.nnodes, o.proactive_migration, false, o.nproc * o.nnodes}),
         monitor_(monitor_config(o)),
         t0_(health::monotonic_s()) {}
 
@@ -131,6 +130,12 @@ class Agent {
 
   double now() const { return health::monotonic_s() - t0_; }
   void spawn(Slot& s);
+  void signal_slot(Slot& s, int sig);
+  void exited(Slot& s, const std::string& how);
+  void node_messages(uint32_t node);
+  std::vector<std::unique_ptr<Channel>> nodes_;  // [node] -> its agent (1..nnodes-1)
+  int tcp_fd_ = -1;
+  std::string tcp_addr_;
   void accept_new();
   void read_messages(Slot& s);
   void handle(Slot& s, const json& m);
@@ -158,6 +163,7 @@ class Agent {
   std::vector<Slot*> members();
 
   Options o_;
+  uint32_t world_;
   scheduler::Scheduler scheduler_;
   health::Monitor monitor_;
   double t0_;
@@ -187,57 +193,85 @@ class Agent {
 };
 
 void Agent::spawn(Slot& s) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "SIGMA_", 6) != 0 || std::strncmp(*e, "SIGMA_HAL_PLUGIN_PATH=", 22) == 0) env.emplace_back(*e);
-  }
-  auto add = [&](const std::string& k, const std::string& v) { env.push_back(k + "=" + v); };
-  add("SIGMA_AGENT_SOCKET", o_.job_dir + "/agent.sock");
-  add("SIGMA_DEVICE", std::to_string(s.device));
-  add("SIGMA_JOB_DIR", o_.job_dir);
-  add("SIGMA_HAL_PLUGIN", o_.vendor);
-  std::string opts;
-  if (!o_.scenario.empty()) opts += "scenario=" + o_.scenario + ";rank=" + std::to_string(s.device);
-  if (o_.time_scale > 0) opts += (opts.empty() ? "" : ";") + std::string("time_scale=") + std::to_string(o_.time_scale);
-  if (!opts.empty()) add("SIGMA_HAL_OPTIONS", opts);
-  add("SIGMA_STORE", store_uri_);
-  add("SIGMA_HEARTBEAT_S", std::to_string(o_.heartbeat_s));
-  add("SIGMA_SNAPSHOT_EVERY", std::to_string(o_.snapshot_every));
-  add("SIGMA_CHECKPOINT_EVERY", std::to_string(o_.checkpoint_every));
+  // Devices 0..world-1 are every node's ranks, then every node's spares, so
+  // the lowest ids (which get the ranks) are spread over the nodes.
+  EnvList env;
+  env.emplace_back("SIGMA_AGENT_SOCKET", s.node == 0 ? o_.job_dir + "/agent.sock" : tcp_addr_);
+  env.emplace_back("SIGMA_DEVICE", std::to_string(s.device));
+  env.emplace_back("SIGMA_STORE", store_uri_);
+  env.emplace_back("SIGMA_HEARTBEAT_S", std::to_string(o_.heartbeat_s));
+  env.emplace_back("SIGMA_SNAPSHOT_EVERY", std::to_string(o_.snapshot_every));
+  env.emplace_back("SIGMA_CHECKPOINT_EVERY", std::to_string(o_.checkpoint_every));
   // A plain program (no session) still learns its place, torchrun-style.
-  if (s.device < o_.nproc) {
-    add("SIGMA_RANK", std::to_string(s.device));
-    add("SIGMA_WORLD_SIZE", std::to_string(o_.nproc));
+  if (s.device < world_) {
+    env.emplace_back("SIGMA_RANK", std::to_string(s.device));
+    env.emplace_back("SIGMA_WORLD_SIZE", std::to_string(world_));
   }
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = o_.worker;
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  const std::string log = o_.job_dir + "/logs/device-" + std::to_string(s.device) + ".log";
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    throw Error(Code::invalid_argument, "sigmarun: cannot start " + args[0] + ": " + std::strerror(rc));
-  }
-  s.pid = pid;
   s.phase = Phase::starting;
-  journal_->write({{"event", "launch"}, {"device", s.device}, {"pid", pid}});
+  s.alive = true;
+  if (s.node == 0) {
+    s.pid = spawn_worker(o_, s.device, env);
+    journal_->write({{"event", "launch"}, {"device", s.device}, {"node", 0}, {"pid", s.pid}});
+    return;
+  }
+  json e = json::object();
+  for (auto& [k, v] : env) e[k] = v;
+  nodes_[s.node]->send({{"type", "spawn"}, {"device", s.device}, {"env", e}});
+}
+
+void Agent::signal_slot(Slot& s, int sig) {
+  if (!s.alive || s.pid <= 0) return;
+  if (s.node == 0) ::kill(s.pid, sig);
+  else if (nodes_[s.node]) nodes_[s.node]->send({{"type", "kill"}, {"device", s.device}, {"signal", sig}});
+}
+
+void Agent::exited(Slot& s, const std::string& how) {
+  s.alive = false;
+  s.pid = -1;
+  if (s.phase == Phase::dead) return;
+  if (s.phase == Phase::done || s.phase == Phase::retiring || finished_) {
+    // An expected exit: the job ended, or the worker was let go.
+    if (s.phase == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += now() - s.spare_since;
+    s.phase = Phase::dead;
+    return;
+  }
+  // Whatever it had sent before it died still counts.
+  if (s.ch) read_messages(s);
+  fault(s, "process " + how, now());
+}
+
+void Agent::node_messages(uint32_t n) {
+  auto& ch = nodes_[n];
+  while (ch) {
+    auto m = ch->receive_ready();
+    if (!m) break;
+    const std::string type = m->value("type", "");
+    const uint32_t d = m->value("device", UINT32_MAX);
+    if (d >= slots_.size() || slots_[d].node != n) continue;
+    if (type == "launched") {
+      slots_[d].pid = m->value("pid", -1);
+      journal_->write({{"event", "launch"}, {"device", d}, {"node", n}, {"pid", slots_[d].pid}});
+    } else if (type == "exit") {
+      exited(slots_[d], m->value("status", std::string("ended")));
+    }
+  }
+  if (ch && ch->closed()) {
+    ch.reset();
+    journal_->write({{"event", "node_lost"}, {"node", n}});
+    for (Slot& s : slots_) {
+      if (s.node == n && s.alive) exited(s, "lost with its node agent " + std::to_string(n));
+    }
+  }
 }
 
 void Agent::accept_new() {
-  for (;;) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
-    pending_.push_back(std::make_unique<Channel>(fd));
+  for (int lfd : {listen_fd_, tcp_fd_}) {
+    if (lfd < 0) continue;
+    for (;;) {
+      const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      pending_.push_back(std::make_unique<Channel>(fd));
+    }
   }
 }
 
@@ -318,7 +352,7 @@ void Agent::handle(Slot& s, const json& m) {
     if ((reason.rfind("device_lost", 0) == 0 || reason.find("HAL_ERR_DEVICE_LOST") != std::string::npos) &&
         (s.phase == Phase::active || s.phase == Phase::spare)) {
       // Its own device is gone: no use waiting for it in the next generation.
-      if (s.pid > 0) ::kill(s.pid, SIGKILL);
+      signal_slot(s, SIGKILL);
       fault(s, "the device reports itself lost: " + reason, t);
       return;
     }
@@ -430,19 +464,10 @@ void Agent::reap() {
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
     for (Slot& s : slots_) {
-      if (s.pid != pid) continue;
-      s.pid = -1;
-      if (s.phase == Phase::dead) break;
-      if (s.phase == Phase::done || s.phase == Phase::retiring || finished_) {
-        // An expected exit: the job ended, or the worker was let go.
-        if (s.phase == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += now() - s.spare_since;
-        s.phase = Phase::dead;
+      if (s.node == 0 && s.pid == pid) {
+        exited(s, describe_status(status));
         break;
       }
-      // Whatever it had sent before it died still counts.
-      if (s.ch) read_messages(s);
-      fault(s, "process " + describe_status(status), now());
-      break;
     }
   }
 }
@@ -509,7 +534,7 @@ void Agent::advance_round() {
     for (Slot* m : ms) {
       if (m->phase == Phase::active && !m->reported && t - round_.abort_s > o_.abort_grace_s) {
         // A survivor that cannot leave its collective is as good as hung.
-        if (m->pid > 0) ::kill(m->pid, SIGKILL);
+        signal_slot(*m, SIGKILL);
         fault(*m, "did not answer the abort within " + std::to_string(o_.abort_grace_s) + " s", t);
         return;
       }
@@ -600,7 +625,7 @@ void Agent::health_tick() {
     if (e.to == health::State::failed && e.warning.rule == "heartbeat" &&
         (s.phase == Phase::active || s.phase == Phase::spare)) {
       // Hung: make sure it cannot come back, then treat it as lost.
-      if (s.pid > 0) ::kill(s.pid, SIGKILL);
+      signal_slot(s, SIGKILL);
       fault(s, "no heartbeat for " + std::to_string(e.warning.value) + " s (hung)", t - e.warning.value);
       continue;
     }
@@ -673,7 +698,7 @@ void Agent::watchdog() {
   for (Slot* m : members()) {
     if (m->current_step != lowest) continue;
     monitor_.observe_error(m->device, Code::timeout, "collective stalled in step " + std::to_string(lowest / 2), t);
-    if (m->pid > 0) ::kill(m->pid, SIGKILL);
+    signal_slot(*m, SIGKILL);
     fault(*m, "stuck in a collective of step " + std::to_string(lowest / 2) + " for " +
                   std::to_string(o_.step_timeout_s) + " s while its peers had finished it",
           t - o_.step_timeout_s);
@@ -757,7 +782,7 @@ void Agent::write_report(const std::string& status, const std::string& why) {
   json advice;
   if (o_.failure_rate_per_device_hour > 0) {
     scheduler::FailureModel fm{o_.failure_rate_per_device_hour, o_.repair_hours, o_.job_hours, 0.01};
-    const auto plan = scheduler::size_spares(o_.nproc, fm);
+    const auto plan = scheduler::size_spares(world_, fm);
     advice = {{"spares", plan.spares}, {"risk", plan.risk}, {"rule", plan.rule}, {"given", o_.spares}};
   }
   json report{{"status", status},
@@ -805,24 +830,45 @@ int Agent::run() {
   ::sigaction(SIGCHLD, &sa, nullptr);
   listen_fd_ = runtime::listen_unix(o_.job_dir + "/agent.sock");
   ::fcntl(listen_fd_, F_SETFL, O_NONBLOCK);
+  nodes_.resize(o_.nnodes);
+  if (o_.nnodes > 1) {
+    // Agents and workers on other hosts reach this one over TCP; they find
+    // the address in the job's control store. The workers' rendezvous keys
+    // get a fresh prefix per run, so stale keys of an earlier run never mix.
+    int port = 0;
+    tcp_fd_ = runtime::listen_tcp(o_.host, &port);
+    ::fcntl(tcp_fd_, F_SETFL, O_NONBLOCK);
+    tcp_addr_ = "tcp://" + o_.host + ":" + std::to_string(port);
+    const std::string nonce = std::to_string(::getpid()) + "-" +
+                              std::to_string(static_cast<uint64_t>(health::monotonic_s() * 1e6));
+    store_uri_ = control_store_uri(o_) + "-" + nonce;
+    const std::string root = json{{"addr", tcp_addr_}, {"nonce", nonce}}.dump();
+    bootstrap::open_store(control_store_uri(o_))->set("root", std::vector<uint8_t>(root.begin(), root.end()));
+  }
   if (o_.metrics_port >= 0) {
     metrics_ = std::make_unique<MetricsServer>(o_.metrics_port);
     std::fprintf(stderr, "sigmarun: metrics on http://127.0.0.1:%d/metrics\n", metrics_->port());
     write_json_file(o_.job_dir + "/metrics.json", {{"port", metrics_->port()}});
   }
-  journal_->write({{"event", "start"}, {"nproc", o_.nproc}, {"spares", o_.spares}, {"vendor", o_.vendor}, {"store", store_uri_},
-                   {"scenario", o_.scenario}, {"worker", o_.worker}});
-  slots_.resize(o_.nproc + o_.spares);
+  journal_->write({{"event", "start"}, {"nproc", o_.nproc}, {"spares", o_.spares}, {"nnodes", o_.nnodes},
+                   {"vendor", o_.vendor}, {"store", store_uri_}, {"agent", tcp_addr_}, {"scenario", o_.scenario},
+                   {"worker", o_.worker}});
+  slots_.resize(static_cast<size_t>(o_.nnodes) * (o_.nproc + o_.spares));
   for (uint32_t d = 0; d < slots_.size(); ++d) {
     slots_[d].device = d;
+    slots_[d].node = d < world_ ? d / o_.nproc : (d - world_) / std::max(1u, o_.spares);
     monitor_.add_device(d);
     for (const auto& a : scheduler_.add_device(d, now())) journal_->action(a);
-    spawn(slots_[d]);
+    if (slots_[d].node == 0) spawn(slots_[d]);
   }
   for (;;) {
     std::vector<pollfd> fds;
     fds.push_back({listen_fd_, POLLIN, 0});
     fds.push_back({g_sigchld_pipe[0], POLLIN, 0});
+    if (tcp_fd_ >= 0) fds.push_back({tcp_fd_, POLLIN, 0});
+    for (auto& n : nodes_) {
+      if (n) fds.push_back({n->fd(), POLLIN, 0});
+    }
     for (auto& p : pending_) fds.push_back({p->fd(), POLLIN, 0});
     for (Slot& s : slots_) {
       if (s.ch) fds.push_back({s.ch->fd(), POLLIN, 0});
@@ -837,6 +883,22 @@ int Agent::run() {
       auto m = (*it)->receive_ready();
       if ((*it)->closed()) { it = pending_.erase(it); continue; }
       if (!m) { ++it; continue; }
+      if (m->value("type", "") == "node") {
+        // Another host's agent: it starts that node's workers for us.
+        const uint32_t n = m->value("node", 0u);
+        if (n == 0 || n >= o_.nnodes || nodes_[n] || finished_) {
+          journal_->write({{"event", "refused_connection"}, {"message", *m}});
+          it = pending_.erase(it);
+          continue;
+        }
+        nodes_[n] = std::move(*it);
+        it = pending_.erase(it);
+        journal_->write({{"event", "node_joined"}, {"node", n}});
+        for (Slot& s : slots_) {
+          if (s.node == n && !s.alive && s.phase == Phase::starting) spawn(s);
+        }
+        continue;
+      }
       const uint32_t d = m->value("device", UINT32_MAX);
       if (m->value("type", "") != "hello" || d >= slots_.size() || slots_[d].phase != Phase::starting) {
         journal_->write({{"event", "refused_connection"}, {"message", *m}});
@@ -865,28 +927,37 @@ int Agent::run() {
       }
     }
     reap();
+    for (uint32_t n = 1; n < nodes_.size(); ++n) node_messages(n);
     if (!started_ && !finished_) {
       bool all_heard = true;
       for (const Slot& s : slots_) all_heard &= s.phase != Phase::starting;
       // Ranks go to the lowest device ids that passed, so a job maps the same
       // way every time; a device slow to validate is waited for a while.
-      if (scheduler_.spares().size() >= o_.nproc && (all_heard || now() > o_.validate_timeout_s)) {
+      if (scheduler_.spares().size() >= world_ && (all_heard || now() > o_.validate_timeout_s)) {
         for (const auto& a : scheduler_.start(now())) {
           journal_->action(a);
           Slot& s = slots_[a.device];
           s.rank = a.rank;
           s.phase = Phase::active;
-          s.ch->send({{"type", "assign"}, {"rank", a.rank}, {"world", o_.nproc}, {"generation", 1}, {"restore", "none"}});
+          s.ch->send({{"type", "assign"}, {"rank", a.rank}, {"world", world_}, {"generation", 1}, {"restore", "none"}});
         }
         generation_ = 1;
         started_ = true;
       } else {
         uint32_t out = 0;
         for (Slot& s : slots_) out += s.phase == Phase::dead || s.phase == Phase::retiring;
-        if (slots_.size() - out < o_.nproc) {
+        if (now() > o_.validate_timeout_s && !all_heard) {
+          for (Slot& s : slots_) {
+            if (s.phase == Phase::starting) {
+              signal_slot(s, SIGKILL);
+              fault(s, "never said hello within " + std::to_string(o_.validate_timeout_s) + " s", now());
+            }
+          }
+        }
+        if (slots_.size() - out < world_) {
           end_status_ = "unrecoverable";
           end_why_ = "only " + std::to_string(slots_.size() - out) + " device(s) passed validation; the job needs " +
-                     std::to_string(o_.nproc);
+                     std::to_string(world_);
           exit_code_ = 4;
           end_all(end_why_);
         }
@@ -902,16 +973,19 @@ int Agent::run() {
     progress_tick();
     if (finished_) {
       bool alive = false;
-      for (Slot& s : slots_) alive |= s.pid > 0;
+      for (Slot& s : slots_) alive |= s.alive;
       if (!alive) break;
       static double since = -1;
       if (since < 0) since = now();
       if (now() - since > 10) {
-        for (Slot& s : slots_) if (s.pid > 0) ::kill(s.pid, SIGKILL);
+        for (Slot& s : slots_) signal_slot(s, SIGKILL);
       }
     }
   }
   if (round_.active) incidents_.push_back(round_.record);
+  for (auto& n : nodes_) {
+    if (n) n->send({{"type", "goodbye"}, {"code", exit_code_}});
+  }
   write_report(end_status_, end_why_);
   publish_metrics();
   ::close(listen_fd_);

@@ -13,8 +13,12 @@
 namespace sigma::sigmarun {
 
 struct Options {
-  uint32_t nproc = 1;
-  uint32_t spares = 0;
+  uint32_t nproc = 1;            // ranks per node
+  uint32_t spares = 0;           // spares per node
+  uint32_t nnodes = 1;           // agents (hosts) in the job
+  uint32_t node_rank = 0;        // 0: the root agent, which decides; others follow
+  std::string host;              // where the root is reached (nnodes > 1); default: this host's name
+  std::string job_id;            // names the job in the store; default: the job folder's name
   std::string vendor = "cpu";
   std::string scenario;          // sim only
   double time_scale = 0;         // sim only; 0 = the scenario's

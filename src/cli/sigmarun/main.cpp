@@ -4,11 +4,16 @@
 //   sigmarun --nproc N [--spares S] [--vendor NAME] [--scenario FILE]
 //            --job-dir DIR [--store redis://HOST:PORT] [options] -- WORKER ARGS...
 //
+// Several hosts: start one agent per host with the same --store, --job-id,
+// --nnodes K and worker; --node-rank 0 is the root (it decides, journals
+// and reports), the others start and watch their host's workers for it.
+//
 // Writes DIR/incidents.jsonl (the incident journal), DIR/report.json (status,
 // incidents, goodput ledger, devices) and DIR/logs/device-N.log (each
 // worker's output). Exit status: 0 done, 2 bad usage or could not start,
 // 3 paused (no spare left), 4 unrecoverable (the report says why).
 #include "agent.hpp"
+#include "node.hpp"
 
 #include <sigma/error.hpp>
 
@@ -16,6 +21,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <unistd.h>
 
 int main(int argc, char** argv) {
   sigma::sigmarun::Options o;
@@ -26,6 +32,11 @@ int main(int argc, char** argv) {
   app.add_option("--scenario", o.scenario, "sim vendor scenario file (device N of the scenario is device N here)")
       ->check(CLI::ExistingFile);
   app.add_option("--time-scale", o.time_scale, "sim: scenario seconds per real second")->check(CLI::PositiveNumber);
+  app.add_option("--nnodes", o.nnodes, "agents (hosts) in the job; each runs --nproc ranks and --spares spares")
+      ->check(CLI::Range(1u, 4096u));
+  app.add_option("--node-rank", o.node_rank, "this agent's node: 0 is the root, the others follow it");
+  app.add_option("--host", o.host, "the address other hosts reach the root agent at (default: this host's name)");
+  app.add_option("--job-id", o.job_id, "names the job in the store (default: the job folder's name)");
   app.add_option("--job-dir", o.job_dir, "job folder: journal, report, logs, store, checkpoints")->required();
   app.add_option("--store", o.store, "rendezvous store (redis://host:port); default: a file store in the job folder");
   app.add_option("--heartbeat", o.heartbeat_s, "worker heartbeat period in seconds")->check(CLI::Range(0.001, 60.0));
@@ -52,9 +63,24 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (!o.scenario.empty() && o.vendor == "cpu") o.vendor = "sim";
+  if (o.node_rank >= o.nnodes) {
+    std::cerr << "sigmarun: --node-rank " << o.node_rank << " is not below --nnodes " << o.nnodes << "\n";
+    return 2;
+  }
+  if (o.nnodes > 1 && o.store.empty()) {
+    std::cerr << "sigmarun: --nnodes " << o.nnodes
+              << " needs a --store every host reaches (redis://HOST:PORT, or a folder they share)\n";
+    return 2;
+  }
   try {
     o.job_dir = std::filesystem::absolute(o.job_dir).string();
     if (!o.scenario.empty()) o.scenario = std::filesystem::absolute(o.scenario).string();
+    if (o.job_id.empty()) o.job_id = std::filesystem::path(o.job_dir).filename().string();
+    if (o.host.empty()) {
+      char name[256] = {};
+      o.host = o.nnodes > 1 && ::gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
+    }
+    if (o.node_rank > 0) return sigma::sigmarun::run_follower(o);
     return sigma::sigmarun::run(o);
   } catch (const sigma::Error& e) {
     std::cerr << "sigmarun: " << e.what() << "\n";

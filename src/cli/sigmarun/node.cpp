@@ -1,0 +1,187 @@
+#include "node.hpp"
+
+#include "journal.hpp"
+#include "runtime/channel.hpp"
+
+#include <sigma/bootstrap.hpp>
+#include <sigma/error.hpp>
+#include <sigma/health.hpp>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <map>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace sigma::sigmarun {
+
+using json = nlohmann::json;
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  return "ended";
+}
+
+std::string control_store_uri(const Options& o) {
+  std::string base = o.store;
+  if (base.rfind("redis://", 0) == 0) {
+    // redis://host:port[/prefix] -> redis://host:port/prefix-sigmarun-ID
+    const auto slash = base.find('/', 8);
+    const std::string prefix = slash == std::string::npos ? "" : base.substr(slash + 1) + "-";
+    return base.substr(0, slash) + "/" + prefix + "sigmarun-" + o.job_id;
+  }
+  if (base.rfind("file://", 0) == 0) base = base.substr(7);
+  return "file://" + base + "/sigmarun-" + o.job_id;
+}
+
+pid_t spawn_worker(const Options& o, uint32_t device, const EnvList& given) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "SIGMA_", 6) != 0 || std::strncmp(*e, "SIGMA_HAL_PLUGIN_PATH=", 22) == 0) env.emplace_back(*e);
+  }
+  for (const auto& [k, v] : given) env.push_back(k + "=" + v);
+  env.push_back("SIGMA_JOB_DIR=" + o.job_dir);
+  env.push_back("SIGMA_HAL_PLUGIN=" + o.vendor);
+  std::string opts;
+  if (!o.scenario.empty()) opts += "scenario=" + o.scenario + ";rank=" + std::to_string(device);
+  if (o.time_scale > 0) opts += (opts.empty() ? "" : ";") + std::string("time_scale=") + std::to_string(o.time_scale);
+  if (!opts.empty()) env.push_back("SIGMA_HAL_OPTIONS=" + opts);
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = o.worker;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  const std::string log = o.job_dir + "/logs/device-" + std::to_string(device) + ".log";
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw Error(Code::invalid_argument, "sigmarun: cannot start " + args[0] + ": " + std::strerror(rc));
+  return pid;
+}
+
+namespace {
+
+int g_pipe[2] = {-1, -1};
+
+void on_sigchld(int) {
+  const int saved = errno;
+  const char c = 1;
+  (void)!::write(g_pipe[1], &c, 1);
+  errno = saved;
+}
+
+// Finds the root's address in the control store and connects; a key left by
+// an earlier run of the same job id points nowhere and is read again.
+std::unique_ptr<runtime::Channel> reach_root(const Options& o, double timeout_s) {
+  auto store = bootstrap::open_store(control_store_uri(o));
+  const double t0 = health::monotonic_s();
+  std::string last;
+  while (health::monotonic_s() - t0 < timeout_s) {
+    auto v = store->get("root", std::chrono::milliseconds(500));
+    if (!v) continue;
+    const auto j = json::parse(std::string(v->begin(), v->end()), nullptr, false);
+    if (j.is_discarded() || !j.contains("addr")) continue;
+    last = j["addr"].get<std::string>();
+    try {
+      return runtime::Channel::connect(last);
+    } catch (const Error&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  throw Error(Code::unavailable, "sigmarun: no root agent of job '" + o.job_id + "' answered within " +
+                                     std::to_string(static_cast<int>(timeout_s)) + " s (store " +
+                                     control_store_uri(o) + (last.empty() ? "" : ", last address " + last) + ")");
+}
+
+}  // namespace
+
+int run_follower(const Options& o) {
+  std::filesystem::create_directories(o.job_dir + "/logs");
+  Journal journal(o.job_dir + "/node.jsonl", health::monotonic_s());
+  if (::pipe2(g_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw Error(Code::internal, "sigmarun: pipe failed");
+  struct sigaction sa {};
+  sa.sa_handler = on_sigchld;
+  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  ::sigaction(SIGCHLD, &sa, nullptr);
+  auto root = reach_root(o, o.validate_timeout_s * 2);
+  root->send({{"type", "node"}, {"node", o.node_rank}, {"pid", ::getpid()}});
+  journal.write({{"event", "joined_root"}, {"node", o.node_rank}});
+  std::map<pid_t, uint32_t> children;  // pid -> device
+  int code = -1;
+  double goodbye_at = -1;
+  for (;;) {
+    pollfd p[2] = {{root->fd(), POLLIN, 0}, {g_pipe[0], POLLIN, 0}};
+    ::poll(p, 2, 50);
+    char drain[64];
+    while (::read(g_pipe[0], drain, sizeof drain) > 0) {
+    }
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      auto it = children.find(pid);
+      if (it == children.end()) continue;
+      root->send({{"type", "exit"}, {"device", it->second}, {"status", describe_status(status)}});
+      journal.write({{"event", "exit"}, {"device", it->second}, {"status", describe_status(status)}});
+      children.erase(it);
+    }
+    while (auto m = root->receive_ready()) {
+      const std::string type = m->value("type", "");
+      if (type == "spawn") {
+        const uint32_t device = m->value("device", 0u);
+        EnvList env;
+        const json given = m->value("env", json::object());
+        for (auto& [k, v] : given.items()) {
+          if (v.is_string()) env.emplace_back(k, v.get<std::string>());
+        }
+        try {
+          const pid_t pid = spawn_worker(o, device, env);
+          children[pid] = device;
+          root->send({{"type", "launched"}, {"device", device}, {"pid", pid}});
+          journal.write({{"event", "launch"}, {"device", device}, {"pid", pid}});
+        } catch (const Error& e) {
+          root->send({{"type", "exit"}, {"device", device}, {"status", std::string("could not start: ") + e.what()}});
+        }
+      } else if (type == "kill") {
+        for (auto& [pid, dev] : children) {
+          if (dev == m->value("device", UINT32_MAX)) ::kill(pid, m->value("signal", SIGKILL));
+        }
+      } else if (type == "goodbye") {
+        code = m->value("code", 0);
+        goodbye_at = health::monotonic_s();
+      }
+    }
+    if (root->closed() && code < 0) {
+      // The root is gone: nobody is left to coordinate these workers.
+      journal.write({{"event", "root_lost"}});
+      for (auto& [pid, dev] : children) ::kill(pid, SIGKILL);
+      code = 4;
+      goodbye_at = health::monotonic_s();
+    }
+    if (code >= 0) {
+      if (children.empty()) break;
+      if (health::monotonic_s() - goodbye_at > 10) {
+        for (auto& [pid, dev] : children) ::kill(pid, SIGKILL);
+      }
+    }
+  }
+  journal.write({{"event", "end"}, {"code", code}});
+  return code;
+}
+
+}  // namespace sigma::sigmarun
