@@ -45,6 +45,9 @@ class MemoryTier {
   // describe steps that will be run again).
   void drop_after(uint64_t index);
 
+  // Forgets the replicas (the ring was renumbered).
+  void drop_replicas() { replica_.clear(); }
+
   // Forgets everything (a new rank assignment on a new ring).
   void clear() { own_.clear(); replica_.clear(); }
 

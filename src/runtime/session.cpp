@@ -221,9 +221,35 @@ struct Session::Impl {
   // Carries out an assignment: communicator, then the agreed state.
   uint64_t apply(const json& a) {
     const auto t0 = Clock::now();
-    const uint32_t old_rank = rank;
+    const uint32_t old_rank = rank, old_world = world;
     build_comm(a);
-    if (engine && old_rank != rank) engine.reset();
+    if (engine && (old_rank != rank || old_world != world)) engine.reset();
+    // A renumbered ring (the world shrank): the replicas held belong to
+    // other neighbours now.
+    if (old_world != 0 && (old_rank != rank || old_world != world)) tier.drop_replicas();
+    // The collective probe: a one-element all-reduce over the new world
+    // must give the world size before anything else runs on it.
+    const auto tp = Clock::now();
+    {
+      hal::Buffer b(plugin, 0, sizeof(float));
+      const float one = 1.0f;
+      b.copy_from_host(&one, sizeof one);
+      hal_coll_args_t pa{};
+      pa.struct_size = sizeof(pa);
+      pa.op = HAL_COLL_ALL_REDUCE;
+      pa.dtype = HAL_DTYPE_F32;
+      pa.reduce_op = HAL_REDUCE_SUM;
+      pa.count = 1;
+      pa.sendbuf = pa.recvbuf = b.data();
+      comm->run(pa, std::chrono::seconds(30));
+      float got = 0;
+      b.copy_to_host(&got, sizeof got);
+      if (got != static_cast<float>(world)) {
+        throw Error(Code::data_loss, "runtime: the collective probe summed " + std::to_string(got) + " over " +
+                                         std::to_string(world) + " ranks");
+      }
+    }
+    const double probe_s = seconds_since(tp);
     const std::string how = a.value("restore", "none");
     const uint64_t index = a.value("index", uint64_t{0});
     const auto t1 = Clock::now();
@@ -261,6 +287,7 @@ struct Session::Impl {
               {"index", index},
               {"restore", how},
               {"comm_s", std::chrono::duration<double>(t1 - t0).count()},
+              {"probe_s", probe_s},
               {"restore_s", seconds_since(t1)}});
     return index;
   }

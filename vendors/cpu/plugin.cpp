@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -154,6 +155,12 @@ hal_status_t cpu_init(const hal_init_args_t* args) {
     if (!parse_options(args->options, opts, why)) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: " + why);
     g_options = opts;
     g_telemetry = std::make_unique<Telemetry>(opts.telemetry_root);
+    // Gloo writes to peers' sockets without MSG_NOSIGNAL on some paths: a
+    // peer that died would kill this process with SIGPIPE instead of
+    // failing the collective with REMOTE_ERROR. Only the default action is
+    // replaced; a handler the host installed is left alone.
+    struct sigaction old {};
+    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
   }
   ++g_refs;
   return HAL_OK;

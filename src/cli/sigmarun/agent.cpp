@@ -90,6 +90,7 @@ struct Round {
   double fault_s = 0, detected_s = 0, abort_s = 0;
   uint64_t reached = 0;
   bool paused = false;
+  std::string pause_reason;
   bool assigned = false;
   double assigned_s = 0;
   uint64_t index = 0;
@@ -104,7 +105,8 @@ class Agent {
   explicit Agent(const Options& o)
       : o_(o),
         world_(o.nproc * o.nnodes),
-        scheduler_({o.nproc * o.nnodes, o.proactive_migration, false, o.nproc * o.nnodes}),
+        scheduler_({o.nproc * o.nnodes, o.proactive_migration, o.allow_shrink,
+                    o.allow_shrink ? std::max(1u, o.min_world) : o.nproc * o.nnodes}),
         monitor_(monitor_config(o)),
         t0_(health::monotonic_s()) {}
 
@@ -147,6 +149,7 @@ class Agent {
   void health_tick();
   void maybe_migrate();
   void watchdog();
+  uint64_t find_disk_checkpoints();
   uint64_t watched_progress_ = 0;
   double progress_since_ = 0;
   void finish_job();
@@ -454,7 +457,10 @@ void Agent::fault(Slot& s, const std::string& cause, double fault_s) {
   start_round("device " + std::to_string(s.device) + " (rank " + std::to_string(rank) + "): " + cause, fault_s);
   for (const auto& a : scheduler_.on_fault(s.device, cause, holder_alive, t)) {
     journal_->action(a);
-    if (a.kind == scheduler::Action::Kind::pause) round_.paused = true;
+    if (a.kind == scheduler::Action::Kind::pause) {
+      round_.paused = true;
+      round_.pause_reason = a.reason;
+    }
   }
 }
 
@@ -545,8 +551,9 @@ void Agent::advance_round() {
     }
     if (round_.paused) {
       end_status_ = "paused";
-      end_why_ = "no spare device left and the job cannot shrink; the survivors' state is kept on disk "
-                 "from the last checkpoint, rerun sigmarun when a device is repaired";
+      end_why_ = round_.pause_reason +
+                 "; the ranks' last disk checkpoints are kept (--checkpoint-every), rerun sigmarun when a device "
+                 "is repaired";
       exit_code_ = 3;
       journal_->write({{"event", "paused"}, {"reason", end_why_}});
       end_all(end_why_);
@@ -705,6 +712,30 @@ void Agent::watchdog() {
   }
 }
 
+uint64_t Agent::find_disk_checkpoints() {
+  // DIR/checkpoints/sigmarun/step-<20 digits>/rank-<5 digits>/manifest.sgck
+  const fs::path root = fs::path(o_.job_dir) / "checkpoints" / "sigmarun";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return 0;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() != 25 || name.rfind("step-", 0) != 0) continue;
+    const uint64_t step = std::strtoull(name.c_str() + 5, nullptr, 10);
+    for (uint32_t r = 0; r < world_; ++r) {
+      char rank_dir[16];
+      std::snprintf(rank_dir, sizeof rank_dir, "rank-%05u", r);
+      if (fs::exists(e.path() / rank_dir / "manifest.sgck", ec)) disk_[r].insert(step);
+    }
+  }
+  std::set<uint64_t> common = disk_[0];
+  for (uint32_t r = 1; r < world_; ++r) {
+    std::set<uint64_t> keep;
+    for (uint64_t i : common) if (disk_[r].count(i)) keep.insert(i);
+    common = std::move(keep);
+  }
+  return common.empty() ? 0 : *common.rbegin();
+}
+
 void Agent::end_all(const std::string& why) {
   finished_ = true;
   for (Slot& s : slots_) {
@@ -816,11 +847,18 @@ void Agent::write_report(const std::string& status, const std::string& why) {
 
 int Agent::run() {
   fs::create_directories(o_.job_dir + "/logs");
-  store_uri_ = o_.store.empty() ? "file://" + o_.job_dir + "/store" : o_.store;
-  if (store_uri_.rfind("redis://", 0) == 0 && store_uri_.find('/', 8) == std::string::npos) {
-    // One Redis serves many jobs: this job's keys get a prefix of their own.
-    store_uri_ += "/sigmarun-" + std::to_string(::getpid()) + "-" +
-                  std::to_string(static_cast<uint64_t>(health::monotonic_s() * 1e9));
+  // Every run's rendezvous keys live apart (a job folder or a Redis is used
+  // again by a resumed run, or by other jobs): stale keys never mix in.
+  const std::string run_id = std::to_string(::getpid()) + "-" +
+                             std::to_string(static_cast<uint64_t>(health::monotonic_s() * 1e9));
+  if (o_.store.empty()) {
+    store_uri_ = "file://" + o_.job_dir + "/store/run-" + run_id;
+  } else if (o_.store.rfind("redis://", 0) == 0) {
+    const auto slash = o_.store.find('/', 8);
+    store_uri_ = o_.store.substr(0, slash) + "/" +
+                 (slash == std::string::npos ? std::string() : o_.store.substr(slash + 1) + "-") + "sigmarun-" + run_id;
+  } else {
+    store_uri_ = (o_.store.rfind("file://", 0) == 0 ? o_.store : "file://" + o_.store) + "/run-" + run_id;
   }
   journal_ = std::make_unique<Journal>(o_.job_dir + "/incidents.jsonl", t0_);
   if (::pipe2(g_sigchld_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw Error(Code::internal, "sigmarun: pipe failed");
@@ -934,12 +972,20 @@ int Agent::run() {
       // Ranks go to the lowest device ids that passed, so a job maps the same
       // way every time; a device slow to validate is waited for a while.
       if (scheduler_.spares().size() >= world_ && (all_heard || now() > o_.validate_timeout_s)) {
+        // A job folder with disk checkpoints of every rank (a paused or
+        // interrupted run): resume from the newest step they all hold.
+        const uint64_t resume = find_disk_checkpoints();
         for (const auto& a : scheduler_.start(now())) {
           journal_->action(a);
           Slot& s = slots_[a.device];
           s.rank = a.rank;
           s.phase = Phase::active;
-          s.ch->send({{"type", "assign"}, {"rank", a.rank}, {"world", world_}, {"generation", 1}, {"restore", "none"}});
+          s.ch->send({{"type", "assign"}, {"rank", a.rank}, {"world", world_}, {"generation", 1},
+                      {"restore", resume > 0 ? "disk" : "none"}, {"index", resume}});
+        }
+        if (resume > 0) {
+          journal_->write({{"event", "resumed"}, {"index", resume}, {"from", o_.job_dir + "/checkpoints"}});
+          steps_reached_ = resume;
         }
         generation_ = 1;
         started_ = true;

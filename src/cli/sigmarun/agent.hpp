@@ -34,6 +34,8 @@ struct Options {
   int metrics_port = -1;         // -1 off, 0 any free port
   bool progress = true;
   bool proactive_migration = true;
+  bool allow_shrink = false;     // no spare left: go on with fewer ranks (a replicated, data-parallel state)
+  uint32_t min_world = 1;        // ... but never fewer than this many ranks in all
   double failure_rate_per_device_hour = 0;  // for the spare advice in the report
   double repair_hours = 24;
   double job_hours = 24;

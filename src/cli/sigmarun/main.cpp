@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-port", o.metrics_port, "serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)");
   app.add_flag("!--no-progress", o.progress, "no progress line on stderr");
   app.add_flag("!--no-migration", o.proactive_migration, "no proactive migration on early warnings");
+  app.add_flag("--allow-shrink", o.allow_shrink,
+               "with no spare left, go on with fewer ranks (only for a state every rank holds whole: data parallel)");
+  app.add_option("--min-ranks", o.min_world, "never shrink below this many ranks")->check(CLI::Range(1u, 1000000u));
   app.add_option("--failure-rate", o.failure_rate_per_device_hour,
                  "failures per device-hour, for the spare-pool advice in the report")
       ->check(CLI::NonNegativeNumber);
@@ -65,6 +68,10 @@ int main(int argc, char** argv) {
   if (!o.scenario.empty() && o.vendor == "cpu") o.vendor = "sim";
   if (o.node_rank >= o.nnodes) {
     std::cerr << "sigmarun: --node-rank " << o.node_rank << " is not below --nnodes " << o.nnodes << "\n";
+    return 2;
+  }
+  if (o.allow_shrink && o.min_world > o.nproc * o.nnodes) {
+    std::cerr << "sigmarun: --min-ranks " << o.min_world << " is above the job's " << o.nproc * o.nnodes << " ranks\n";
     return 2;
   }
   if (o.nnodes > 1 && o.store.empty()) {
