@@ -179,6 +179,24 @@ class Request {
   hal_request_t req_ = nullptr;
 };
 
+// The arguments of one collective, struct_size set and the rest zero but
+// for what is given. `peer` is the peer of SEND/RECV and the root of
+// BROADCAST. Thread-safety: pure.
+inline hal_coll_args_t coll_args(hal_coll_op_t op, hal_dtype_t dtype, uint64_t count, const void* sendbuf,
+                                 void* recvbuf, hal_reduce_op_t reduce_op = HAL_REDUCE_SUM, uint32_t peer = 0) {
+  hal_coll_args_t a{};
+  a.struct_size = sizeof(a);
+  a.op = op;
+  a.dtype = dtype;
+  a.reduce_op = reduce_op;
+  a.count = count;
+  a.sendbuf = sendbuf;
+  a.recvbuf = recvbuf;
+  if (op == HAL_COLL_BROADCAST) a.root = peer;
+  else a.peer = peer;
+  return a;
+}
+
 // Bytes per element of a dtype; 0 for a dtype ABI 1.0 does not define.
 uint64_t dtype_size(hal_dtype_t dtype) noexcept;
 // "f32", "bf16", ...; "dtype N" for an unknown one.

@@ -9,15 +9,7 @@ namespace {
 constexpr auto kTimeout = std::chrono::seconds(60);
 
 hal_coll_args_t args(hal_coll_op_t op, uint32_t peer, uint64_t count, const void* send, void* recv) {
-  hal_coll_args_t a{};
-  a.struct_size = sizeof(a);
-  a.op = op;
-  a.dtype = HAL_DTYPE_U8;
-  a.peer = peer;
-  a.count = count;
-  a.sendbuf = send;
-  a.recvbuf = recv;
-  return a;
+  return hal::coll_args(op, HAL_DTYPE_U8, count, send, recv, HAL_REDUCE_SUM, peer);
 }
 
 void send_bytes(hal::Communicator& comm, uint32_t peer, const std::vector<uint8_t>& bytes) {

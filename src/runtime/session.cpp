@@ -234,14 +234,7 @@ struct Session::Impl {
       hal::Buffer b(plugin, 0, sizeof(float));
       const float one = 1.0f;
       b.copy_from_host(&one, sizeof one);
-      hal_coll_args_t pa{};
-      pa.struct_size = sizeof(pa);
-      pa.op = HAL_COLL_ALL_REDUCE;
-      pa.dtype = HAL_DTYPE_F32;
-      pa.reduce_op = HAL_REDUCE_SUM;
-      pa.count = 1;
-      pa.sendbuf = pa.recvbuf = b.data();
-      comm->run(pa, std::chrono::seconds(30));
+      comm->run(hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 1, b.data(), b.data()), std::chrono::seconds(30));
       float got = 0;
       b.copy_to_host(&got, sizeof got);
       if (got != static_cast<float>(world)) {
@@ -322,6 +315,28 @@ Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
                   static_cast<unsigned long long>(r.memory_bytes_tested) / 8, r.copy_bandwidth * 1e-9, r.duration_s);
     hello["self_test"] = {{"passed", passed}, {"detail", std::string(detail)}};
     for (const auto& f : m.plugin->telemetry_fields(0)) m.fields.push_back(f.id);
+    // The collective probe of admission: the device alone (a world of one)
+    // must run an all-reduce and give the right sum.
+    if (passed) {
+      hal_comm_create_args_t ca{};
+      ca.struct_size = sizeof(ca);
+      ca.world_size = 1;
+      ca.timeout_ns = 10'000'000'000ull;
+      hal::Communicator solo(m.plugin, ca);
+      hal::Buffer b(m.plugin, 0, sizeof(float));
+      const float x = 3.0f;
+      b.copy_from_host(&x, sizeof x);
+      solo.run(hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 1, b.data(), b.data()), std::chrono::seconds(10));
+      float got = 0;
+      b.copy_to_host(&got, sizeof got);
+      if (got != x) {
+        hello["self_test"] = {{"passed", false}, {"detail", "collective probe: a world-of-one all-reduce gave " +
+                                                               std::to_string(got) + " for " + std::to_string(x)}};
+        m.ch->send(hello);
+        throw Error(Code::unavailable, "runtime: the collective probe failed on device " + std::to_string(m.o.device));
+      }
+      hello["self_test"]["detail"] = hello["self_test"]["detail"].get<std::string>() + "; collective probe ok";
+    }
     m.store = bootstrap::open_store(m.o.store);
     if (!passed) {
       m.ch->send(hello);

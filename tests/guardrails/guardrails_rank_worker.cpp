@@ -105,14 +105,7 @@ int main(int argc, char** argv) {
         spec.kind = HAL_FAULT_CORRUPT_RESULT;
         plugin->check(plugin->fault_injection()->inject(&spec), "inject");
       }
-      hal_coll_args_t ar{};
-      ar.struct_size = sizeof(ar);
-      ar.op = HAL_COLL_ALL_REDUCE;
-      ar.dtype = HAL_DTYPE_F32;
-      ar.reduce_op = HAL_REDUCE_SUM;
-      ar.count = kN;
-      ar.sendbuf = ar.recvbuf = grad.data();
-      comm.run(ar, 60s);
+      comm.run(hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, kN, grad.data(), grad.data()), 60s);
       grad.copy_to_host(g.data(), kN * 4);
       for (float& x : g) x /= static_cast<float>(world);
       if (scenario == "nan" && rank == 1 && step == 5) g[100] = std::nanf("");

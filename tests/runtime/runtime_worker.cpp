@@ -100,14 +100,8 @@ int main(int argc, char** argv) {
       }
       if (step_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms));
       buf.copy_from_host(grad.data(), size * sizeof(float));
-      hal_coll_args_t a{};
-      a.struct_size = sizeof(a);
-      a.op = HAL_COLL_ALL_REDUCE;
-      a.dtype = HAL_DTYPE_F32;
-      a.reduce_op = HAL_REDUCE_SUM;
-      a.count = size;
-      a.sendbuf = a.recvbuf = buf.data();
-      s.comm().run(a, std::chrono::seconds(30));
+      s.comm().run(sigma::hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, size, buf.data(), buf.data()),
+                   std::chrono::seconds(30));
       buf.copy_to_host(grad.data(), size * sizeof(float));
       const float inv = 1.0f / static_cast<float>(s.world_size());
       for (uint64_t i = 0; i < size; ++i) {

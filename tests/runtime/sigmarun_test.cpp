@@ -328,12 +328,15 @@ TEST_F(Sigmarun, WorkersMeetThroughARealRedisServerAndRecover) {
 }
 
 TEST_F(Sigmarun, ACollectiveThatHangsWhileTheProcessBeatsIsFoundByTheStepWatchdog) {
-  // The sim device 1 stops completing collectives after its 204th (the all-reduce of step 40): the process
-  // and its heartbeats live on, the job does not.
+  // The sim device 1 stops completing collectives after its 206th: the
+  // process and its heartbeats live on, the job does not. Its collectives:
+  // the admission probe (1), the join's probe (2) and first snapshot ring
+  // (3-6), then per step the all-reduce and a 4-op ring: the 207th is the
+  // all-reduce of step 40, inside the step, where its peers get ahead.
   const std::string scenario = ::testing::TempDir() + "hang-" + std::to_string(::getpid()) + ".yaml";
   g_dirs.push_back(scenario);
   std::ofstream(scenario) << "seed: 5\nduration_s: 600\nworld_size: 4\n"
-                             "faults:\n  - {kind: hang, device: 1, at_op: 204}\n";
+                             "faults:\n  - {kind: hang, device: 1, at_op: 206}\n";
   JobRun r = sigmarun("collhang", {"--nproc", "3", "--spares", "1", "--scenario", scenario, "--step-timeout", "1.5"},
                       {"--steps", std::to_string(kSteps)});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
@@ -405,6 +408,58 @@ TEST(SigmarunNodes, TwoAgentsFormOneJobAndASpareOnOneHostReplacesAWorkerOnTheOth
   const auto a = finals_of(clean, 4), b = finals_of(r, 4);
   ASSERT_EQ(a[0].size(), 2 * 4096 * sizeof(float));
   for (uint32_t k = 0; k < 4; ++k) EXPECT_TRUE(a[k] == b[k]) << "rank " << k;
+}
+
+std::string http_get(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  (void)!::send(fd, req.data(), req.size(), 0);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+TEST(SigmarunMetrics, PrometheusMetricsAreServedWhileTheJobRuns) {
+  const std::string dir = job_dir("metrics");
+  g_dirs.push_back(dir);
+  std::vector<std::string> args{SIGMARUN, "--job-dir", dir, "--no-progress", "--nproc", "2", "--spares", "1",
+                                "--metrics-port", "0", "--", RUNTIME_WORKER, "--steps", "400", "--step-ms", "10"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  std::string body;
+  for (int i = 0; i < 200 && body.find("sigma_steps_total ") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!fs::exists(dir + "/metrics.json")) continue;
+    const int port = json::parse(read_file(dir + "/metrics.json"))["port"].get<int>();
+    body = http_get(port, "/metrics");
+    if (body.find("sigma_steps_total 0\n") != std::string::npos) body.clear();  // wait for progress
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_NE(body.find("HTTP/1.1 200 OK"), std::string::npos) << body;
+  EXPECT_NE(body.find("# TYPE sigma_steps_total counter"), std::string::npos) << body;
+  EXPECT_NE(body.find("sigma_device_health_score{device=\"0\",health=\"healthy\",state=\"in_use\"} 1"),
+            std::string::npos)
+      << body;
+  EXPECT_NE(body.find("sigma_goodput_lost_seconds{cause=\"detection\"}"), std::string::npos) << body;
+  EXPECT_NE(body.find("sigma_spares_available 1"), std::string::npos) << body;
 }
 
 TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {

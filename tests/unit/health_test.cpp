@@ -12,23 +12,17 @@
 namespace sigma::health {
 namespace {
 
-hal_telemetry_sample_t f64(hal_field_id_t id, double v) {
+hal_telemetry_sample_t sample(hal_field_id_t id, hal_value_type_t type, hal_value_t value) {
   hal_telemetry_sample_t s{};
   s.id = id;
   s.status = HAL_OK;
-  s.type = HAL_VALUE_F64;
-  s.value.f64 = v;
+  s.type = type;
+  s.value = value;
   return s;
 }
 
-hal_telemetry_sample_t u64(hal_field_id_t id, uint64_t v) {
-  hal_telemetry_sample_t s{};
-  s.id = id;
-  s.status = HAL_OK;
-  s.type = HAL_VALUE_U64;
-  s.value.u64 = v;
-  return s;
-}
+hal_telemetry_sample_t f64(hal_field_id_t id, double v) { return sample(id, HAL_VALUE_F64, {.f64 = v}); }
+hal_telemetry_sample_t u64(hal_field_id_t id, uint64_t v) { return sample(id, HAL_VALUE_U64, {.u64 = v}); }
 
 const Warning* find(const DeviceHealth& h, const std::string& rule) {
   for (const Warning& w : h.warnings) {

@@ -18,14 +18,7 @@ using namespace std::chrono_literals;
 namespace {
 
 hal_coll_args_t all_reduce(hal::Buffer& b, uint64_t count) {
-  hal_coll_args_t a{};
-  a.struct_size = sizeof(a);
-  a.op = HAL_COLL_ALL_REDUCE;
-  a.dtype = HAL_DTYPE_F32;
-  a.reduce_op = HAL_REDUCE_SUM;
-  a.count = count;
-  a.sendbuf = a.recvbuf = b.data();
-  return a;
+  return hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, count, b.data(), b.data());
 }
 
 hal_comm_create_args_t comm_args(uint32_t rank, uint32_t world, const bootstrap::HalBootstrap& bs) {
