@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -450,9 +451,28 @@ TEST(SigmarunMetrics, PrometheusMetricsAreServedWhileTheJobRuns) {
     body = http_get(port, "/metrics");
     if (body.find("sigma_steps_total 0\n") != std::string::npos) body.clear();  // wait for progress
   }
+  // A stranger on the agent's socket with malformed greetings: refused,
+  // journalled, and the job goes on.
+  {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s/agent.sock", dir.c_str());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const std::string junk = "not json\n{\"type\":5,\"device\":\"x\"}\n";
+    (void)!::send(fd, junk.data(), junk.size(), 0);
+    ::close(fd);
+    const int fd2 = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_EQ(::connect(fd2, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const std::string hello = "{\"type\":\"hello\",\"device\":0}\n";
+    (void)!::send(fd2, hello.data(), hello.size(), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::close(fd2);
+  }
   int status = 0;
   ::waitpid(pid, &status, 0);
   EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_NE(read_file(dir + "/incidents.jsonl").find("refused_connection"), std::string::npos);
   EXPECT_NE(body.find("HTTP/1.1 200 OK"), std::string::npos) << body;
   EXPECT_NE(body.find("# TYPE sigma_steps_total counter"), std::string::npos) << body;
   EXPECT_NE(body.find("sigma_device_health_score{device=\"0\",health=\"healthy\",state=\"in_use\"} 1"),

@@ -43,15 +43,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int g_sigchld_pipe[2] = {-1, -1};
-
-void on_sigchld(int) {
-  const int saved = errno;
-  const char c = 1;
-  (void)!::write(g_sigchld_pipe[1], &c, 1);
-  errno = saved;
-}
-
 enum class Phase { starting, spare, active, retiring, done, dead };
 
 const char* phase_name(Phase p) {
@@ -189,6 +180,7 @@ class Agent {
   double median_step() const;
   double last_progress_ = 0;
   bool finished_ = false;
+  double finished_at_ = -1;  // when the last workers were told to go
   int exit_code_ = 0;
   std::string end_status_ = "done", end_why_;
   std::map<uint32_t, std::set<uint64_t>> disk_;  // rank -> committed disk indices
@@ -248,14 +240,18 @@ void Agent::node_messages(uint32_t n) {
   while (ch) {
     auto m = ch->receive_ready();
     if (!m) break;
-    const std::string type = m->value("type", "");
-    const uint32_t d = m->value("device", UINT32_MAX);
-    if (d >= slots_.size() || slots_[d].node != n) continue;
-    if (type == "launched") {
-      slots_[d].pid = m->value("pid", -1);
-      journal_->write({{"event", "launch"}, {"device", d}, {"node", n}, {"pid", slots_[d].pid}});
-    } else if (type == "exit") {
-      exited(slots_[d], m->value("status", std::string("ended")));
+    try {
+      const std::string type = m->value("type", "");
+      const uint32_t d = m->value("device", UINT32_MAX);
+      if (d >= slots_.size() || slots_[d].node != n) continue;
+      if (type == "launched") {
+        slots_[d].pid = m->value("pid", -1);
+        journal_->write({{"event", "launch"}, {"device", d}, {"node", n}, {"pid", slots_[d].pid}});
+      } else if (type == "exit") {
+        exited(slots_[d], m->value("status", std::string("ended")));
+      }
+    } catch (const json::exception& e) {
+      journal_->write({{"event", "bad_message"}, {"node", n}, {"error", e.what()}, {"message", *m}});
     }
   }
   if (ch && ch->closed()) {
@@ -374,7 +370,12 @@ void Agent::read_messages(Slot& s) {
   while (s.ch) {
     auto m = s.ch->receive_ready();
     if (!m) break;
-    handle(s, *m);
+    try {
+      handle(s, *m);
+    } catch (const json::exception& e) {
+      // A worker's malformed message must not take the job down with it.
+      journal_->write({{"event", "bad_message"}, {"device", s.device}, {"error", e.what()}, {"message", *m}});
+    }
   }
 }
 
@@ -861,11 +862,7 @@ int Agent::run() {
     store_uri_ = (o_.store.rfind("file://", 0) == 0 ? o_.store : "file://" + o_.store) + "/run-" + run_id;
   }
   journal_ = std::make_unique<Journal>(o_.job_dir + "/incidents.jsonl", t0_);
-  if (::pipe2(g_sigchld_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw Error(Code::internal, "sigmarun: pipe failed");
-  struct sigaction sa {};
-  sa.sa_handler = on_sigchld;
-  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  ::sigaction(SIGCHLD, &sa, nullptr);
+  const int wake = sigchld_pipe();
   listen_fd_ = runtime::listen_unix(o_.job_dir + "/agent.sock");
   ::fcntl(listen_fd_, F_SETFL, O_NONBLOCK);
   nodes_.resize(o_.nnodes);
@@ -902,7 +899,7 @@ int Agent::run() {
   for (;;) {
     std::vector<pollfd> fds;
     fds.push_back({listen_fd_, POLLIN, 0});
-    fds.push_back({g_sigchld_pipe[0], POLLIN, 0});
+    fds.push_back({wake, POLLIN, 0});
     if (tcp_fd_ >= 0) fds.push_back({tcp_fd_, POLLIN, 0});
     for (auto& n : nodes_) {
       if (n) fds.push_back({n->fd(), POLLIN, 0});
@@ -912,15 +909,19 @@ int Agent::run() {
       if (s.ch) fds.push_back({s.ch->fd(), POLLIN, 0});
     }
     ::poll(fds.data(), fds.size(), 20);
-    char drain[64];
-    while (::read(g_sigchld_pipe[0], drain, sizeof drain) > 0) {
-    }
+    drain_sigchld_pipe();
     accept_new();
     // Greetings: the first message names the device.
     for (auto it = pending_.begin(); it != pending_.end();) {
       auto m = (*it)->receive_ready();
       if ((*it)->closed()) { it = pending_.erase(it); continue; }
       if (!m) { ++it; continue; }
+      if (!(*m)["type"].is_string() || ((*m).contains("device") && !(*m)["device"].is_number_unsigned()) ||
+          ((*m).contains("node") && !(*m)["node"].is_number_unsigned())) {
+        journal_->write({{"event", "refused_connection"}, {"message", *m}});
+        it = pending_.erase(it);
+        continue;
+      }
       if (m->value("type", "") == "node") {
         // Another host's agent: it starts that node's workers for us.
         const uint32_t n = m->value("node", 0u);
@@ -946,8 +947,9 @@ int Agent::run() {
       Slot& s = slots_[d];
       s.ch = std::move(*it);
       it = pending_.erase(it);
-      const bool passed = m->at("self_test").value("passed", false);
-      const std::string detail = m->at("self_test").value("detail", "");
+      const json test = m->value("self_test", json::object());
+      const bool passed = test.is_object() && test.value("passed", false);
+      const std::string detail = test.is_object() ? test.value("detail", std::string("no self-test result")) : "";
       journal_->write({{"event", "validated"}, {"device", d}, {"passed", passed}, {"detail", detail}});
       for (const auto& a : scheduler_.validation_done(d, passed, detail, now())) journal_->action(a);
       s.phase = passed ? Phase::spare : Phase::retiring;
@@ -1021,9 +1023,8 @@ int Agent::run() {
       bool alive = false;
       for (Slot& s : slots_) alive |= s.alive;
       if (!alive) break;
-      static double since = -1;
-      if (since < 0) since = now();
-      if (now() - since > 10) {
+      if (finished_at_ < 0) finished_at_ = now();
+      if (now() - finished_at_ > 10) {
         for (Slot& s : slots_) signal_slot(s, SIGKILL);
       }
     }

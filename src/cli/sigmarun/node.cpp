@@ -85,6 +85,28 @@ void on_sigchld(int) {
   errno = saved;
 }
 
+}  // namespace
+
+int sigchld_pipe() {
+  if (g_pipe[0] >= 0) return g_pipe[0];
+  if (::pipe2(g_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw Error(Code::internal, std::string("sigmarun: pipe: ") + std::strerror(errno));
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_sigchld;
+  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  ::sigaction(SIGCHLD, &sa, nullptr);
+  return g_pipe[0];
+}
+
+void drain_sigchld_pipe() {
+  char drain[64];
+  while (::read(g_pipe[0], drain, sizeof drain) > 0) {
+  }
+}
+
+namespace {
+
 // Finds the root's address in the control store and connects; a key left by
 // an earlier run of the same job id points nowhere and is read again.
 std::unique_ptr<runtime::Channel> reach_root(const Options& o, double timeout_s) {
@@ -113,11 +135,7 @@ std::unique_ptr<runtime::Channel> reach_root(const Options& o, double timeout_s)
 int run_follower(const Options& o) {
   std::filesystem::create_directories(o.job_dir + "/logs");
   Journal journal(o.job_dir + "/node.jsonl", health::monotonic_s());
-  if (::pipe2(g_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw Error(Code::internal, "sigmarun: pipe failed");
-  struct sigaction sa {};
-  sa.sa_handler = on_sigchld;
-  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  ::sigaction(SIGCHLD, &sa, nullptr);
+  const int wake = sigchld_pipe();
   auto root = reach_root(o, o.validate_timeout_s * 2);
   root->send({{"type", "node"}, {"node", o.node_rank}, {"pid", ::getpid()}});
   journal.write({{"event", "joined_root"}, {"node", o.node_rank}});
@@ -125,11 +143,9 @@ int run_follower(const Options& o) {
   int code = -1;
   double goodbye_at = -1;
   for (;;) {
-    pollfd p[2] = {{root->fd(), POLLIN, 0}, {g_pipe[0], POLLIN, 0}};
+    pollfd p[2] = {{root->fd(), POLLIN, 0}, {wake, POLLIN, 0}};
     ::poll(p, 2, 50);
-    char drain[64];
-    while (::read(g_pipe[0], drain, sizeof drain) > 0) {
-    }
+    drain_sigchld_pipe();
     for (;;) {
       int status = 0;
       const pid_t pid = ::waitpid(-1, &status, WNOHANG);

@@ -28,6 +28,12 @@ std::string describe_status(int status);
 // The control store all agents of a job meet in: STORE/sigmarun-JOB_ID.
 std::string control_store_uri(const Options& o);
 
+// Makes SIGCHLD write a byte to a non-blocking pipe and returns its reading
+// end, so a poll() loop wakes the moment a child exits. Once per process.
+int sigchld_pipe();
+// Empties that pipe (call after poll() returns).
+void drain_sigchld_pipe();
+
 // Runs a follower agent (node_rank >= 1). Exit status: the root's.
 int run_follower(const Options& o);
 
