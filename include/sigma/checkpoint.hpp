@@ -31,23 +31,48 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sigma::checkpoint {
+
+// How a tensor of one rank relates to the other ranks' tensors; what lets a
+// checkpoint saved on N ranks be restored on M.
+enum class Layout : uint8_t {
+  local = 0,       // this rank's own: restored on the same world size only
+  replicated = 1,  // the same on every rank (data-parallel weights)
+  split = 2,       // a slice along split_dim of a tensor of global_shape
+};
 
 // One tensor of the state, borrowed for the call. Host memory, or memory of
 // `device` of `plugin` (copied through the HAL when that memory is not
 // host-addressable).
 struct TensorView {
+  TensorView() = default;
+  TensorView(std::string name_, hal_dtype_t dtype_, std::vector<int64_t> shape_, void* data_,
+             hal::Plugin* plugin_ = nullptr, uint32_t device_ = 0)
+      : name(std::move(name_)), dtype(dtype_), shape(std::move(shape_)), data(data_), plugin(plugin_), device(device_) {}
+
   std::string name;
   hal_dtype_t dtype = HAL_DTYPE_F32;
   std::vector<int64_t> shape;
   void* data = nullptr;
   hal::Plugin* plugin = nullptr;
   uint32_t device = 0;
+  // Layout::split: this view is [split_offset, split_offset + shape[split_dim])
+  // along split_dim of a tensor of global_shape (every other dimension
+  // equal). Layout::replicated: global_shape is the shape (may be left empty).
+  Layout layout = Layout::local;
+  int32_t split_dim = 0;
+  int64_t split_offset = 0;
+  std::vector<int64_t> global_shape;
 
   uint64_t bytes() const;  // product of the shape times the dtype's size
 };
+
+// Views with a layout, for brevity.
+TensorView replicated(TensorView v);
+TensorView split(TensorView v, int32_t dim, int64_t offset, std::vector<int64_t> global_shape);
 
 struct Metadata {
   uint64_t step = 0;
@@ -83,11 +108,16 @@ struct SaveResult {
   double blocked_s = 0;      // how long the caller was held (copy + back-pressure)
   double backpressure_s = 0; // of which, waiting for the writer
   double persist_s = 0;      // compress + write + fsync + commit
+  // This save completed its step (every rank's shard present): the step's
+  // global manifest was written (by this rank or, racing, by another).
+  bool step_complete = false;
 };
 
 struct RestoreResult {
   uint64_t step = 0;
-  std::string path;
+  std::string path;          // this rank's shard, or the step folder when re-sharded
+  uint32_t saved_world = 0;  // the world size the checkpoint was saved with
+  bool resharded = false;    // read from other ranks' shards (another world size)
   // Newer checkpoints that were refused, each with the file, chunk and check.
   std::vector<std::string> refused;
 };
@@ -104,6 +134,10 @@ struct ShardInfo {
     hal_dtype_t dtype;
     std::vector<int64_t> shape;
     uint64_t bytes = 0, stored_bytes = 0, chunks = 0, chunks_unchanged = 0;
+    Layout layout = Layout::local;
+    int32_t split_dim = 0;
+    int64_t split_offset = 0;
+    std::vector<int64_t> global_shape;
   };
   std::vector<Tensor> tensors;
   Metadata meta;
@@ -130,13 +164,24 @@ class Engine {
   // Until every pending save is durable; throws the first failure.
   std::vector<SaveResult> wait();
 
-  // Loads the newest checkpoint of this rank that passes every check into
-  // `tensors` (same names, dtypes and sizes as saved) and `meta`. Damaged
-  // newer ones are skipped and listed in the result (and logged). Throws
-  // Error(data_loss) when none is good, Error(invalid_argument) when a good
-  // one does not match the views (that is the caller's mistake, not damage).
-  // Checkpoints of steps above `newest_step` are not considered (ranks that
-  // must agree on a step restore the newest one they all hold).
+  // Loads the newest checkpoint that passes every check into `tensors` and
+  // `meta`. Damaged newer ones are skipped and listed in the result (and
+  // logged). Throws Error(data_loss) when none is good, Error(invalid_argument)
+  // when a good one does not match the views (that is the caller's mistake,
+  // not damage). Checkpoints of steps above `newest_step` are not considered
+  // (ranks that must agree on a step restore the newest one they all hold).
+  //
+  // A step whose global manifest exists (every rank's shard was committed)
+  // is read through it: on the same world size each rank reads its own
+  // shard; on another world size replicated tensors come from one old rank
+  // and split tensors are cut and joined from the old ranks' slices that
+  // overlap this view (views may also be split where the saved tensor was
+  // replicated, or whole where it was split; splitting along another
+  // dimension than the saved one is refused). Local tensors need the same
+  // world size. Metadata comes from the same old rank, or rank 0 when there
+  // is none. A step without a global manifest (incomplete, or ranks on
+  // disks of their own) is restored from this rank's shard when the world
+  // size is the same, and skipped otherwise.
   RestoreResult restore(const std::vector<TensorView>& tensors, Metadata* meta,
                         uint64_t newest_step = UINT64_MAX);
 
@@ -148,6 +193,29 @@ class Engine {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// A step folder as its global manifest tells it.
+struct StepInfo {
+  std::string path;
+  uint64_t step = 0;
+  bool complete = false;       // the global manifest is there and reads
+  std::string problem;         // why not, when it is not
+  uint32_t world = 0;          // from the global manifest, else from a shard
+  std::vector<uint32_t> ranks; // shards present
+};
+// The step folders of a job folder, newest first.
+std::vector<StepInfo> list_steps(const std::string& job_dir);
+// Writes the step's global manifest when every rank's shard of it is
+// committed (durably: temporary file, fsync, rename, fsync of the folder;
+// ranks racing to write it write the same thing). Returns whether the step
+// is complete. Throws Error(data_loss) when the shards cannot be read or
+// disagree (world sizes, dtypes, global shapes, slices that overlap or leave
+// gaps), naming the shard and the tensor.
+bool finalize_step(const std::string& job_dir, uint64_t step);
+// Checks a step's global manifest against its shards' manifests and, with
+// `shards_too`, every hash of every shard. Throws Error(data_loss) naming the
+// file and the check.
+void verify_step(const std::string& step_path, bool shards_too = true);
 
 // Reads a shard's manifest (FlatBuffers verifier, bounds) without the data.
 // Throws Error(data_loss) naming the file and the check that failed.

@@ -1,9 +1,11 @@
 // The checkpoint engine: base/differential choice, the asynchronous writer
 // with back-pressure, retention, and restore with fallback.
 #include <sigma/checkpoint.hpp>
+#include <sigma/kernels.hpp>
 
 #include "io.hpp"
 #include "shard.hpp"
+#include "step.hpp"
 
 #include <tbb/parallel_for.h>
 
@@ -21,6 +23,20 @@ namespace sigma::checkpoint {
 
 uint64_t TensorView::bytes() const {
   return format::tensor_bytes(dtype, shape, "checkpoint: tensor " + name, Code::invalid_argument);
+}
+
+TensorView replicated(TensorView v) {
+  v.layout = Layout::replicated;
+  v.global_shape = v.shape;
+  return v;
+}
+
+TensorView split(TensorView v, int32_t dim, int64_t offset, std::vector<int64_t> global_shape) {
+  v.layout = Layout::split;
+  v.split_dim = dim;
+  v.split_offset = offset;
+  v.global_shape = std::move(global_shape);
+  return v;
 }
 
 namespace {
@@ -43,7 +59,22 @@ void check_views(const std::vector<TensorView>& views) {
     if (v.name.empty() || !names.insert(v.name).second)
       throw Error(Code::invalid_argument, "checkpoint: tensor name '" + v.name + "' is empty or repeated");
     if (v.data == nullptr && v.bytes() > 0) throw Error(Code::invalid_argument, "checkpoint: tensor " + v.name + " is NULL");
+    format::check_layout(v.layout, v.split_dim, v.split_offset, v.shape,
+                         v.layout == Layout::replicated && v.global_shape.empty() ? v.shape : v.global_shape, v.dtype,
+                         "checkpoint: tensor " + v.name, Code::invalid_argument);
   }
+}
+
+shard::HostTensor host_tensor(const TensorView& v, const uint8_t* p, uint64_t n) {
+  shard::HostTensor h{v.name, v.dtype, v.shape, p, n, v.layout, 0, 0, {}};
+  if (v.layout == Layout::split) {
+    h.split_dim = v.split_dim;
+    h.split_offset = v.split_offset;
+    h.global_shape = v.global_shape;
+  } else if (v.layout == Layout::replicated) {
+    h.global_shape = v.shape;
+  }
+  return h;
 }
 
 // A staged copy of the state, in host memory.
@@ -97,7 +128,7 @@ Staged stage(const std::vector<TensorView>& views, bool copy_host, Pool* pool = 
         copies.push_back({s.owned[i].data() + off, p + off, std::min(kCopyBlock, n - off)});
       p = s.owned[i].data();
     }
-    s.views.push_back({v.name, v.dtype, v.shape, p, n});
+    s.views.push_back(host_tensor(v, p, n));
     s.bytes += n;
   }
   // The host copies in blocks on oneTBB's threads: one core does not reach
@@ -136,6 +167,7 @@ struct Engine::Impl {
   // draining the queue) touches these.
   std::unique_ptr<shard::Base> base;
   uint64_t since_base = 0;
+  bool reload_tried = false;
 
   void log(const std::string& s) const {
     if (o.log) o.log(s);
@@ -143,7 +175,55 @@ struct Engine::Impl {
 
   // Writes one checkpoint; makes it the base when it is one. `owned`: the
   // staged bytes may be moved into the base.
+  // After a restart: the base this rank's newest checkpoint before `step`
+  // deltas against (or that checkpoint, when it is a base), decoded and
+  // verified, so that the chain goes on instead of starting with a base.
+  void reload_base(uint64_t step, const std::vector<shard::HostTensor>& views) {
+    reload_tried = true;
+    if (o.base_every <= 1) return;
+    std::vector<uint64_t> steps;
+    for (const auto& name : io::list_dir(job)) {
+      uint64_t st;
+      if (format::parse_step(name, st) && st < step && io::exists(format::shard_dir(job, st, o.rank))) steps.push_back(st);
+    }
+    std::sort(steps.rbegin(), steps.rend());
+    const uint64_t cb = std::max<uint64_t>(8, o.chunk_bytes / 8 * 8);
+    for (uint64_t st : steps) {
+      try {
+        const shard::Shard newest = shard::open(format::shard_dir(job, st, o.rank));
+        const shard::Shard b = newest.manifest.base_step < 0 ? newest : *shard::open_base(newest);
+        if (b.manifest.world != o.world) return;
+        auto nb = std::make_unique<shard::Base>();
+        nb->step = b.manifest.step;
+        nb->chunk_bytes = cb;
+        for (const auto& v : views) {
+          const format::Tensor* t = nullptr;
+          for (const auto& x : b.manifest.tensors)
+            if (x.name == v.name) t = &x;
+          if (t == nullptr || t->dtype != v.dtype || t->bytes != v.bytes) return;  // another layout: a new base
+          for (size_t k = 0; k + 1 < t->chunks.size(); ++k)
+            if (t->chunks[k].raw_size != cb) return;  // saved with another chunk size
+          auto& bt = nb->tensors[v.name];
+          bt.dtype = t->dtype;
+          bt.bytes = shard::Bytes(t->bytes);
+          shard::read_tensor(b, *t, nullptr, bt.bytes.data());
+          for (const auto& c : t->chunks) bt.hashes.push_back(c.raw_xxh3);
+        }
+        since_base = 0;
+        for (uint64_t x : steps)
+          if (x > nb->step) ++since_base;  // deltas of it, or of a base that is gone
+        log("checkpoint: rank " + std::to_string(o.rank) + " continues differential saves against the base of step " +
+            std::to_string(nb->step) + " (reloaded from disk)");
+        base = std::move(nb);
+      } catch (const Error& e) {
+        log(std::string(e.what()) + "; the next save is a base");
+      }
+      return;
+    }
+  }
+
   SaveResult persist(uint64_t step, Staged& s, const Metadata& meta) {
+    if (base == nullptr && !reload_tried) reload_base(step, s.views);
     bool as_base = base == nullptr || o.base_every <= 1 || since_base + 1 >= o.base_every;
     if (!as_base) {
       // A new tensor, or one whose size or dtype changed, needs a new base.
@@ -179,6 +259,11 @@ struct Engine::Impl {
     } else {
       ++since_base;
     }
+    try {
+      r.step_complete = step::finalize(job, step);
+    } catch (const Error& e) {
+      log(std::string(e.what()) + "; step " + std::to_string(step) + " has no global manifest");
+    }
     collect_garbage();
     return r;
   }
@@ -211,9 +296,16 @@ struct Engine::Impl {
     for (const auto& [step, b] : shards) {
       (void)b;
       if (keep.count(step)) continue;
-      io::remove_tree(format::shard_dir(job, step, o.rank));
+      // The step is no longer whole: its global manifest goes first.
       const std::string sd = format::step_dir(job, step);
-      if (io::list_dir(sd).empty()) io::remove_tree(sd);
+      io::remove_tree(step::manifest_path(sd));
+      io::remove_tree(format::shard_dir(job, step, o.rank));
+      bool shards_left = false;
+      for (const auto& name : io::list_dir(sd)) {
+        uint32_t r;
+        shards_left |= format::parse_rank(name, r);
+      }
+      if (!shards_left) io::remove_tree(sd);
     }
   }
 
@@ -384,32 +476,50 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
   std::vector<uint64_t> steps;
   for (const auto& name : io::list_dir(m.job)) {
     uint64_t step;
-    if (format::parse_step(name, step) && step <= newest_step &&
-        io::exists(format::shard_dir(m.job, step, m.o.rank)))
-      steps.push_back(step);
+    if (format::parse_step(name, step) && step <= newest_step) steps.push_back(step);
   }
   std::sort(steps.rbegin(), steps.rend());
   for (uint64_t step : steps) {
-    const std::string path = format::shard_dir(m.job, step, m.o.rank);
-    std::vector<shard::Bytes> decoded(tensors.size());
-    format::Manifest man;
+    const std::string sd = format::step_dir(m.job, step);
+    const std::string own = format::shard_dir(m.job, step, m.o.rank);
+    std::vector<shard::Bytes> decoded;
+    Metadata man;
     try {
-      const shard::Shard s = shard::open(path);
-      const std::unique_ptr<shard::Shard> base = shard::open_base(s);
-      for (size_t i = 0; i < tensors.size(); ++i) {
-        const TensorView& v = tensors[i];
-        const format::Tensor* t = nullptr;
-        for (const auto& x : s.manifest.tensors)
-          if (x.name == v.name) t = &x;
-        if (t == nullptr)
-          throw Error(Code::invalid_argument, "checkpoint: " + path + " has no tensor " + v.name);
-        if (t->dtype != v.dtype || t->shape != v.shape)
-          throw Error(Code::invalid_argument, "checkpoint: tensor " + v.name + " in " + path +
-                                                  " has another dtype or shape than the view");
-        decoded[i] = shard::Bytes(t->bytes);
-        shard::read_tensor(s, *t, base.get(), decoded[i].data());
+      const std::optional<format::StepManifest> g = step::load(sd);
+      if (g) {
+        step::Read rd = step::read(sd, *g, m.o.rank, m.o.world, tensors, decoded);
+        man = std::move(rd.meta);
+        res.saved_world = g->world;
+        res.resharded = rd.resharded;
+        res.path = rd.resharded ? sd : own;
+      } else {
+        // Incomplete (or the ranks write to disks of their own): this
+        // rank's shard, on the same world size only.
+        if (!io::exists(own)) continue;
+        const shard::Shard s = shard::open(own);
+        if (s.manifest.world != m.o.world) {
+          m.log("checkpoint: step " + std::to_string(step) + " has no global manifest and was saved on " +
+                std::to_string(s.manifest.world) + " ranks; it cannot be re-sharded to " + std::to_string(m.o.world));
+          continue;
+        }
+        const std::unique_ptr<shard::Shard> base = shard::open_base(s);
+        decoded.resize(tensors.size());
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          const TensorView& v = tensors[i];
+          const format::Tensor* t = nullptr;
+          for (const auto& x : s.manifest.tensors)
+            if (x.name == v.name) t = &x;
+          if (t == nullptr) throw Error(Code::invalid_argument, "checkpoint: " + own + " has no tensor " + v.name);
+          if (t->dtype != v.dtype || t->shape != v.shape)
+            throw Error(Code::invalid_argument, "checkpoint: tensor " + v.name + " in " + own +
+                                                    " has another dtype or shape than the view");
+          decoded[i] = shard::Bytes(t->bytes);
+          shard::read_tensor(s, *t, base.get(), decoded[i].data());
+        }
+        man = s.manifest.meta;
+        res.saved_world = s.manifest.world;
+        res.path = own;
       }
-      man = s.manifest;
     } catch (const Error& e) {
       if (e.code() != Code::data_loss) throw;
       res.refused.push_back(e.what());
@@ -419,19 +529,21 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
     // Everything decoded and verified: only now touch the caller's state.
     for (size_t i = 0; i < tensors.size(); ++i) {
       const TensorView& v = tensors[i];
+      const uint64_t n = v.bytes();
+      if (n == 0) continue;
       if (on_device(v))
-        v.plugin->check(v.plugin->api().device->memcpy(v.device, v.data, decoded[i].data(), decoded[i].size(),
+        v.plugin->check(v.plugin->api().device->memcpy(v.device, v.data, decoded[i].data(), n,
                                                         HAL_COPY_HOST_TO_DEVICE, nullptr),
                         "memcpy (checkpoint restore)");
-      else if (!decoded[i].empty())
-        std::memcpy(v.data, decoded[i].data(), decoded[i].size());
+      else
+        std::memcpy(v.data, decoded[i].data(), n);
     }
-    if (meta) *meta = man.meta;
+    if (meta) *meta = man;
     res.step = step;
-    res.path = path;
     return res;
   }
-  std::string why = "checkpoint: no good checkpoint of rank " + std::to_string(m.o.rank) + " in " + m.job;
+  std::string why = "checkpoint: no good checkpoint for rank " + std::to_string(m.o.rank) + " of " +
+                    std::to_string(m.o.world) + " in " + m.job;
   for (const auto& r : res.refused) why += "\n  " + r;
   throw Error(Code::data_loss, why);
 }
@@ -448,7 +560,8 @@ ShardInfo info_of(const shard::Shard& s) {
   i.stored_bytes = s.manifest.data_bytes;
   i.meta = s.manifest.meta;
   for (const auto& t : s.manifest.tensors) {
-    ShardInfo::Tensor x{t.name, t.dtype, t.shape, t.bytes, 0, t.chunks.size(), 0};
+    ShardInfo::Tensor x{t.name, t.dtype, t.shape, t.bytes, 0, t.chunks.size(), 0,
+                        t.layout, t.split_dim, t.split_offset, t.global_shape};
     for (const auto& c : t.chunks) {
       x.stored_bytes += c.stored_size;
       x.chunks_unchanged += c.codec == format::kSameAsBase;
@@ -504,6 +617,51 @@ std::vector<ShardInfo> list_shards(const std::string& job_dir) {
     return a.step != b.step ? a.step > b.step : a.rank < b.rank;
   });
   return out;
+}
+
+bool finalize_step(const std::string& job_dir, uint64_t step) { return step::finalize(job_dir, step); }
+
+std::vector<StepInfo> list_steps(const std::string& job_dir) {
+  std::vector<StepInfo> out;
+  for (const auto& name : io::list_dir(job_dir)) {
+    StepInfo i;
+    if (!format::parse_step(name, i.step)) continue;
+    i.path = job_dir + "/" + name;
+    for (const auto& rname : io::list_dir(i.path)) {
+      uint32_t r;
+      if (format::parse_rank(rname, r) && io::exists(i.path + "/" + rname + "/" + format::kManifest)) i.ranks.push_back(r);
+    }
+    std::sort(i.ranks.begin(), i.ranks.end());
+    try {
+      if (auto g = step::load(i.path)) {
+        i.complete = true;
+        i.world = g->world;
+      } else {
+        i.problem = "no global manifest: " + std::to_string(i.ranks.size()) + " shard(s) present";
+        if (!i.ranks.empty()) i.world = shard::open(format::shard_dir(job_dir, i.step, i.ranks.front())).manifest.world;
+      }
+    } catch (const Error& e) {
+      i.complete = false;
+      i.problem = e.what();
+    }
+    out.push_back(std::move(i));
+  }
+  std::sort(out.begin(), out.end(), [](const StepInfo& a, const StepInfo& b) { return a.step > b.step; });
+  return out;
+}
+
+void verify_step(const std::string& step_path, bool shards_too) {
+  const std::optional<format::StepManifest> g = step::load(step_path);
+  if (!g) throw Error(Code::data_loss, "checkpoint: " + step::manifest_path(step_path) + ": missing (the step is incomplete)");
+  for (uint32_t r = 0; r < g->world; ++r) {
+    const std::string shard = format::shard_dir(step_path.substr(0, step_path.find_last_of('/')), g->step, r);
+    const std::string mpath = shard + "/" + format::kManifest;
+    const std::vector<uint8_t> bytes = io::read_file(mpath, format::kMaxManifestBytes);
+    if (bytes.size() != g->shards[r].manifest_bytes ||
+        kernels::checksum(bytes.data(), bytes.size()) != g->shards[r].manifest_xxh3)
+      throw Error(Code::data_loss, "checkpoint: " + mpath + ": not the shard the step manifest recorded (size or xxh3 differs)");
+    if (shards_too) verify(shard);
+  }
 }
 
 }  // namespace sigma::checkpoint

@@ -31,6 +31,36 @@ uint64_t tensor_bytes(hal_dtype_t dtype, const std::vector<int64_t>& shape, cons
   return static_cast<uint64_t>(n);
 }
 
+void check_layout(Layout layout, int32_t split_dim, int64_t split_offset, const std::vector<int64_t>& shape,
+                  const std::vector<int64_t>& global_shape, hal_dtype_t dtype, const std::string& what, Code code) {
+  switch (layout) {
+    case Layout::local:
+      return;
+    case Layout::replicated:
+      if (global_shape != shape) throw Error(code, what + ": replicated, but its global shape is not its shape");
+      return;
+    case Layout::split:
+      break;
+    default:
+      throw Error(code, what + ": unknown layout " + std::to_string(static_cast<int>(layout)));
+  }
+  if (shape.empty()) throw Error(code, what + ": a scalar cannot be split");
+  if (global_shape.size() != shape.size())
+    throw Error(code, what + ": global shape has " + std::to_string(global_shape.size()) + " dimensions, the slice " +
+                          std::to_string(shape.size()));
+  if (split_dim < 0 || static_cast<size_t>(split_dim) >= shape.size())
+    throw Error(code, what + ": split dimension " + std::to_string(split_dim) + " out of range");
+  tensor_bytes(dtype, global_shape, what + ": global shape", code);
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (static_cast<int32_t>(i) != split_dim && shape[i] != global_shape[i])
+      throw Error(code, what + ": dimension " + std::to_string(i) + " is " + std::to_string(shape[i]) +
+                            ", the global shape's " + std::to_string(global_shape[i]) + " (only the split one may differ)");
+  const int64_t g = global_shape[static_cast<size_t>(split_dim)], n = shape[static_cast<size_t>(split_dim)];
+  if (split_offset < 0 || n > g || split_offset > g - n)
+    throw Error(code, what + ": slice [" + std::to_string(split_offset) + ", +" + std::to_string(n) +
+                          ") outside the global dimension of " + std::to_string(g));
+}
+
 std::vector<uint8_t> encode(const Manifest& m) {
   flatbuffers::FlatBufferBuilder b(1 << 16);
   std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
@@ -40,7 +70,9 @@ std::vector<uint8_t> encode(const Manifest& m) {
       chunks.push_back(fb::CreateChunk(b, c.offset, c.raw_size, static_cast<fb::Codec>(c.codec), c.data_offset,
                                        c.stored_size, c.raw_xxh3, c.stored_xxh3));
     tensors.push_back(fb::CreateTensor(b, b.CreateString(t.name), static_cast<uint8_t>(t.dtype),
-                                       b.CreateVector(t.shape), t.bytes, b.CreateVector(chunks)));
+                                       b.CreateVector(t.shape), t.bytes, b.CreateVector(chunks),
+                                       static_cast<fb::Layout>(t.layout), t.split_dim, t.split_offset,
+                                       b.CreateVector(t.global_shape)));
   }
   std::vector<flatbuffers::Offset<fb::Entry>> extra;
   for (const auto& [k, v] : m.meta.extra) extra.push_back(fb::CreateEntry(b, b.CreateString(k), b.CreateString(v)));
@@ -124,6 +156,17 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
         }
       }
       if (next != x.bytes) bad(path, "tensor " + x.name + ": chunks cover " + std::to_string(next) + " of " + std::to_string(x.bytes) + " bytes");
+      x.layout = static_cast<Layout>(t->layout());
+      x.split_dim = t->split_dim();
+      x.split_offset = t->split_offset();
+      if (x.layout != Layout::local && t->global_shape()) {
+        if (t->global_shape()->size() > 0 && reinterpret_cast<uintptr_t>(t->global_shape()->data()) % alignof(int64_t) != 0)
+          bad(path, "tensor " + x.name + ": misaligned global shape vector");
+        if (t->global_shape()->size() > 64) bad(path, "tensor " + x.name + ": global shape has too many dimensions");
+        x.global_shape.assign(t->global_shape()->begin(), t->global_shape()->end());
+      }
+      check_layout(x.layout, x.split_dim, x.split_offset, x.shape, x.global_shape, x.dtype,
+                   "checkpoint: " + path + ": tensor " + x.name, Code::data_loss);
       m.tensors.push_back(std::move(x));
     }
   }
@@ -137,6 +180,116 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
     if (meta->extra())
       for (const fb::Entry* e : *meta->extra()) m.meta.extra[e->key()->str()] = e->value() ? e->value()->str() : "";
   }
+  return m;
+}
+
+std::vector<uint8_t> encode_step(const StepManifest& m) {
+  flatbuffers::FlatBufferBuilder b(1 << 14);
+  std::vector<flatbuffers::Offset<fb::ShardRef>> shards;
+  for (const auto& r : m.shards)
+    shards.push_back(fb::CreateShardRef(b, r.rank, r.manifest_bytes, r.manifest_xxh3, r.data_bytes, r.base_step));
+  std::vector<flatbuffers::Offset<fb::GlobalTensor>> tensors;
+  for (const auto& t : m.tensors) {
+    std::vector<flatbuffers::Offset<fb::Piece>> pieces;
+    for (const auto& p : t.pieces) pieces.push_back(fb::CreatePiece(b, p.rank, p.offset, p.length));
+    tensors.push_back(fb::CreateGlobalTensor(b, b.CreateString(t.name), static_cast<uint8_t>(t.dtype),
+                                             static_cast<fb::Layout>(t.layout), t.split_dim,
+                                             b.CreateVector(t.global_shape), b.CreateVector(pieces)));
+  }
+  const auto root = fb::CreateStepManifest(b, m.format_version, b.CreateString(m.job), m.step, m.world,
+                                           m.created_unix_ns, b.CreateVector(shards), b.CreateVector(tensors));
+  b.Finish(root, "SGCS");
+  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+}
+
+void check_step(const StepManifest& m, const std::string& path) {
+  if (m.format_version != kVersion)
+    bad(path, "format version " + std::to_string(m.format_version) + ", this library reads " + std::to_string(kVersion));
+  if (m.world == 0 || m.world > (1u << 20)) bad(path, "world size " + std::to_string(m.world));
+  if (m.shards.size() != m.world)
+    bad(path, std::to_string(m.shards.size()) + " shards for a world of " + std::to_string(m.world));
+  for (uint32_t r = 0; r < m.world; ++r) {
+    const ShardRef& s = m.shards[r];
+    if (s.rank != r) bad(path, "shard " + std::to_string(r) + " names rank " + std::to_string(s.rank));
+    if (s.manifest_bytes == 0 || s.manifest_bytes > kMaxManifestBytes)
+      bad(path, "rank " + std::to_string(r) + ": manifest size " + std::to_string(s.manifest_bytes) + " out of bounds");
+    if (s.base_step < -1 || (s.base_step >= 0 && static_cast<uint64_t>(s.base_step) >= m.step))
+      bad(path, "rank " + std::to_string(r) + ": base step " + std::to_string(s.base_step) + " is not before the step");
+  }
+  std::set<std::string> names;
+  for (const auto& t : m.tensors) {
+    const std::string what = "tensor " + t.name.substr(0, 64);
+    if (t.name.empty() || t.name.size() > 4096 || !names.insert(t.name).second)
+      bad(path, what + ": name empty, too long or repeated");
+    if (hal::dtype_size(t.dtype) == 0) bad(path, what + ": unknown dtype " + std::to_string(t.dtype));
+    if (t.pieces.empty() || t.pieces.size() > m.world) bad(path, what + ": " + std::to_string(t.pieces.size()) + " pieces");
+    std::set<uint32_t> ranks;
+    for (const auto& p : t.pieces)
+      if (p.rank >= m.world || !ranks.insert(p.rank).second)
+        bad(path, what + ": piece of rank " + std::to_string(p.rank) + " unknown or repeated");
+    if (t.layout == Layout::local) continue;
+    if (t.layout != Layout::replicated && t.layout != Layout::split)
+      bad(path, what + ": unknown layout " + std::to_string(static_cast<int>(t.layout)));
+    if (t.global_shape.size() > 64) bad(path, what + ": too many dimensions");
+    tensor_bytes(t.dtype, t.global_shape, "checkpoint: " + path + ": " + what, Code::data_loss);
+    if (t.layout == Layout::replicated) continue;
+    if (t.split_dim < 0 || static_cast<size_t>(t.split_dim) >= t.global_shape.size())
+      bad(path, what + ": split dimension " + std::to_string(t.split_dim) + " out of range");
+    int64_t next = 0;
+    for (const auto& p : t.pieces) {
+      if (p.offset != next || p.length < 0 || p.length > t.global_shape[static_cast<size_t>(t.split_dim)] - next)
+        bad(path, what + ": the slice of rank " + std::to_string(p.rank) + " [" + std::to_string(p.offset) + ", +" +
+                      std::to_string(p.length) + ") does not continue at " + std::to_string(next));
+      next += p.length;
+    }
+    if (next != t.global_shape[static_cast<size_t>(t.split_dim)])
+      bad(path, what + ": the slices cover " + std::to_string(next) + " of " +
+                    std::to_string(t.global_shape[static_cast<size_t>(t.split_dim)]));
+  }
+}
+
+StepManifest decode_step(const std::vector<uint8_t>& bytes, const std::string& path) {
+  if (bytes.size() < 8 || !flatbuffers::BufferHasIdentifier(bytes.data(), "SGCS"))
+    bad(path, "not a step manifest (no SGCS identifier)");
+  flatbuffers::Verifier::Options vo;
+  vo.max_depth = 16;
+  vo.max_tables = 1u << 22;
+  flatbuffers::Verifier v(bytes.data(), bytes.size(), vo);
+  if (!v.VerifyBuffer<fb::StepManifest>("SGCS"))
+    bad(path, "the FlatBuffers verifier refused the step manifest (torn or corrupted)");
+  const auto* r = flatbuffers::GetRoot<fb::StepManifest>(bytes.data());
+  StepManifest m;
+  m.format_version = r->format_version();
+  m.job = r->job() ? r->job()->str() : "";
+  m.step = r->step();
+  m.world = r->world();
+  m.created_unix_ns = r->created_unix_ns();
+  if (r->shards())
+    for (const fb::ShardRef* s : *r->shards()) {
+      if (m.shards.size() > (1u << 20)) bad(path, "too many shards");
+      m.shards.push_back({s->rank(), s->manifest_bytes(), s->manifest_xxh3(), s->data_bytes(), s->base_step()});
+    }
+  if (r->tensors())
+    for (const fb::GlobalTensor* t : *r->tensors()) {
+      GlobalTensor x;
+      x.name = t->name()->str();
+      x.dtype = static_cast<hal_dtype_t>(t->dtype());
+      x.layout = static_cast<Layout>(t->layout());
+      x.split_dim = t->split_dim();
+      if (t->global_shape()) {
+        if (t->global_shape()->size() > 0 && reinterpret_cast<uintptr_t>(t->global_shape()->data()) % alignof(int64_t) != 0)
+          bad(path, "tensor " + x.name.substr(0, 64) + ": misaligned global shape vector");
+        if (t->global_shape()->size() > 64) bad(path, "tensor " + x.name.substr(0, 64) + ": too many dimensions");
+        x.global_shape.assign(t->global_shape()->begin(), t->global_shape()->end());
+      }
+      if (t->pieces())
+        for (const fb::Piece* p : *t->pieces()) {
+          if (x.pieces.size() > m.world) bad(path, "tensor " + x.name.substr(0, 64) + ": more pieces than ranks");
+          x.pieces.push_back({p->rank(), p->offset(), p->length()});
+        }
+      m.tensors.push_back(std::move(x));
+    }
+  check_step(m, path);
   return m;
 }
 

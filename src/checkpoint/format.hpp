@@ -14,6 +14,7 @@ namespace sigma::checkpoint::format {
 constexpr uint32_t kVersion = 1;
 constexpr const char* kManifest = "manifest.sgck";
 constexpr const char* kData = "data.bin";
+constexpr const char* kStepManifest = "global.sgcs";
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 constexpr uint64_t kMaxChunkBytes = uint64_t{256} << 20;
 
@@ -31,6 +32,10 @@ struct Tensor {
   std::vector<int64_t> shape;
   uint64_t bytes = 0;
   std::vector<Chunk> chunks;
+  Layout layout = Layout::local;
+  int32_t split_dim = 0;
+  int64_t split_offset = 0;
+  std::vector<int64_t> global_shape;  // replicated and split
 };
 
 struct Manifest {
@@ -50,9 +55,48 @@ std::vector<uint8_t> encode(const Manifest& m);
 // Throws Error(data_loss) "checkpoint: <path>: <check>".
 Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path);
 
+// The global manifest of a step.
+struct ShardRef {
+  uint32_t rank = 0;
+  uint64_t manifest_bytes = 0, manifest_xxh3 = 0, data_bytes = 0;
+  int64_t base_step = -1;
+};
+struct Piece {
+  uint32_t rank = 0;
+  int64_t offset = 0, length = 0;  // along split_dim; 0, 0 unless split
+};
+struct GlobalTensor {
+  std::string name;
+  hal_dtype_t dtype = HAL_DTYPE_F32;
+  Layout layout = Layout::local;
+  int32_t split_dim = 0;
+  std::vector<int64_t> global_shape;
+  std::vector<Piece> pieces;  // split: sorted by offset, tiling the dimension
+};
+struct StepManifest {
+  uint32_t format_version = kVersion;
+  std::string job;
+  uint64_t step = 0;
+  uint32_t world = 1;
+  uint64_t created_unix_ns = 0;
+  std::vector<ShardRef> shards;  // one per rank, in rank order
+  std::vector<GlobalTensor> tensors;
+};
+std::vector<uint8_t> encode_step(const StepManifest& m);
+// Verifier, then every relation: one shard per rank, names unique, pieces
+// of known ranks, split pieces tiling the dimension. Error(data_loss).
+StepManifest decode_step(const std::vector<uint8_t>& bytes, const std::string& path);
+// Checks the relations decode_step() checks (also used before writing one).
+void check_step(const StepManifest& m, const std::string& path);
+
 // product(shape) * element size, or throws Error(invalid_argument / data_loss
 // via `what`) on a negative dimension or overflow.
 uint64_t tensor_bytes(hal_dtype_t dtype, const std::vector<int64_t>& shape, const std::string& what, Code code);
+
+// Checks a tensor's layout fields against its shape: throws Error(code)
+// "<what>: <reason>". A replicated tensor's global shape is its shape.
+void check_layout(Layout layout, int32_t split_dim, int64_t split_offset, const std::vector<int64_t>& shape,
+                  const std::vector<int64_t>& global_shape, hal_dtype_t dtype, const std::string& what, Code code);
 
 // Layout below the checkpoint root: JOB/step-<20 digits>/rank-<5 digits>/.
 std::string job_dir(const Options& o);

@@ -90,6 +90,10 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
       rec.dtype = t.dtype;
       rec.shape = t.shape;
       rec.bytes = t.bytes;
+      rec.layout = t.layout;
+      rec.split_dim = t.split_dim;
+      rec.split_offset = t.split_offset;
+      rec.global_shape = t.global_shape;
       m.tensors.push_back(rec);
       const Base::Tensor* bt = nullptr;
       if (base && base->chunk_bytes == cb) {

@@ -19,6 +19,10 @@ struct HostTensor {
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;
   uint64_t bytes = 0;
+  Layout layout = Layout::local;
+  int32_t split_dim = 0;
+  int64_t split_offset = 0;
+  std::vector<int64_t> global_shape;
 };
 
 // Host memory for snapshots: 2 MiB aligned and offered to transparent huge

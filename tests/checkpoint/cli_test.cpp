@@ -56,6 +56,22 @@ TEST_F(CkptCli, LsInspectAndVerifyShowWhatIsThere) {
   r = cli("verify " + dir);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("2 of 2 shards verified, 0 damaged"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 step(s) tied together by their global manifest, 0 damaged, 0 incomplete"), std::string::npos)
+      << r.out;
+  // A step whose global manifest is gone is incomplete (not damage); one
+  // whose global manifest is damaged is.
+  std::filesystem::remove(s2 + "/../global.sgcs");
+  {
+    std::fstream f(s1 + "/../global.sgcs", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4);
+    f.put('X');
+  }
+  r = cli("ls " + dir);
+  EXPECT_NE(r.out.find("INCOMPLETE: no global manifest"), std::string::npos) << r.out;
+  r = cli("verify " + dir);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("0 step(s) tied together by their global manifest, 1 damaged, 1 incomplete"), std::string::npos)
+      << r.out;
 }
 
 TEST_F(CkptCli, VerifyExitsNonZeroAndNamesTheDamage) {

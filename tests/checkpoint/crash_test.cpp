@@ -91,8 +91,8 @@ TEST(CheckpointCrash, AFullDiskIsAClearErrorAndLosesNothing) {
   const std::string dir = ::testing::TempDir() + "ckpt-full-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   ASSERT_EQ(run_worker(dir, 1, "").code, 0);
-  // 200 KB per file: far less than the state needs.
-  const Exit x = run_worker(dir, 2, "", "200000");
+  // 4 KB per file: less than even the delta against the reloaded base (7 KB).
+  const Exit x = run_worker(dir, 2, "", "4000");
   EXPECT_EQ(x.code, 3) << x.out;  // failed cleanly, the tensors untouched
   EXPECT_NE(x.out.find("data.bin"), std::string::npos) << x.out;
   EXPECT_NE(x.out.find("File too large"), std::string::npos) << x.out;

@@ -1,8 +1,9 @@
 // libFuzzer target for everything that reads checkpoint bytes from disk: the
 // FlatBuffers manifest (verifier, bounds), the chunk reader (zstd frames,
-// hashes, unshuffle) and the safetensors importer. Input: a 4-byte length,
-// that many manifest bytes, the rest the data file; the same bytes also go
-// to the safetensors parser. Any input must load or be refused with
+// hashes, unshuffle), a step's global manifest and the safetensors
+// importer. Input: a 4-byte length, that many manifest bytes, the rest the
+// data file; the manifest bytes are also the step's global manifest, and
+// the whole input goes to the safetensors parser. Any input must load or be refused with
 // sigma::Error (data_loss / invalid_argument), never crash, hang or
 // allocate without bound.
 #include <sigma/checkpoint.hpp>
@@ -40,8 +41,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t m = std::min<size_t>(mlen, size - 4);
   write(shard_dir() + "/manifest.sgck", data + 4, m);
   write(shard_dir() + "/data.bin", data + 4 + m, size - 4 - m);
+  const std::string step_dir = shard_dir().substr(0, shard_dir().rfind('/'));
+  write(step_dir + "/global.sgcs", data + 4, m);
   try {
     sigma::checkpoint::verify(shard_dir());
+  } catch (const sigma::Error& e) {
+    if (e.code() != sigma::Code::data_loss && e.code() != sigma::Code::invalid_argument) __builtin_trap();
+  }
+  try {
+    sigma::checkpoint::verify_step(step_dir);
   } catch (const sigma::Error& e) {
     if (e.code() != sigma::Code::data_loss && e.code() != sigma::Code::invalid_argument) __builtin_trap();
   }

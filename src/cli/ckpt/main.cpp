@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 namespace ck = sigma::checkpoint;
 namespace fs = std::filesystem;
@@ -60,7 +61,8 @@ std::vector<std::string> shards_of(const fs::path& p) {
   if (fs::exists(p / "manifest.sgck") || fs::exists(p / "data.bin")) return {p.string()};
   std::vector<std::string> out;
   if (p.filename().string().rfind("step-", 0) == 0) {
-    for (const auto& e : fs::directory_iterator(p)) out.push_back(e.path().string());
+    for (const auto& e : fs::directory_iterator(p))
+      if (e.path().filename().string().rfind("rank-", 0) == 0) out.push_back(e.path().string());
   } else {
     for (const auto& j : jobs_below(p))
       for (const auto& s : ck::list_shards(j.string())) out.push_back(s.path);
@@ -69,16 +71,30 @@ std::vector<std::string> shards_of(const fs::path& p) {
   return out;
 }
 
+// The step folders a PATH names: itself, or those of the jobs below it.
+std::vector<fs::path> steps_of(const fs::path& p) {
+  if (fs::exists(p / "manifest.sgck") || fs::exists(p / "data.bin")) return {};
+  if (p.filename().string().rfind("step-", 0) == 0) return {p};
+  std::vector<fs::path> out;
+  for (const auto& j : jobs_below(p))
+    for (const auto& s : ck::list_steps(j.string())) out.push_back(s.path);
+  return out;
+}
+
 int cmd_ls(const std::string& dir) {
-  std::printf("%-20s %6s %5s %-12s %12s %12s %6s %8s\n", "job", "step", "rank", "kind", "raw", "stored", "ratio",
-              "tensors");
+  std::printf("%-20s %6s %5s %-12s %12s %12s %6s %8s  %s\n", "job", "step", "rank", "kind", "raw", "stored", "ratio",
+              "tensors", "step state");
   for (const auto& job : jobs_below(dir)) {
+    std::map<uint64_t, std::string> state;
+    for (const auto& st : ck::list_steps(job.string()))
+      state[st.step] = st.complete ? "complete, world " + std::to_string(st.world) : "INCOMPLETE: " + st.problem;
     for (const auto& s : ck::list_shards(job.string())) {
       std::string kind = s.base_step == -1 ? "base" : s.base_step == -2 ? "UNREADABLE" : "delta of " + std::to_string(s.base_step);
-      std::printf("%-20s %6llu %5u %-12s %12s %12s %6.3f %8zu\n", job.filename().c_str(),
+      std::printf("%-20s %6llu %5u %-12s %12s %12s %6.3f %8zu  %s\n", job.filename().c_str(),
                   static_cast<unsigned long long>(s.step), s.rank, kind.c_str(), human(static_cast<double>(s.raw_bytes)).c_str(),
                   human(static_cast<double>(s.stored_bytes)).c_str(),
-                  s.raw_bytes ? static_cast<double>(s.stored_bytes) / static_cast<double>(s.raw_bytes) : 0.0, s.tensors.size());
+                  s.raw_bytes ? static_cast<double>(s.stored_bytes) / static_cast<double>(s.raw_bytes) : 0.0, s.tensors.size(),
+                  state[s.step].c_str());
     }
   }
   return 0;
@@ -100,8 +116,40 @@ int cmd_verify(const std::string& path) {
     std::fprintf(stderr, "sigma-ckpt: no checkpoint under %s\n", path.c_str());
     return 2;
   }
+  // Each step's global manifest against its shards. A step without one is
+  // incomplete (a save in progress or interrupted), which is not damage.
+  int incomplete = 0, steps_bad = 0, steps_ok = 0;
+  for (const auto& st : steps_of(path)) {
+    if (!fs::exists(st / "global.sgcs")) {
+      ++incomplete;
+      std::printf("incomplete %s (no global manifest)\n", st.c_str());
+      continue;
+    }
+    try {
+      ck::verify_step(st.string(), /*shards_too=*/false);  // their data was verified above
+      ++steps_ok;
+      std::printf("ok       %s/global.sgcs\n", st.c_str());
+    } catch (const sigma::Error& e) {
+      ++steps_bad;
+      std::printf("DAMAGED  %s/global.sgcs\n         %s\n", st.c_str(), e.what());
+    }
+  }
   std::printf("%d of %d shards verified, %d damaged\n", n - bad, n, bad);
-  return bad ? 1 : 0;
+  std::printf("%d step(s) tied together by their global manifest, %d damaged, %d incomplete\n", steps_ok, steps_bad,
+              incomplete);
+  return bad || steps_bad ? 1 : 0;
+}
+
+std::string layout_str(const ck::ShardInfo::Tensor& t) {
+  switch (t.layout) {
+    case ck::Layout::replicated:
+      return "replicated";
+    case ck::Layout::split:
+      return "split dim " + std::to_string(t.split_dim) + " at " + std::to_string(t.split_offset) + " of " +
+             shape_str(t.global_shape);
+    default:
+      return "local";
+  }
 }
 
 int cmd_inspect(const std::string& path) {
@@ -116,14 +164,15 @@ int cmd_inspect(const std::string& path) {
               static_cast<unsigned long long>(s.meta.data_position), s.meta.loss_scale, s.meta.rng_state.size(),
               s.meta.guardrails_state.size(), s.meta.parallel_plan.empty() ? "-" : s.meta.parallel_plan.c_str());
   for (const auto& [k, v] : s.meta.extra) std::printf("        %s = %s\n", k.c_str(), v.c_str());
-  std::printf("\n%-40s %-5s %-18s %12s %12s %6s %7s %9s\n", "tensor", "dtype", "shape", "raw", "stored", "ratio",
-              "chunks", "unchanged");
+  std::printf("\n%-40s %-5s %-18s %12s %12s %6s %7s %9s  %s\n", "tensor", "dtype", "shape", "raw", "stored", "ratio",
+              "chunks", "unchanged", "layout");
   for (const auto& t : s.tensors)
-    std::printf("%-40s %-5s %-18s %12s %12s %6.3f %7llu %9llu\n", t.name.c_str(), dtype_name(t.dtype).c_str(),
+    std::printf("%-40s %-5s %-18s %12s %12s %6.3f %7llu %9llu  %s\n", t.name.c_str(), dtype_name(t.dtype).c_str(),
                 shape_str(t.shape).c_str(), human(static_cast<double>(t.bytes)).c_str(),
                 human(static_cast<double>(t.stored_bytes)).c_str(),
                 t.bytes ? static_cast<double>(t.stored_bytes) / static_cast<double>(t.bytes) : 0.0,
-                static_cast<unsigned long long>(t.chunks), static_cast<unsigned long long>(t.chunks_unchanged));
+                static_cast<unsigned long long>(t.chunks), static_cast<unsigned long long>(t.chunks_unchanged),
+                layout_str(t).c_str());
   return 0;
 }
 

@@ -1,0 +1,242 @@
+#include "step.hpp"
+
+#include "io.hpp"
+
+#include <sigma/kernels.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+
+namespace sigma::checkpoint::step {
+namespace {
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw Error(Code::data_loss, "checkpoint: " + path + ": " + what);
+}
+
+uint64_t now_unix_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+std::string job_of(const std::string& step_dir) { return step_dir.substr(0, step_dir.find_last_of('/')); }
+
+// Ranks whose shard folder of this step holds a committed manifest.
+std::vector<uint32_t> ranks_present(const std::string& step_dir) {
+  std::vector<uint32_t> ranks;
+  for (const auto& name : io::list_dir(step_dir)) {
+    uint32_t r;
+    if (format::parse_rank(name, r) && io::exists(step_dir + "/" + name + "/" + format::kManifest)) ranks.push_back(r);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+int64_t prod(const std::vector<int64_t>& v, size_t from, size_t to) {
+  int64_t n = 1;
+  for (size_t i = from; i < to; ++i) n *= v[i];
+  return n;
+}
+
+}  // namespace
+
+std::string manifest_path(const std::string& step_dir) { return step_dir + "/" + format::kStepManifest; }
+
+std::optional<format::StepManifest> load(const std::string& step_dir) {
+  const std::string path = manifest_path(step_dir);
+  if (!io::exists(path)) return std::nullopt;
+  return format::decode_step(io::read_file(path, format::kMaxManifestBytes), path);
+}
+
+bool finalize(const std::string& job_dir, uint64_t step) {
+  const std::string sd = format::step_dir(job_dir, step);
+  const std::vector<uint32_t> ranks = ranks_present(sd);
+  if (ranks.empty()) return false;
+  format::StepManifest g;
+  g.step = step;
+  g.created_unix_ns = now_unix_ns();
+  std::map<std::string, size_t> index;  // tensor name -> g.tensors
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const std::string path = format::shard_dir(job_dir, step, ranks[i]) + "/" + format::kManifest;
+    const std::vector<uint8_t> bytes = io::read_file(path, format::kMaxManifestBytes);
+    const format::Manifest m = format::decode(bytes, path);
+    if (i == 0) {
+      g.world = m.world;
+      g.job = m.job;
+      if (ranks.size() < m.world) return false;  // not every rank has committed yet
+    }
+    if (m.world != g.world || m.step != step || m.rank != ranks[i])
+      bad(path, "rank " + std::to_string(m.rank) + " of world " + std::to_string(m.world) + " at step " +
+                    std::to_string(m.step) + " does not belong to step " + std::to_string(step) + " of world " +
+                    std::to_string(g.world));
+    g.shards.push_back({m.rank, bytes.size(), kernels::checksum(bytes.data(), bytes.size()), m.data_bytes, m.base_step});
+    for (const auto& t : m.tensors) {
+      auto [it, fresh] = index.emplace(t.name, g.tensors.size());
+      if (fresh) {
+        format::GlobalTensor x;
+        x.name = t.name;
+        x.dtype = t.dtype;
+        x.layout = t.layout;
+        x.split_dim = t.split_dim;
+        x.global_shape = t.layout == Layout::local ? std::vector<int64_t>{} : t.global_shape;
+        g.tensors.push_back(std::move(x));
+      }
+      format::GlobalTensor& x = g.tensors[it->second];
+      if (x.dtype != t.dtype || x.layout != t.layout ||
+          (t.layout != Layout::local && x.global_shape != t.global_shape) ||
+          (t.layout == Layout::split && x.split_dim != t.split_dim))
+        bad(path, "tensor " + t.name + ": dtype, layout or global shape differs from rank " +
+                      std::to_string(x.pieces.front().rank) + "'s");
+      if (t.layout == Layout::split)
+        x.pieces.push_back({m.rank, t.split_offset, t.shape[static_cast<size_t>(t.split_dim)]});
+      else
+        x.pieces.push_back({m.rank, 0, 0});
+    }
+  }
+  for (auto& t : g.tensors)
+    if (t.layout == Layout::split)
+      std::sort(t.pieces.begin(), t.pieces.end(), [](auto& a, auto& b) { return a.offset < b.offset; });
+  const std::string path = manifest_path(sd);
+  format::check_step(g, path);
+  // Ranks that complete the step at once both write it; each through a
+  // temporary file of its own, renamed into place (atomic), then the folder
+  // synced.
+  static std::atomic<uint64_t> serial{0};
+  const std::string tmp = sd + "/.tmp-global-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
+  const std::vector<uint8_t> bytes = format::encode_step(g);
+  try {
+    io::write_file(tmp, bytes.data(), bytes.size());
+    io::rename(tmp, path);
+  } catch (...) {
+    io::remove_tree(tmp);
+    throw;
+  }
+  io::sync_dir(sd);
+  return true;
+}
+
+Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t rank, uint32_t world,
+          const std::vector<TensorView>& views, std::vector<shard::Bytes>& out) {
+  const std::string job = job_of(step_dir);
+  struct Opened {
+    shard::Shard s;
+    std::unique_ptr<shard::Shard> base;
+  };
+  std::map<uint32_t, Opened> opened;
+  // A shard of the step, checked to be the one the global manifest recorded
+  // (not a shard of another save that happens to have the same step).
+  auto open_rank = [&](uint32_t r) -> Opened& {
+    auto it = opened.find(r);
+    if (it != opened.end()) return it->second;
+    const std::string path = format::shard_dir(job, m.step, r);
+    const std::string mpath = path + "/" + format::kManifest;
+    const std::vector<uint8_t> bytes = io::read_file(mpath, format::kMaxManifestBytes);
+    const format::ShardRef& ref = m.shards[r];
+    if (bytes.size() != ref.manifest_bytes || kernels::checksum(bytes.data(), bytes.size()) != ref.manifest_xxh3)
+      bad(mpath, "not the shard the step manifest " + manifest_path(step_dir) + " recorded (size or xxh3 differs)");
+    Opened o{shard::open(path), nullptr};
+    o.base = shard::open_base(o.s);
+    return opened.emplace(r, std::move(o)).first->second;
+  };
+  auto tensor_of = [&](Opened& o, const std::string& name) -> const format::Tensor& {
+    for (const auto& t : o.s.manifest.tensors)
+      if (t.name == name) return t;
+    bad(o.s.path, "has no tensor " + name + ", which the step manifest says it holds");
+  };
+
+  Read res;
+  const bool same_world = m.world == world;
+  out.clear();
+  out.resize(views.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    const TensorView& v = views[i];
+    const std::string what = "checkpoint: tensor " + v.name + " of " + step_dir;
+    const format::GlobalTensor* rec = nullptr;
+    for (const auto& t : m.tensors)
+      if (t.name == v.name) rec = &t;
+    if (rec == nullptr) throw Error(Code::invalid_argument, what + ": the step has no such tensor");
+    if (rec->dtype != v.dtype) throw Error(Code::invalid_argument, what + ": saved with another dtype");
+    out[i] = shard::Bytes(v.bytes());
+
+    // The same world size and the same place: this rank's own shard.
+    if (same_world) {
+      Opened& own = open_rank(rank);
+      const format::Tensor* t = nullptr;
+      for (const auto& x : own.s.manifest.tensors)
+        if (x.name == v.name) t = &x;
+      const bool same_place =
+          t != nullptr && t->shape == v.shape &&
+          (v.layout == Layout::local || rec->layout == Layout::local ||
+           (t->layout == v.layout && (v.layout != Layout::split || (t->split_dim == v.split_dim &&
+                                                                    t->split_offset == v.split_offset &&
+                                                                    t->global_shape == v.global_shape))));
+      if (same_place) {
+        shard::read_tensor(own.s, *t, own.base.get(), out[i].data());
+        continue;
+      }
+      if (v.layout == Layout::local || rec->layout == Layout::local)
+        throw Error(Code::invalid_argument, what + ": rank " + std::to_string(rank) +
+                                                "'s saved tensor has another shape than the view");
+    }
+    if (v.layout == Layout::local || rec->layout == Layout::local)
+      throw Error(Code::invalid_argument, what + ": local to each rank (saved on " + std::to_string(m.world) +
+                                              " ranks, restoring on " + std::to_string(world) +
+                                              "); re-sharding needs it saved and viewed as replicated or split");
+    const std::vector<int64_t>& vg = v.layout == Layout::split ? v.global_shape : v.shape;
+    if (vg != rec->global_shape) throw Error(Code::invalid_argument, what + ": saved with another global shape");
+
+    // A replicated tensor is one piece: the whole of it, from the old rank
+    // with this rank's number modulo the old world, or the first holding it.
+    std::vector<format::Piece> pieces = rec->pieces;
+    int32_t dim = rec->split_dim;
+    if (rec->layout == Layout::replicated) {
+      format::Piece p = pieces.front();
+      for (const auto& q : pieces)
+        if (q.rank == rank % m.world) p = q;
+      dim = v.layout == Layout::split ? v.split_dim : 0;
+      p.offset = 0;
+      p.length = vg.empty() ? 1 : vg[static_cast<size_t>(dim)];
+      pieces = {p};
+    } else if (v.layout == Layout::split && v.split_dim != dim) {
+      throw Error(Code::invalid_argument, what + ": the view is split along dimension " + std::to_string(v.split_dim) +
+                                              ", the checkpoint along " + std::to_string(dim) +
+                                              "; re-sharding along another dimension is not supported");
+    }
+    // Row-major: `outer` rows of the split dimension's extent times `inner`
+    // bytes. The view covers [lo, hi) of the split dimension.
+    const uint64_t es = hal::dtype_size(v.dtype);
+    const auto d = static_cast<size_t>(dim);
+    const uint64_t outer = vg.empty() ? 1 : static_cast<uint64_t>(prod(vg, 0, d));
+    const uint64_t inner = vg.empty() ? es : static_cast<uint64_t>(prod(vg, d + 1, vg.size())) * es;
+    const int64_t lo = v.layout == Layout::split ? v.split_offset : 0;
+    const int64_t hi = lo + (vg.empty() ? 1 : (v.layout == Layout::split ? v.shape[d] : vg[d]));
+    for (const auto& p : pieces) {
+      const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.length);
+      if (a >= b) continue;
+      Opened& o = open_rank(p.rank);
+      const format::Tensor& t = tensor_of(o, v.name);
+      std::vector<int64_t> expect = vg;
+      if (!expect.empty()) expect[d] = p.length;
+      if (t.dtype != v.dtype || t.shape != expect)
+        bad(o.s.path, "tensor " + v.name + " does not have the shape the step manifest gives its slice");
+      shard::Bytes piece(t.bytes);
+      shard::read_tensor(o.s, t, o.base.get(), piece.data());
+      const uint64_t n = static_cast<uint64_t>(b - a) * inner;
+      for (uint64_t k = 0; k < outer; ++k)
+        std::memcpy(out[i].data() + (k * static_cast<uint64_t>(hi - lo) + static_cast<uint64_t>(a - lo)) * inner,
+                    piece.data() + (k * static_cast<uint64_t>(p.length) + static_cast<uint64_t>(a - p.offset)) * inner,
+                    n);
+    }
+    res.resharded = true;
+  }
+  res.meta = open_rank(rank < m.world ? rank : 0).s.manifest.meta;
+  return res;
+}
+
+}  // namespace sigma::checkpoint::step
