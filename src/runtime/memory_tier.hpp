@@ -10,15 +10,26 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
 namespace sigma::runtime {
 
+// Where snapshots live: when the communicator's device memory is
+// host-addressable (the `cpu` vendor), in memory allocated through the HAL,
+// so the ring exchange sends from and receives into it with no copy; else in
+// host memory, staged through one reused HAL buffer. Buffers of dropped
+// snapshots are reused: fresh memory costs a page fault per page, more than
+// the copy itself.
+//
 // Thread-safety: one thread (the training loop's).
 class MemoryTier {
  public:
-  explicit MemoryTier(size_t keep = 2) : keep_(keep) {}
+  explicit MemoryTier(size_t keep = 2);
+  ~MemoryTier();
+  MemoryTier(const MemoryTier&) = delete;
+  MemoryTier& operator=(const MemoryTier&) = delete;
 
   // Collective over `comm` (every rank, same order): copies `views` as
   // snapshot `index` (steps done) and swaps copies along the ring. World 1:
@@ -46,15 +57,23 @@ class MemoryTier {
   void drop_after(uint64_t index);
 
   // Forgets the replicas (the ring was renumbered).
-  void drop_replicas() { replica_.clear(); }
+  void drop_replicas();
 
   // Forgets everything (a new rank assignment on a new ring).
-  void clear() { own_.clear(); replica_.clear(); }
+  void clear();
+
+  struct Snap;
 
  private:
-  void trim(std::map<uint64_t, std::vector<uint8_t>>& m);
+  Snap take(hal::Communicator& comm, uint64_t bytes);
+  void give_back(Snap s);
+  void send(hal::Communicator& comm, uint32_t peer, const Snap& s);
+  Snap recv(hal::Communicator& comm, uint32_t peer);
+  void trim(std::map<uint64_t, Snap>& m);
   size_t keep_;
-  std::map<uint64_t, std::vector<uint8_t>> own_, replica_;
+  std::map<uint64_t, Snap> own_, replica_;
+  std::vector<Snap> free_;
+  std::unique_ptr<hal::Buffer> stage_;  // device memory that is not host-addressable
 };
 
 // Bytes of the views laid end to end / back into the views. Throws
