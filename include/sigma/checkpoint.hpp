@@ -158,9 +158,27 @@ class Engine {
   // the OS error (a full disk, ...): nothing half-written stays, older
   // checkpoints and the tensors are untouched.
   SaveResult save(const std::vector<TensorView>& tensors, const Metadata& meta);
+  // When save_async() copies the tensors.
+  enum class Snapshot {
+    now,         // before it returns: the caller may change the tensors at once
+    overlapped,  // on a thread of the engine's, while the caller goes on: the
+                 // tensors must not change until wait_snapshot() returns
+  };
   // Copies the tensors, then returns; a background writer persists them.
   // A failure of that writer is thrown by the next save_async() or wait().
-  SaveResult save_async(const std::vector<TensorView>& tensors, const Metadata& meta);
+  //
+  // Snapshot::overlapped is CheckFreq's split: call it at a step boundary,
+  // run the next forward and backward pass (which only read the weights and
+  // optimiser state), and call wait_snapshot() before the optimiser step
+  // changes them; the copy is hidden behind the pass. Device-memory views
+  // are still copied before it returns. Every other call of the engine
+  // waits for the copy first.
+  SaveResult save_async(const std::vector<TensorView>& tensors, const Metadata& meta,
+                        Snapshot mode = Snapshot::now);
+  // Until the copy of an overlapped save_async() is done (at once when none
+  // is running); returns the seconds it waited: with the time save_async()
+  // took, what the save cost the training loop.
+  double wait_snapshot();
   // Until every pending save is durable; throws the first failure.
   std::vector<SaveResult> wait();
 

@@ -36,7 +36,6 @@ format::Chunk encode(const uint8_t* raw, uint64_t bytes, uint32_t elem_size, con
   format::Chunk c;
   c.raw_size = bytes;
   c.raw_xxh3 = kernels::checksum(raw, bytes);
-  frame.clear();
   if (base != nullptr && c.raw_xxh3 == base_xxh3) {
     c.codec = format::kSameAsBase;
     return c;
@@ -50,10 +49,10 @@ format::Chunk encode(const uint8_t* raw, uint64_t bytes, uint32_t elem_size, con
     kernels::shuffle_bytes(raw, tmp.data(), n, elem_size);
     c.codec = format::kShuffleZstd;
   }
-  frame.resize(ZSTD_compressBound(bytes));
+  // Grown, never shrunk: a reused frame is not zero-filled again.
+  if (frame.size() < ZSTD_compressBound(bytes)) frame.resize(ZSTD_compressBound(bytes));
   const size_t z = ZSTD_compressCCtx(cctx(), frame.data(), frame.size(), tmp.data(), bytes, level);
   if (ZSTD_isError(z)) throw Error(Code::internal, std::string("checkpoint: zstd: ") + ZSTD_getErrorName(z));
-  frame.resize(z);
   c.stored_size = z;
   c.stored_xxh3 = kernels::checksum(frame.data(), z);
   return c;

@@ -11,7 +11,9 @@ namespace sigma::checkpoint::codec {
 
 // Fills every field of the returned record but data_offset. `base` is the
 // same chunk of the base (NULL: none), `base_xxh3` its raw hash.
-// `frame` receives the stored bytes (empty for an unchanged chunk).
+// `frame` receives the stored bytes in its first stored_size bytes (none for
+// an unchanged chunk); it is grown when too small and never shrunk, so that
+// a reused frame costs no zero-filling.
 format::Chunk encode(const uint8_t* raw, uint64_t bytes, uint32_t elem_size, const uint8_t* base, uint64_t base_xxh3,
                      int level, std::vector<uint8_t>& frame);
 

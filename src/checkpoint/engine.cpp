@@ -100,15 +100,18 @@ shard::Bytes take(Pool* pool, uint64_t n) {
   return shard::Bytes(n);
 }
 
+struct Copy {
+  uint8_t* dst;
+  const uint8_t* src;
+  uint64_t bytes;
+};
+
 // Copies every tensor into host memory (through the HAL for device memory),
-// into buffers from `pool` where it has them.
-Staged stage(const std::vector<TensorView>& views, bool copy_host, Pool* pool = nullptr) {
+// into buffers from `pool` where it has them. With `deferred`, the copies of
+// host memory are left there for the caller to run.
+Staged stage(const std::vector<TensorView>& views, bool copy_host, Pool* pool = nullptr,
+             std::vector<Copy>* deferred = nullptr) {
   constexpr uint64_t kCopyBlock = uint64_t{8} << 20;
-  struct Copy {
-    uint8_t* dst;
-    const uint8_t* src;
-    uint64_t bytes;
-  };
   std::vector<Copy> copies;
   Staged s;
   s.owned.resize(views.size());
@@ -130,6 +133,10 @@ Staged stage(const std::vector<TensorView>& views, bool copy_host, Pool* pool = 
     }
     s.views.push_back(host_tensor(v, p, n));
     s.bytes += n;
+  }
+  if (deferred) {
+    *deferred = std::move(copies);
+    return s;
   }
   // The host copies in blocks on oneTBB's threads: one core does not reach
   // the memory's bandwidth, and this copy is all the caller waits for.
@@ -157,6 +164,8 @@ struct Engine::Impl {
   std::deque<Pending> queue;
   uint64_t pending_bytes = 0;
   bool busy = false, stop = false;
+  bool snapshotting = false;  // an overlapped snapshot's copy is running
+  std::thread snapper;        // ...on this thread
   std::string failure;  // the first background failure, thrown at the next call
   Code failure_code = Code::ok;
   std::vector<SaveResult> done;
@@ -233,28 +242,36 @@ struct Engine::Impl {
       }
     }
     std::vector<std::vector<uint64_t>> hashes;
-    SaveResult r = shard::write(o, step, s.views, meta, as_base ? nullptr : base.get(), &hashes);
+    // A new base keeps the raw bytes: a staged copy becomes the base as it
+    // is (no copy); the caller's own memory (a synchronous save) is copied
+    // by the encoder, chunk by chunk while each is in cache.
+    std::unique_ptr<shard::Base> nb;
+    std::vector<uint8_t*> copy_to(s.views.size(), nullptr);
+    if (as_base) {
+      nb = std::make_unique<shard::Base>();
+      nb->step = step;
+      nb->chunk_bytes = std::max<uint64_t>(8, o.chunk_bytes / 8 * 8);
+      for (size_t i = 0; i < s.views.size(); ++i) {
+        auto& t = nb->tensors[s.views[i].name];
+        t.dtype = s.views[i].dtype;
+        if (i < s.owned.size() && !s.owned[i].empty()) {
+          t.bytes = std::move(s.owned[i]);
+        } else {
+          std::lock_guard lk(mu);
+          t.bytes = take(&pool, s.views[i].bytes);
+          copy_to[i] = t.bytes.data();
+        }
+      }
+    }
+    SaveResult r = shard::write(o, step, s.views, meta, as_base ? nullptr : base.get(), &hashes, &copy_to);
     if (as_base) {
       if (base) {
+        // The old base's buffers stage the next snapshots.
         std::lock_guard lk(mu);
         for (auto& [name, t] : base->tensors) pool.emplace(t.bytes.size(), std::move(t.bytes));
       }
-      auto b = std::make_unique<shard::Base>();
-      b->step = step;
-      b->chunk_bytes = std::max<uint64_t>(8, o.chunk_bytes / 8 * 8);
-      for (size_t i = 0; i < s.views.size(); ++i) {
-        auto& t = b->tensors[s.views[i].name];
-        t.dtype = s.views[i].dtype;
-        // A copy of its own (taken from the pool when it can), so that the
-        // staging buffers go back to the pool for the next snapshot.
-        {
-          std::lock_guard lk(mu);
-          t.bytes = take(&pool, s.views[i].bytes);
-        }
-        if (s.views[i].bytes) std::memcpy(t.bytes.data(), s.views[i].data, s.views[i].bytes);
-        t.hashes = std::move(hashes[i]);
-      }
-      base = std::move(b);
+      for (size_t i = 0; i < s.views.size(); ++i) nb->tensors[s.views[i].name].hashes = std::move(hashes[i]);
+      base = std::move(nb);
       since_base = 0;
     } else {
       ++since_base;
@@ -351,9 +368,10 @@ struct Engine::Impl {
     throw Error(failure_code, f);
   }
 
-  // Waits until the writer has nothing queued or running.
+  // Waits until no snapshot is being copied and the writer has nothing
+  // queued or running.
   void drain(std::unique_lock<std::mutex>& lk) {
-    cv.wait(lk, [&] { return queue.empty() && !busy; });
+    cv.wait(lk, [&] { return !snapshotting && queue.empty() && !busy; });
   }
 };
 
@@ -389,6 +407,7 @@ Engine::~Engine() {
     m.stop = true;
   }
   m.cv.notify_all();
+  if (m.snapper.joinable()) m.snapper.join();
   m.writer.join();
 }
 
@@ -407,7 +426,7 @@ SaveResult Engine::save(const std::vector<TensorView>& tensors, const Metadata& 
   return r;
 }
 
-SaveResult Engine::save_async(const std::vector<TensorView>& tensors, const Metadata& meta) {
+SaveResult Engine::save_async(const std::vector<TensorView>& tensors, const Metadata& meta, Snapshot mode) {
   auto& m = *impl_;
   check_views(tensors);
   const auto t0 = Clock::now();
@@ -418,6 +437,7 @@ SaveResult Engine::save_async(const std::vector<TensorView>& tensors, const Meta
   r.step = meta.step;
   {
     std::unique_lock lk(m.mu);
+    m.cv.wait(lk, [&] { return !m.snapshotting; });  // one snapshot copy at a time
     m.rethrow_failure();
     if (m.pending_bytes > 0 && m.pending_bytes + bytes > limit) {
       const auto w0 = Clock::now();
@@ -436,8 +456,9 @@ SaveResult Engine::save_async(const std::vector<TensorView>& tensors, const Meta
     mine.swap(m.pool);
   }
   Staged s;
+  std::vector<Copy> deferred;
   try {
-    s = stage(tensors, /*copy_host=*/true, &mine);
+    s = stage(tensors, /*copy_host=*/true, &mine, mode == Snapshot::overlapped ? &deferred : nullptr);
     std::lock_guard lk(m.mu);
     m.pool.merge(mine);
   } catch (...) {
@@ -447,12 +468,40 @@ SaveResult Engine::save_async(const std::vector<TensorView>& tensors, const Meta
     throw;
   }
   r.blocked_s = seconds_since(t0);
+  if (mode == Snapshot::now) {
+    {
+      std::lock_guard lk(m.mu);
+      m.queue.push_back({meta.step, std::move(s), meta, r});
+    }
+    m.cv.notify_all();
+    return r;
+  }
+  // Overlapped: the copy runs on a thread of its own (one core: the point
+  // is to leave the others to the training step, not to be fast), then the
+  // snapshot goes to the writer.
+  if (m.snapper.joinable()) m.snapper.join();
   {
     std::lock_guard lk(m.mu);
-    m.queue.push_back({meta.step, std::move(s), meta, r});
+    m.snapshotting = true;
   }
-  m.cv.notify_all();
+  m.snapper = std::thread([&m, s = std::move(s), deferred = std::move(deferred), meta, r]() mutable {
+    for (const Copy& c : deferred) std::memcpy(c.dst, c.src, c.bytes);
+    {
+      std::lock_guard lk(m.mu);
+      m.queue.push_back({meta.step, std::move(s), meta, r});
+      m.snapshotting = false;
+    }
+    m.cv.notify_all();
+  });
   return r;
+}
+
+double Engine::wait_snapshot() {
+  auto& m = *impl_;
+  const auto t0 = Clock::now();
+  std::unique_lock lk(m.mu);
+  m.cv.wait(lk, [&] { return !m.snapshotting; });
+  return seconds_since(t0);
 }
 
 std::vector<SaveResult> Engine::wait() {
@@ -479,6 +528,12 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
     if (format::parse_step(name, step) && step <= newest_step) steps.push_back(step);
   }
   std::sort(steps.rbegin(), steps.rend());
+  // Host views are decoded in place once every stored byte they need has
+  // been checked (no scratch copy of the state: fresh memory costs a page
+  // fault per page); device views through scratch host memory.
+  std::vector<uint8_t*> direct(tensors.size(), nullptr);
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!on_device(tensors[i]) && tensors[i].bytes() > 0) direct[i] = static_cast<uint8_t*>(tensors[i].data);
   for (uint64_t step : steps) {
     const std::string sd = format::step_dir(m.job, step);
     const std::string own = format::shard_dir(m.job, step, m.o.rank);
@@ -487,7 +542,7 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
     try {
       const std::optional<format::StepManifest> g = step::load(sd);
       if (g) {
-        step::Read rd = step::read(sd, *g, m.o.rank, m.o.world, tensors, decoded);
+        step::Read rd = step::read(sd, *g, m.o.rank, m.o.world, tensors, decoded, direct);
         man = std::move(rd.meta);
         res.saved_world = g->world;
         res.resharded = rd.resharded;
@@ -504,18 +559,24 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
         }
         const std::unique_ptr<shard::Shard> base = shard::open_base(s);
         decoded.resize(tensors.size());
+        std::vector<const format::Tensor*> recs(tensors.size(), nullptr);
         for (size_t i = 0; i < tensors.size(); ++i) {
           const TensorView& v = tensors[i];
-          const format::Tensor* t = nullptr;
           for (const auto& x : s.manifest.tensors)
-            if (x.name == v.name) t = &x;
-          if (t == nullptr) throw Error(Code::invalid_argument, "checkpoint: " + own + " has no tensor " + v.name);
-          if (t->dtype != v.dtype || t->shape != v.shape)
+            if (x.name == v.name) recs[i] = &x;
+          if (recs[i] == nullptr) throw Error(Code::invalid_argument, "checkpoint: " + own + " has no tensor " + v.name);
+          if (recs[i]->dtype != v.dtype || recs[i]->shape != v.shape)
             throw Error(Code::invalid_argument, "checkpoint: tensor " + v.name + " in " + own +
                                                     " has another dtype or shape than the view");
-          decoded[i] = shard::Bytes(t->bytes);
-          shard::read_tensor(s, *t, base.get(), decoded[i].data());
+          if (direct[i] != nullptr) {
+            shard::verify_stored(s, *recs[i], base.get());
+          } else {
+            decoded[i] = shard::Bytes(recs[i]->bytes);
+            shard::read_tensor(s, *recs[i], base.get(), decoded[i].data());
+          }
         }
+        for (size_t i = 0; i < tensors.size(); ++i)
+          if (direct[i] != nullptr) shard::read_tensor(s, *recs[i], base.get(), direct[i]);
         man = s.manifest.meta;
         res.saved_world = s.manifest.world;
         res.path = own;
@@ -526,11 +587,12 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
       m.log(std::string(e.what()) + "; falling back to an older checkpoint");
       continue;
     }
-    // Everything decoded and verified: only now touch the caller's state.
+    // Everything decoded and verified: only now copy what went through
+    // scratch memory into the caller's state.
     for (size_t i = 0; i < tensors.size(); ++i) {
       const TensorView& v = tensors[i];
       const uint64_t n = v.bytes();
-      if (n == 0) continue;
+      if (n == 0 || decoded[i].empty()) continue;
       if (on_device(v))
         v.plugin->check(v.plugin->api().device->memcpy(v.device, v.data, decoded[i].data(), n,
                                                         HAL_COPY_HOST_TO_DEVICE, nullptr),

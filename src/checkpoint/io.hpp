@@ -12,20 +12,38 @@
 namespace sigma::checkpoint::io {
 
 // A file being written; closes (without sync) on destruction.
+//
+// `direct`: for large files written once (checkpoint data). The bytes go
+// through an aligned buffer straight to the disk (O_DIRECT, 8 MiB writes):
+// no page-cache pages to allocate, zero and copy into, which on a virtual
+// machine costs more CPU than compressing the data, and the disk streams
+// while the next chunks are encoded. Where the file system refuses O_DIRECT
+// (tmpfs, ...) it falls back to buffered writes with streaming writeback.
 class Writer {
  public:
-  explicit Writer(std::string path);  // creates or truncates
+  explicit Writer(std::string path, bool direct = false);  // creates or truncates
   ~Writer();
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
   void write(const void* data, uint64_t bytes);
   uint64_t size() const { return size_; }
+  // Bytes handed to the file system so far (direct writes hold up to one
+  // buffer back).
+  uint64_t written() const { return direct_ ? flushed_ : size_; }
+  // Direct: hands the buffer's aligned part to the file system now.
+  void flush_aligned();
   void sync_and_close();  // fsync, close
 
  private:
+  void write_direct(const uint8_t* p, uint64_t bytes);
+  void flush_direct(uint64_t bytes);
   std::string path_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  uint64_t started_ = 0, waited_ = 0;  // writeback started / finished up to
+  bool direct_ = false;
+  uint8_t* buf_ = nullptr;  // direct: aligned, kDirectBuffer bytes
+  uint64_t buf_len_ = 0, flushed_ = 0;
 };
 
 // A file open for reading at offsets from many threads at once (pread).

@@ -3,12 +3,15 @@
 #include "codec.hpp"
 #include "io.hpp"
 
+#include <sigma/kernels.hpp>
+
 #include <tbb/parallel_for.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 
 #include <chrono>
 #include <filesystem>
@@ -37,12 +40,16 @@ uint64_t now_unix_ns() {
 // rename kills this process with SIGKILL at that point of a save (half the
 // data written / data durable but no manifest / manifest durable but not
 // renamed into place). Read once; unset in production.
-void crash_point(const char* where) {
+bool crash_armed(const char* where) {
   static const std::string at = [] {
     const char* v = std::getenv("SIGMA_CHECKPOINT_CRASH_AT");
     return std::string(v ? v : "");
   }();
-  if (!at.empty() && at == where) ::raise(SIGKILL);
+  return !at.empty() && at == where;
+}
+
+void crash_point(const char* where) {
+  if (crash_armed(where)) ::raise(SIGKILL);
 }
 
 // Chunks of one tensor start at multiples of chunk_bytes rounded down to
@@ -52,7 +59,8 @@ uint64_t chunk_size(const Options& o) { return std::max<uint64_t>(8, o.chunk_byt
 }  // namespace
 
 SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>& tensors, const Metadata& meta,
-                 const Base* base, std::vector<std::vector<uint64_t>>* hashes) {
+                 const Base* base, std::vector<std::vector<uint64_t>>* hashes,
+                 const std::vector<uint8_t*>* copy_to) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string job = format::job_dir(o);
   const std::string final_path = format::shard_dir(job, step, o.rank);
@@ -80,6 +88,7 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
       uint64_t offset, bytes;
       const uint8_t* base;
       uint64_t base_xxh3;
+      uint8_t* copy;  // where the chunk's raw bytes also go (the next base), or NULL
     };
     std::vector<Job> jobs;
     if (hashes) hashes->assign(tensors.size(), {});
@@ -101,17 +110,19 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
         if (it != base->tensors.end() && it->second.dtype == t.dtype && it->second.bytes.size() == t.bytes)
           bt = &it->second;
       }
+      uint8_t* copy = copy_to != nullptr ? (*copy_to)[i] : nullptr;
       for (uint64_t off = 0, k = 0; off < t.bytes; off += cb, ++k)
         jobs.push_back({i, off, std::min(cb, t.bytes - off), bt ? bt->bytes.data() + off : nullptr,
-                        bt ? bt->hashes[k] : 0});
+                        bt ? bt->hashes[k] : 0, copy ? copy + off : nullptr});
     }
-    io::Writer data(tmp + "/" + format::kData);
+    io::Writer data(tmp + "/" + format::kData, /*direct=*/true);
     // Encode a batch of chunks in parallel while the previous batch's frames
     // go to disk: compression and I/O overlap, and memory stays bounded by
-    // two batches of frames.
-    const size_t batch = 64;
+    // two batches of frames. Small batches start the disk early (it is the
+    // bound: the writer streams to it as it goes, see io::Writer).
+    const size_t batch = 16;
     std::vector<std::vector<uint8_t>> frames(batch), writing(batch);
-    std::vector<format::Chunk> recs(batch);
+    std::vector<format::Chunk> recs(batch), written_recs;
     std::future<void> pending;
     size_t pending_n = 0;
     uint64_t offset = 0;
@@ -122,22 +133,27 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
         const HostTensor& t = tensors[jb.tensor];
         const auto es = static_cast<uint32_t>(hal::dtype_size(t.dtype));
         recs[j] = codec::encode(t.data + jb.offset, jb.bytes, es, jb.base, jb.base_xxh3, o.zstd_level, frames[j]);
+        if (jb.copy) std::memcpy(jb.copy, t.data + jb.offset, jb.bytes);  // while the chunk is in cache
       });
       for (size_t j = 0; j < n; ++j) {
         format::Chunk c = recs[j];
         c.offset = jobs[first + j].offset;
         c.data_offset = offset;
-        offset += frames[j].size();
+        offset += c.stored_size;
         m.tensors[jobs[first + j].tensor].chunks.push_back(c);
         if (hashes) (*hashes)[jobs[first + j].tensor].push_back(c.raw_xxh3);
       }
       if (pending.valid()) pending.get();  // the previous batch is written (or throws)
       frames.swap(writing);
       pending_n = n;
-      pending = std::async(std::launch::async, [&data, &writing, pending_n, first] {
+      written_recs.assign(recs.begin(), recs.begin() + static_cast<std::ptrdiff_t>(n));
+      pending = std::async(std::launch::async, [&data, &writing, &written_recs, pending_n, first] {
         for (size_t j = 0; j < pending_n; ++j) {
-          data.write(writing[j].data(), writing[j].size());
-          if (first + j == 0) crash_point("data");  // one frame of many is on disk
+          data.write(writing[j].data(), written_recs[j].stored_size);
+          if (first + j == 0 && crash_armed("data")) {
+            data.flush_aligned();  // the first frame's bytes are in the file, the rest are not
+            crash_point("data");
+          }
         }
       });
     }
@@ -231,6 +247,39 @@ void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uin
     stored.resize(c.stored_size);
     if (c.stored_size) data.read_at(c.data_offset, stored.data(), c.stored_size);
     codec::decode(c, stored.data(), es, br, out + c.offset, where);
+  });
+}
+
+void verify_stored(const Shard& s, const format::Tensor& t, const Shard* base) {
+  const format::Tensor* bt = nullptr;
+  if (base) {
+    for (const auto& x : base->manifest.tensors)
+      if (x.name == t.name) bt = &x;
+  }
+  const std::string dpath = s.path + "/" + format::kData;
+  const io::Reader data(dpath);
+  std::unique_ptr<io::Reader> base_data;
+  for (const auto& c : t.chunks)
+    if (c.codec != format::kShuffleZstd && base != nullptr && !base_data)
+      base_data = std::make_unique<io::Reader>(base->path + "/" + format::kData);
+  tbb::parallel_for(size_t{0}, t.chunks.size(), [&](size_t k) {
+    thread_local std::vector<uint8_t> stored;
+    auto check = [&](const io::Reader& r, const format::Chunk& c, const std::string& where) {
+      stored.resize(c.stored_size);
+      if (c.stored_size) r.read_at(c.data_offset, stored.data(), c.stored_size);
+      if (kernels::checksum(stored.data(), c.stored_size) != c.stored_xxh3)
+        throw Error(Code::data_loss, "checkpoint: " + where + ": xxh3 of the stored bytes does not match");
+    };
+    const format::Chunk& c = t.chunks[k];
+    const std::string where = dpath + ": tensor " + t.name + " chunk " + std::to_string(k);
+    if (c.codec != format::kShuffleZstd) {
+      if (bt == nullptr || bt->dtype != t.dtype || bt->bytes != t.bytes || k >= bt->chunks.size() ||
+          bt->chunks[k].offset != c.offset || bt->chunks[k].raw_size != c.raw_size || !base_data)
+        throw Error(Code::data_loss, "checkpoint: " + where + ": the base " +
+                                         (base ? base->path : std::string("(none)")) + " has no matching chunk");
+      check(*base_data, bt->chunks[k], base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
+    }
+    if (c.codec != format::kSameAsBase) check(data, c, where);
   });
 }
 

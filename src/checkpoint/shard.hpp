@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sigma::checkpoint::shard {
@@ -32,6 +33,13 @@ class Bytes {
  public:
   Bytes() = default;
   explicit Bytes(uint64_t n);
+  // A moved-from Bytes is empty (size 0), not a size without memory.
+  Bytes(Bytes&& o) noexcept : p_(std::move(o.p_)), n_(std::exchange(o.n_, 0)) {}
+  Bytes& operator=(Bytes&& o) noexcept {
+    p_ = std::move(o.p_);
+    n_ = std::exchange(o.n_, 0);
+    return *this;
+  }
   uint8_t* data() const { return p_.get(); }
   uint64_t size() const { return n_; }
   bool empty() const { return n_ == 0; }
@@ -60,9 +68,12 @@ struct Base {
 // Writes and commits the shard of `step`. With `base`, chunks of tensors the
 // base has with the same dtype and size are differential. Fills `hashes`
 // (per tensor, per chunk raw xxh3) for the caller to keep as the next base.
-// On any failure removes what it wrote and throws.
+// With `copy_to`, tensor i's raw bytes are also copied to (*copy_to)[i]
+// where that is not NULL, chunk by chunk while each is in cache (the
+// engine's next base). On any failure removes what it wrote and throws.
 SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>& tensors, const Metadata& meta,
-                 const Base* base, std::vector<std::vector<uint64_t>>* hashes);
+                 const Base* base, std::vector<std::vector<uint64_t>>* hashes,
+                 const std::vector<uint8_t*>* copy_to = nullptr);
 
 struct Shard {
   std::string path;
@@ -79,5 +90,10 @@ std::unique_ptr<Shard> open_base(const Shard& s);
 // Decodes tensor `t` of `s` into `out` (t.bytes bytes), every hash checked;
 // `base` must be open when `s` is differential.
 void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out);
+// Reads tensor `t`'s stored bytes (and, for a differential shard, those of
+// the base chunks it needs) and checks their hashes, decoding nothing: what
+// lets a restore decode straight into the caller's memory once every
+// tensor's bytes are known good. Throws Error(data_loss) like read_tensor.
+void verify_stored(const Shard& s, const format::Tensor& t, const Shard* base);
 
 }  // namespace sigma::checkpoint::shard

@@ -122,7 +122,8 @@ bool finalize(const std::string& job_dir, uint64_t step) {
 }
 
 Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t rank, uint32_t world,
-          const std::vector<TensorView>& views, std::vector<shard::Bytes>& out) {
+          const std::vector<TensorView>& views, std::vector<shard::Bytes>& out,
+          const std::vector<uint8_t*>& direct) {
   const std::string job = job_of(step_dir);
   struct Opened {
     shard::Shard s;
@@ -154,6 +155,11 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
   const bool same_world = m.world == world;
   out.clear();
   out.resize(views.size());
+  struct Deferred {
+    size_t view;
+    const format::Tensor* t;
+  };
+  std::vector<Deferred> deferred;  // decoded into direct[view] at the end
   for (size_t i = 0; i < views.size(); ++i) {
     const TensorView& v = views[i];
     const std::string what = "checkpoint: tensor " + v.name + " of " + step_dir;
@@ -162,7 +168,6 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
       if (t.name == v.name) rec = &t;
     if (rec == nullptr) throw Error(Code::invalid_argument, what + ": the step has no such tensor");
     if (rec->dtype != v.dtype) throw Error(Code::invalid_argument, what + ": saved with another dtype");
-    out[i] = shard::Bytes(v.bytes());
 
     // The same world size and the same place: this rank's own shard.
     if (same_world) {
@@ -177,7 +182,12 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
                                                                     t->split_offset == v.split_offset &&
                                                                     t->global_shape == v.global_shape))));
       if (same_place) {
-        shard::read_tensor(own.s, *t, own.base.get(), out[i].data());
+        if (i < direct.size() && direct[i] != nullptr) {
+          deferred.push_back({i, t});
+        } else {
+          out[i] = shard::Bytes(v.bytes());
+          shard::read_tensor(own.s, *t, own.base.get(), out[i].data());
+        }
         continue;
       }
       if (v.layout == Layout::local || rec->layout == Layout::local)
@@ -190,6 +200,7 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
                                               "); re-sharding needs it saved and viewed as replicated or split");
     const std::vector<int64_t>& vg = v.layout == Layout::split ? v.global_shape : v.shape;
     if (vg != rec->global_shape) throw Error(Code::invalid_argument, what + ": saved with another global shape");
+    out[i] = shard::Bytes(v.bytes());
 
     // A replicated tensor is one piece: the whole of it, from the old rank
     // with this rank's number modulo the old world, or the first holding it.
@@ -236,6 +247,13 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
     res.resharded = true;
   }
   res.meta = open_rank(rank < m.world ? rank : 0).s.manifest.meta;
+  // Every stored byte the direct views need checked before the first of
+  // them is touched; then decoded in place (each chunk checked again).
+  if (!deferred.empty()) {
+    Opened& own = open_rank(rank);
+    for (const auto& d : deferred) shard::verify_stored(own.s, *d.t, own.base.get());
+    for (const auto& d : deferred) shard::read_tensor(own.s, *d.t, own.base.get(), direct[d.view]);
+  }
   return res;
 }
 

@@ -30,7 +30,12 @@ struct Read {
   Metadata meta;
   bool resharded = false;
 };
+//
+// `direct[i]`, when not NULL, is host memory of views[i]: a view read whole
+// from this rank's own shard is decoded straight into it, after every
+// tensor's stored bytes were read and checked (out[i] stays empty then).
 Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t rank, uint32_t world,
-          const std::vector<TensorView>& views, std::vector<shard::Bytes>& out);
+          const std::vector<TensorView>& views, std::vector<shard::Bytes>& out,
+          const std::vector<uint8_t*>& direct);
 
 }  // namespace sigma::checkpoint::step
