@@ -211,36 +211,54 @@ std::unique_ptr<Shard> open_base(const Shard& s) {
   return s.manifest.base_step < 0 ? nullptr : std::make_unique<Shard>(open(base_path(s)));
 }
 
-void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out) {
+namespace {
+
+// Runs `fn(k, chunk, where, base_chunk, base_reader)` for every chunk of
+// tensor `t` on oneTBB's threads; `base_chunk` (and its reader) is the
+// base's same chunk for a chunk that needs it, checked to match, else NULL.
+template <typename Fn>
+void for_each_chunk(const Shard& s, const format::Tensor& t, const Shard* base, Fn&& fn) {
   const format::Tensor* bt = nullptr;
   if (base) {
     for (const auto& x : base->manifest.tensors)
       if (x.name == t.name) bt = &x;
   }
-  const auto es = static_cast<uint32_t>(hal::dtype_size(t.dtype));
   const std::string dpath = s.path + "/" + format::kData;
   const io::Reader data(dpath);
   std::unique_ptr<io::Reader> base_data;
   for (const auto& c : t.chunks)
     if (c.codec != format::kShuffleZstd && base != nullptr && !base_data)
       base_data = std::make_unique<io::Reader>(base->path + "/" + format::kData);
-  // Chunks decode independently: on oneTBB's threads, each into its place.
   tbb::parallel_for(size_t{0}, t.chunks.size(), [&](size_t k) {
-    thread_local std::vector<uint8_t> stored, bstored, base_raw;
     const format::Chunk& c = t.chunks[k];
     const std::string where = dpath + ": tensor " + t.name + " chunk " + std::to_string(k);
-    const uint8_t* br = nullptr;
+    const format::Chunk* b = nullptr;
     if (c.codec != format::kShuffleZstd) {
-      // The base's same chunk, decoded (and verified) first.
       if (bt == nullptr || bt->dtype != t.dtype || bt->bytes != t.bytes || k >= bt->chunks.size() ||
           bt->chunks[k].offset != c.offset || bt->chunks[k].raw_size != c.raw_size || !base_data)
         throw Error(Code::data_loss, "checkpoint: " + where + ": the base " +
                                          (base ? base->path : std::string("(none)")) + " has no matching chunk");
-      const format::Chunk& b = bt->chunks[k];
+      b = &bt->chunks[k];
+    }
+    fn(k, c, where, data, b, base_data.get());
+  });
+}
+
+}  // namespace
+
+void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out) {
+  const auto es = static_cast<uint32_t>(hal::dtype_size(t.dtype));
+  // Chunks decode independently, each into its place.
+  for_each_chunk(s, t, base, [&](size_t k, const format::Chunk& c, const std::string& where, const io::Reader& data,
+                                 const format::Chunk* b, const io::Reader* base_data) {
+    thread_local std::vector<uint8_t> stored, bstored, base_raw;
+    const uint8_t* br = nullptr;
+    if (b != nullptr) {
+      // The base's same chunk, decoded (and verified) first.
       base_raw.resize(c.raw_size);
-      bstored.resize(b.stored_size);
-      base_data->read_at(b.data_offset, bstored.data(), b.stored_size);
-      codec::decode(b, bstored.data(), es, nullptr, base_raw.data(),
+      bstored.resize(b->stored_size);
+      base_data->read_at(b->data_offset, bstored.data(), b->stored_size);
+      codec::decode(*b, bstored.data(), es, nullptr, base_raw.data(),
                     base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
       br = base_raw.data();
     }
@@ -251,34 +269,16 @@ void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uin
 }
 
 void verify_stored(const Shard& s, const format::Tensor& t, const Shard* base) {
-  const format::Tensor* bt = nullptr;
-  if (base) {
-    for (const auto& x : base->manifest.tensors)
-      if (x.name == t.name) bt = &x;
-  }
-  const std::string dpath = s.path + "/" + format::kData;
-  const io::Reader data(dpath);
-  std::unique_ptr<io::Reader> base_data;
-  for (const auto& c : t.chunks)
-    if (c.codec != format::kShuffleZstd && base != nullptr && !base_data)
-      base_data = std::make_unique<io::Reader>(base->path + "/" + format::kData);
-  tbb::parallel_for(size_t{0}, t.chunks.size(), [&](size_t k) {
+  for_each_chunk(s, t, base, [&](size_t k, const format::Chunk& c, const std::string& where, const io::Reader& data,
+                                 const format::Chunk* b, const io::Reader* base_data) {
     thread_local std::vector<uint8_t> stored;
-    auto check = [&](const io::Reader& r, const format::Chunk& c, const std::string& where) {
-      stored.resize(c.stored_size);
-      if (c.stored_size) r.read_at(c.data_offset, stored.data(), c.stored_size);
-      if (kernels::checksum(stored.data(), c.stored_size) != c.stored_xxh3)
-        throw Error(Code::data_loss, "checkpoint: " + where + ": xxh3 of the stored bytes does not match");
+    auto check = [&](const io::Reader& r, const format::Chunk& x, const std::string& at) {
+      stored.resize(x.stored_size);
+      if (x.stored_size) r.read_at(x.data_offset, stored.data(), x.stored_size);
+      if (kernels::checksum(stored.data(), x.stored_size) != x.stored_xxh3)
+        throw Error(Code::data_loss, "checkpoint: " + at + ": xxh3 of the stored bytes does not match");
     };
-    const format::Chunk& c = t.chunks[k];
-    const std::string where = dpath + ": tensor " + t.name + " chunk " + std::to_string(k);
-    if (c.codec != format::kShuffleZstd) {
-      if (bt == nullptr || bt->dtype != t.dtype || bt->bytes != t.bytes || k >= bt->chunks.size() ||
-          bt->chunks[k].offset != c.offset || bt->chunks[k].raw_size != c.raw_size || !base_data)
-        throw Error(Code::data_loss, "checkpoint: " + where + ": the base " +
-                                         (base ? base->path : std::string("(none)")) + " has no matching chunk");
-      check(*base_data, bt->chunks[k], base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
-    }
+    if (b != nullptr) check(*base_data, *b, base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
     if (c.codec != format::kSameAsBase) check(data, c, where);
   });
 }

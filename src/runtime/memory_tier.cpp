@@ -19,12 +19,16 @@ bool host_addressable(const hal::PluginPtr& plugin) {
   return p.memory_kind == HAL_MEMORY_HOST;
 }
 
-void copy_in(uint8_t* dst, uint64_t size, const std::vector<checkpoint::TensorView>& views) {
+void check_size(uint64_t size, const std::vector<checkpoint::TensorView>& views) {
   uint64_t total = 0;
   for (const auto& v : views) total += v.bytes();
   if (total != size)
     throw Error(Code::invalid_argument, "memory tier: the snapshot holds " + std::to_string(size) +
                                             " bytes, the state's views " + std::to_string(total));
+}
+
+void copy_in(uint8_t* dst, uint64_t size, const std::vector<checkpoint::TensorView>& views) {
+  check_size(size, views);
   for (const auto& v : views) {
     if (v.bytes()) std::memcpy(dst, v.data, v.bytes());
     dst += v.bytes();
@@ -32,11 +36,7 @@ void copy_in(uint8_t* dst, uint64_t size, const std::vector<checkpoint::TensorVi
 }
 
 void copy_out(const uint8_t* src, uint64_t size, const std::vector<checkpoint::TensorView>& views) {
-  uint64_t total = 0;
-  for (const auto& v : views) total += v.bytes();
-  if (total != size)
-    throw Error(Code::invalid_argument, "memory tier: the snapshot holds " + std::to_string(size) +
-                                            " bytes, the state's views " + std::to_string(total));
+  check_size(size, views);
   for (const auto& v : views) {
     if (v.bytes()) std::memcpy(v.data, src, v.bytes());
     src += v.bytes();

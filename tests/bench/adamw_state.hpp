@@ -6,6 +6,9 @@
 
 #include <sigma/checkpoint.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <random>
 #include <string>
@@ -82,5 +85,27 @@ struct Model {
     return b;
   }
 };
+
+// The state's raw bytes written to `path` and fsync'ed: the plain path, the
+// disk limit. False when a write failed.
+inline bool write_raw(const Model& md, const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  bool ok = fd >= 0;
+  for (const auto* set : {&md.w, &md.m, &md.v})
+    for (const auto& x : *set)
+      ok = ok && ::write(fd, x.data(), x.size() * 4) == static_cast<ssize_t>(x.size() * 4);
+  ok = ok && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok;
+}
+
+// Drops a file's pages from the page cache, so the next read comes from disk.
+inline void drop_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
 
 }  // namespace sigma::bench

@@ -52,14 +52,7 @@ Model& model() {
   return *m;
 }
 
-// Drops a file's pages from the page cache, so the next read comes from disk.
-void drop_cache(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-}
+using sigma::bench::drop_cache;
 
 void drop_tree(const std::string& dir) {
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
@@ -73,12 +66,7 @@ void BM_DiskLimit(benchmark::State& state) {
   const std::string path = g_dir + "/raw.bin";
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    for (const auto* set : {&md.w, &md.m, &md.v})
-      for (const auto& x : *set)
-        if (::write(fd, x.data(), x.size() * 4) != static_cast<ssize_t>(x.size() * 4)) state.SkipWithError("write");
-    ::fsync(fd);
-    ::close(fd);
+    if (!sigma::bench::write_raw(md, path)) state.SkipWithError("write");
     g_fig["disk_write_s"] = seconds(t0);
     state.SetIterationTime(g_fig["disk_write_s"]);
     drop_cache(path);
@@ -143,6 +131,18 @@ void BM_SigmaSaveBase(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(md.bytes()));
 }
 
+// The first snapshots pay for fresh staging memory (the first one's buffers
+// become the in-memory base); a training loop's later ones reuse it: the
+// figures are of the third save.
+void warm_up(ck::Engine& e, Model& md, ck::Engine::Snapshot mode) {
+  for (uint64_t step = 0; step < 2; ++step) {
+    ck::Metadata warm;
+    warm.step = step;
+    e.save_async(md.views(), warm, mode);
+    e.wait();
+  }
+}
+
 void BM_SigmaSaveAsyncBlocked(benchmark::State& state) {
   Model& md = model();
   for (auto _ : state) {
@@ -150,15 +150,7 @@ void BM_SigmaSaveAsyncBlocked(benchmark::State& state) {
     ck::Options o;
     o.dir = g_dir + "/async";
     ck::Engine e(o);
-    // The first snapshots pay for fresh staging memory (the first one's
-    // buffers become the in-memory base); a training loop's later ones
-    // reuse it: measure one of those.
-    for (uint64_t step = 0; step < 2; ++step) {
-      ck::Metadata warm;
-      warm.step = step;
-      e.save_async(md.views(), warm);
-      e.wait();
-    }
+    warm_up(e, md, ck::Engine::Snapshot::now);
     ck::Metadata meta;
     meta.step = 2;
     const ck::SaveResult r = e.save_async(md.views(), meta);
@@ -209,13 +201,7 @@ void BM_SigmaSaveOverlapped(benchmark::State& state) {
     ck::Options o;
     o.dir = g_dir + "/overlap";
     ck::Engine e(o);
-    // First saves into fresh staging memory, as in the async figure.
-    for (uint64_t step = 0; step < 2; ++step) {
-      ck::Metadata warm;
-      warm.step = step;
-      e.save_async(md.views(), warm, ck::Engine::Snapshot::overlapped);
-      e.wait();
-    }
+    warm_up(e, md, ck::Engine::Snapshot::overlapped);
     std::vector<double> plain;
     for (int i = 0; i < 3; ++i) {
       const auto t0 = Clock::now();

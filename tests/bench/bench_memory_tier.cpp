@@ -59,13 +59,7 @@ sigma::bench::Model& model() {
 
 double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void drop_cache(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-}
+using sigma::bench::drop_cache;
 
 void BM_Snapshot(benchmark::State& state) {
   uint64_t index = 0;
@@ -99,14 +93,7 @@ void BM_RestoreOwn(benchmark::State& state) {
 void BM_ColdRawRead(benchmark::State& state) {
   sigma::bench::Model& md = model();
   const std::string path = g_dir + "/raw.bin";
-  {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    for (const auto* set : {&md.w, &md.m, &md.v})
-      for (const auto& x : *set)
-        if (::write(fd, x.data(), x.size() * 4) != static_cast<ssize_t>(x.size() * 4)) state.SkipWithError("write");
-    ::fsync(fd);
-    ::close(fd);
-  }
+  if (!sigma::bench::write_raw(md, path)) state.SkipWithError("write");
   std::vector<char> buf(64 << 20);
   for (auto _ : state) {
     drop_cache(path);
