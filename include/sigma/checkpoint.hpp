@@ -195,9 +195,11 @@ class Engine {
   // and split tensors are cut and joined from the old ranks' slices that
   // overlap this view (views may also be split where the saved tensor was
   // replicated, or whole where it was split; splitting along another
-  // dimension than the saved one is refused). Local tensors need the same
-  // world size. Metadata comes from the same old rank, or rank 0 when there
-  // is none. A step without a global manifest (incomplete, or ranks on
+  // dimension than the saved one is refused). A local tensor on another
+  // world size is read from the old rank with the same number when there is
+  // one and the shape fits (what a data-parallel job whose ranks hold the
+  // same state needs; logged), else refused. Metadata comes from the same
+  // old rank, or rank 0 when there is none. A step without a global manifest (incomplete, or ranks on
   // disks of their own) is restored from this rank's shard when the world
   // size is the same, and skipped otherwise.
   RestoreResult restore(const std::vector<TensorView>& tensors, Metadata* meta,

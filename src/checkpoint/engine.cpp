@@ -544,6 +544,11 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
       if (g) {
         step::Read rd = step::read(sd, *g, m.o.rank, m.o.world, tensors, decoded, direct);
         man = std::move(rd.meta);
+        if (!rd.local_from_same_rank.empty())
+          m.log("checkpoint: step " + std::to_string(step) + " was saved on " + std::to_string(g->world) +
+                " ranks; rank " + std::to_string(m.o.rank) + " of " + std::to_string(m.o.world) + " reads " +
+                std::to_string(rd.local_from_same_rank.size()) + " local tensor(s) (" + rd.local_from_same_rank.front() +
+                ", ...) from old rank " + std::to_string(m.o.rank) + "'s shard");
         res.saved_world = g->world;
         res.resharded = rd.resharded;
         res.path = rd.resharded ? sd : own;

@@ -194,10 +194,25 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
         throw Error(Code::invalid_argument, what + ": rank " + std::to_string(rank) +
                                                 "'s saved tensor has another shape than the view");
     }
-    if (v.layout == Layout::local || rec->layout == Layout::local)
+    if (v.layout == Layout::local || rec->layout == Layout::local) {
+      // Another world size: the old rank with the same number, when there
+      // is one and its tensor fits (a data-parallel job's ranks hold the
+      // same state); anything else needs a layout to re-shard by.
+      if (rank < m.world) {
+        Opened& o = open_rank(rank);
+        const format::Tensor& t = tensor_of(o, v.name);
+        if (t.shape == v.shape) {
+          out[i] = shard::Bytes(v.bytes());
+          shard::read_tensor(o.s, t, o.base.get(), out[i].data());
+          res.local_from_same_rank.push_back(v.name);
+          continue;
+        }
+      }
       throw Error(Code::invalid_argument, what + ": local to each rank (saved on " + std::to_string(m.world) +
-                                              " ranks, restoring on " + std::to_string(world) +
+                                              " ranks, restoring rank " + std::to_string(rank) + " of " +
+                                              std::to_string(world) +
                                               "); re-sharding needs it saved and viewed as replicated or split");
+    }
     const std::vector<int64_t>& vg = v.layout == Layout::split ? v.global_shape : v.shape;
     if (vg != rec->global_shape) throw Error(Code::invalid_argument, what + ": saved with another global shape");
     out[i] = shard::Bytes(v.bytes());

@@ -29,6 +29,9 @@ bool finalize(const std::string& job_dir, uint64_t step);
 struct Read {
   Metadata meta;
   bool resharded = false;
+  // Local tensors read, on another world size, from the old rank with the
+  // same number.
+  std::vector<std::string> local_from_same_rank;
 };
 //
 // `direct[i]`, when not NULL, is host memory of views[i]: a view read whole

@@ -38,6 +38,9 @@ std::shared_ptr<gloo::Context> g_gloo;
 
 const std::vector<int64_t> kSizes = {4, 64, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20, 256 << 20};
 
+// bytes -> median microseconds per all-reduce: HAL, raw Gloo (interleaved).
+std::map<int64_t, std::pair<double, double>> g_latency;
+
 // Same work on both ranks: fewer iterations as messages grow.
 int64_t iterations_for(int64_t bytes) {
   if (bytes <= (16 << 10)) return 200;
@@ -113,6 +116,47 @@ void BM_AllReduce_Gloo(benchmark::State& state) {
   set_bus_bw(state, bytes, 2.0 * (kWorld - 1) / kWorld);
 }
 
+// Small-message latency, the two paths interleaved: 40 blocks of 50
+// all-reduces through the HAL, then 50 through raw Gloo, alternating, and
+// the median block of each. On two vCPUs shared by both ranks a run of one
+// path and then the other drifts by more than the difference measured;
+// interleaving cancels the drift.
+void BM_Latency_Interleaved(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  Buffers b(bytes);
+  hal_coll_args_t a{};
+  a.struct_size = sizeof(a);
+  a.op = HAL_COLL_ALL_REDUCE;
+  a.dtype = HAL_DTYPE_F32;
+  a.count = static_cast<uint64_t>(bytes / 4);
+  a.sendbuf = a.recvbuf = b.hal_recv.data();
+  constexpr int kBlocks = 40, kOps = 50;
+  std::vector<double> hal, gloo;
+  for (auto _ : state) {
+    for (int blk = 0; blk < kBlocks; ++blk) {
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kOps; ++i) g_comm->run(a, std::chrono::seconds(120));
+      hal.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kOps);
+      t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kOps; ++i) {
+        gloo::AllreduceOptions o(g_gloo);
+        o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+        o.setOutput(b.gloo_recv.p, b.count);
+        o.setReduceFunction(sum_f32);
+        gloo::allreduce(o);
+      }
+      gloo.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kOps);
+    }
+    std::sort(hal.begin(), hal.end());
+    std::sort(gloo.begin(), gloo.end());
+    state.SetIterationTime(hal[hal.size() / 2] * kOps * kBlocks);
+  }
+  state.counters["hal_us"] = hal[hal.size() / 2] * 1e6;
+  state.counters["gloo_us"] = gloo[gloo.size() / 2] * 1e6;
+  state.counters["added_us"] = (hal[hal.size() / 2] - gloo[gloo.size() / 2]) * 1e6;
+  g_latency[bytes] = {hal[hal.size() / 2] * 1e6, gloo[gloo.size() / 2] * 1e6};
+}
+
 void BM_AllToAll_HAL(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   Buffers b(bytes);
@@ -140,6 +184,8 @@ void BM_AllToAll_Gloo(benchmark::State& state) {
 }
 
 void register_all() {
+  for (int64_t bytes : {4, 64, 1024})
+    benchmark::RegisterBenchmark("Latency/interleaved", BM_Latency_Interleaved)->Arg(bytes)->Iterations(1)->UseManualTime();
   for (int64_t bytes : kSizes) {
     const int64_t it = iterations_for(bytes);
     benchmark::RegisterBenchmark("AllReduce/HAL", BM_AllReduce_HAL)->Arg(bytes)->Iterations(it)->UseRealTime();
@@ -154,6 +200,13 @@ void register_all() {
 }
 
 void print_ratios(const sigma::bench::Recorder& rec) {
+  if (!g_latency.empty()) {
+    std::printf("\nall-reduce latency, interleaved blocks (median us per op)\n%10s %10s %10s %12s\n", "bytes", "HAL",
+                "Gloo", "added us/op");
+    for (const auto& [bytes, hg] : g_latency)
+      std::printf("%10lld %10.1f %10.1f %12.1f\n", static_cast<long long>(bytes), hg.first, hg.second,
+                  hg.first - hg.second);
+  }
   std::printf("\n%-10s %10s %12s %12s %8s %14s\n", "op", "bytes", "HAL GB/s", "Gloo GB/s", "ratio", "added us/op");
   for (const char* op : {"AllReduce", "AllToAll"}) {
     for (int64_t bytes : kSizes) {

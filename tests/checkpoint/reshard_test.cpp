@@ -208,15 +208,30 @@ TEST(CheckpointReshard, IncompleteStepsDamagedStepManifestsAndForeignShardsAreNo
 TEST(CheckpointReshard, ViewsThatCannotBeReshardedAreTheCallersMistake) {
   const std::string dir = fresh_dir("views");
   save_step(dir, 3, 4, 4);
-  Engine e(options(dir, 0, 2));
-  RankState s(0, 2);
-  try {  // a local tensor on another world size
-    e.restore(s.views(true), nullptr);
-    FAIL();
-  } catch (const Error& err) {
-    EXPECT_EQ(err.code(), Code::invalid_argument);
-    EXPECT_NE(std::string(err.what()).find("local to each rank"), std::string::npos) << err.what();
+  {
+    // A local tensor on another world size: from the old rank with the
+    // same number (saying so)...
+    std::vector<std::string> said;
+    Options o = options(dir, 1, 2);
+    o.log = [&](const std::string& x) { said.push_back(x); };
+    Engine e1(o);
+    RankState s1(1, 2);
+    e1.restore(s1.views(true), nullptr);
+    EXPECT_EQ(s1.local, std::vector<uint8_t>(8, 1));
+    ASSERT_FALSE(said.empty());
+    EXPECT_NE(said.back().find("from old rank 1's shard"), std::string::npos) << said.back();
+    // ...and refused for a rank the old world did not have.
+    Engine e5(options(dir, 5, 8));
+    RankState s5(5, 8);
+    try {
+      e5.restore(s5.views(true), nullptr);
+      FAIL();
+    } catch (const Error& err) {
+      EXPECT_EQ(err.code(), Code::invalid_argument);
+      EXPECT_NE(std::string(err.what()).find("local to each rank"), std::string::npos) << err.what();
+    }
   }
+  Engine e(options(dir, 0, 2));
   std::vector<float> cols(Global::kRows * 12);
   try {  // W was split along rows; a view split along columns
     e.restore({split({"W", HAL_DTYPE_F32, {Global::kRows, 12}, cols.data()}, 1, 0, {Global::kRows, Global::kCols})},
