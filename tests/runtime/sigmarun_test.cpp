@@ -251,6 +251,26 @@ TEST_F(Sigmarun, AJobThatAllowsItShrinksWhenNoSpareIsLeftAndNeverBelowItsFloor) 
   EXPECT_EQ(p.report["status"], "paused");
 }
 
+TEST_F(Sigmarun, APausedJobResumesOnFewerRanksFromItsDiskCheckpoints) {
+  JobRun r = sigmarun("fewer", {"--nproc", "3", "--spares", "0", "--checkpoint-every", "20"},
+                      {"--steps", std::to_string(kSteps), "--kill-at", "50", "--kill-device", "0"});
+  ASSERT_EQ(r.exit_code, 3) << logs(r);
+  // The devices left are two: the job goes on on two ranks from the step
+  // 40 that three saved (each rank's state from the old rank of its number).
+  std::vector<std::string> args{SIGMARUN, "--job-dir", r.dir, "--no-progress", "--nproc", "2", "--spares", "0",
+                                "--checkpoint-every", "20", "--", RUNTIME_WORKER, "--steps", std::to_string(kSteps)};
+  std::string cmd;
+  for (const auto& a : args) cmd += "'" + a + "' ";
+  ASSERT_EQ(std::system((cmd + "2>/dev/null").c_str()), 0);
+  EXPECT_NE(read_file(r.dir + "/incidents.jsonl").find("\"event\":\"resumed\",\"from\""), std::string::npos);
+  const json report = json::parse(read_file(r.dir + "/report.json"));
+  EXPECT_EQ(report["status"], "done");
+  EXPECT_EQ(report["world"], 2);
+  const auto f = finals(r, 2);
+  ASSERT_EQ(f[0].size(), 2 * 4096 * sizeof(float));
+  EXPECT_TRUE(f[0] == f[1]);
+}
+
 TEST_F(Sigmarun, AThermalRunawayIsMigratedBeforeTheDeviceFails) {
   // thermal_runaway: device 1 ramps from scenario second 30 and is lost at
   // 100; at 20 scenario seconds per second the ramp starts 1.5 s in (after
