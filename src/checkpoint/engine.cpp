@@ -277,7 +277,7 @@ struct Engine::Impl {
       ++since_base;
     }
     try {
-      r.step_complete = step::finalize(job, step);
+      r.step_complete = step::finalize(job, step, o.world);
     } catch (const Error& e) {
       log(std::string(e.what()) + "; step " + std::to_string(step) + " has no global manifest");
     }

@@ -54,10 +54,12 @@ std::optional<format::StepManifest> load(const std::string& step_dir) {
   return format::decode_step(io::read_file(path, format::kMaxManifestBytes), path);
 }
 
-bool finalize(const std::string& job_dir, uint64_t step) {
+bool finalize(const std::string& job_dir, uint64_t step, uint32_t world) {
   const std::string sd = format::step_dir(job_dir, step);
   const std::vector<uint32_t> ranks = ranks_present(sd);
-  if (ranks.empty()) return false;
+  // Most saves do not complete their step: a listing tells, before any
+  // manifest is read.
+  if (ranks.empty() || ranks.size() < world) return false;
   format::StepManifest g;
   g.step = step;
   g.created_unix_ns = now_unix_ns();

@@ -18,8 +18,9 @@ std::string manifest_path(const std::string& step_dir);
 // Error(data_loss) when there is one that does not read.
 std::optional<format::StepManifest> load(const std::string& step_dir);
 
-// See checkpoint::finalize_step.
-bool finalize(const std::string& job_dir, uint64_t step);
+// See checkpoint::finalize_step. `world`, when known (not 0), spares
+// reading manifests while fewer shards than that are present.
+bool finalize(const std::string& job_dir, uint64_t step, uint32_t world = 0);
 
 // Decodes what each view needs of the step into out[i] (views[i].bytes()
 // bytes each; allocated here) and the metadata of rank `rank` (rank 0 when
