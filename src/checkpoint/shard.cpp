@@ -189,10 +189,14 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
 }
 
 Shard open(const std::string& path) {
+  return open(path, io::read_file(path + "/" + format::kManifest, format::kMaxManifestBytes));
+}
+
+Shard open(const std::string& path, const std::vector<uint8_t>& manifest_bytes) {
   Shard s;
   s.path = path;
   const std::string mpath = path + "/" + format::kManifest;
-  s.manifest = format::decode(io::read_file(mpath, format::kMaxManifestBytes), mpath);
+  s.manifest = format::decode(manifest_bytes, mpath);
   const std::string dpath = path + "/" + format::kData;
   const uint64_t size = io::file_size(dpath);
   if (size != s.manifest.data_bytes)

@@ -83,6 +83,8 @@ struct Shard {
 // The manifest of the shard at `path`, verified, and its data file's size
 // checked. Throws Error(data_loss).
 Shard open(const std::string& path);
+// The same from manifest bytes the caller has read already.
+Shard open(const std::string& path, const std::vector<uint8_t>& manifest_bytes);
 // The base shard a differential one needs.
 std::string base_path(const Shard& s);
 // That base, opened and verified like `s`; NULL when `s` is a base.

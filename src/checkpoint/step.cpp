@@ -143,7 +143,7 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
     const format::ShardRef& ref = m.shards[r];
     if (bytes.size() != ref.manifest_bytes || kernels::checksum(bytes.data(), bytes.size()) != ref.manifest_xxh3)
       bad(mpath, "not the shard the step manifest " + manifest_path(step_dir) + " recorded (size or xxh3 differs)");
-    Opened o{shard::open(path), nullptr};
+    Opened o{shard::open(path, bytes), nullptr};
     o.base = shard::open_base(o.s);
     return opened.emplace(r, std::move(o)).first->second;
   };
@@ -200,7 +200,9 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
       // Another world size: the old rank with the same number, when there
       // is one and its tensor fits (a data-parallel job's ranks hold the
       // same state); anything else needs a layout to re-shard by.
-      if (rank < m.world) {
+      bool held = false;
+      for (const auto& p : rec->pieces) held |= p.rank == rank;
+      if (held) {
         Opened& o = open_rank(rank);
         const format::Tensor& t = tensor_of(o, v.name);
         if (t.shape == v.shape) {

@@ -58,18 +58,6 @@ struct MemoryTier::Snap {
 MemoryTier::MemoryTier(size_t keep) : keep_(keep) {}
 MemoryTier::~MemoryTier() = default;
 
-std::vector<uint8_t> pack(const std::vector<checkpoint::TensorView>& views) {
-  uint64_t total = 0;
-  for (const auto& v : views) total += v.bytes();
-  std::vector<uint8_t> out(total);
-  copy_in(out.data(), total, views);
-  return out;
-}
-
-void unpack(const std::vector<uint8_t>& bytes, const std::vector<checkpoint::TensorView>& views) {
-  copy_out(bytes.data(), bytes.size(), views);
-}
-
 MemoryTier::Snap MemoryTier::take(hal::Communicator& comm, uint64_t bytes) {
   for (size_t i = 0; i < free_.size(); ++i) {
     if (free_[i].size != bytes) continue;

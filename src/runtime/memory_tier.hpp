@@ -76,9 +76,4 @@ class MemoryTier {
   std::unique_ptr<hal::Buffer> stage_;  // device memory that is not host-addressable
 };
 
-// Bytes of the views laid end to end / back into the views. Throws
-// Error(invalid_argument) when the sizes do not match.
-std::vector<uint8_t> pack(const std::vector<checkpoint::TensorView>& views);
-void unpack(const std::vector<uint8_t>& bytes, const std::vector<checkpoint::TensorView>& views);
-
 }  // namespace sigma::runtime

@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 
 namespace {
@@ -131,26 +132,29 @@ void BM_SigmaSaveBase(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(md.bytes()));
 }
 
-// The first snapshots pay for fresh staging memory (the first one's buffers
-// become the in-memory base); a training loop's later ones reuse it: the
+// An engine in a fresh folder below g_dir that has saved twice: the first
+// snapshots pay for fresh staging memory (the first one's buffers become
+// the in-memory base); a training loop's later ones reuse it, so the
 // figures are of the third save.
-void warm_up(ck::Engine& e, Model& md, ck::Engine::Snapshot mode) {
+std::unique_ptr<ck::Engine> warm_engine(const std::string& folder, Model& md, ck::Engine::Snapshot mode) {
+  std::filesystem::remove_all(g_dir + "/" + folder);
+  ck::Options o;
+  o.dir = g_dir + "/" + folder;
+  auto e = std::make_unique<ck::Engine>(o);
   for (uint64_t step = 0; step < 2; ++step) {
     ck::Metadata warm;
     warm.step = step;
-    e.save_async(md.views(), warm, mode);
-    e.wait();
+    e->save_async(md.views(), warm, mode);
+    e->wait();
   }
+  return e;
 }
 
 void BM_SigmaSaveAsyncBlocked(benchmark::State& state) {
   Model& md = model();
   for (auto _ : state) {
-    std::filesystem::remove_all(g_dir + "/async");
-    ck::Options o;
-    o.dir = g_dir + "/async";
-    ck::Engine e(o);
-    warm_up(e, md, ck::Engine::Snapshot::now);
+    auto engine = warm_engine("async", md, ck::Engine::Snapshot::now);
+    ck::Engine& e = *engine;
     ck::Metadata meta;
     meta.step = 2;
     const ck::SaveResult r = e.save_async(md.views(), meta);
@@ -197,11 +201,8 @@ double forward_backward(Model& md) {
 void BM_SigmaSaveOverlapped(benchmark::State& state) {
   Model& md = model();
   for (auto _ : state) {
-    std::filesystem::remove_all(g_dir + "/overlap");
-    ck::Options o;
-    o.dir = g_dir + "/overlap";
-    ck::Engine e(o);
-    warm_up(e, md, ck::Engine::Snapshot::overlapped);
+    auto engine = warm_engine("overlap", md, ck::Engine::Snapshot::overlapped);
+    ck::Engine& e = *engine;
     std::vector<double> plain;
     for (int i = 0; i < 3; ++i) {
       const auto t0 = Clock::now();

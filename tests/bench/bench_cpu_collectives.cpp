@@ -90,29 +90,31 @@ void set_bus_bw(benchmark::State& state, int64_t bytes, double factor) {
                                                     benchmark::Counter::kIsRate);
 }
 
+// One in-place f32 sum all-reduce of the buffers, through each path.
+void hal_all_reduce(Buffers& b) {
+  g_comm->run(sigma::hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, b.count, b.hal_recv.data(), b.hal_recv.data()),
+              std::chrono::seconds(120));
+}
+
+void gloo_all_reduce(Buffers& b) {
+  gloo::AllreduceOptions o(g_gloo);
+  o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+  o.setOutput(b.gloo_recv.p, b.count);
+  o.setReduceFunction(sum_f32);
+  gloo::allreduce(o);
+}
+
 void BM_AllReduce_HAL(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   Buffers b(bytes);
-  hal_coll_args_t a{};
-  a.struct_size = sizeof(a);
-  a.op = HAL_COLL_ALL_REDUCE;
-  a.dtype = HAL_DTYPE_F32;
-  a.count = static_cast<uint64_t>(bytes / 4);
-  a.sendbuf = a.recvbuf = b.hal_recv.data();
-  for (auto _ : state) g_comm->run(a, std::chrono::seconds(120));
+  for (auto _ : state) hal_all_reduce(b);
   set_bus_bw(state, bytes, 2.0 * (kWorld - 1) / kWorld);
 }
 
 void BM_AllReduce_Gloo(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   Buffers b(bytes);
-  for (auto _ : state) {
-    gloo::AllreduceOptions o(g_gloo);
-    o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    o.setOutput(b.gloo_recv.p, b.count);
-    o.setReduceFunction(sum_f32);
-    gloo::allreduce(o);
-  }
+  for (auto _ : state) gloo_all_reduce(b);
   set_bus_bw(state, bytes, 2.0 * (kWorld - 1) / kWorld);
 }
 
@@ -124,27 +126,15 @@ void BM_AllReduce_Gloo(benchmark::State& state) {
 void BM_Latency_Interleaved(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   Buffers b(bytes);
-  hal_coll_args_t a{};
-  a.struct_size = sizeof(a);
-  a.op = HAL_COLL_ALL_REDUCE;
-  a.dtype = HAL_DTYPE_F32;
-  a.count = static_cast<uint64_t>(bytes / 4);
-  a.sendbuf = a.recvbuf = b.hal_recv.data();
   constexpr int kBlocks = 40, kOps = 50;
   std::vector<double> hal, gloo;
   for (auto _ : state) {
     for (int blk = 0; blk < kBlocks; ++blk) {
       auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < kOps; ++i) g_comm->run(a, std::chrono::seconds(120));
+      for (int i = 0; i < kOps; ++i) hal_all_reduce(b);
       hal.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kOps);
       t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < kOps; ++i) {
-        gloo::AllreduceOptions o(g_gloo);
-        o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-        o.setOutput(b.gloo_recv.p, b.count);
-        o.setReduceFunction(sum_f32);
-        gloo::allreduce(o);
-      }
+      for (int i = 0; i < kOps; ++i) gloo_all_reduce(b);
       gloo.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kOps);
     }
     std::sort(hal.begin(), hal.end());
@@ -253,19 +243,9 @@ int main(int argc, char** argv) {
   // operations of a fresh process pay for page faults and the peer's start.
   {
     Buffers b(4096);
-    hal_coll_args_t a{};
-    a.struct_size = sizeof(a);
-    a.op = HAL_COLL_ALL_REDUCE;
-    a.dtype = HAL_DTYPE_F32;
-    a.count = 1024;
-    a.sendbuf = a.recvbuf = b.hal_recv.data();
     for (int i = 0; i < 500; ++i) {
-      g_comm->run(a, std::chrono::seconds(120));
-      gloo::AllreduceOptions o(g_gloo);
-      o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      o.setOutput(b.gloo_recv.p, 1024);
-      o.setReduceFunction(sum_f32);
-      gloo::allreduce(o);
+      hal_all_reduce(b);
+      gloo_all_reduce(b);
     }
   }
   register_all();

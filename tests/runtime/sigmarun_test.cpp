@@ -65,24 +65,32 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-JobRun sigmarun(const std::string& name, std::vector<std::string> agent_args, std::vector<std::string> worker_args,
-               const std::string& worker = RUNTIME_WORKER) {
-  JobRun r;
-  r.dir = job_dir(name);
-  std::vector<std::string> args{SIGMARUN, "--job-dir", r.dir, "--no-progress"};
-  args.insert(args.end(), agent_args.begin(), agent_args.end());
-  args.push_back("--");
-  args.push_back(worker);
-  args.insert(args.end(), worker_args.begin(), worker_args.end());
+// Starts args[0] with args; returns its pid.
+pid_t spawn(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
+  return pid;
+}
+
+// A sigmarun job in `dir` (a new one, or a rerun in the folder of one that
+// paused), waited for.
+JobRun run_in(const std::string& dir, std::vector<std::string> agent_args, std::vector<std::string> worker_args,
+              const std::string& worker = RUNTIME_WORKER) {
+  JobRun r;
+  r.dir = dir;
+  std::vector<std::string> args{SIGMARUN, "--job-dir", r.dir, "--no-progress"};
+  args.insert(args.end(), agent_args.begin(), agent_args.end());
+  args.push_back("--");
+  args.push_back(worker);
+  args.insert(args.end(), worker_args.begin(), worker_args.end());
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = spawn(std::move(args));
   int status = 0;
   ::waitpid(pid, &status, 0);
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -101,6 +109,11 @@ JobRun sigmarun(const std::string& name, std::vector<std::string> agent_args, st
   std::ifstream j(r.dir + "/incidents.jsonl");
   for (std::string line; std::getline(j, line);) r.journal.push_back(json::parse(line));
   return r;
+}
+
+JobRun sigmarun(const std::string& name, std::vector<std::string> agent_args, std::vector<std::string> worker_args,
+               const std::string& worker = RUNTIME_WORKER) {
+  return run_in(job_dir(name), std::move(agent_args), std::move(worker_args), worker);
 }
 
 std::string logs(const JobRun& r) {
@@ -220,11 +233,9 @@ TEST_F(Sigmarun, WithNoSpareLeftTheJobPausesAndSaysWhy) {
   }
   // ... and a new run in the same folder, with a repaired device as a
   // spare, resumes from it and ends exactly where a fault-free run ends.
-  std::vector<std::string> args{SIGMARUN, "--job-dir", r.dir, "--no-progress", "--nproc", "3", "--spares", "1",
-                                "--checkpoint-every", "20", "--", RUNTIME_WORKER, "--steps", std::to_string(kSteps)};
-  std::string cmd;
-  for (const auto& a : args) cmd += "'" + a + "' ";
-  ASSERT_EQ(std::system((cmd + "2>/dev/null").c_str()), 0);
+  const JobRun again = run_in(r.dir, {"--nproc", "3", "--spares", "1", "--checkpoint-every", "20"},
+                              {"--steps", std::to_string(kSteps)});
+  ASSERT_EQ(again.exit_code, 0) << logs(again);
   EXPECT_NE(read_file(r.dir + "/incidents.jsonl").find("\"event\":\"resumed\",\"from\""), std::string::npos);
   expect_exact(r);
 }
@@ -257,15 +268,12 @@ TEST_F(Sigmarun, APausedJobResumesOnFewerRanksFromItsDiskCheckpoints) {
   ASSERT_EQ(r.exit_code, 3) << logs(r);
   // The devices left are two: the job goes on on two ranks from the step
   // 40 that three saved (each rank's state from the old rank of its number).
-  std::vector<std::string> args{SIGMARUN, "--job-dir", r.dir, "--no-progress", "--nproc", "2", "--spares", "0",
-                                "--checkpoint-every", "20", "--", RUNTIME_WORKER, "--steps", std::to_string(kSteps)};
-  std::string cmd;
-  for (const auto& a : args) cmd += "'" + a + "' ";
-  ASSERT_EQ(std::system((cmd + "2>/dev/null").c_str()), 0);
+  const JobRun again = run_in(r.dir, {"--nproc", "2", "--spares", "0", "--checkpoint-every", "20"},
+                              {"--steps", std::to_string(kSteps)});
+  ASSERT_EQ(again.exit_code, 0) << logs(again);
   EXPECT_NE(read_file(r.dir + "/incidents.jsonl").find("\"event\":\"resumed\",\"from\""), std::string::npos);
-  const json report = json::parse(read_file(r.dir + "/report.json"));
-  EXPECT_EQ(report["status"], "done");
-  EXPECT_EQ(report["world"], 2);
+  EXPECT_EQ(again.report["status"], "done");
+  EXPECT_EQ(again.report["world"], 2);
   const auto f = finals(r, 2);
   ASSERT_EQ(f[0].size(), 2 * 4096 * sizeof(float));
   EXPECT_TRUE(f[0] == f[1]);
@@ -380,14 +388,7 @@ JobRun two_nodes(const std::string& name, int redis_port, std::vector<std::strin
   args.push_back("--");
   args.push_back(RUNTIME_WORKER);
   args.insert(args.end(), worker_args.begin(), worker_args.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t follower = ::fork();
-  if (follower == 0) {
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  const pid_t follower = spawn(std::move(args));
   common.insert(common.begin(), {"--node-rank", "0", "--host", "127.0.0.1"});
   JobRun r = sigmarun(name, common, worker_args);
   int status = 0;
@@ -455,14 +456,7 @@ TEST(SigmarunMetrics, PrometheusMetricsAreServedWhileTheJobRuns) {
   g_dirs.push_back(dir);
   std::vector<std::string> args{SIGMARUN, "--job-dir", dir, "--no-progress", "--nproc", "2", "--spares", "1",
                                 "--metrics-port", "0", "--", RUNTIME_WORKER, "--steps", "400", "--step-ms", "10"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  const pid_t pid = spawn(std::move(args));
   std::string body;
   for (int i = 0; i < 200 && body.find("sigma_steps_total ") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
