@@ -69,6 +69,10 @@ class Plugin {
   const hal_device_api_t& device_api() const { return *api_->device; }
   const hal_telemetry_api_t& telemetry_api() const { return *api_->telemetry; }
   const hal_coll_api_t& coll_api() const { return *api_->coll; }
+  // hal_coll_api_t.run (ABI 1.1), or nullptr when the plugin has none.
+  hal_coll_run_fn* coll_run() const {
+    return HAL_HAS_FIELD(api_->coll, hal_coll_api_t, run) ? api_->coll->run : nullptr;
+  }
   const std::string& path() const { return path_; }
   std::string name() const { return api_->name; }
   bool has_streams() const;
@@ -135,7 +139,9 @@ class Communicator {
   Communicator& operator=(const Communicator&) = delete;
 
   Request post(const hal_coll_args_t& args, hal_stream_t stream = nullptr);
-  // Blocking helper: posts and waits at most `timeout`. An operation that
+  // Blocking helper: runs the operation and waits at most `timeout`, through
+  // the plugin's hal_coll_api_t.run where it has one (on the calling thread,
+  // for a blocking transport), else by posting and waiting. An operation that
   // overruns its bound means a hung peer on early-life hardware, so on
   // timeout the communicator is aborted (it can then only be destroyed) and
   // Error(timeout) is thrown. Other failures throw their own code.

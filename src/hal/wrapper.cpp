@@ -59,6 +59,19 @@ Request Communicator::post(const hal_coll_args_t& args, hal_stream_t stream) {
 
 void Communicator::run(const hal_coll_args_t& args, std::chrono::nanoseconds timeout,
                        hal_stream_t stream) {
+  auto timed_out = [&] {
+    return Error(Code::timeout, "HAL plugin '" + plugin_->name() + "': " + coll_op_name(args.op) +
+                                    " did not finish within " +
+                                    std::to_string(std::chrono::duration<double>(timeout).count()) +
+                                    " s; the communicator was aborted");
+  };
+  if (hal_coll_run_fn* run = plugin_->coll_run()) {
+    const uint64_t ns = timeout.count() < 0 ? 0 : static_cast<uint64_t>(timeout.count());
+    const hal_status_t st = run(comm_, &args, stream, ns);
+    if (st == HAL_ERR_TIMEOUT) throw timed_out();
+    plugin_->check(st, "hal_coll_api_t.run");
+    return;
+  }
   Request req = post(args, stream);
   if (req.wait(timeout)) return;
   abort();
@@ -67,10 +80,7 @@ void Communicator::run(const hal_coll_args_t& args, std::chrono::nanoseconds tim
   } catch (const Error&) {
     // Expected: it ends with ABORTED.
   }
-  throw Error(Code::timeout, "HAL plugin '" + plugin_->name() + "': " + coll_op_name(args.op) +
-                                 " did not finish within " +
-                                 std::to_string(std::chrono::duration<double>(timeout).count()) +
-                                 " s; the communicator was aborted");
+  throw timed_out();
 }
 
 void Communicator::abort() {

@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
   const uint32_t world = static_cast<uint32_t>(std::atoi(argv[2]));
   const std::string dir = argv[3];
   std::ofstream out(dir + "/result-" + std::to_string(rank) + ".tmp");
+  // Where this rank is, flushed at once: a rank that hangs tells the test
+  // which step it never left.
+  std::ofstream phase_file(dir + "/phase-" + std::to_string(rank));
+  auto phase = [&](const char* what) { phase_file << what << std::endl; };
   try {
     auto store = std::make_shared<bootstrap::FileStore>(dir + "/store");
     auto plugin = hal::Plugin::load("cpu");
@@ -53,7 +57,9 @@ int main(int argc, char** argv) {
     double detect_s = 0;
     {
       bootstrap::HalBootstrap bs(store, "main/");
+      phase("create");
       hal::Communicator comm(plugin, comm_args(rank, world, bs));
+      phase("all-reduce loop");
       for (int i = 0;; ++i) {
         const auto t0 = std::chrono::steady_clock::now();
         try {
@@ -67,15 +73,20 @@ int main(int argc, char** argv) {
         }
         if (i == 0) store->set("ready/" + std::to_string(rank), {1});
       }
+      phase("abort");
       comm.abort();
       out << "async_error=" << hal_status_name(comm.async_error()) << "\n";
+      phase("destroy");
     }
     out << "code=" << code_name(seen) << "\n" << "detect_s=" << detect_s << "\n";
     // The survivors (every rank but the last) carry on without it.
     bootstrap::HalBootstrap bs2(store, "survivors/");
+    phase("create survivors");
     hal::Communicator comm2(plugin, comm_args(rank, world - 1, bs2));
     buf.copy_from_host(ones.data(), n * 4);
+    phase("survivors all-reduce");
     comm2.run(all_reduce(buf, 1024), 10s);
+    phase("done");
     float first = 0;
     buf.copy_to_host(&first, 4);
     out << "survivors_sum=" << first << "\n";

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <set>
 
 namespace cpu_vendor {
@@ -127,11 +128,89 @@ hal_status_t validate(const hal_coll_args_t& a, uint32_t rank, uint32_t size) {
   return HAL_OK;
 }
 
+// Ends operations that run on a caller's thread (run_to_end()) at their
+// deadline. Gloo bounds each of its waits, not a whole operation, so a slow
+// operation made of many waits could otherwise overrun the caller's time.
+// One thread for the process, started on first use; it sleeps until the
+// earliest deadline and is woken only when a sooner one arrives (operations
+// usually end long before theirs, so most calls cost two uncontended locks).
+class Watchdog {
+ public:
+  ~Watchdog() { stop(); }  // a process that exits without finalize
+  struct Due {
+    Comm* comm;
+    bool fired = false;
+  };
+  using Entry = std::multimap<uint64_t, Due>::iterator;
+  Entry add(uint64_t deadline_ns, Comm* c) {
+    std::lock_guard lk(mu_);
+    if (!thread_.joinable()) {
+      stop_ = false;
+      thread_ = std::thread([this] { loop(); });
+    }
+    auto it = due_.emplace(deadline_ns, Due{c});
+    if (deadline_ns < sleeping_until_) cv_.notify_one();
+    return it;
+  }
+  // Returns whether the deadline had fired.
+  bool remove(Entry it) {
+    std::lock_guard lk(mu_);
+    const bool fired = it->second.fired;
+    due_.erase(it);
+    return fired;
+  }
+  void stop() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+      cv_.notify_one();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lk(mu_);
+    while (!stop_) {
+      const uint64_t now = now_ns();
+      sleeping_until_ = UINT64_MAX;
+      for (auto& [deadline, d] : due_) {  // the owner erases its entry
+        if (d.fired) continue;
+        if (deadline > now) {
+          sleeping_until_ = deadline;
+          break;
+        }
+        d.fired = true;
+        d.comm->expire();
+      }
+      if (sleeping_until_ == UINT64_MAX) cv_.wait(lk);
+      else cv_.wait_for(lk, std::chrono::nanoseconds(sleeping_until_ - now));
+    }
+    sleeping_until_ = UINT64_MAX;
+  }
+
+  std::mutex mu_;  // guards all below
+  std::condition_variable cv_;
+  std::multimap<uint64_t, Due> due_;
+  uint64_t sleeping_until_ = UINT64_MAX;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+Watchdog g_watchdog;
+
 }  // namespace
 
 void reset_tcp_device() {
   std::lock_guard lk(g_device_mu);
   g_device.reset();
+}
+
+void stop_deadline_watchdog() { g_watchdog.stop(); }
+
+void Comm::expire() {
+  expired_ = true;
+  shutdown_sockets();
 }
 
 void RequestState::complete(hal_status_t st, std::string why) {
@@ -198,26 +277,89 @@ Comm::~Comm() {
   {
     std::lock_guard lk(mu_);
     stop_ = true;
-    cv_.notify_all();
+    work_cv_.notify_all();
   }
   if (worker_.joinable()) worker_.join();
   ctx_.reset();  // Gloo closes its descriptors; ours keep the sockets open until:
   for (int fd : sockets_) ::close(fd);
 }
 
-hal_status_t Comm::post(const hal_coll_args_t& args, std::shared_ptr<RequestState>& out) {
+hal_status_t Comm::admit(const hal_coll_args_t& args) const {
   if (hal_status_t st = validate(args, rank_, size_); st != HAL_OK) return st;
   if (aborted_) return fail(HAL_ERR_ABORTED, "cpu: the communicator was aborted");
   if (hal_status_t err = async_error_.load(); err != HAL_OK)
     return fail(err, "cpu: the communicator failed earlier and cannot be used");
+  return HAL_OK;
+}
+
+hal_status_t Comm::post(const hal_coll_args_t& args, std::shared_ptr<RequestState>& out) {
+  if (hal_status_t st = admit(args); st != HAL_OK) return st;
   auto req = std::make_shared<RequestState>();
   {
     std::lock_guard lk(mu_);
-    queue_.push_back(Op{args, req});
+    queue_.push_back(Op{args, req, 0});
     queue_.back().args.struct_size = sizeof(hal_coll_args_t);
-    cv_.notify_all();
+    work_cv_.notify_one();
   }
   out = std::move(req);
+  return HAL_OK;
+}
+
+hal_status_t Comm::run_to_end(const hal_coll_args_t& args, uint64_t timeout_ns) {
+  if (hal_status_t st = admit(args); st != HAL_OK) return st;
+  const uint64_t start = now_ns();
+  Op op{args, std::make_shared<RequestState>(), timeout_ns > UINT64_MAX - start ? 0 : start + timeout_ns};
+  op.args.struct_size = sizeof(hal_coll_args_t);
+  bool here = false;
+  {
+    std::lock_guard lk(mu_);
+    if (!running_ && queue_.empty()) {
+      running_ = true;  // nothing earlier to wait for: run it on this thread
+      here = true;
+    } else {
+      queue_.push_back(op);  // behind what was posted before, in order
+      work_cv_.notify_one();
+    }
+  }
+  if (here) {
+    if (op.deadline_ns != 0 && ctx_) {
+      const auto entry = g_watchdog.add(op.deadline_ns, this);
+      execute(op);
+      // Fired just as the operation ended well: the sockets are shut all
+      // the same, so the communicator must go.
+      if (g_watchdog.remove(entry)) {
+        set_async_error(HAL_ERR_TIMEOUT);
+        std::lock_guard lk(op.req->mu);
+        if (op.req->status == HAL_OK) {
+          op.req->status = HAL_ERR_TIMEOUT;
+          op.req->message = "reached its deadline as it finished";
+        }
+      }
+    } else {
+      execute(op);
+    }
+  }
+  RequestState& r = *op.req;
+  std::unique_lock lk(r.mu);
+  auto done = [&] { return r.status != HAL_IN_PROGRESS; };
+  if (op.deadline_ns == 0) r.cv.wait(lk, done);
+  else r.cv.wait_for(lk, std::chrono::nanoseconds(op.deadline_ns - std::min(op.deadline_ns, now_ns())), done);
+  if (r.status == HAL_IN_PROGRESS) {
+    // Still queued or running on the worker: it must not be left behind
+    // with the caller's buffers, so the communicator goes (bounded).
+    lk.unlock();
+    set_async_error(HAL_ERR_TIMEOUT);
+    abort();
+    lk.lock();
+    r.cv.wait_for(lk, std::chrono::seconds(5), done);
+    return fail(HAL_ERR_TIMEOUT, "cpu: the operation did not finish within " + std::to_string(timeout_ns) +
+                                     " ns; the communicator was aborted");
+  }
+  const hal_status_t st = r.status;
+  const std::string why = r.message;
+  lk.unlock();
+  if (st == HAL_ERR_TIMEOUT) abort();  // ran out of time inside Gloo
+  if (st < 0) return fail(st, "cpu: the operation failed: " + why);
   return HAL_OK;
 }
 
@@ -248,7 +390,7 @@ void Comm::abort() {
       shutdown_sockets();
     }
     // Bounded: the signalled pairs fail the running call at once.
-    cv_.wait_for(lk, std::chrono::seconds(1), [&] { return !running_; });
+    idle_cv_.wait_for(lk, std::chrono::seconds(1), [&] { return !running_; });
   }
   for (auto& op : dropped) op.req->complete(HAL_ERR_ABORTED, "aborted before it ran");
 }
@@ -258,46 +400,64 @@ void Comm::worker_loop() {
     Op op;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      // Not while a waiting thread runs an operation itself (see claim()).
+      work_cv_.wait(lk, [&] { return stop_ || (!queue_.empty() && !running_); });
       if (queue_.empty()) return;
       op = std::move(queue_.front());
       queue_.pop_front();
       running_ = true;
     }
-    hal_status_t st = HAL_OK;
-    std::string why;
-    if (aborted_) {
-      st = HAL_ERR_ABORTED;
-      why = "aborted before it ran";
-    } else if (hal_status_t err = async_error_.load(); err != HAL_OK) {
-      st = err;
-      why = "the communicator failed earlier";
-    } else {
-      try {
-        run(op.args);
-      } catch (const gloo::IoException& e) {
-        st = aborted_ ? HAL_ERR_ABORTED : HAL_ERR_REMOTE_ERROR;
-        why = e.what();
-      } catch (const std::exception& e) {
-        st = aborted_ ? HAL_ERR_ABORTED : HAL_ERR_INTERNAL;
-        why = e.what();
-      }
-      // A Gloo context that threw has closed pairs: nothing later can run.
-      // Closing every connection passes the failure on to all peers, so a
-      // rank blocked on a healthy peer that is itself stuck does not wait
-      // for its timeout (one death fails the whole group in milliseconds).
-      if (st != HAL_OK) {
-        set_async_error(st);
-        shutdown_sockets();
-      }
-    }
-    {
-      std::lock_guard lk(mu_);
-      running_ = false;
-      cv_.notify_all();
-    }
-    op.req->complete(st, why);
+    execute(op);
   }
+}
+
+void Comm::execute(Op& op) {
+  hal_status_t st = HAL_OK;
+  std::string why;
+  if (aborted_) {
+    st = HAL_ERR_ABORTED;
+    why = "aborted before it ran";
+  } else if (hal_status_t err = async_error_.load(); err != HAL_OK) {
+    st = err;
+    why = "the communicator failed earlier";
+  } else {
+    // Gloo's own bound on each wait: the op timeout, or less when the
+    // caller's time runs out sooner (run_to_end()).
+    auto bound = milliseconds(options().op_timeout_ms);
+    if (op.deadline_ns != 0) {
+      const uint64_t left_ms = (op.deadline_ns - std::min(op.deadline_ns, now_ns()) + 999999) / 1000000;
+      bound = std::min(bound, milliseconds(std::max<uint64_t>(1, left_ms)));
+    }
+    if (ctx_) ctx_->setTimeout(bound);
+    try {
+      run(op.args);
+    } catch (const gloo::IoException& e) {
+      st = aborted_ ? HAL_ERR_ABORTED : HAL_ERR_REMOTE_ERROR;
+      why = e.what();
+    } catch (const std::exception& e) {
+      st = aborted_ ? HAL_ERR_ABORTED : HAL_ERR_INTERNAL;
+      why = e.what();
+    }
+    if (st != HAL_OK && !aborted_ && op.deadline_ns != 0 && (expired_ || now_ns() >= op.deadline_ns)) {
+      st = HAL_ERR_TIMEOUT;
+      why = "ran out of the caller's time: " + why;
+    }
+    // A Gloo context that threw has closed pairs: nothing later can run.
+    // Closing every connection passes the failure on to all peers, so a
+    // rank blocked on a healthy peer that is itself stuck does not wait
+    // for its timeout (one death fails the whole group in milliseconds).
+    if (st != HAL_OK) {
+      set_async_error(st);
+      shutdown_sockets();
+    }
+  }
+  {
+    std::lock_guard lk(mu_);
+    running_ = false;
+    idle_cv_.notify_all();
+    if (!queue_.empty()) work_cv_.notify_one();
+  }
+  op.req->complete(st, why);
 }
 
 void Comm::run(const hal_coll_args_t& a) {

@@ -1,5 +1,7 @@
 // A communicator of the cpu vendor: a Gloo context over TCP and one worker
-// thread that runs the posted operations in order (Gloo calls block).
+// thread that runs the posted operations in order (Gloo calls block). A
+// blocking run (hal_coll_run_fn) with nothing queued runs on the caller's
+// thread instead.
 #pragma once
 
 #include <sigma/hal.h>
@@ -28,6 +30,11 @@ struct RequestState {
   void complete(hal_status_t st, std::string why);
 };
 
+// Drops the process's TCP device and stops the deadline watchdog (the last
+// finalize; the plugin may be unloaded after it).
+void reset_tcp_device();
+void stop_deadline_watchdog();
+
 class Comm {
  public:
   // Validates args, connects to the other ranks through the bootstrap (Gloo
@@ -37,9 +44,17 @@ class Comm {
 
   // Checks args and queues the operation. Thread-safety: one poster at a time.
   hal_status_t post(const hal_coll_args_t& args, std::shared_ptr<RequestState>& out);
+  // hal_coll_run_fn: runs the operation on the calling thread when nothing
+  // is queued or running, else queues it and waits; past timeout_ns the
+  // communicator is aborted (async error TIMEOUT). Sets the thread's last
+  // error on failure. Thread-safety: as post().
+  hal_status_t run_to_end(const hal_coll_args_t& args, uint64_t timeout_ns);
   // Fails every pending and later operation with ABORTED and unblocks the
   // worker within about a second (see shutdown_sockets()).
   void abort();
+  // Called by the deadline watchdog when an operation running in
+  // run_to_end() passed its deadline: ends it (the sockets are shut down).
+  void expire();
   hal_status_t async_error() const { return async_error_.load(); }
   bool aborted() const { return aborted_.load(); }
 
@@ -47,9 +62,12 @@ class Comm {
   struct Op {
     hal_coll_args_t args;
     std::shared_ptr<RequestState> req;
+    uint64_t deadline_ns;  // steady clock; 0: only the op timeout bounds it
   };
+  hal_status_t admit(const hal_coll_args_t& args) const;  // post's checks
   Comm(uint32_t rank, uint32_t size);
   void worker_loop();
+  void execute(Op& op);  // runs it (caller set running_), completes the request
   void run(const hal_coll_args_t& a);  // throws on failure
   void run_local(const hal_coll_args_t& a);
   void run_all_to_allv(const hal_coll_args_t& a);
@@ -61,14 +79,16 @@ class Comm {
   const uint32_t rank_, size_;
   std::shared_ptr<gloo::Context> ctx_;  // null for a world of one
   std::mutex mu_;                       // guards queue_, stop_, running_
-  std::condition_variable cv_;
+  std::condition_variable work_cv_;     // the worker: queued work or stop
+  std::condition_variable idle_cv_;     // abort(): running_ went false
   std::deque<Op> queue_;
   bool stop_ = false;
-  bool running_ = false;  // the worker is inside a Gloo call
+  bool running_ = false;  // an operation runs (on the worker or in run_to_end())
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> expired_{false};  // the watchdog ended a run_to_end()
   std::atomic<hal_status_t> async_error_{HAL_OK};
-  std::vector<uint64_t> send_seq_, recv_seq_;  // per peer, worker only
-  std::vector<uint8_t> scratch_;               // worker only
+  std::vector<uint64_t> send_seq_, recv_seq_;  // per peer, whoever holds running_
+  std::vector<uint8_t> scratch_;               // whoever holds running_
   std::vector<int> sockets_;  // duplicates of this comm's TCP connections, owned
   std::thread worker_;
 };

@@ -17,10 +17,6 @@
 #include <set>
 #include <sstream>
 
-namespace cpu_vendor {
-void reset_tcp_device();
-}
-
 struct hal_comm_s {
   std::unique_ptr<cpu_vendor::Comm> comm;
 };
@@ -187,6 +183,7 @@ hal_status_t cpu_finalize() {
     std::free(p);
   }
   reset_tcp_device();
+  stop_deadline_watchdog();
   std::lock_guard lk(g_mu);
   g_telemetry.reset();
   return HAL_OK;
@@ -332,6 +329,13 @@ hal_status_t cpu_post(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t
   return HAL_OK;
 }
 
+hal_status_t cpu_run(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t, uint64_t timeout_ns) {
+  if (args == nullptr || args->struct_size < HAL_COLL_ARGS_V1_0_SIZE)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: args NULL or struct_size too small");
+  if (!live(comm)) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown comm");
+  return comm->comm->run_to_end(*args, timeout_ns);
+}
+
 hal_status_t finished(hal_request_t r, hal_status_t st) {
   if (st < 0) {
     std::lock_guard lk(r->state->mu);
@@ -411,6 +415,7 @@ const hal_coll_api_t k_coll = {
     .test = cpu_test,
     .wait = cpu_wait,
     .request_free = cpu_request_free,
+    .run = cpu_run,
 };
 
 const hal_api_t k_api = {

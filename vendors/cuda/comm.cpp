@@ -369,6 +369,7 @@ const hal_coll_api_t k_coll = {
     .test = test,
     .wait = wait,
     .request_free = request_free,
+    .run = nullptr,  // NCCL is asynchronous: the host posts and waits
 };
 
 }  // namespace cuda_vendor

@@ -268,38 +268,58 @@ hal_status_t sim_get_async_error(hal_comm_t comm, hal_status_t* error) {
   return inner_status(inner().comm_get_async_error(comm->inner, error));
 }
 
-hal_status_t sim_post(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t stream, hal_request_t* request) {
-  if (args == nullptr || request == nullptr || args->struct_size < HAL_COLL_ARGS_V1_0_SIZE)
-    return fail(HAL_ERR_INVALID_ARGUMENT, "sim: args/request NULL or struct_size too small");
+// The checks of post and run; HAL_OK when the operation may go on.
+hal_status_t admit(hal_comm_t comm, const hal_coll_args_t* args) {
+  if (args == nullptr || args->struct_size < HAL_COLL_ARGS_V1_0_SIZE)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "sim: args NULL or struct_size too small");
   if (!live(comm)) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: unknown comm");
   if (comm->aborted) return fail(comm->async_error.load() == HAL_ERR_DEVICE_LOST ? HAL_ERR_DEVICE_LOST : HAL_ERR_ABORTED,
                                  "sim: the communicator was aborted");
-  auto r = std::make_unique<hal_request_s>();
-  Plan p;
+  return HAL_OK;
+}
+
+// Counts the operation and plans its faults into `r`. A crash ends the
+// process here; a lost device fails the call (DEVICE_LOST).
+hal_status_t plan_into(hal_comm_t comm, const hal_coll_args_t& args, hal_request_s& r, Plan& p) {
   {
     std::lock_guard lk(state().mu);
-    const auto out = result_of(*args, comm->size);
-    r->op_index = state().ops_posted++;
-    p = plan_for(r->op_index, out.second > 0);
-    r->out = out.first;
-    r->out_count = out.second;
+    const auto out = result_of(args, comm->size);
+    r.op_index = state().ops_posted++;
+    p = plan_for(r.op_index, out.second > 0);
+    r.out = out.first;
+    r.out_count = out.second;
   }
   if (p.crash) ::kill(::getpid(), SIGKILL);  // a driver crash takes the process down
   if (p.lost) {
     abort_all_comms_device_lost();
     return fail(HAL_ERR_DEVICE_LOST, "sim: device lost (rank " + std::to_string(state().rank) + ")");
   }
-  if (hal_status_t st = inner_status(inner().post(comm->inner, args, stream, &r->inner)); st != HAL_OK) return st;
+  r.hung = p.hang;
+  r.factor = p.factor;
+  r.corrupt = p.corrupt;
+  r.dtype = args.dtype;
+  return HAL_OK;
+}
+
+// Posts a planned operation to the inner vendor and registers it.
+hal_status_t post_planned(hal_comm_t comm, const hal_coll_args_t& args, hal_stream_t stream,
+                          std::unique_ptr<hal_request_s> r, hal_request_t* request) {
+  if (hal_status_t st = inner_status(inner().post(comm->inner, &args, stream, &r->inner)); st != HAL_OK) return st;
   r->comm = comm;
-  r->hung = p.hang;
-  r->factor = p.factor;
-  r->corrupt = p.corrupt;
-  r->dtype = args->dtype;
   r->post_ns = now_ns();
   std::lock_guard lk(g_mu);
   g_requests.insert(r.get());
   *request = r.release();
   return HAL_OK;
+}
+
+hal_status_t sim_post(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t stream, hal_request_t* request) {
+  if (request == nullptr) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: request is NULL");
+  if (hal_status_t st = admit(comm, args); st != HAL_OK) return st;
+  auto r = std::make_unique<hal_request_s>();
+  Plan p;
+  if (hal_status_t st = plan_into(comm, *args, *r, p); st != HAL_OK) return st;
+  return post_planned(comm, *args, stream, std::move(r), request);
 }
 
 // The status of a hung request: it ends only when its comm is aborted.
@@ -363,6 +383,48 @@ hal_status_t sim_request_free(hal_request_t r) {
   return HAL_OK;
 }
 
+// Whether a time-based device loss or crash is armed and has not fired:
+// post and wait see one of those strike mid-operation (the wait polls for
+// it), a blocking run of the inner vendor would not.
+bool timed_fault_armed() {
+  std::lock_guard lk(state().mu);
+  for (const auto& f : state().faults)
+    if (!f.fired && f.from_s >= 0 && (f.kind == FaultKind::device_lost || f.kind == FaultKind::crash)) return true;
+  return false;
+}
+
+// hal_coll_run_fn. An operation that meets no hang or slow link, while no
+// timed fault is armed, goes to the inner vendor's run (a healthy chip costs
+// nothing extra); silent corruption is applied to its result. Anything else
+// is posted and waited for, and aborted on timeout, as the host would.
+hal_status_t sim_run(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t stream, uint64_t timeout_ns) {
+  if (hal_status_t st = admit(comm, args); st != HAL_OK) return st;
+  auto r = std::make_unique<hal_request_s>();
+  Plan p;
+  if (hal_status_t st = plan_into(comm, *args, *r, p); st != HAL_OK) return st;
+  hal_coll_run_fn* inner_run = HAL_HAS_FIELD(&inner(), hal_coll_api_t, run) ? inner().run : nullptr;
+  if (inner_run != nullptr && !r->hung && r->factor == 1 && !timed_fault_armed()) {
+    hal_status_t st = inner_run(comm->inner, args, stream, timeout_ns);
+    if (st == HAL_OK && r->corrupt) corrupt_one(r.get());
+    if (st == HAL_ERR_TIMEOUT) abort_comm(comm, HAL_ERR_TIMEOUT);
+    r->comm = comm;
+    st = blame(r.get(), st);
+    return st < 0 ? fail(st, std::string("sim: the operation failed: ") + hal_status_name_of(st) + " (inner vendor: " +
+                                 state().inner.api->get_last_error() + ")")
+                  : st;
+  }
+  hal_request_t req = nullptr;
+  if (hal_status_t st = post_planned(comm, *args, stream, std::move(r), &req); st != HAL_OK) return st;
+  hal_status_t st = sim_wait(req, timeout_ns);
+  if (st == HAL_ERR_TIMEOUT) {
+    abort_comm(comm, HAL_ERR_TIMEOUT);
+    sim_wait(req, 5'000'000'000ull);  // the aborted operation lets go of the buffers
+  }
+  const std::string why = last_error();
+  sim_request_free(req);
+  return st < 0 ? fail(st, why) : st;
+}
+
 }  // namespace
 
 void abort_all_comms_device_lost() {
@@ -400,6 +462,7 @@ const hal_coll_api_t k_sim_coll = {
     .test = sim_test,
     .wait = sim_wait,
     .request_free = sim_request_free,
+    .run = sim_run,
 };
 
 }  // namespace sim_vendor

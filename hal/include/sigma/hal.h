@@ -71,7 +71,7 @@ extern "C" {
 /* ------------------------------------------------------------------------- */
 
 #define HAL_ABI_MAJOR 1
-#define HAL_ABI_MINOR 0
+#define HAL_ABI_MINOR 1
 
 /* The one symbol a plugin exports, as a string for dlsym(). */
 #define HAL_GET_API_V1_SYMBOL "hal_get_api_v1"
@@ -631,6 +631,28 @@ typedef hal_status_t hal_coll_wait_fn(hal_request_t request, uint64_t timeout_ns
  */
 typedef hal_status_t hal_coll_request_free_fn(hal_request_t request);
 
+/*
+ * OPTIONAL (ABI 1.1; NULL or absent: the host posts and waits). Runs one
+ * operation to completion before returning: what hal_coll_post_fn followed by
+ * hal_coll_wait_fn(timeout_ns) does, except that an operation still running
+ * when the time is up is not left behind: the communicator is aborted (as by
+ * hal_coll_comm_abort_fn) and the call returns HAL_ERR_TIMEOUT. A plugin whose
+ * transport blocks anyway (sockets, Gloo) runs the operation on the calling
+ * thread when nothing posted earlier is still queued, which saves the two
+ * thread hand-offs that dominate a small message's latency; otherwise it
+ * queues it behind the earlier ones, in posting order, and waits.
+ * [in] args: as for hal_coll_post_fn; the buffers are the plugin's until the
+ * call returns.
+ * Errors: those of hal_coll_post_fn, those hal_coll_wait_fn returns for a
+ * finished operation, and TIMEOUT (the communicator is then aborted).
+ * Thread-safety: as hal_coll_post_fn (any thread, not concurrently with post
+ * or run on the same comm). hal_coll_comm_abort_fn from another thread ends
+ * the call within ~1 s with HAL_ERR_ABORTED. Blocks: up to timeout_ns, plus
+ * the bounded abort when it runs out.
+ */
+typedef hal_status_t hal_coll_run_fn(hal_comm_t comm, const hal_coll_args_t *args,
+                                     hal_stream_t stream, uint64_t timeout_ns);
+
 typedef struct hal_coll_api_t {
   uint64_t struct_size;
   hal_coll_comm_create_fn *comm_create;               /* REQUIRED */
@@ -641,6 +663,7 @@ typedef struct hal_coll_api_t {
   hal_coll_test_fn *test;                             /* REQUIRED */
   hal_coll_wait_fn *wait;                             /* REQUIRED */
   hal_coll_request_free_fn *request_free;             /* REQUIRED */
+  hal_coll_run_fn *run;                               /* OPTIONAL, ABI 1.1 */
 } hal_coll_api_t;
 
 /* ------------------------------------------------------------------------- */
@@ -737,7 +760,7 @@ enum hal_v1_sizes_e {
   HAL_API_V1_0_SIZE = sizeof(hal_api_t),
   HAL_DEVICE_API_V1_0_SIZE = sizeof(hal_device_api_t),
   HAL_TELEMETRY_API_V1_0_SIZE = sizeof(hal_telemetry_api_t),
-  HAL_COLL_API_V1_0_SIZE = sizeof(hal_coll_api_t),
+  HAL_COLL_API_V1_0_SIZE = offsetof(hal_coll_api_t, run),
   HAL_INIT_ARGS_V1_0_SIZE = sizeof(hal_init_args_t),
   HAL_DEVICE_PROPS_V1_0_SIZE = sizeof(hal_device_props_t),
   HAL_SELF_TEST_RESULT_V1_0_SIZE = sizeof(hal_self_test_result_t),
@@ -748,6 +771,11 @@ enum hal_v1_sizes_e {
   HAL_EXT_FAULT_INJECTION_V1_0_SIZE = sizeof(hal_ext_fault_injection_t)
 };
 
+/* The sizes of the structs that grew in ABI 1.1. */
+enum hal_v1_1_sizes_e {
+  HAL_COLL_API_V1_1_SIZE = sizeof(hal_coll_api_t) /* + run */
+};
+
 /* Layout guards: these must hold on every 64-bit platform we support. If one
  * fails, a field was inserted in the middle: append it at the end instead. */
 HAL_STATIC_ASSERT(sizeof(void *) == 8, hal_needs_64_bit_pointers);
@@ -755,6 +783,7 @@ HAL_STATIC_ASSERT(sizeof(hal_telemetry_sample_t) == 32, hal_sample_layout);
 HAL_STATIC_ASSERT(sizeof(hal_field_info_t) == 80, hal_field_info_layout);
 HAL_STATIC_ASSERT(sizeof(hal_coll_args_t) == 88, hal_coll_args_layout);
 HAL_STATIC_ASSERT(sizeof(hal_api_t) == 96, hal_api_layout);
+HAL_STATIC_ASSERT(sizeof(hal_coll_api_t) == 80, hal_coll_api_layout);
 HAL_STATIC_ASSERT(sizeof(hal_device_props_t) == 272, hal_device_props_layout);
 
 #ifdef __cplusplus

@@ -49,8 +49,12 @@ hal_coll_args_t base_args(const Case& c) {
   return a;
 }
 
-// Runs one case on this rank; returns "" or what went wrong.
-std::string run_case(Context& ctx, Communicator& comm, const Case& c) {
+uint64_t ns(std::chrono::milliseconds t) { return static_cast<uint64_t>(t.count()) * 1000000; }
+
+// Runs one case on this rank, posted and waited for, or through the
+// plugin's blocking run (ABI 1.1) when `blocking`; returns "" or what went
+// wrong.
+std::string run_case(Context& ctx, Communicator& comm, const Case& c, bool blocking = false) {
   const uint32_t W = ctx.world(), R = ctx.rank();
   const uint64_t es = hal::dtype_size(c.dtype);
   const bool red = is_reducing(c.op);
@@ -116,8 +120,14 @@ std::string run_case(Context& ctx, Communicator& comm, const Case& c) {
     a.recv_displs = rd.data();
   }
 
-  auto req = comm.post(a);
-  if (!req.wait(ctx.opts().op_timeout)) return describe(c) + ": not finished after the op timeout";
+  if (blocking) {
+    const hal_status_t st = plugin->coll_run()(comm.handle(), &a, nullptr, ns(ctx.opts().op_timeout));
+    if (st != HAL_OK)
+      return describe(c) + ": run returned " + hal_status_name(st) + " (" + plugin->api().get_last_error() + ")";
+  } else {
+    auto req = comm.post(a);
+    if (!req.wait(ctx.opts().op_timeout)) return describe(c) + ": not finished after the op timeout";
+  }
 
   HostArray out(c.dtype, n_out);
   rbuf->copy_to_host(out.data(), n_out * es, out_offset * es);
@@ -349,6 +359,58 @@ void run_coll_checks(Context& ctx) {
     }
   });
 
+  // The blocking run of ABI 1.1: every op through it, and its place in the
+  // posting order (a run waits for what was posted before it).
+  ctx.run("coll.run", [&] {
+    need_comm(ctx);
+    if (ctx.plugin()->coll_run() == nullptr) throw Skip{"the plugin has no hal_coll_api_t.run (optional)"};
+    std::string first_error;
+    size_t failed = 0, cases = 0;
+    const hal_coll_op_t run_ops[] = {HAL_COLL_ALL_REDUCE, HAL_COLL_ALL_GATHER, HAL_COLL_REDUCE_SCATTER,
+                                     HAL_COLL_ALL_TO_ALL, HAL_COLL_ALL_TO_ALLV, HAL_COLL_BROADCAST,
+                                     HAL_COLL_BARRIER};
+    for (hal_coll_op_t op : run_ops)
+      for (hal_dtype_t dt : {HAL_DTYPE_F32, HAL_DTYPE_BF16, HAL_DTYPE_I64})
+        for (uint64_t count : {uint64_t{0}, uint64_t{7}, ctx.opts().large_count}) {
+          const bool in_place = op != HAL_COLL_ALL_TO_ALL && op != HAL_COLL_ALL_TO_ALLV && count == 7;
+          ++cases;
+          std::string e = run_case(ctx, *comm, {op, dt, HAL_REDUCE_SUM, count, in_place, ctx.world() - 1}, true);
+          if (!e.empty() && failed++ == 0) first_error = e;
+        }
+    expect(failed == 0, std::to_string(failed) + " of " + std::to_string(cases) + " cases wrong; first: " + first_error);
+    if (ctx.world() >= 2) {
+      std::string e = run_p2p(ctx, *comm, HAL_DTYPE_F32, 1000);
+      expect(e.empty(), e);
+    }
+    // Posted ops, then a run that adds to the last posted buffer: if it ran
+    // before them it would read the buffer before the all-reduce wrote it.
+    constexpr int kOps = 4;
+    constexpr uint64_t kCount = 1000;
+    std::vector<Buffer> bufs;
+    std::vector<hal::Request> reqs;
+    for (int k = 0; k < kOps; ++k) {
+      bufs.emplace_back(ctx.plugin(), 0, kCount * 4);
+      std::vector<float> host(kCount, static_cast<float>(k + 1));
+      bufs.back().copy_from_host(host.data(), kCount * 4);
+      hal_coll_args_t a = base_args({HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, HAL_REDUCE_SUM, kCount, true, 0});
+      a.sendbuf = a.recvbuf = bufs.back().data();
+      reqs.push_back(comm->post(a));
+    }
+    hal_coll_args_t a = base_args({HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, HAL_REDUCE_SUM, kCount, true, 0});
+    a.sendbuf = a.recvbuf = bufs.back().data();
+    const hal_status_t st = ctx.plugin()->coll_run()(comm->handle(), &a, nullptr, ns(ctx.opts().op_timeout));
+    expect_status(st, HAL_OK, "run after posted ops");
+    for (auto& r : reqs) expect(r.test(), "a posted op had not finished when a later run returned");
+    std::vector<float> host(kCount);
+    bufs.back().copy_to_host(host.data(), kCount * 4);
+    const float want = static_cast<float>(kOps) * ctx.world() * ctx.world();
+    expect(host[kCount - 1] == want, "run after posted ops gave " + std::to_string(host[kCount - 1]) + ", expected " +
+                                         std::to_string(want) + " (out of order?)");
+    a.struct_size = HAL_COLL_ARGS_V1_0_SIZE - 8;
+    expect_status(ctx.plugin()->coll_run()(comm->handle(), &a, nullptr, 1'000'000'000), HAL_ERR_INVALID_ARGUMENT,
+                  "run(struct_size smaller than 1.0)");
+  });
+
   // Drop the shared communicator before the abort tests make their own.
   comm.reset();
   bs.reset();
@@ -411,6 +473,64 @@ void run_coll_checks(Context& ctx) {
     hc.reset();
     expect(failure.empty(), failure);
     if (ctx.world() == 1) ctx.plugin()->check(fi->clear(0), "clear");
+  });
+
+  // A run that nobody joins: TIMEOUT in about its time, the communicator
+  // aborted; and one ended by an abort from another thread.
+  ctx.run("coll.run_timeout_abort", [&] {
+    need_comm(ctx);
+    hal_coll_run_fn* run = ctx.plugin()->coll_run();
+    if (run == nullptr) throw Skip{"the plugin has no hal_coll_api_t.run (optional)"};
+    const hal_ext_fault_injection_t* fi = ctx.plugin()->fault_injection();
+    const bool can_hang = fi && (fi->supported_kinds & (1u << HAL_FAULT_HANG));
+    if (ctx.world() == 1 && !can_hang) throw Skip{"needs 2 ranks (a hung peer) or the HANG fault"};
+    const hal_coll_api_t& c = ctx.plugin()->coll_api();
+    std::string failure;
+    for (int round = 0; round < 2; ++round) {
+      const bool by_abort = round == 1;
+      auto hbs = ctx.next_bootstrap();
+      auto hc = ctx.make_comm(*hbs);
+      if (ctx.world() == 1) {
+        hal_fault_spec_t spec{};
+        spec.struct_size = sizeof(spec);
+        spec.kind = HAL_FAULT_HANG;
+        ctx.plugin()->check(fi->inject(&spec), "inject(HANG)");
+      }
+      if (ctx.rank() == 0) {
+        Buffer b(ctx.plugin(), 0, 4096);
+        hal_coll_args_t a = base_args({HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, HAL_REDUCE_SUM, 1024, true, 0});
+        a.sendbuf = a.recvbuf = b.data();
+        std::thread aborter([&] {
+          if (!by_abort) return;
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          c.comm_abort(hc->handle());
+        });
+        const uint64_t limit = by_abort ? 30'000'000'000ull : 200'000'000ull;
+        const auto t0 = std::chrono::steady_clock::now();
+        const hal_status_t st = run(hc->handle(), &a, nullptr, limit);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        aborter.join();
+        const hal_status_t want_st = by_abort ? HAL_ERR_ABORTED : HAL_ERR_TIMEOUT;
+        const std::string what = by_abort ? "run during comm_abort" : "run(200 ms) of a hung op";
+        if (failure.empty() && st != want_st)
+          failure = what + " returned " + hal_status_name(st) + ", expected " + hal_status_name(want_st);
+        if (failure.empty() && s > (by_abort ? 5.0 : 2.0)) failure = what + " returned after " + std::to_string(s) + " s";
+        hal_status_t ae = HAL_OK;
+        c.comm_get_async_error(hc->handle(), &ae);
+        if (failure.empty() && ae != want_st)
+          failure = "async error after " + what + " is " + hal_status_name(ae) + ", expected " + hal_status_name(want_st);
+        hal_request_t r = nullptr;
+        const hal_status_t pst = c.post(hc->handle(), &a, nullptr, &r);
+        if (failure.empty() && pst != HAL_ERR_ABORTED && pst != HAL_ERR_TIMEOUT)
+          failure = "post after " + what + " returned " + hal_status_name(pst) + ": the communicator was not aborted";
+        if (pst == HAL_OK) c.request_free(r);
+      }
+      ctx.store_barrier(by_abort ? "run_abort_done" : "run_timeout_done");
+      if (ctx.rank() != 0) hc->abort();
+      hc.reset();
+      if (ctx.world() == 1) ctx.plugin()->check(fi->clear(0), "clear");
+    }
+    expect(failure.empty(), failure);
   });
 
   ctx.run("coll.new_comm_after_abort", [&] {

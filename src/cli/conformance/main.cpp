@@ -121,7 +121,7 @@ std::map<uint32_t, std::vector<sc::Result>> run_ranks(const sc::Options& base, u
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Checks a libsigma HAL plugin against the HAL ABI 1.0 contract"};
+  CLI::App app{"Checks a libsigma HAL plugin against the HAL ABI 1 contract (1.0 and 1.1)"};
   sc::Options opts;
   uint32_t ranks = 1;
   int worker_rank = -1;
