@@ -39,12 +39,9 @@ std::shared_ptr<gloo::Context> g_gloo;
 
 const std::vector<int64_t> kSizes = {4, 64, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20, 256 << 20};
 
-// (op, bytes) -> microseconds per operation, HAL and raw Gloo, of the
+// (op, bytes) -> seconds per operation, HAL (a) and raw Gloo (b), of the
 // median and of the best of the interleaved blocks.
-struct Interleaved {
-  std::pair<double, double> median, best;
-};
-std::map<std::pair<std::string, int64_t>, Interleaved> g_interleaved;
+std::map<std::pair<std::string, int64_t>, sigma::bench::Interleaved> g_interleaved;
 
 // Same work on both ranks: fewer iterations as messages grow.
 int64_t iterations_for(int64_t bytes) {
@@ -136,45 +133,24 @@ void gloo_all_to_all(Buffers& b) {
   gloo::alltoall(o);
 }
 
-// The two paths interleaved: blocks of operations through the HAL, then
-// as many through raw Gloo, alternating, and the median block of each. On
-// two vCPUs shared by both ranks, a run of one path and then the other
-// drifts by more than the difference measured; interleaving cancels it, and
-// alternating which path goes first cancels what one leaves the other
-// (caches, socket buffers). Small messages: 40 blocks of 50; 64 MiB: 16 of 1.
+// The two paths interleaved (sigma::bench::interleave): small messages in
+// 40 blocks of 50, 64 MiB in 16 blocks of 1.
 template <void (*Hal)(Buffers&), void (*Gloo)(Buffers&)>
 void BM_Interleaved(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   Buffers b(bytes);
   const int blocks = bytes >= (1 << 20) ? 16 : 40, ops = bytes >= (1 << 20) ? 1 : 50;
-  std::vector<double> hal, gloo;
-  auto block = [&](void (*f)(Buffers&), std::vector<double>& out) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < ops; ++i) f(b);
-    out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / ops);
-  };
+  sigma::bench::Interleaved r;
   for (auto _ : state) {
-    for (int blk = 0; blk < blocks; ++blk) {
-      if (blk % 2 == 0) {
-        block(Hal, hal);
-        block(Gloo, gloo);
-      } else {  // which goes first alternates too
-        block(Gloo, gloo);
-        block(Hal, hal);
-      }
-    }
-    std::sort(hal.begin(), hal.end());
-    std::sort(gloo.begin(), gloo.end());
-    state.SetIterationTime(hal[hal.size() / 2] * ops * blocks);
+    r = sigma::bench::interleave(blocks, ops, [&] { Hal(b); }, [&] { Gloo(b); });
+    state.SetIterationTime(r.a_median * ops * blocks);
   }
-  const double h = hal[hal.size() / 2], g = gloo[gloo.size() / 2];
-  state.counters["hal_us"] = h * 1e6;
-  state.counters["gloo_us"] = g * 1e6;
-  state.counters["added_us"] = (h - g) * 1e6;
-  state.counters["ratio"] = h > 0 ? g / h : 0;
-  state.counters["best_added_us"] = (hal.front() - gloo.front()) * 1e6;
-  g_interleaved[{Hal == hal_all_reduce ? "AllReduce" : "AllToAll", bytes}] = {
-      {h * 1e6, g * 1e6}, {hal.front() * 1e6, gloo.front() * 1e6}};
+  state.counters["hal_us"] = r.a_median * 1e6;
+  state.counters["gloo_us"] = r.b_median * 1e6;
+  state.counters["added_us"] = (r.a_median - r.b_median) * 1e6;
+  state.counters["ratio"] = r.a_median > 0 ? r.b_median / r.a_median : 0;
+  state.counters["best_added_us"] = (r.a_best - r.b_best) * 1e6;
+  g_interleaved[{Hal == hal_all_reduce ? "AllReduce" : "AllToAll", bytes}] = r;
 }
 
 void BM_AllToAll_HAL(benchmark::State& state) {
@@ -215,13 +191,11 @@ void print_ratios(const sigma::bench::Recorder& rec) {
     std::printf("\ninterleaved blocks, us per op (median block; best block)\n%-10s %10s %10s %10s %12s %8s %10s %10s "
                 "%12s %8s\n", "op", "bytes", "HAL", "Gloo", "added us/op", "ratio", "best HAL", "best Gloo",
                 "added us/op", "ratio");
-    for (const auto& [key, v] : g_interleaved) {
-      const auto& [m, b] = v;
+    for (const auto& [key, r] : g_interleaved)
       std::printf("%-10s %10lld %10.1f %10.1f %12.1f %8.3f %10.1f %10.1f %12.1f %8.3f\n", key.first.c_str(),
-                  static_cast<long long>(key.second), m.first, m.second, m.first - m.second,
-                  m.first > 0 ? m.second / m.first : 0.0, b.first, b.second, b.first - b.second,
-                  b.first > 0 ? b.second / b.first : 0.0);
-    }
+                  static_cast<long long>(key.second), r.a_median * 1e6, r.b_median * 1e6,
+                  (r.a_median - r.b_median) * 1e6, r.a_median > 0 ? r.b_median / r.a_median : 0.0, r.a_best * 1e6,
+                  r.b_best * 1e6, (r.a_best - r.b_best) * 1e6, r.a_best > 0 ? r.b_best / r.a_best : 0.0);
   }
   std::printf("\n%-10s %10s %12s %12s %8s %14s\n", "op", "bytes", "HAL GB/s", "Gloo GB/s", "ratio", "added us/op");
   for (const char* op : {"AllReduce", "AllToAll"}) {

@@ -8,6 +8,8 @@
 #include <spawn.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -73,5 +75,37 @@ class Silent : public benchmark::BenchmarkReporter {
   bool ReportContext(const Context&) override { return true; }
   void ReportRuns(const std::vector<Run>&) override {}
 };
+
+// Two paths measured in alternating blocks of `ops` operations: A then B,
+// then B then A, and so on, `blocks` times. On two vCPUs shared by both
+// ranks a run of one path after the other drifts by more than the
+// difference sought; interleaving cancels the drift, and alternating which
+// goes first cancels what one leaves the other (caches, socket buffers).
+// Seconds per operation of the median and of the best block of each.
+struct Interleaved {
+  double a_median = 0, b_median = 0, a_best = 0, b_best = 0;
+};
+
+template <typename A, typename B>
+Interleaved interleave(int blocks, int ops, A&& a, B&& b) {
+  std::vector<double> ta, tb;
+  auto block = [&](auto& f, std::vector<double>& out) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < ops; ++i) f();
+    out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / ops);
+  };
+  for (int blk = 0; blk < blocks; ++blk) {
+    if (blk % 2 == 0) {
+      block(a, ta);
+      block(b, tb);
+    } else {
+      block(b, tb);
+      block(a, ta);
+    }
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2], ta.front(), tb.front()};
+}
 
 }  // namespace sigma::bench
