@@ -135,8 +135,9 @@ void gloo_all_to_all(Buffers& b) {
 
 // The two paths interleaved (sigma::bench::interleave): small messages in
 // 40 blocks of 50, 64 MiB in 16 blocks of 1.
-template <void (*Hal)(Buffers&), void (*Gloo)(Buffers&)>
-void BM_Interleaved(benchmark::State& state) {
+// `label` names the row; with raw Gloo on both sides it measures the noise
+// floor of the method itself (an A/A comparison).
+void BM_Interleaved(benchmark::State& state, const char* label, void (*Hal)(Buffers&), void (*Gloo)(Buffers&)) {
   const int64_t bytes = state.range(0);
   Buffers b(bytes);
   const int blocks = bytes >= (1 << 20) ? 16 : 40, ops = bytes >= (1 << 20) ? 1 : 50;
@@ -150,7 +151,7 @@ void BM_Interleaved(benchmark::State& state) {
   state.counters["added_us"] = (r.a_median - r.b_median) * 1e6;
   state.counters["ratio"] = r.a_median > 0 ? r.b_median / r.a_median : 0;
   state.counters["best_added_us"] = (r.a_best - r.b_best) * 1e6;
-  g_interleaved[{Hal == hal_all_reduce ? "AllReduce" : "AllToAll", bytes}] = r;
+  g_interleaved[{label, bytes}] = r;
 }
 
 void BM_AllToAll_HAL(benchmark::State& state) {
@@ -169,9 +170,18 @@ void BM_AllToAll_Gloo(benchmark::State& state) {
 
 void register_all() {
   for (int64_t bytes : {4, 64, 1024, 64 << 20})
-    benchmark::RegisterBenchmark("Interleaved/AllReduce", BM_Interleaved<hal_all_reduce, gloo_all_reduce>)
+    benchmark::RegisterBenchmark("Interleaved/AllReduce", BM_Interleaved, "AllReduce", hal_all_reduce, gloo_all_reduce)
         ->Arg(bytes)->Iterations(1)->UseManualTime();
-  benchmark::RegisterBenchmark("Interleaved/AllToAll", BM_Interleaved<hal_all_to_all, gloo_all_to_all>)
+  for (int64_t bytes : {8, 1024, 64 << 20})  // 8 B: one f32 per rank
+    benchmark::RegisterBenchmark("Interleaved/AllToAll", BM_Interleaved, "AllToAll", hal_all_to_all, gloo_all_to_all)
+        ->Arg(bytes)->Iterations(1)->UseManualTime();
+  // The noise floor: raw Gloo against itself, measured the same way.
+  for (int64_t bytes : {4, 64 << 20})
+    benchmark::RegisterBenchmark("Interleaved/AllReduce-A/A", BM_Interleaved, "AR Gloo/Gloo", gloo_all_reduce,
+                                 gloo_all_reduce)
+        ->Arg(bytes)->Iterations(1)->UseManualTime();
+  benchmark::RegisterBenchmark("Interleaved/AllToAll-A/A", BM_Interleaved, "A2A Gloo/Gloo", gloo_all_to_all,
+                               gloo_all_to_all)
       ->Arg(64 << 20)->Iterations(1)->UseManualTime();
   for (int64_t bytes : kSizes) {
     const int64_t it = iterations_for(bytes);
@@ -188,11 +198,11 @@ void register_all() {
 
 void print_ratios(const sigma::bench::Recorder& rec) {
   if (!g_interleaved.empty()) {
-    std::printf("\ninterleaved blocks, us per op (median block; best block)\n%-10s %10s %10s %10s %12s %8s %10s %10s "
-                "%12s %8s\n", "op", "bytes", "HAL", "Gloo", "added us/op", "ratio", "best HAL", "best Gloo",
-                "added us/op", "ratio");
+    std::printf("\ninterleaved blocks, us per op (median block; best block); Gloo/Gloo rows: raw Gloo in both "
+                "columns, the method's noise floor\n%-14s %10s %10s %10s %12s %8s %10s %10s %12s %8s\n", "op", "bytes",
+                "HAL", "Gloo", "added us/op", "ratio", "best HAL", "best Gloo", "added us/op", "ratio");
     for (const auto& [key, r] : g_interleaved)
-      std::printf("%-10s %10lld %10.1f %10.1f %12.1f %8.3f %10.1f %10.1f %12.1f %8.3f\n", key.first.c_str(),
+      std::printf("%-14s %10lld %10.1f %10.1f %12.1f %8.3f %10.1f %10.1f %12.1f %8.3f\n", key.first.c_str(),
                   static_cast<long long>(key.second), r.a_median * 1e6, r.b_median * 1e6,
                   (r.a_median - r.b_median) * 1e6, r.a_median > 0 ? r.b_median / r.a_median : 0.0, r.a_best * 1e6,
                   r.b_best * 1e6, (r.a_best - r.b_best) * 1e6, r.a_best > 0 ? r.b_best / r.a_best : 0.0);
