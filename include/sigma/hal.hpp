@@ -144,7 +144,9 @@ class Communicator {
   // for a blocking transport), else by posting and waiting. An operation that
   // overruns its bound means a hung peer on early-life hardware, so on
   // timeout the communicator is aborted (it can then only be destroyed) and
-  // Error(timeout) is thrown. Other failures throw their own code.
+  // Error(timeout) is thrown; async_error() then reads TIMEOUT where the
+  // plugin's run aborted it, ABORTED where this helper did. Other failures
+  // throw their own code.
   void run(const hal_coll_args_t& args, std::chrono::nanoseconds timeout,
            hal_stream_t stream = nullptr);
   void abort();

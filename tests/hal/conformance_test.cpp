@@ -65,6 +65,18 @@ TEST(Conformance, SkeletonWithTwoRanksSkipsMultiRankChecksAndSaysWhy) {
   EXPECT_EQ(r.report["summary"]["failed"], 0);
 }
 
+TEST(Conformance, AnAbi10PluginPassesWithTheOptionalRunChecksSkipped) {
+  SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/old_minor.so");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.report["summary"]["failed"], 0) << r.output;
+  for (const char* name : {"coll.run", "coll.run_timeout_abort"}) {
+    const auto* c = find_check(r.report, name);
+    ASSERT_NE(c, nullptr) << name;
+    EXPECT_EQ((*c)["outcome"], "skip") << name;
+    EXPECT_NE((*c)["detail"].get<std::string>().find("optional"), std::string::npos) << (*c)["detail"];
+  }
+}
+
 TEST(Conformance, AWrongAllReduceResultFailsAndNamesTheCase) {
   SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/wrong_result.so");
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -75,6 +75,24 @@ TEST(Loader, RootTableLargerWithUnknownTrailingEntriesLoads) {
   EXPECT_EQ(p->device_count(), 1u);
 }
 
+TEST(Loader, AnAbi10PluginLoadsAndTheRunItLacksIsNeverCalled) {
+  auto p = Plugin::load(bad("old_minor"));
+  EXPECT_EQ(p->api().abi_minor, 0u);
+  EXPECT_EQ(p->coll_run(), nullptr);  // the slot past struct_size is garbage
+  hal_comm_create_args_t ca{};
+  ca.struct_size = sizeof(ca);
+  ca.world_size = 1;
+  ca.timeout_ns = 1'000'000'000ull;
+  Communicator comm(p, ca);
+  Buffer b(p, 0, 16);
+  const float ones[4] = {1, 1, 1, 1};
+  b.copy_from_host(ones, sizeof(ones));
+  comm.run(coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 4, b.data(), b.data()), std::chrono::seconds(1));
+  float out[4] = {};
+  b.copy_to_host(out, sizeof(out));
+  EXPECT_EQ(out[3], 1.0f);  // posted and waited for, as before 1.1
+}
+
 TEST(Loader, NullRequiredEntryIsNamed) {
   expect_load_error(bad("null_required"), Code::invalid_argument,
                     {"null_required.so", "hal_coll_api_t.comm_abort is NULL", "required"});

@@ -126,6 +126,34 @@ TEST(Communicator, BlockingRunAbortsTheCommunicatorWhenItTimesOut) {
   EXPECT_EQ(comm.async_error(), HAL_ERR_ABORTED);
 }
 
+// A plugin with its own blocking run (ABI 1.1): sim, whose run goes to
+// cpu's when healthy and posts, waits and aborts when the op hangs.
+TEST(Communicator, RunGoesThroughThePluginsOwnRunAndItsTimeoutAbortsTheCommunicator) {
+  auto p = Plugin::load("sim");
+  ASSERT_NE(p->coll_run(), nullptr);
+  Communicator comm(p, world_of_one());
+  Buffer b(p, 0, 16);
+  const float ones[4] = {1, 1, 1, 1};
+  b.copy_from_host(ones, sizeof(ones));
+  comm.run(all_reduce(b.data(), 4), 1s);
+  float out[4] = {};
+  b.copy_to_host(out, sizeof(out));
+  EXPECT_EQ(out[3], 1.0f);
+  inject(p, HAL_FAULT_HANG);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    comm.run(all_reduce(b.data(), 4), 100ms);
+    FAIL() << "no timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::timeout);
+    EXPECT_NE(std::string(e.what()).find("the communicator was aborted"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_EQ(comm.async_error(), HAL_ERR_TIMEOUT);  // the plugin's run says why
+  EXPECT_THROW(comm.run(all_reduce(b.data(), 4), 1s), Error);
+  p->check(p->fault_injection()->clear(0), "clear");
+}
+
 TEST(Request, DeviceLostFailsPendingWorkWithDeviceLost) {
   auto p = Plugin::load("skeleton");
   Communicator comm(p, world_of_one());

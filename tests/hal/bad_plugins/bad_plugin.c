@@ -1,6 +1,7 @@
 /*
  * Deliberately broken HAL plugins, one per BAD_* macro, built from the
- * skeleton with one thing wrong each. The loader and the conformance suite
+ * skeleton with one thing wrong each (and two that are fine: a newer minor,
+ * an older one). The loader and the conformance suite
  * must name exactly what is wrong, and never crash.
  */
 #define hal_get_api_v1 skeleton_inner_get_api_v1
@@ -66,6 +67,12 @@ HAL_EXPORT const hal_api_t *hal_get_api_v1(uint32_t host_major, uint32_t host_mi
   g_bad_coll.struct_size = HAL_COLL_API_V1_0_SIZE - 8;
 #elif defined(BAD_WRONG_RESULT)
   g_bad_coll.post = bad_post_wrong;
+#elif defined(BAD_OLD_MINOR)
+  /* Fine: an ABI 1.0 plugin, whose collective table ends before `run`. The
+   * slot past its struct_size holds garbage the host must never call. */
+  g_bad.api.abi_minor = 0;
+  g_bad_coll.struct_size = HAL_COLL_API_V1_0_SIZE;
+  g_bad_coll.run = (hal_coll_run_fn *)(uintptr_t)&g_bad;
 #else
 #error "define one BAD_* macro"
 #endif
