@@ -36,6 +36,22 @@ void inject(const PluginPtr& p, hal_fault_kind_t kind) {
   p->check(p->fault_injection()->inject(&spec), "inject");
 }
 
+// Hangs the next op, then runs one with a 100 ms bound: it must throw
+// Error(timeout), saying the communicator was aborted, within 3 s.
+void expect_hung_run_times_out(const PluginPtr& p, Communicator& comm, Buffer& b) {
+  inject(p, HAL_FAULT_HANG);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    comm.run(all_reduce(b.data(), 4), 100ms);
+    FAIL() << "no timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::timeout);
+    EXPECT_NE(std::string(e.what()).find("all_reduce did not finish"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the communicator was aborted"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+}
+
 TEST(Buffer, RoundTripsBytesAndRefusesRangesPastItsEnd) {
   auto p = Plugin::load("skeleton");
   Buffer b(p, 0, 1024);
@@ -113,17 +129,8 @@ TEST(Communicator, BlockingRunAbortsTheCommunicatorWhenItTimesOut) {
   Communicator comm(p, world_of_one());
   Buffer b(p, 0, 16);
   comm.run(all_reduce(b.data(), 4), 1s);  // a healthy op just completes
-  inject(p, HAL_FAULT_HANG);
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    comm.run(all_reduce(b.data(), 4), 100ms);
-    FAIL() << "no timeout";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Code::timeout);
-    EXPECT_NE(std::string(e.what()).find("all_reduce did not finish"), std::string::npos) << e.what();
-  }
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
-  EXPECT_EQ(comm.async_error(), HAL_ERR_ABORTED);
+  expect_hung_run_times_out(p, comm, b);
+  EXPECT_EQ(comm.async_error(), HAL_ERR_ABORTED);  // the helper aborted it
 }
 
 // A plugin with its own blocking run (ABI 1.1): sim, whose run goes to
@@ -139,16 +146,7 @@ TEST(Communicator, RunGoesThroughThePluginsOwnRunAndItsTimeoutAbortsTheCommunica
   float out[4] = {};
   b.copy_to_host(out, sizeof(out));
   EXPECT_EQ(out[3], 1.0f);
-  inject(p, HAL_FAULT_HANG);
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    comm.run(all_reduce(b.data(), 4), 100ms);
-    FAIL() << "no timeout";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Code::timeout);
-    EXPECT_NE(std::string(e.what()).find("the communicator was aborted"), std::string::npos) << e.what();
-  }
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  expect_hung_run_times_out(p, comm, b);
   EXPECT_EQ(comm.async_error(), HAL_ERR_TIMEOUT);  // the plugin's run says why
   EXPECT_THROW(comm.run(all_reduce(b.data(), 4), 1s), Error);
   p->check(p->fault_injection()->clear(0), "clear");
