@@ -21,6 +21,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace cpu_vendor {
@@ -128,8 +129,7 @@ hal_status_t validate(const hal_coll_args_t& a, uint32_t rank, uint32_t size) {
   return HAL_OK;
 }
 
-// Ends operations that run on a caller's thread (run_to_end()) at their
-// deadline. Gloo bounds each of its waits, not a whole operation, so a slow
+// Ends operations that have a caller's deadline (run_to_end()) at it. Gloo bounds each of its waits, not a whole operation, so a slow
 // operation made of many waits could otherwise overrun the caller's time.
 // One thread for the process, started on first use; it sleeps until the
 // earliest deadline and is woken only when a sooner one arrives (operations
@@ -208,10 +208,7 @@ void reset_tcp_device() {
 
 void stop_deadline_watchdog() { g_watchdog.stop(); }
 
-void Comm::expire() {
-  expired_ = true;
-  shutdown_sockets();
-}
+void Comm::expire() { shutdown_sockets(); }
 
 void RequestState::complete(hal_status_t st, std::string why) {
   std::lock_guard lk(mu);
@@ -321,24 +318,7 @@ hal_status_t Comm::run_to_end(const hal_coll_args_t& args, uint64_t timeout_ns) 
       work_cv_.notify_one();
     }
   }
-  if (here) {
-    if (op.deadline_ns != 0 && ctx_) {
-      const auto entry = g_watchdog.add(op.deadline_ns, this);
-      execute(op);
-      // Fired just as the operation ended well: the sockets are shut all
-      // the same, so the communicator must go.
-      if (g_watchdog.remove(entry)) {
-        set_async_error(HAL_ERR_TIMEOUT);
-        std::lock_guard lk(op.req->mu);
-        if (op.req->status == HAL_OK) {
-          op.req->status = HAL_ERR_TIMEOUT;
-          op.req->message = "reached its deadline as it finished";
-        }
-      }
-    } else {
-      execute(op);
-    }
-  }
+  if (here) execute(op);
   RequestState& r = *op.req;
   std::unique_lock lk(r.mu);
   auto done = [&] { return r.status != HAL_IN_PROGRESS; };
@@ -400,7 +380,7 @@ void Comm::worker_loop() {
     Op op;
     {
       std::unique_lock lk(mu_);
-      // Not while a waiting thread runs an operation itself (see claim()).
+      // Not while run_to_end() runs an operation on its caller's thread.
       work_cv_.wait(lk, [&] { return stop_ || (!queue_.empty() && !running_); });
       if (queue_.empty()) return;
       op = std::move(queue_.front());
@@ -429,6 +409,9 @@ void Comm::execute(Op& op) {
       bound = std::min(bound, milliseconds(std::max<uint64_t>(1, left_ms)));
     }
     if (ctx_) ctx_->setTimeout(bound);
+    // The watchdog ends the whole operation at the deadline (see Watchdog).
+    std::optional<Watchdog::Entry> watched;
+    if (op.deadline_ns != 0 && ctx_) watched = g_watchdog.add(op.deadline_ns, this);
     try {
       run(op.args);
     } catch (const gloo::IoException& e) {
@@ -438,9 +421,12 @@ void Comm::execute(Op& op) {
       st = aborted_ ? HAL_ERR_ABORTED : HAL_ERR_INTERNAL;
       why = e.what();
     }
-    if (st != HAL_OK && !aborted_ && op.deadline_ns != 0 && (expired_ || now_ns() >= op.deadline_ns)) {
+    // Fired even as the operation ended well: its sockets are shut all
+    // the same, so it is a timeout and the communicator goes.
+    const bool fired = watched && g_watchdog.remove(*watched);
+    if (!aborted_ && (fired || (st != HAL_OK && op.deadline_ns != 0 && now_ns() >= op.deadline_ns))) {
+      why = st == HAL_OK ? "reached its deadline as it finished" : "ran out of the caller's time: " + why;
       st = HAL_ERR_TIMEOUT;
-      why = "ran out of the caller's time: " + why;
     }
     // A Gloo context that threw has closed pairs: nothing later can run.
     // Closing every connection passes the failure on to all peers, so a

@@ -52,8 +52,8 @@ class Comm {
   // Fails every pending and later operation with ABORTED and unblocks the
   // worker within about a second (see shutdown_sockets()).
   void abort();
-  // Called by the deadline watchdog when an operation running in
-  // run_to_end() passed its deadline: ends it (the sockets are shut down).
+  // Called by the deadline watchdog when an operation of run_to_end() passed
+  // its deadline: ends it (the sockets are shut down).
   void expire();
   hal_status_t async_error() const { return async_error_.load(); }
   bool aborted() const { return aborted_.load(); }
@@ -85,7 +85,6 @@ class Comm {
   bool stop_ = false;
   bool running_ = false;  // an operation runs (on the worker or in run_to_end())
   std::atomic<bool> aborted_{false};
-  std::atomic<bool> expired_{false};  // the watchdog ended a run_to_end()
   std::atomic<hal_status_t> async_error_{HAL_OK};
   std::vector<uint64_t> send_seq_, recv_seq_;  // per peer, whoever holds running_
   std::vector<uint8_t> scratch_;               // whoever holds running_

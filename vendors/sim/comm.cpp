@@ -415,12 +415,12 @@ hal_status_t sim_run(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t 
   }
   hal_request_t req = nullptr;
   if (hal_status_t st = post_planned(comm, *args, stream, std::move(r), &req); st != HAL_OK) return st;
-  hal_status_t st = sim_wait(req, timeout_ns);
+  const hal_status_t st = sim_wait(req, timeout_ns);
+  const std::string why = last_error();  // before the wait below replaces it
   if (st == HAL_ERR_TIMEOUT) {
     abort_comm(comm, HAL_ERR_TIMEOUT);
     sim_wait(req, 5'000'000'000ull);  // the aborted operation lets go of the buffers
   }
-  const std::string why = last_error();
   sim_request_free(req);
   return st < 0 ? fail(st, why) : st;
 }
