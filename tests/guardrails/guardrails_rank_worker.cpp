@@ -8,6 +8,9 @@
 //   spike     the batch of step 23 gives a loss 10x too high
 //   bitflip   the last rank's parameters get one flipped bit after step 7
 //   sim_sdc   (plugin sim) rank 1's device corrupts the all-reduce of step 5
+//   skip:B,.. no fault, and batches B,.. are never trained on: the
+//             independent clean run a faulty run is compared with when a
+//             guardrail skipped or rolled back data
 // Each rank journals every decision (DIR/journal.jsonl.rankR) and writes
 // DIR/result-R ("key=value" lines): the final parameter fingerprint and the
 // steps at which it detected and attributed faults.
@@ -88,6 +91,13 @@ int main(int argc, char** argv) {
     std::vector<float> clean = st.params;
     std::map<uint64_t, State> snapshots;
     std::set<uint64_t> skipped_batches;
+    if (scenario.rfind("skip:", 0) == 0) {
+      for (size_t at = 5; at < scenario.size();) {
+        const size_t comma = std::min(scenario.find(',', at), scenario.size());
+        skipped_batches.insert(std::stoull(scenario.substr(at, comma - at)));
+        at = comma + 1;
+      }
+    }
     hal::Buffer grad(plugin, 0, kN * 4);
     std::vector<float> g(kN);
     std::map<std::string, std::string> result;

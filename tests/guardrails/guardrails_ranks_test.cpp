@@ -1,7 +1,8 @@
 // The guardrails across real processes meeting over real collectives: a NaN
 // on one rank, a loss spike, a flipped bit in one replica's parameters, and
 // an all-reduce silently corrupted by the sim vendor. Every rank must reach
-// the same decisions, and the faulty rank must be named.
+// the same decisions, the faulty rank must be named, and the job must end
+// with the parameters of an independent clean run on the same batches.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -108,6 +109,20 @@ void expect_replicas_equal(const Job& job) {
     EXPECT_EQ(job.results[r].at("final_fingerprint"), job.results[0].at("final_fingerprint")) << "rank " << r;
 }
 
+// The faulty job ended with the parameters of an independent fault-free run
+// of the same world that trained on the same batches: `steps` applied
+// updates that never saw `skipped` (the batches a guardrail deliberately
+// skipped or rolled back). Replicas agreeing with each other is not enough:
+// the repair broadcasts one replica's parameters to all.
+void expect_equals_clean_run(const Job& job, int world, int steps, const std::string& skipped = "") {
+  const Job clean = run(skipped.empty() ? "clean" : "skip:" + skipped, world, steps);
+  for (int s = 1; s <= steps; ++s)
+    ASSERT_EQ(clean.results[0].at("action_" + std::to_string(s)), "apply") << "the clean run's step " << s;
+  for (size_t r = 0; r < job.results.size(); ++r)
+    EXPECT_EQ(job.results[r].at("final_fingerprint"), clean.results[0].at("final_fingerprint"))
+        << "rank " << r << " differs from the clean run that skipped [" << skipped << "]";
+}
+
 TEST(GuardrailsRanks, ACleanRunAppliesEveryStepAndTheReplicasAgree) {
   const Job job = run("clean", 2, 12);
   expect_same_decisions(job);
@@ -122,7 +137,7 @@ TEST(GuardrailsRanks, ACleanRunAppliesEveryStepAndTheReplicasAgree) {
 TEST(GuardrailsRanks, ANaNOnOneRankSkipsTheStepEverywhereAndBacksOffTheScale) {
   const Job job = run("nan", 3, 8);
   expect_same_decisions(job);
-  expect_replicas_equal(job);
+  expect_equals_clean_run(job, 3, 7, "5");  // step 5's batch was never applied
   for (const auto& r : job.results) {
     EXPECT_EQ(r.at("action_5"), "skip");
     EXPECT_EQ(r.at("nonfinite_at"), "5");
@@ -137,7 +152,7 @@ TEST(GuardrailsRanks, ANaNOnOneRankSkipsTheStepEverywhereAndBacksOffTheScale) {
 TEST(GuardrailsRanks, ALossSpikeRollsEveryRankBackAndSkipsTheBadBatches) {
   const Job job = run("spike", 2, 30);
   expect_same_decisions(job);
-  expect_replicas_equal(job);
+  expect_equals_clean_run(job, 2, 30, "23,24,25");
   for (const auto& r : job.results) {
     EXPECT_EQ(r.at("rollback_at"), "23");
     EXPECT_EQ(r.at("rollback_to"), "20");
@@ -157,7 +172,7 @@ TEST(GuardrailsRanks, ALossSpikeRollsEveryRankBackAndSkipsTheBadBatches) {
 TEST(GuardrailsRanks, AFlippedBitInOneOfThreeReplicasIsFoundWithinOneIntervalAndNamed) {
   const Job job = run("bitflip", 3, 20);
   expect_same_decisions(job);
-  expect_replicas_equal(job);  // repaired from a healthy replica
+  expect_equals_clean_run(job, 3, 20);  // repaired from a healthy replica, nothing skipped
   for (const auto& r : job.results) {
     EXPECT_EQ(r.at("detected_at"), "10");  // flipped after step 7, interval 5
     EXPECT_EQ(r.at("odd_ranks"), "2");
@@ -169,7 +184,7 @@ TEST(GuardrailsRanks, AFlippedBitInOneOfThreeReplicasIsFoundWithinOneIntervalAnd
 TEST(GuardrailsRanks, WithTwoReplicasTheReRunOnASpareNamesTheFaultyOne) {
   const Job job = run("bitflip", 2, 15);
   expect_same_decisions(job);
-  expect_replicas_equal(job);
+  expect_equals_clean_run(job, 2, 15);
   for (const auto& r : job.results) {
     EXPECT_EQ(r.at("detected_at"), "10");
     EXPECT_EQ(r.count("odd_ranks") ? r.at("odd_ranks") : "", "");  // no majority of two
@@ -188,7 +203,7 @@ TEST(GuardrailsRanks, WithTwoReplicasTheReRunOnASpareNamesTheFaultyOne) {
 TEST(GuardrailsRanks, AnAllReduceCorruptedByTheSimDeviceIsCaughtAtOnceAndNamed) {
   const Job job = run("sim_sdc", 3, 8, "sim", std::string("scenario=") + SIGMA_SCENARIO_DIR + "/healthy.yaml");
   expect_same_decisions(job);
-  expect_replicas_equal(job);  // the corrupted step was skipped everywhere
+  expect_equals_clean_run(job, 3, 7, "5");  // the corrupted step was skipped everywhere
   for (const auto& r : job.results) {
     EXPECT_EQ(r.at("mismatch_at"), "5");
     EXPECT_EQ(r.at("mismatch_ranks"), "1");

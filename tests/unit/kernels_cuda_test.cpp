@@ -4,6 +4,8 @@
 #include <sigma/error.hpp>
 #include <sigma/kernels.hpp>
 
+#include "gpu.hpp"
+
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,17 +17,7 @@
 namespace sigma::kernels {
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define REQUIRE_GPU()                      \
-  do {                                     \
-    if (!have_gpu()) {                     \
-      GTEST_SKIP() << "skipped: no CUDA device"; \
-    }                                      \
-  } while (0)
+#define REQUIRE_GPU() SIGMA_REQUIRE_GPU()
 
 // A device copy of host bytes, freed on scope exit.
 struct Dev {

@@ -2,6 +2,7 @@
 // NCCL bootstrapped through the host's callbacks, telemetry from NVML loaded
 // at run time. Exports hal_get_api_v1.
 #include "cuda.hpp"
+#include "presence.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -71,14 +72,13 @@ hal_status_t init(const hal_init_args_t* args) {
                                               "' (this vendor takes none; CUDA_VISIBLE_DEVICES picks devices)");
   std::lock_guard lk(g_mu);
   if (g_refs == 0) {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return fail(HAL_ERR_UNAVAILABLE, std::string("cuda: no usable GPU: cudaGetDeviceCount: ") + cudaGetErrorName(e) +
-                                           ": " + cudaGetErrorString(e));
-    }
-    if (n == 0) return fail(HAL_ERR_UNAVAILABLE, "cuda: no usable GPU: cudaGetDeviceCount found 0 devices");
+    const sigma_cuda::GpuPresence gpu = sigma_cuda::probe_gpu();
+    if (gpu.presence == sigma_cuda::Presence::none) return fail(HAL_ERR_UNAVAILABLE, "cuda: no usable GPU: " + gpu.why);
+    // A GPU whose driver fails is a fault, not an absent device: callers
+    // (and the conformance suite) must see it fail, not skip.
+    if (gpu.presence == sigma_cuda::Presence::broken)
+      return fail(HAL_ERR_INTERNAL, "cuda: a GPU driver is installed but CUDA cannot use it: " + gpu.why);
+    const int n = gpu.count;
     g_count = n;
     telemetry_open();
   }
