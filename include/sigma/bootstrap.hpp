@@ -45,8 +45,7 @@ class FileStore final : public Store {
   // when it cannot.
   explicit FileStore(std::string dir);
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
-  std::optional<std::vector<uint8_t>> get(const std::string& key,
-                                          std::chrono::nanoseconds timeout) override;
+  std::optional<std::vector<uint8_t>> get(const std::string& key, std::chrono::nanoseconds timeout) override;
   std::string uri() const override { return "file://" + dir_; }
   const std::string& dir() const { return dir_; }
 
@@ -64,8 +63,7 @@ class RedisStore final : public Store {
   RedisStore(std::string host, int port, std::string prefix = "");
   ~RedisStore() override;
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
-  std::optional<std::vector<uint8_t>> get(const std::string& key,
-                                          std::chrono::nanoseconds timeout) override;
+  std::optional<std::vector<uint8_t>> get(const std::string& key, std::chrono::nanoseconds timeout) override;
   std::string uri() const override;
 
  private:
@@ -95,8 +93,8 @@ class HalBootstrap {
 
  private:
   static hal_status_t kv_set(void* ctx, const char* key, const void* value, uint64_t size);
-  static hal_status_t kv_get(void* ctx, const char* key, void* value, uint64_t capacity,
-                             uint64_t* size, uint64_t timeout_ns);
+  static hal_status_t kv_get(void* ctx, const char* key, void* value, uint64_t capacity, uint64_t* size,
+                             uint64_t timeout_ns);
   std::shared_ptr<Store> store_;
   std::string prefix_;
   std::string uri_;

@@ -22,8 +22,8 @@
 // loop's); its writer thread is its own business.
 #pragma once
 
-#include <sigma/error.hpp>
 #include <sigma/hal.h>
+#include <sigma/error.hpp>
 #include <sigma/hal.hpp>
 
 #include <cstdint>
@@ -51,7 +51,12 @@ struct TensorView {
   TensorView() = default;
   TensorView(std::string name_, hal_dtype_t dtype_, std::vector<int64_t> shape_, void* data_,
              hal::Plugin* plugin_ = nullptr, uint32_t device_ = 0)
-      : name(std::move(name_)), dtype(dtype_), shape(std::move(shape_)), data(data_), plugin(plugin_), device(device_) {}
+      : name(std::move(name_)),
+        dtype(dtype_),
+        shape(std::move(shape_)),
+        data(data_),
+        plugin(plugin_),
+        device(device_) {}
 
   std::string name;
   hal_dtype_t dtype = HAL_DTYPE_F32;
@@ -76,22 +81,22 @@ TensorView split(TensorView v, int32_t dim, int64_t offset, std::vector<int64_t>
 
 struct Metadata {
   uint64_t step = 0;
-  uint64_t data_position = 0;     // where the data loader resumes
-  std::vector<uint8_t> rng_state; // opaque
+  uint64_t data_position = 0;      // where the data loader resumes
+  std::vector<uint8_t> rng_state;  // opaque
   double loss_scale = 1;
-  std::string guardrails_state;   // guardrails::Guardrails::save_state()
-  std::string parallel_plan;      // opaque (JSON by convention)
+  std::string guardrails_state;  // guardrails::Guardrails::save_state()
+  std::string parallel_plan;     // opaque (JSON by convention)
   std::map<std::string, std::string> extra;
 };
 
 struct Options {
-  std::string dir;              // the checkpoint root; the job's folder goes below it
+  std::string dir;  // the checkpoint root; the job's folder goes below it
   std::string job = "job";
   uint32_t rank = 0, world = 1;
   uint64_t chunk_bytes = uint64_t{4} << 20;
-  uint32_t base_every = 8;      // a full base every K checkpoints (1: always)
-  int zstd_level = 1;           // see docs/checkpoint.md for the measured trade-off
-  uint32_t keep = 3;            // newest checkpoints kept (their bases are kept too)
+  uint32_t base_every = 8;  // a full base every K checkpoints (1: always)
+  int zstd_level = 1;       // see docs/checkpoint.md for the measured trade-off
+  uint32_t keep = 3;        // newest checkpoints kept (their bases are kept too)
   // Async staging bound; 0: room for two snapshots of the state.
   uint64_t max_pending_bytes = 0;
   // Told about back-pressure waits and fallbacks ("checkpoint: ...").
@@ -100,14 +105,14 @@ struct Options {
 
 struct SaveResult {
   uint64_t step = 0;
-  std::string path;         // the shard's folder
+  std::string path;  // the shard's folder
   bool base = false;
-  uint64_t raw_bytes = 0;    // the state's bytes
-  uint64_t stored_bytes = 0; // what the data file holds
+  uint64_t raw_bytes = 0;     // the state's bytes
+  uint64_t stored_bytes = 0;  // what the data file holds
   uint64_t chunks = 0, chunks_unchanged = 0;
-  double blocked_s = 0;      // how long the caller was held (copy + back-pressure)
-  double backpressure_s = 0; // of which, waiting for the writer
-  double persist_s = 0;      // compress + write + fsync + commit
+  double blocked_s = 0;       // how long the caller was held (copy + back-pressure)
+  double backpressure_s = 0;  // of which, waiting for the writer
+  double persist_s = 0;       // compress + write + fsync + commit
   // This save completed its step (every rank's shard present): the step's
   // global manifest was written (by this rank or, racing, by another).
   bool step_complete = false;
@@ -218,10 +223,10 @@ class Engine {
 struct StepInfo {
   std::string path;
   uint64_t step = 0;
-  bool complete = false;       // the global manifest is there and reads
-  std::string problem;         // why not, when it is not
-  uint32_t world = 0;          // from the global manifest, else from a shard
-  std::vector<uint32_t> ranks; // shards present
+  bool complete = false;        // the global manifest is there and reads
+  std::string problem;          // why not, when it is not
+  uint32_t world = 0;           // from the global manifest, else from a shard
+  std::vector<uint32_t> ranks;  // shards present
 };
 // The step folders of a job folder, newest first.
 std::vector<StepInfo> list_steps(const std::string& job_dir);
@@ -266,7 +271,8 @@ struct OwnedTensor {
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 };
-std::vector<OwnedTensor> import_safetensors(const std::string& path, std::map<std::string, std::string>* metadata);
+std::vector<OwnedTensor> import_safetensors(const std::string& path,
+                                            std::map<std::string, std::string>* metadata);
 // The same from bytes in memory (the fuzz target's entry); `name` in messages.
 std::vector<OwnedTensor> parse_safetensors(const uint8_t* data, uint64_t size, const std::string& name,
                                            std::map<std::string, std::string>* metadata);

@@ -45,8 +45,7 @@ std::string hal_status_name(hal_status_t status);
 // Thread-safety: immutable after construction.
 class Error : public std::runtime_error {
  public:
-  Error(Code code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  Error(Code code, const std::string& message) : std::runtime_error(message), code_(code) {}
   Code code() const noexcept { return code_; }
 
  private:

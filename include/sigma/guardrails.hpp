@@ -16,8 +16,8 @@
 // the group in the same order, like the HAL's collectives.
 #pragma once
 
-#include <sigma/error.hpp>
 #include <sigma/hal.h>
+#include <sigma/error.hpp>
 #include <sigma/hal.hpp>
 
 #include <chrono>
@@ -164,20 +164,20 @@ const char* action_name(Action a);
 struct Decision {
   uint64_t step = 0;
   Action action = Action::apply;
-  std::string reason;  // one sentence with the figures that decided it
-  double loss = 0;     // mean over ranks
-  double global_norm = 0;      // of the unscaled gradients, over all ranks
-  double clip_factor = 1;      // <= 1
-  double loss_scale = 1;       // the scale these gradients carry
-  double next_loss_scale = 1;  // the scale to use from the next step on
-  double grad_multiplier = 1;  // clip_factor / loss_scale: what apply multiplies by
-  uint64_t non_finite = 0;     // over all ranks and layers
+  std::string reason;                 // one sentence with the figures that decided it
+  double loss = 0;                    // mean over ranks
+  double global_norm = 0;             // of the unscaled gradients, over all ranks
+  double clip_factor = 1;             // <= 1
+  double loss_scale = 1;              // the scale these gradients carry
+  double next_loss_scale = 1;         // the scale to use from the next step on
+  double grad_multiplier = 1;         // clip_factor / loss_scale: what apply multiplies by
+  uint64_t non_finite = 0;            // over all ranks and layers
   std::vector<int> non_finite_ranks;  // ranks that had any: suspects
   std::vector<int> mismatch_ranks;    // replicated layout: ranks whose figures differ from the majority's
   uint64_t rollback_to_step = 0;      // rollback: the snapshot to restore
   uint64_t skip_data_begin = 0, skip_data_end = 0;  // rollback: batches [begin, end) to skip
-  std::vector<std::string> escalate;    // layers to run in fp32 from now on
-  std::vector<std::string> deescalate;  // layers back to their low precision
+  std::vector<std::string> escalate;                // layers to run in fp32 from now on
+  std::vector<std::string> deescalate;              // layers back to their low precision
   // Call check_fingerprint() after this step: its interval came, or the
   // replicated gradients disagreed. A mismatch there asks for the step to be
   // re-run on another device (FingerprintResult::rerun_needed).

@@ -6,8 +6,8 @@
 // status into sigma::Error with the plugin's name, the entry and its message.
 #pragma once
 
-#include <sigma/error.hpp>
 #include <sigma/hal.h>
+#include <sigma/error.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -147,8 +147,7 @@ class Communicator {
   // Error(timeout) is thrown; async_error() then reads TIMEOUT where the
   // plugin's run aborted it, ABORTED where this helper did. Other failures
   // throw their own code.
-  void run(const hal_coll_args_t& args, std::chrono::nanoseconds timeout,
-           hal_stream_t stream = nullptr);
+  void run(const hal_coll_args_t& args, std::chrono::nanoseconds timeout, hal_stream_t stream = nullptr);
   void abort();
   hal_status_t async_error() const;
   hal_comm_t handle() const { return comm_; }
@@ -191,7 +190,8 @@ class Request {
 // for what is given. `peer` is the peer of SEND/RECV and the root of
 // BROADCAST. Thread-safety: pure.
 inline hal_coll_args_t coll_args(hal_coll_op_t op, hal_dtype_t dtype, uint64_t count, const void* sendbuf,
-                                 void* recvbuf, hal_reduce_op_t reduce_op = HAL_REDUCE_SUM, uint32_t peer = 0) {
+                                 void* recvbuf, hal_reduce_op_t reduce_op = HAL_REDUCE_SUM,
+                                 uint32_t peer = 0) {
   hal_coll_args_t a{};
   a.struct_size = sizeof(a);
   a.op = op;
@@ -200,8 +200,10 @@ inline hal_coll_args_t coll_args(hal_coll_op_t op, hal_dtype_t dtype, uint64_t c
   a.count = count;
   a.sendbuf = sendbuf;
   a.recvbuf = recvbuf;
-  if (op == HAL_COLL_BROADCAST) a.root = peer;
-  else a.peer = peer;
+  if (op == HAL_COLL_BROADCAST)
+    a.root = peer;
+  else
+    a.peer = peer;
   return a;
 }
 

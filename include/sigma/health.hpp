@@ -30,8 +30,8 @@
 // concurrently (one mutex inside). Nothing blocks beyond that mutex.
 #pragma once
 
-#include <sigma/error.hpp>
 #include <sigma/hal.h>
+#include <sigma/error.hpp>
 #include <sigma/hal.hpp>
 
 #include <atomic>
@@ -54,12 +54,12 @@ enum class State : int { healthy = 0, suspect = 1, failing = 2, failed = 3 };
 const char* state_name(State s) noexcept;
 
 struct Config {
-  size_t history_samples = 600;     // telemetry samples kept per device
+  size_t history_samples = 600;  // telemetry samples kept per device
   double warn_c = 90.0;
   double critical_c = 95.0;
   double ewma_alpha = 0.3;
-  double trend_window_s = 20.0;     // slope fitted over this much EWMA history
-  double trend_horizon_s = 300.0;   // warn when the crossing is predicted sooner
+  double trend_window_s = 20.0;    // slope fitted over this much EWMA history
+  double trend_horizon_s = 300.0;  // warn when the crossing is predicted sooner
   double trend_min_slope_c_per_s = 0.02;
   double ecc_window_s = 30.0;
   double ecc_per_min_suspect = 30.0;
@@ -80,21 +80,21 @@ void validate(const Config& config);
 // One verdict of one detector about one device.
 struct Warning {
   uint32_t device = 0;
-  std::string signal;      // "temperature", "ecc_correctable", "step_time", ...
-  std::string rule;        // "threshold", "trend", "ecc_rate", "straggler", ...
+  std::string signal;  // "temperature", "ecc_correctable", "step_time", ...
+  std::string rule;    // "threshold", "trend", "ecc_rate", "straggler", ...
   State severity = State::suspect;
-  double value = 0;        // the figure that fired (°C, errors/min, ratio, s)
-  double threshold = 0;    // what it was compared with
-  double eta_s = -1;       // trend: seconds until the threshold; -1 otherwise
-  double since_s = 0;      // when it first fired
-  std::string message;     // one human line with the figures
+  double value = 0;      // the figure that fired (°C, errors/min, ratio, s)
+  double threshold = 0;  // what it was compared with
+  double eta_s = -1;     // trend: seconds until the threshold; -1 otherwise
+  double since_s = 0;    // when it first fired
+  std::string message;   // one human line with the figures
 };
 
 struct DeviceHealth {
   uint32_t device = 0;
   State state = State::healthy;
-  double score = 1.0;            // 1 healthy .. 0 failed
-  std::vector<Warning> warnings; // active, most severe first
+  double score = 1.0;             // 1 healthy .. 0 failed
+  std::vector<Warning> warnings;  // active, most severe first
 };
 
 // A change the owner should act on: a warning raised or cleared, or a state
@@ -119,8 +119,7 @@ class Monitor {
 
   // Telemetry samples read at t_s (HAL samples; fields with a non-OK status
   // are ignored except DEVICE_LOST, which fails the device).
-  void observe_telemetry(uint32_t device, double t_s, const hal_telemetry_sample_t* samples,
-                         size_t n);
+  void observe_telemetry(uint32_t device, double t_s, const hal_telemetry_sample_t* samples, size_t n);
   // The wall time of one training step on the device.
   void observe_step(uint32_t device, uint64_t step, double step_time_s, double t_s);
   void observe_heartbeat(uint32_t device, double t_s);
@@ -153,8 +152,7 @@ class Monitor {
 // destructor) joins the thread. Thread-safety: start/stop from one thread.
 class Sampler {
  public:
-  Sampler(const hal::Plugin& plugin, std::vector<uint32_t> devices, Monitor& monitor,
-          double rate_hz);
+  Sampler(const hal::Plugin& plugin, std::vector<uint32_t> devices, Monitor& monitor, double rate_hz);
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;

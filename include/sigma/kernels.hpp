@@ -21,7 +21,7 @@ struct ScanResult {
   // ~1e-15); the vector path adds the exact f32 squares of 16-bit inputs in
   // pairs before fp64, so f16/bf16 sums carry a relative error <= 2^-23.
   double sum_squares = 0;
-  double amax = 0;         // largest |x| over finite values; 0 for none
+  double amax = 0;  // largest |x| over finite values; 0 for none
 };
 
 // One fused pass over `count` elements of f32, f16 or bf16 data at `data`
@@ -63,13 +63,13 @@ uint64_t checksum(const void* data, uint64_t bytes);
 // are expert e's rows (num_experts + 1 entries; the last is the row count).
 // Throws sigma::Error(invalid_argument) for an id outside [-1, num_experts).
 // Thread-safety: any thread, concurrently. Blocks: no.
-void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, uint32_t num_experts, int64_t* row_of,
-              uint64_t* expert_offsets);
+void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, uint32_t num_experts,
+              int64_t* row_of, uint64_t* expert_offsets);
 
 // Gathers: out[row_of[t * top_k + k]] = tokens[t], rows of `hidden`
 // elements of any ABI dtype. `out` has expert_offsets[num_experts] rows.
-void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_dtype_t dtype, const int64_t* row_of,
-                 uint32_t top_k, void* out);
+void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_dtype_t dtype,
+                 const int64_t* row_of, uint32_t top_k, void* out);
 
 // Scatter-adds back with weights: out[t] = sum over k of
 // weights[t * top_k + k] * expert_out[row_of[t * top_k + k]] (dropped

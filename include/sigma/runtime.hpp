@@ -35,24 +35,24 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace sigma::runtime {
 
 struct SessionOptions {
-  std::string agent_socket;      // SIGMA_AGENT_SOCKET
-  uint32_t device = 0;           // SIGMA_DEVICE: the agent's id for this device
-  std::string job_dir;           // SIGMA_JOB_DIR
-  std::string plugin = "cpu";    // SIGMA_HAL_PLUGIN: name or path
-  std::string plugin_options;    // SIGMA_HAL_OPTIONS
-  std::string store;             // SIGMA_STORE: file:///... or redis://host:port
-  double heartbeat_s = 0.1;      // SIGMA_HEARTBEAT_S
-  uint64_t snapshot_every = 1;   // SIGMA_SNAPSHOT_EVERY: memory-tier period in steps
-  uint64_t checkpoint_every = 0; // SIGMA_CHECKPOINT_EVERY: disk period in steps; 0 = never
-  double comm_timeout_s = 30;    // how long communicator creation waits for peers
+  std::string agent_socket;       // SIGMA_AGENT_SOCKET
+  uint32_t device = 0;            // SIGMA_DEVICE: the agent's id for this device
+  std::string job_dir;            // SIGMA_JOB_DIR
+  std::string plugin = "cpu";     // SIGMA_HAL_PLUGIN: name or path
+  std::string plugin_options;     // SIGMA_HAL_OPTIONS
+  std::string store;              // SIGMA_STORE: file:///... or redis://host:port
+  double heartbeat_s = 0.1;       // SIGMA_HEARTBEAT_S
+  uint64_t snapshot_every = 1;    // SIGMA_SNAPSHOT_EVERY: memory-tier period in steps
+  uint64_t checkpoint_every = 0;  // SIGMA_CHECKPOINT_EVERY: disk period in steps; 0 = never
+  double comm_timeout_s = 30;     // how long communicator creation waits for peers
 
   // Reads the variables above; throws Error(invalid_argument) naming the
   // variable that is missing or malformed.

@@ -100,8 +100,7 @@ class Scheduler {
   // A new device: new -> validating; returns the validate action.
   std::vector<Action> add_device(uint32_t device, double t_s);
   // The outcome of validation: available (admit) or cordoned.
-  std::vector<Action> validation_done(uint32_t device, bool passed, const std::string& detail,
-                                      double t_s);
+  std::vector<Action> validation_done(uint32_t device, bool passed, const std::string& detail, double t_s);
   // Assigns ranks 0..world-1 to available devices, lowest id first; the rest
   // stay spares. Throws Error(unavailable) when too few devices are available.
   std::vector<Action> start(double t_s);
@@ -118,15 +117,14 @@ class Scheduler {
   // collectives, replace the rank with a spare and restore from the memory
   // tier when it holds the rank's state (`memory_tier_ok`), else disk; with
   // no spare, shrink or pause. A spare: cordoned.
-  std::vector<Action> on_fault(uint32_t device, const std::string& reason, bool memory_tier_ok,
-                               double t_s);
+  std::vector<Action> on_fault(uint32_t device, const std::string& reason, bool memory_tier_ok, double t_s);
   // A cordoned device came back from repair: repaired -> validating. When
   // the job is paused, a device that then passes validation resumes it.
   std::vector<Action> on_repaired(uint32_t device, double t_s);
 
-  DeviceState state(uint32_t device) const;            // throws invalid_argument if unknown
+  DeviceState state(uint32_t device) const;  // throws invalid_argument if unknown
   std::optional<uint32_t> device_of(uint32_t rank) const;
-  std::vector<uint32_t> spares() const;                // available devices, ascending
+  std::vector<uint32_t> spares() const;  // available devices, ascending
   uint32_t world_size() const noexcept { return world_size_; }
   bool paused() const noexcept { return !missing_ranks_.empty(); }
   std::optional<uint32_t> pending_migration(uint32_t device) const;  // the target spare
@@ -142,9 +140,9 @@ class Scheduler {
   uint32_t world_size_;
   bool started_ = false;
   std::map<uint32_t, DeviceState> devices_;
-  std::map<uint32_t, uint32_t> rank_device_;       // rank -> device
-  std::map<uint32_t, uint32_t> migrations_;        // suspect device -> reserved spare
-  std::vector<uint32_t> missing_ranks_;            // paused: ranks without a device
+  std::map<uint32_t, uint32_t> rank_device_;  // rank -> device
+  std::map<uint32_t, uint32_t> migrations_;   // suspect device -> reserved spare
+  std::vector<uint32_t> missing_ranks_;       // paused: ranks without a device
   std::vector<Action> history_;
 };
 

@@ -16,23 +16,28 @@ namespace {
 // Elements [from, n) one byte at a time, base XORed in when given; the
 // inverse reads the planes and writes elements.
 template <uint32_t E, bool kInverse>
-void planes_fixed(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t from, uint64_t n, uint32_t es) {
+void planes_fixed(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t from, uint64_t n,
+                  uint32_t es) {
   const uint32_t e = E ? E : es;
   for (uint64_t i = from; i < n; ++i)
     for (uint32_t b = 0; b < e; ++b) {
       const uint8_t x = base ? base[i * e + b] : 0;
-      if constexpr (kInverse) dst[i * e + b] = src[b * n + i] ^ x;
-      else dst[b * n + i] = src[i * e + b] ^ x;
+      if constexpr (kInverse)
+        dst[i * e + b] = src[b * n + i] ^ x;
+      else
+        dst[b * n + i] = src[i * e + b] ^ x;
     }
 }
 
 void check(const void* src, const void* dst, uint64_t count, uint32_t elem_size, const char* who) {
   if (elem_size == 0) throw Error(Code::invalid_argument, std::string(who) + ": element size 0");
-  if (count > 0 && (src == nullptr || dst == nullptr)) throw Error(Code::invalid_argument, std::string(who) + ": NULL buffer");
+  if (count > 0 && (src == nullptr || dst == nullptr))
+    throw Error(Code::invalid_argument, std::string(who) + ": NULL buffer");
 }
 
 template <bool kInverse>
-void planes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size, const char* who) {
+void planes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size,
+            const char* who) {
   check(src, dst, count, elem_size, who);
   if (count == 0) return;  // the buffers may be NULL then
   if (device::on_device(src)) return device::shuffle(src, base, dst, count, elem_size, kInverse);
@@ -40,17 +45,25 @@ void planes(const void* src, const void* base, void* dst, uint64_t count, uint32
   const auto* x = static_cast<const uint8_t*>(base);
   auto* d = static_cast<uint8_t*>(dst);
   if (elem_size == 1) {
-    if (x) xor_bytes(s, x, d, count); else std::memcpy(d, s, count);
+    if (x)
+      xor_bytes(s, x, d, count);
+    else
+      std::memcpy(d, s, count);
     return;
   }
   uint64_t done = 0;
   if (detail::isa() == Isa::avx2)
-    done = kInverse ? detail::unshuffle_avx2(s, x, d, count, elem_size) : detail::shuffle_avx2(s, x, d, count, elem_size);
+    done = kInverse ? detail::unshuffle_avx2(s, x, d, count, elem_size)
+                    : detail::shuffle_avx2(s, x, d, count, elem_size);
   switch (elem_size) {
-    case 2: return planes_fixed<2, kInverse>(s, x, d, done, count, 2);
-    case 4: return planes_fixed<4, kInverse>(s, x, d, done, count, 4);
-    case 8: return planes_fixed<8, kInverse>(s, x, d, done, count, 8);
-    default: return planes_fixed<0, kInverse>(s, x, d, done, count, elem_size);
+    case 2:
+      return planes_fixed<2, kInverse>(s, x, d, done, count, 2);
+    case 4:
+      return planes_fixed<4, kInverse>(s, x, d, done, count, 4);
+    case 8:
+      return planes_fixed<8, kInverse>(s, x, d, done, count, 8);
+    default:
+      return planes_fixed<0, kInverse>(s, x, d, done, count, elem_size);
   }
 }
 
@@ -96,7 +109,8 @@ void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes) {
 uint64_t checksum(const void* data, uint64_t bytes) {
   if (bytes > 0 && data == nullptr) throw Error(Code::invalid_argument, "checksum: NULL data");
   if (bytes > 0 && device::on_device(data))
-    throw Error(Code::not_supported, "checksum: xxh3 is sequential; hash device memory with checksum_parallel");
+    throw Error(Code::not_supported,
+                "checksum: xxh3 is sequential; hash device memory with checksum_parallel");
   return XXH3_64bits(bytes ? data : "", bytes);
 }
 

@@ -44,9 +44,9 @@ inline uint16_t f32_to_f16(float f) {
   std::memcpy(&x, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t a = x & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN
+  if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);   // NaN
   if (a >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds past 65504: Inf
-  if (a < 0x38800000u) {  // below 2^-14: a subnormal (or zero) in f16
+  if (a < 0x38800000u) {                           // below 2^-14: a subnormal (or zero) in f16
     const float mag = std::fabs(f) * 16777216.0f;  // units of 2^-24, exact
     return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(mag)));
   }

@@ -1,5 +1,5 @@
-#include "device.hpp"
 #include "dispatch.hpp"
+#include "device.hpp"
 
 #include <sigma/error.hpp>
 
@@ -34,11 +34,13 @@ void reset_isa() { detail::g_isa.store(-1); }
 
 ScanResult grad_scan(const void* data, uint64_t count, hal_dtype_t dtype) {
   if (dtype != HAL_DTYPE_F32 && dtype != HAL_DTYPE_F16 && dtype != HAL_DTYPE_BF16) {
-    throw Error(Code::invalid_argument, "grad_scan: dtype " + std::to_string(dtype) + " is not f32, f16 or bf16");
+    throw Error(Code::invalid_argument,
+                "grad_scan: dtype " + std::to_string(dtype) + " is not f32, f16 or bf16");
   }
   if (count > 0 && data == nullptr) throw Error(Code::invalid_argument, "grad_scan: NULL data");
   if (count > 0 && device::on_device(data)) return device::scan(data, count, dtype);
-  return detail::isa() == Isa::avx2 ? detail::scan_avx2(data, count, dtype) : detail::scan_scalar(data, count, dtype);
+  return detail::isa() == Isa::avx2 ? detail::scan_avx2(data, count, dtype)
+                                    : detail::scan_scalar(data, count, dtype);
 }
 
 }  // namespace sigma::kernels

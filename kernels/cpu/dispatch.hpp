@@ -26,7 +26,9 @@ ScanResult scan_avx2(const void* data, uint64_t count, hal_dtype_t dtype);
 // (on the element-order side) unless NULL. Returns how many leading
 // elements were done (a multiple of 32; 0 for other sizes); the caller
 // does the rest with the same plane stride `count`.
-uint64_t shuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count, uint32_t elem_size);
-uint64_t unshuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count, uint32_t elem_size);
+uint64_t shuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count,
+                      uint32_t elem_size);
+uint64_t unshuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count,
+                        uint32_t elem_size);
 
 }  // namespace sigma::kernels::detail

@@ -2,8 +2,8 @@
 // so the same on every run), row copies for the gather, and one fused
 // weighted sum per output row for the scatter-add, vectorised for AVX2 by
 // compiling the same loop body in a target-specific clone.
-#include "device.hpp"
 #include "convert.hpp"
+#include "device.hpp"
 #include "dispatch.hpp"
 
 #include <sigma/error.hpp>
@@ -30,8 +30,9 @@ inline void store(uint8_t* p, float f, hal_dtype_t dt) {
     uint32_t x;
     std::memcpy(&x, &f, 4);
     // Round to nearest even; a NaN stays a (quiet) NaN.
-    const uint16_t h = (x & 0x7FFFFFFFu) > 0x7F800000u ? static_cast<uint16_t>((x >> 16) | 0x40u)
-                                                       : static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+    const uint16_t h = (x & 0x7FFFFFFFu) > 0x7F800000u
+                           ? static_cast<uint16_t>((x >> 16) | 0x40u)
+                           : static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
     std::memcpy(p, &h, 2);
   }
 }
@@ -39,8 +40,8 @@ inline void store(uint8_t* p, float f, hal_dtype_t dt) {
 // out[t] = sum_k w_k * rows_k, for one token, in f32: the body both the
 // portable and the AVX2 clone compile.
 template <hal_dtype_t kDt>
-__attribute__((always_inline)) inline void weighted_row(const uint8_t* const* rows, const float* w, uint32_t n,
-                                                        uint64_t hidden, uint8_t* out) {
+__attribute__((always_inline)) inline void weighted_row(const uint8_t* const* rows, const float* w,
+                                                        uint32_t n, uint64_t hidden, uint8_t* out) {
   constexpr size_t es = kDt == HAL_DTYPE_F32 ? 4 : 2;
   constexpr uint64_t kTile = 256;  // an f32 accumulator tile that stays in registers / L1
   float acc[kTile];
@@ -77,23 +78,23 @@ __attribute__((always_inline)) inline void unpermute_rows(const uint8_t* src, co
 
 // The same loops, compiled once for any x86-64 and once for AVX2 + F16C.
 template <hal_dtype_t kDt>
-void unpermute_generic(const uint8_t* src, const int64_t* row_of, const float* weights, uint64_t tokens, uint32_t k,
-                       uint64_t hidden, uint8_t* out) {
+void unpermute_generic(const uint8_t* src, const int64_t* row_of, const float* weights, uint64_t tokens,
+                       uint32_t k, uint64_t hidden, uint8_t* out) {
   unpermute_rows<kDt>(src, row_of, weights, tokens, k, hidden, out);
 }
 
 template <hal_dtype_t kDt>
 __attribute__((target("avx2,fma,f16c"))) void unpermute_avx2(const uint8_t* src, const int64_t* row_of,
-                                                              const float* weights, uint64_t tokens, uint32_t k,
-                                                              uint64_t hidden, uint8_t* out) {
+                                                             const float* weights, uint64_t tokens,
+                                                             uint32_t k, uint64_t hidden, uint8_t* out) {
   unpermute_rows<kDt>(src, row_of, weights, tokens, k, hidden, out);
 }
 
 // Rows bound for a buffer far larger than the caches: non-temporal stores
 // skip reading each destination line before writing it (a third of the
 // traffic of a plain copy). Needs 32-byte aligned destination rows.
-__attribute__((target("avx2"))) void permute_stream(const uint8_t* src, uint8_t* dst, uint64_t tokens, uint32_t k,
-                                                    const int64_t* row_of, uint64_t row) {
+__attribute__((target("avx2"))) void permute_stream(const uint8_t* src, uint8_t* dst, uint64_t tokens,
+                                                    uint32_t k, const int64_t* row_of, uint64_t row) {
   for (uint64_t t = 0; t < tokens; ++t)
     for (uint32_t c = 0; c < k; ++c) {
       const int64_t r = row_of[t * k + c];
@@ -109,8 +110,8 @@ __attribute__((target("avx2"))) void permute_stream(const uint8_t* src, uint8_t*
 
 }  // namespace
 
-void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, uint32_t num_experts, int64_t* row_of,
-              uint64_t* expert_offsets) {
+void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, uint32_t num_experts,
+              int64_t* row_of, uint64_t* expert_offsets) {
   if (expert_offsets == nullptr || (num_tokens * top_k > 0 && (expert_ids == nullptr || row_of == nullptr)))
     throw Error(Code::invalid_argument, "moe_plan: NULL buffer");
   std::vector<uint64_t> count(num_experts + 1, 0);
@@ -119,8 +120,8 @@ void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, ui
     const int32_t e = expert_ids[i];
     if (e < -1 || e >= static_cast<int64_t>(num_experts))
       throw Error(Code::invalid_argument, "moe_plan: token " + std::to_string(i / top_k) + " choice " +
-                                              std::to_string(i % top_k) + " names expert " + std::to_string(e) +
-                                              " of " + std::to_string(num_experts));
+                                              std::to_string(i % top_k) + " names expert " +
+                                              std::to_string(e) + " of " + std::to_string(num_experts));
     if (e >= 0) ++count[static_cast<uint32_t>(e) + 1];
   }
   for (uint32_t e = 0; e < num_experts; ++e) count[e + 1] += count[e];
@@ -132,8 +133,8 @@ void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, ui
   }
 }
 
-void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_dtype_t dtype, const int64_t* row_of,
-                 uint32_t top_k, void* out) {
+void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_dtype_t dtype,
+                 const int64_t* row_of, uint32_t top_k, void* out) {
   const uint64_t es = hal::dtype_size(dtype);
   if (es == 0) throw Error(Code::invalid_argument, "moe_permute: dtype " + std::to_string(dtype));
   if (num_tokens * top_k * hidden > 0 && (tokens == nullptr || row_of == nullptr || out == nullptr))
@@ -156,7 +157,8 @@ void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_d
 void moe_unpermute(const void* expert_out, const int64_t* row_of, const float* weights, uint64_t num_tokens,
                    uint32_t top_k, uint64_t hidden, hal_dtype_t dtype, void* out) {
   if (dtype != HAL_DTYPE_F32 && dtype != HAL_DTYPE_F16 && dtype != HAL_DTYPE_BF16)
-    throw Error(Code::invalid_argument, "moe_unpermute: dtype " + std::to_string(dtype) + " is not f32, f16 or bf16");
+    throw Error(Code::invalid_argument,
+                "moe_unpermute: dtype " + std::to_string(dtype) + " is not f32, f16 or bf16");
   if (num_tokens * hidden == 0) return;
   if (out == nullptr || (top_k > 0 && (expert_out == nullptr || row_of == nullptr || weights == nullptr)))
     throw Error(Code::invalid_argument, "moe_unpermute: NULL buffer");

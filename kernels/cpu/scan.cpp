@@ -38,7 +38,8 @@ namespace {
 
 // Sum of squares of eight f32 lanes into two fp64 accumulators.
 __attribute__((target("avx2,fma,f16c"))) inline void add_squares(__m256 v, __m256d& lo, __m256d& hi) {
-  const __m256d l = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), h = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+  const __m256d l = _mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                h = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
   lo = _mm256_fmadd_pd(l, l, lo);
   hi = _mm256_fmadd_pd(h, h, hi);
 }
@@ -56,7 +57,7 @@ __attribute__((target("avx2,fma,f16c"))) double hsum(__m256d a) {
 // none, which the caller checks from amax afterwards.
 template <bool kExact>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void f32_step(const uint8_t* p, __m256i& bad,
-                                                                           __m256i& amax, __m256d s[4]) {
+                                                                             __m256i& amax, __m256d s[4]) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
   for (int k = 0; k < 2; ++k) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * k));
@@ -115,8 +116,9 @@ __attribute__((target("avx2,fma,f16c"))) ScanResult scan_f32_avx2(const uint8_t*
 // assumes all are finite (the caller checks amax afterwards: a NaN or Inf
 // has the largest |x| bit pattern of all) and adds squares in pairs.
 template <bool kBf16, bool kExact>
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline void half_step(__m256i x, __m256i& bad16, __m256i& amax,
-                                                                            __m256d& a, __m256d& b) {
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void half_step(__m256i x, __m256i& bad16,
+                                                                              __m256i& amax, __m256d& a,
+                                                                              __m256d& b) {
   const __m256i abs_mask = _mm256_set1_epi16(0x7FFF);
   __m256i v = _mm256_and_si256(x, abs_mask);
   if constexpr (kExact) {
@@ -155,14 +157,15 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void half_step(__
 // One block of 16-bit floats (a multiple of 32 elements, at most kBlock):
 // its non-finite count and top |x| bits into r/top, its squares into s.
 template <bool kBf16, bool kExact>
-__attribute__((target("avx2,fma,f16c"))) uint16_t scan_half_block(const uint8_t* p, uint64_t n, uint64_t& non_finite,
-                                                                  __m256d s[4]) {
+__attribute__((target("avx2,fma,f16c"))) uint16_t scan_half_block(const uint8_t* p, uint64_t n,
+                                                                  uint64_t& non_finite, __m256d s[4]) {
   const __m256i zero = _mm256_setzero_si256();
   __m256i bad16 = zero, amax = zero;
   for (uint64_t i = 0; i < n; i += 32) {
-    half_step<kBf16, kExact>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * 2)), bad16, amax, s[0], s[1]);
-    half_step<kBf16, kExact>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * 2 + 32)), bad16, amax, s[2],
-                             s[3]);
+    half_step<kBf16, kExact>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * 2)), bad16, amax,
+                             s[0], s[1]);
+    half_step<kBf16, kExact>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * 2 + 32)), bad16,
+                             amax, s[2], s[3]);
   }
   alignas(32) uint16_t c[16], m[16];
   _mm256_store_si256(reinterpret_cast<__m256i*>(c), bad16);
@@ -186,7 +189,7 @@ __attribute__((target("avx2,fma,f16c"))) ScanResult scan_half_avx2(const uint8_t
   // 2^-50). f16 squares always fit.
   constexpr uint16_t kBig = kBf16 ? 190u << 7 : 0x7C00u;  // bf16 2^63; f16 Inf
   constexpr uint16_t kTiny = kBf16 ? 77u << 7 : 0u;       // bf16 2^-50
-  constexpr uint64_t kBlock = 32 * 8192;  // 16-bit lane counters cannot wrap
+  constexpr uint64_t kBlock = 32 * 8192;                  // 16-bit lane counters cannot wrap
   __m256d total[4];
   for (auto& t : total) t = _mm256_setzero_pd();
   ScanResult r;

@@ -34,20 +34,23 @@ __attribute__((target("avx2"), always_inline)) inline void store(uint8_t* p, __m
   if constexpr (kXor) v = _mm256_xor_si256(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base)));
   // Non-temporal for outputs far beyond the caches: no read of each
   // destination line before it is written (needs 32-byte alignment).
-  if constexpr (kStream) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v);
-  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+  if constexpr (kStream)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v);
+  else
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
 }
 
 template <bool kXor, bool kStream>
-__attribute__((target("avx2"))) uint64_t shuffle4(const uint8_t* s, const uint8_t* base, uint8_t* d, uint64_t n) {
+__attribute__((target("avx2"))) uint64_t shuffle4(const uint8_t* s, const uint8_t* base, uint8_t* d,
+                                                  uint64_t n) {
   const __m256i group = SIGMA_GROUP4, spread = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     __m256i a[4];
     for (int k = 0; k < 4; ++k) {
       // After this, qword q of a[k] holds byte q of elements i+8k .. i+8k+7.
-      a[k] = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(load<kXor>(s + 4 * i + 32 * k, at(base, 4 * i + 32 * k)), group),
-                                         spread);
+      a[k] = _mm256_permutevar8x32_epi32(
+          _mm256_shuffle_epi8(load<kXor>(s + 4 * i + 32 * k, at(base, 4 * i + 32 * k)), group), spread);
     }
     const __m256i t0 = _mm256_unpacklo_epi64(a[0], a[1]), t1 = _mm256_unpackhi_epi64(a[0], a[1]);
     const __m256i t2 = _mm256_unpacklo_epi64(a[2], a[3]), t3 = _mm256_unpackhi_epi64(a[2], a[3]);
@@ -60,7 +63,8 @@ __attribute__((target("avx2"))) uint64_t shuffle4(const uint8_t* s, const uint8_
 }
 
 template <bool kXor, bool kStream>
-__attribute__((target("avx2"))) uint64_t unshuffle4(const uint8_t* s, const uint8_t* base, uint8_t* d, uint64_t n) {
+__attribute__((target("avx2"))) uint64_t unshuffle4(const uint8_t* s, const uint8_t* base, uint8_t* d,
+                                                    uint64_t n) {
   const __m256i group = SIGMA_GROUP4, gather = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -68,8 +72,8 @@ __attribute__((target("avx2"))) uint64_t unshuffle4(const uint8_t* s, const uint
     const __m256i p2 = load<false>(s + 2 * n + i, nullptr), p3 = load<false>(s + 3 * n + i, nullptr);
     const __m256i t0 = _mm256_permute2x128_si256(p0, p2, 0x20), t2 = _mm256_permute2x128_si256(p0, p2, 0x31);
     const __m256i t1 = _mm256_permute2x128_si256(p1, p3, 0x20), t3 = _mm256_permute2x128_si256(p1, p3, 0x31);
-    const __m256i a[4] = {_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1), _mm256_unpacklo_epi64(t2, t3),
-                          _mm256_unpackhi_epi64(t2, t3)};
+    const __m256i a[4] = {_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1),
+                          _mm256_unpacklo_epi64(t2, t3), _mm256_unpackhi_epi64(t2, t3)};
     for (int k = 0; k < 4; ++k) {
       store<kXor, kStream>(d + 4 * i + 32 * k,
                            _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(a[k], gather), group),
@@ -80,14 +84,16 @@ __attribute__((target("avx2"))) uint64_t unshuffle4(const uint8_t* s, const uint
 }
 
 template <bool kXor, bool kStream>
-__attribute__((target("avx2"))) uint64_t shuffle2(const uint8_t* s, const uint8_t* base, uint8_t* d, uint64_t n) {
+__attribute__((target("avx2"))) uint64_t shuffle2(const uint8_t* s, const uint8_t* base, uint8_t* d,
+                                                  uint64_t n) {
   const __m256i group = SIGMA_GROUP2;
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     // After the permute, the low half of a holds byte 0 of its 16 elements.
-    const __m256i a0 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(load<kXor>(s + 2 * i, at(base, 2 * i)), group), 0xD8);
-    const __m256i a1 =
-        _mm256_permute4x64_epi64(_mm256_shuffle_epi8(load<kXor>(s + 2 * i + 32, at(base, 2 * i + 32)), group), 0xD8);
+    const __m256i a0 =
+        _mm256_permute4x64_epi64(_mm256_shuffle_epi8(load<kXor>(s + 2 * i, at(base, 2 * i)), group), 0xD8);
+    const __m256i a1 = _mm256_permute4x64_epi64(
+        _mm256_shuffle_epi8(load<kXor>(s + 2 * i + 32, at(base, 2 * i + 32)), group), 0xD8);
     store<false, kStream>(d + i, _mm256_permute2x128_si256(a0, a1, 0x20), nullptr);
     store<false, kStream>(d + n + i, _mm256_permute2x128_si256(a0, a1, 0x31), nullptr);
   }
@@ -95,13 +101,15 @@ __attribute__((target("avx2"))) uint64_t shuffle2(const uint8_t* s, const uint8_
 }
 
 template <bool kXor, bool kStream>
-__attribute__((target("avx2"))) uint64_t unshuffle2(const uint8_t* s, const uint8_t* base, uint8_t* d, uint64_t n) {
+__attribute__((target("avx2"))) uint64_t unshuffle2(const uint8_t* s, const uint8_t* base, uint8_t* d,
+                                                    uint64_t n) {
   const __m256i ungroup = SIGMA_UNGROUP2;
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m256i p0 = load<false>(s + i, nullptr), p1 = load<false>(s + n + i, nullptr);
     const __m256i a0 = _mm256_permute2x128_si256(p0, p1, 0x20), a1 = _mm256_permute2x128_si256(p0, p1, 0x31);
-    store<kXor, kStream>(d + 2 * i, _mm256_shuffle_epi8(_mm256_permute4x64_epi64(a0, 0xD8), ungroup), at(base, 2 * i));
+    store<kXor, kStream>(d + 2 * i, _mm256_shuffle_epi8(_mm256_permute4x64_epi64(a0, 0xD8), ungroup),
+                         at(base, 2 * i));
     store<kXor, kStream>(d + 2 * i + 32, _mm256_shuffle_epi8(_mm256_permute4x64_epi64(a1, 0xD8), ungroup),
                          at(base, 2 * i + 32));
   }
@@ -109,17 +117,21 @@ __attribute__((target("avx2"))) uint64_t unshuffle2(const uint8_t* s, const uint
 }
 
 template <bool kStream>
-uint64_t shuffle_any(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count, uint32_t elem_size) {
+uint64_t shuffle_any(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count,
+                     uint32_t elem_size) {
   if (elem_size == 4)
-    return base ? shuffle4<true, kStream>(src, base, dst, count) : shuffle4<false, kStream>(src, base, dst, count);
+    return base ? shuffle4<true, kStream>(src, base, dst, count)
+                : shuffle4<false, kStream>(src, base, dst, count);
   if (elem_size == 2)
-    return base ? shuffle2<true, kStream>(src, base, dst, count) : shuffle2<false, kStream>(src, base, dst, count);
+    return base ? shuffle2<true, kStream>(src, base, dst, count)
+                : shuffle2<false, kStream>(src, base, dst, count);
   return 0;
 }
 
 }  // namespace
 
-uint64_t shuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count, uint32_t elem_size) {
+uint64_t shuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count,
+                      uint32_t elem_size) {
   // Every plane starts 32-byte aligned when dst is and count is a multiple
   // of 32; then large outputs are streamed past the caches.
   const bool stream = reinterpret_cast<uintptr_t>(dst) % 32 == 0 && count % 32 == 0 &&
@@ -130,14 +142,17 @@ uint64_t shuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uin
   return done;
 }
 
-uint64_t unshuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count, uint32_t elem_size) {
+uint64_t unshuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count,
+                        uint32_t elem_size) {
   const bool stream = reinterpret_cast<uintptr_t>(dst) % 32 == 0 && count * elem_size >= (uint64_t{8} << 20);
   auto run = [&](auto streaming) -> uint64_t {
     constexpr bool kS = decltype(streaming)::value;
     if (elem_size == 4)
-      return base ? unshuffle4<true, kS>(src, base, dst, count) : unshuffle4<false, kS>(src, base, dst, count);
+      return base ? unshuffle4<true, kS>(src, base, dst, count)
+                  : unshuffle4<false, kS>(src, base, dst, count);
     if (elem_size == 2)
-      return base ? unshuffle2<true, kS>(src, base, dst, count) : unshuffle2<false, kS>(src, base, dst, count);
+      return base ? unshuffle2<true, kS>(src, base, dst, count)
+                  : unshuffle2<false, kS>(src, base, dst, count);
     return 0;
   };
   if (!stream) return run(std::false_type{});

@@ -52,16 +52,22 @@ void finish(const char* what) {
 
 template <int kDt>
 __device__ float load(const uint8_t* p, uint64_t i) {
-  if constexpr (kDt == HAL_DTYPE_F32) return reinterpret_cast<const float*>(p)[i];
-  else if constexpr (kDt == HAL_DTYPE_F16) return __half2float(reinterpret_cast<const __half*>(p)[i]);
-  else return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
+  if constexpr (kDt == HAL_DTYPE_F32)
+    return reinterpret_cast<const float*>(p)[i];
+  else if constexpr (kDt == HAL_DTYPE_F16)
+    return __half2float(reinterpret_cast<const __half*>(p)[i]);
+  else
+    return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
 }
 
 template <int kDt>
 __device__ void store(uint8_t* p, uint64_t i, float v) {
-  if constexpr (kDt == HAL_DTYPE_F32) reinterpret_cast<float*>(p)[i] = v;
-  else if constexpr (kDt == HAL_DTYPE_F16) reinterpret_cast<__half*>(p)[i] = __float2half_rn(v);
-  else reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  if constexpr (kDt == HAL_DTYPE_F32)
+    reinterpret_cast<float*>(p)[i] = v;
+  else if constexpr (kDt == HAL_DTYPE_F16)
+    reinterpret_cast<__half*>(p)[i] = __float2half_rn(v);
+  else
+    reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
 }
 
 struct Partial {
@@ -110,8 +116,10 @@ __global__ void shuffle_kernel(const uint8_t* src, const uint8_t* base, uint8_t*
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
     for (uint32_t b = 0; b < es; ++b) {
       const uint8_t x = base ? base[i * es + b] : 0;
-      if (inverse) dst[i * es + b] = src[b * n + i] ^ x;
-      else dst[b * n + i] = src[i * es + b] ^ x;
+      if (inverse)
+        dst[i * es + b] = src[b * n + i] ^ x;
+      else
+        dst[b * n + i] = src[i * es + b] ^ x;
     }
   }
 }
@@ -123,7 +131,8 @@ __global__ void xor_kernel(const uint8_t* a, const uint8_t* b, uint8_t* out, uin
 }
 
 __device__ uint64_t word_at(const uint8_t* p, uint64_t i, uint64_t bytes) {
-  if (i * 8 + 8 <= bytes && (reinterpret_cast<uintptr_t>(p) & 7) == 0) return reinterpret_cast<const uint64_t*>(p)[i];
+  if (i * 8 + 8 <= bytes && (reinterpret_cast<uintptr_t>(p) & 7) == 0)
+    return reinterpret_cast<const uint64_t*>(p)[i];
   uint64_t w = 0;
   for (uint64_t b = 0; b < 8 && i * 8 + b < bytes; ++b) w |= static_cast<uint64_t>(p[i * 8 + b]) << (8 * b);
   return w;
@@ -155,7 +164,8 @@ __global__ void permute_kernel(const uint8_t* src, uint8_t* dst, uint64_t row_by
   if (r < 0) return;
   const uint8_t* from = src + (choice / top_k) * row_bytes;
   uint8_t* to = dst + static_cast<uint64_t>(r) * row_bytes;
-  if (row_bytes % 4 == 0 && (reinterpret_cast<uintptr_t>(from) & 3) == 0 && (reinterpret_cast<uintptr_t>(to) & 3) == 0) {
+  if (row_bytes % 4 == 0 && (reinterpret_cast<uintptr_t>(from) & 3) == 0 &&
+      (reinterpret_cast<uintptr_t>(to) & 3) == 0) {
     for (uint64_t j = threadIdx.x; j < row_bytes / 4; j += blockDim.x)
       reinterpret_cast<uint32_t*>(to)[j] = reinterpret_cast<const uint32_t*>(from)[j];
   } else {
@@ -165,8 +175,8 @@ __global__ void permute_kernel(const uint8_t* src, uint8_t* dst, uint64_t row_by
 
 // One block per token: out[t][j] = sum_k w * expert_out[row][j] in f32.
 template <int kDt>
-__global__ void unpermute_kernel(const uint8_t* src, const int64_t* row_of, const float* weights, uint32_t top_k,
-                                 uint64_t hidden, uint8_t* out) {
+__global__ void unpermute_kernel(const uint8_t* src, const int64_t* row_of, const float* weights,
+                                 uint32_t top_k, uint64_t hidden, uint8_t* out) {
   const uint64_t t = blockIdx.x;
   for (uint64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
     float acc = 0;
@@ -202,9 +212,12 @@ ScanResult scan(const void* data, uint64_t count, hal_dtype_t dtype) {
   const int blocks = blocks_for(count);
   DeviceArray<Partial> part(blocks);
   const auto* p = static_cast<const uint8_t*>(data);
-  if (dtype == HAL_DTYPE_F32) scan_kernel<HAL_DTYPE_F32><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
-  else if (dtype == HAL_DTYPE_F16) scan_kernel<HAL_DTYPE_F16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
-  else scan_kernel<HAL_DTYPE_BF16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+  if (dtype == HAL_DTYPE_F32)
+    scan_kernel<HAL_DTYPE_F32><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+  else if (dtype == HAL_DTYPE_F16)
+    scan_kernel<HAL_DTYPE_F16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+  else
+    scan_kernel<HAL_DTYPE_BF16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
   finish("grad_scan");
   for (const Partial& q : part.to_host(blocks)) {
     r.non_finite += q.bad;
@@ -234,18 +247,20 @@ uint64_t checksum_parallel(const void* data, uint64_t bytes) {
   if (bytes > 0) {
     const int blocks = blocks_for((bytes + 7) / 8);
     DeviceArray<unsigned long long> part(blocks);
-    checksum_kernel<<<blocks, kThreads, 0, cudaStreamPerThread>>>(static_cast<const uint8_t*>(data), bytes, part.p);
+    checksum_kernel<<<blocks, kThreads, 0, cudaStreamPerThread>>>(static_cast<const uint8_t*>(data), bytes,
+                                                                  part.p);
     finish("checksum_parallel");
     for (unsigned long long q : part.to_host(blocks)) sum += q;
   }
   return fmix64(sum ^ (bytes * kLenMul));
 }
 
-void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t row_bytes, const int64_t* row_of, uint32_t top_k,
-                 void* out) {
+void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t row_bytes, const int64_t* row_of,
+                 uint32_t top_k, void* out) {
   const uint64_t choices = num_tokens * top_k;
   if (choices == 0 || row_bytes == 0) return;
-  if (choices > 0x7FFFFFFFull) throw Error(Code::invalid_argument, "moe_permute (CUDA): more than 2^31 choices");
+  if (choices > 0x7FFFFFFFull)
+    throw Error(Code::invalid_argument, "moe_permute (CUDA): more than 2^31 choices");
   permute_kernel<<<static_cast<unsigned>(choices), kThreads, 0, cudaStreamPerThread>>>(
       static_cast<const uint8_t*>(tokens), static_cast<uint8_t*>(out), row_bytes, row_of, top_k);
   finish("moe_permute");
@@ -254,16 +269,20 @@ void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t row_bytes, co
 void moe_unpermute(const void* expert_out, const int64_t* row_of, const float* weights, uint64_t num_tokens,
                    uint32_t top_k, uint64_t hidden, hal_dtype_t dtype, void* out) {
   if (num_tokens == 0 || hidden == 0) return;
-  if (num_tokens > 0x7FFFFFFFull) throw Error(Code::invalid_argument, "moe_unpermute (CUDA): more than 2^31 tokens");
+  if (num_tokens > 0x7FFFFFFFull)
+    throw Error(Code::invalid_argument, "moe_unpermute (CUDA): more than 2^31 tokens");
   const auto* s = static_cast<const uint8_t*>(expert_out);
   auto* o = static_cast<uint8_t*>(out);
   const auto blocks = static_cast<unsigned>(num_tokens);
   if (dtype == HAL_DTYPE_F32)
-    unpermute_kernel<HAL_DTYPE_F32><<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
+    unpermute_kernel<HAL_DTYPE_F32>
+        <<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
   else if (dtype == HAL_DTYPE_F16)
-    unpermute_kernel<HAL_DTYPE_F16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
+    unpermute_kernel<HAL_DTYPE_F16>
+        <<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
   else
-    unpermute_kernel<HAL_DTYPE_BF16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
+    unpermute_kernel<HAL_DTYPE_BF16>
+        <<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
   finish("moe_unpermute");
 }
 

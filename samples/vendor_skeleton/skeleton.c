@@ -31,38 +31,38 @@
 /* ------------------------------------------------------------------------- */
 
 typedef struct allocation {
-  void *ptr;
+  void* ptr;
   uint64_t size;
-  struct allocation *next;
+  struct allocation* next;
 } allocation;
 
 struct hal_comm_s {
-  int aborted;                /* set by comm_abort, finalize or a fault */
-  hal_status_t async_error;   /* first asynchronous error, HAL_OK if none */
-  struct hal_comm_s *next;    /* in the plugin's list of live comms */
+  int aborted;              /* set by comm_abort, finalize or a fault */
+  hal_status_t async_error; /* first asynchronous error, HAL_OK if none */
+  struct hal_comm_s* next;  /* in the plugin's list of live comms */
 };
 
 struct hal_request_s {
-  hal_comm_t comm;      /* NULL once the comm was destroyed */
-  hal_status_t status;  /* HAL_IN_PROGRESS until finished */
-  struct hal_request_s *next;
+  hal_comm_t comm;     /* NULL once the comm was destroyed */
+  hal_status_t status; /* HAL_IN_PROGRESS until finished */
+  struct hal_request_s* next;
 };
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER; /* signalled when a request finishes */
-static int g_refs;                   /* init reference count */
-static allocation *g_allocs;         /* live allocations, freed by the last finalize */
-static uint64_t g_bytes_in_use;      /* telemetry: HAL_FIELD_MEMORY_USED_BYTES */
-static uint64_t g_ops_completed;     /* telemetry: SKELETON_FIELD_OPS_COMPLETED */
-static struct hal_comm_s *g_comms;   /* live communicators */
-static struct hal_request_s *g_reqs; /* live requests */
-static int g_device_lost;            /* fault: DEVICE_LOST fired */
-static uint64_t g_hang_after = UINT64_MAX; /* fault: hang the op after this many more */
+static int g_refs;                                     /* init reference count */
+static allocation* g_allocs;                           /* live allocations, freed by the last finalize */
+static uint64_t g_bytes_in_use;                        /* telemetry: HAL_FIELD_MEMORY_USED_BYTES */
+static uint64_t g_ops_completed;                       /* telemetry: SKELETON_FIELD_OPS_COMPLETED */
+static struct hal_comm_s* g_comms;                     /* live communicators */
+static struct hal_request_s* g_reqs;                   /* live requests */
+static int g_device_lost;                              /* fault: DEVICE_LOST fired */
+static uint64_t g_hang_after = UINT64_MAX;             /* fault: hang the op after this many more */
 
 /* The per-thread message behind get_last_error. */
 static _Thread_local char t_error[256];
 
-static hal_status_t fail(hal_status_t status, const char *fmt, ...) {
+static hal_status_t fail(hal_status_t status, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(t_error, sizeof t_error, fmt, ap);
@@ -70,7 +70,7 @@ static hal_status_t fail(hal_status_t status, const char *fmt, ...) {
   return status;
 }
 
-static const char *skeleton_get_last_error(void) { return t_error; }
+static const char* skeleton_get_last_error(void) { return t_error; }
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -97,7 +97,7 @@ static hal_status_t check_device(uint32_t device) {
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------- */
 
-static hal_status_t skeleton_init(const hal_init_args_t *args) {
+static hal_status_t skeleton_init(const hal_init_args_t* args) {
   if (args == NULL || args->struct_size < HAL_INIT_ARGS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: init args NULL or struct_size too small");
   pthread_mutex_lock(&g_mu);
@@ -117,9 +117,22 @@ static hal_status_t skeleton_finalize(void) {
     return HAL_OK;
   }
   /* Last reference: release everything the host left behind. */
-  while (g_reqs) { struct hal_request_s *r = g_reqs; g_reqs = r->next; free(r); }
-  while (g_comms) { struct hal_comm_s *c = g_comms; g_comms = c->next; free(c); }
-  while (g_allocs) { allocation *a = g_allocs; g_allocs = a->next; free(a->ptr); free(a); }
+  while (g_reqs) {
+    struct hal_request_s* r = g_reqs;
+    g_reqs = r->next;
+    free(r);
+  }
+  while (g_comms) {
+    struct hal_comm_s* c = g_comms;
+    g_comms = c->next;
+    free(c);
+  }
+  while (g_allocs) {
+    allocation* a = g_allocs;
+    g_allocs = a->next;
+    free(a->ptr);
+    free(a);
+  }
   g_bytes_in_use = 0;
   g_ops_completed = 0;
   g_device_lost = 0;
@@ -133,13 +146,13 @@ static hal_status_t skeleton_finalize(void) {
 /* Device and memory                                                         */
 /* ------------------------------------------------------------------------- */
 
-static hal_status_t skeleton_get_count(uint32_t *count) {
+static hal_status_t skeleton_get_count(uint32_t* count) {
   if (count == NULL) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: count is NULL");
   *count = 1;
   return HAL_OK;
 }
 
-static hal_status_t skeleton_get_props(uint32_t device, hal_device_props_t *props) {
+static hal_status_t skeleton_get_props(uint32_t device, hal_device_props_t* props) {
   if (props == NULL || props->struct_size < HAL_DEVICE_PROPS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: props NULL or struct_size too small");
   hal_status_t st = check_device(device);
@@ -156,8 +169,7 @@ static hal_status_t skeleton_get_props(uint32_t device, hal_device_props_t *prop
   return HAL_OK;
 }
 
-static hal_status_t skeleton_mem_alloc(uint32_t device, uint64_t size, uint64_t alignment,
-                                       void **ptr) {
+static hal_status_t skeleton_mem_alloc(uint32_t device, uint64_t size, uint64_t alignment, void** ptr) {
   if (ptr == NULL) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: ptr is NULL");
   if (alignment != 0 && (alignment & (alignment - 1)) != 0)
     return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: alignment %llu is not a power of two",
@@ -168,8 +180,8 @@ static hal_status_t skeleton_mem_alloc(uint32_t device, uint64_t size, uint64_t 
   if (st == HAL_OK && size > (1ull << 30) - g_bytes_in_use)
     st = fail(HAL_ERR_OUT_OF_MEMORY, "skeleton: %llu bytes asked, %llu of 1 GiB free",
               (unsigned long long)size, (unsigned long long)((1ull << 30) - g_bytes_in_use));
-  void *p = NULL;
-  allocation *a = NULL;
+  void* p = NULL;
+  allocation* a = NULL;
   if (st == HAL_OK) {
     a = malloc(sizeof *a);
     /* Size 0 still gets a unique pointer: allocate one aligned block. */
@@ -191,13 +203,13 @@ static hal_status_t skeleton_mem_alloc(uint32_t device, uint64_t size, uint64_t 
   return st;
 }
 
-static hal_status_t skeleton_mem_free(uint32_t device, void *ptr) {
+static hal_status_t skeleton_mem_free(uint32_t device, void* ptr) {
   if (ptr == NULL) return HAL_OK;
   if (device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: no device %u", device);
   pthread_mutex_lock(&g_mu);
-  for (allocation **pp = &g_allocs; *pp; pp = &(*pp)->next) {
+  for (allocation** pp = &g_allocs; *pp; pp = &(*pp)->next) {
     if ((*pp)->ptr == ptr) {
-      allocation *a = *pp;
+      allocation* a = *pp;
       *pp = a->next;
       g_bytes_in_use -= a->size;
       pthread_mutex_unlock(&g_mu);
@@ -210,7 +222,7 @@ static hal_status_t skeleton_mem_free(uint32_t device, void *ptr) {
   return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: %p was not allocated by this plugin", ptr);
 }
 
-static hal_status_t skeleton_memcpy(uint32_t device, void *dst, const void *src, uint64_t size,
+static hal_status_t skeleton_memcpy(uint32_t device, void* dst, const void* src, uint64_t size,
                                     hal_copy_kind_t kind, hal_stream_t stream) {
   (void)stream; /* no streams: every copy is synchronous */
   if (kind > HAL_COPY_DEVICE_TO_DEVICE)
@@ -226,8 +238,8 @@ static hal_status_t skeleton_memcpy(uint32_t device, void *dst, const void *src,
 /* GEMM twice, in two loop orders, so rounding differs only within tolerance. */
 static double gemm_check(int n) {
   float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n);
-  float *c1 = calloc((size_t)n * n, sizeof(float));
-  double *c2 = calloc((size_t)n * n, sizeof(double));
+  float* c1 = calloc((size_t)n * n, sizeof(float));
+  double* c2 = calloc((size_t)n * n, sizeof(double));
   double worst = -1.0;
   if (a && b && c1 && c2) {
     for (int i = 0; i < n * n; i++) {
@@ -246,12 +258,14 @@ static double gemm_check(int n) {
       if (err > worst) worst = err;
     }
   }
-  free(a); free(b); free(c1); free(c2);
+  free(a);
+  free(b);
+  free(c1);
+  free(c2);
   return worst;
 }
 
-static hal_status_t skeleton_self_test(uint32_t device, uint64_t budget,
-                                       hal_self_test_result_t *r) {
+static hal_status_t skeleton_self_test(uint32_t device, uint64_t budget, hal_self_test_result_t* r) {
   if (r == NULL || r->struct_size < HAL_SELF_TEST_RESULT_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: result NULL or struct_size too small");
   hal_status_t st = check_device(device);
@@ -267,11 +281,11 @@ static hal_status_t skeleton_self_test(uint32_t device, uint64_t budget,
   size_t words = (size_t)(bytes / 8);
   uint64_t *buf = malloc(words * 8), *copy = malloc(words * 8);
   if (buf == NULL || copy == NULL) {
-    free(buf); free(copy);
-    return fail(HAL_ERR_OUT_OF_MEMORY, "skeleton: self-test buffer of %llu bytes",
-                (unsigned long long)bytes);
+    free(buf);
+    free(copy);
+    return fail(HAL_ERR_OUT_OF_MEMORY, "skeleton: self-test buffer of %llu bytes", (unsigned long long)bytes);
   }
-  volatile uint64_t *vbuf = buf; /* volatile: the read-back must really read memory */
+  volatile uint64_t* vbuf = buf; /* volatile: the read-back must really read memory */
   for (size_t i = 0; i < words; i++) vbuf[i] = (uint64_t)i * 0x9E3779B97F4A7C15ull;
   for (size_t i = 0; i < words; i++)
     if (vbuf[i] != (uint64_t)i * 0x9E3779B97F4A7C15ull) r->memory_pattern_errors++;
@@ -281,13 +295,12 @@ static hal_status_t skeleton_self_test(uint32_t device, uint64_t budget,
   uint64_t c1 = now_ns();
   if (copy[words - 1] != buf[words - 1]) r->memory_pattern_errors++;
   r->copy_bandwidth = (double)(words * 8) / ((double)(c1 - c0 + 1) * 1e-9);
-  free(buf); free(copy);
-  r->passed = r->gemm_max_rel_error >= 0 && r->gemm_max_rel_error < 1e-4 &&
-              r->memory_pattern_errors == 0;
+  free(buf);
+  free(copy);
+  r->passed = r->gemm_max_rel_error >= 0 && r->gemm_max_rel_error < 1e-4 && r->memory_pattern_errors == 0;
   r->duration_s = (double)(now_ns() - t0) * 1e-9;
   snprintf(r->message, sizeof r->message, "gemm rel err %.2e, %llu pattern errors, copy %.1f GB/s",
-           r->gemm_max_rel_error, (unsigned long long)r->memory_pattern_errors,
-           r->copy_bandwidth * 1e-9);
+           r->gemm_max_rel_error, (unsigned long long)r->memory_pattern_errors, r->copy_bandwidth * 1e-9);
   return HAL_OK;
 }
 
@@ -297,12 +310,12 @@ static hal_status_t skeleton_self_test(uint32_t device, uint64_t budget,
 
 static const hal_field_info_t k_fields[2] = {
     {HAL_FIELD_MEMORY_USED_BYTES, HAL_VALUE_U64, 0, 0, "memory_used", "B"},
-    {SKELETON_FIELD_OPS_COMPLETED, HAL_VALUE_U64, HAL_FIELD_FLAG_MONOTONIC, 0,
-     "skeleton.ops_completed", "count"},
+    {SKELETON_FIELD_OPS_COMPLETED, HAL_VALUE_U64, HAL_FIELD_FLAG_MONOTONIC, 0, "skeleton.ops_completed",
+     "count"},
 };
 
-static hal_status_t skeleton_list_fields(uint32_t device, hal_field_info_t *fields,
-                                         uint32_t capacity, uint32_t *count) {
+static hal_status_t skeleton_list_fields(uint32_t device, hal_field_info_t* fields, uint32_t capacity,
+                                         uint32_t* count) {
   if (count == NULL) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: count is NULL");
   hal_status_t st = check_device(device);
   if (st != HAL_OK) return st;
@@ -311,15 +324,15 @@ static hal_status_t skeleton_list_fields(uint32_t device, hal_field_info_t *fiel
   return HAL_OK;
 }
 
-static hal_status_t skeleton_read(uint32_t device, const hal_field_id_t *ids, uint32_t n,
-                                  hal_telemetry_sample_t *samples) {
+static hal_status_t skeleton_read(uint32_t device, const hal_field_id_t* ids, uint32_t n,
+                                  hal_telemetry_sample_t* samples) {
   if (n > 0 && (ids == NULL || samples == NULL))
     return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: ids or samples is NULL");
   if (device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: no device %u", device);
   pthread_mutex_lock(&g_mu);
   uint64_t t = now_ns();
   for (uint32_t i = 0; i < n; i++) {
-    hal_telemetry_sample_t *s = &samples[i];
+    hal_telemetry_sample_t* s = &samples[i];
     memset(s, 0, sizeof *s);
     s->id = ids[i];
     s->type = HAL_VALUE_U64;
@@ -348,17 +361,16 @@ static uint64_t dtype_bytes(hal_dtype_t t) {
   return t < HAL_DTYPE_COUNT_V1 ? sizes[t] : 0;
 }
 
-static hal_status_t skeleton_comm_create(const hal_comm_create_args_t *args, hal_comm_t *comm) {
+static hal_status_t skeleton_comm_create(const hal_comm_create_args_t* args, hal_comm_t* comm) {
   if (args == NULL || comm == NULL || args->struct_size < HAL_COMM_CREATE_ARGS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: comm args NULL or struct_size too small");
   if (args->world_size == 0 || args->rank >= args->world_size)
-    return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: rank %u of world %u", args->rank,
-                args->world_size);
+    return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: rank %u of world %u", args->rank, args->world_size);
   if (args->world_size != 1)
     return fail(HAL_ERR_NOT_SUPPORTED, "skeleton: only world size 1 (asked %u)", args->world_size);
   pthread_mutex_lock(&g_mu);
   hal_status_t st = check_device_locked(args->device);
-  struct hal_comm_s *c = st == HAL_OK ? calloc(1, sizeof *c) : NULL;
+  struct hal_comm_s* c = st == HAL_OK ? calloc(1, sizeof *c) : NULL;
   if (st == HAL_OK && c == NULL) st = fail(HAL_ERR_OUT_OF_MEMORY, "skeleton: comm");
   if (c) {
     c->next = g_comms;
@@ -373,13 +385,13 @@ static hal_status_t skeleton_comm_create(const hal_comm_create_args_t *args, hal
 static void abort_locked(hal_comm_t comm) {
   comm->aborted = 1;
   if (comm->async_error == HAL_OK) comm->async_error = HAL_ERR_ABORTED;
-  for (struct hal_request_s *r = g_reqs; r; r = r->next)
+  for (struct hal_request_s* r = g_reqs; r; r = r->next)
     if (r->comm == comm && r->status == HAL_IN_PROGRESS) r->status = HAL_ERR_ABORTED;
   pthread_cond_broadcast(&g_cv);
 }
 
 static int comm_is_live_locked(hal_comm_t comm) {
-  for (struct hal_comm_s *c = g_comms; c; c = c->next)
+  for (struct hal_comm_s* c = g_comms; c; c = c->next)
     if (c == comm) return 1;
   return 0;
 }
@@ -387,19 +399,21 @@ static int comm_is_live_locked(hal_comm_t comm) {
 static hal_status_t skeleton_comm_abort(hal_comm_t comm) {
   pthread_mutex_lock(&g_mu);
   hal_status_t st = HAL_OK;
-  if (!comm_is_live_locked(comm)) st = fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: unknown comm");
-  else abort_locked(comm);
+  if (!comm_is_live_locked(comm))
+    st = fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: unknown comm");
+  else
+    abort_locked(comm);
   pthread_mutex_unlock(&g_mu);
   return st;
 }
 
 static hal_status_t skeleton_comm_destroy(hal_comm_t comm) {
   pthread_mutex_lock(&g_mu);
-  for (struct hal_comm_s **pp = &g_comms; *pp; pp = &(*pp)->next) {
+  for (struct hal_comm_s** pp = &g_comms; *pp; pp = &(*pp)->next) {
     if (*pp == comm) {
       abort_locked(comm);
       *pp = comm->next;
-      for (struct hal_request_s *r = g_reqs; r; r = r->next)
+      for (struct hal_request_s* r = g_reqs; r; r = r->next)
         if (r->comm == comm) r->comm = NULL; /* requests outlive their comm */
       pthread_mutex_unlock(&g_mu);
       free(comm);
@@ -410,18 +424,20 @@ static hal_status_t skeleton_comm_destroy(hal_comm_t comm) {
   return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: unknown comm");
 }
 
-static hal_status_t skeleton_get_async_error(hal_comm_t comm, hal_status_t *error) {
+static hal_status_t skeleton_get_async_error(hal_comm_t comm, hal_status_t* error) {
   if (error == NULL) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: error is NULL");
   pthread_mutex_lock(&g_mu);
   hal_status_t st = HAL_OK;
-  if (!comm_is_live_locked(comm)) st = fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: unknown comm");
-  else *error = comm->async_error;
+  if (!comm_is_live_locked(comm))
+    st = fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: unknown comm");
+  else
+    *error = comm->async_error;
   pthread_mutex_unlock(&g_mu);
   return st;
 }
 
 /* Checks args; for a world of one every data-moving op is a copy. */
-static hal_status_t run_op(const hal_coll_args_t *a) {
+static hal_status_t run_op(const hal_coll_args_t* a) {
   uint64_t esize = dtype_bytes(a->dtype);
   if (a->op >= HAL_COLL_OP_COUNT_V1) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: unknown op %u", a->op);
   if (esize == 0) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: unknown dtype %u", a->dtype);
@@ -445,8 +461,8 @@ static hal_status_t run_op(const hal_coll_args_t *a) {
     if (a->send_counts[0] > 0 && (!a->sendbuf || !a->recvbuf))
       return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: NULL buffer");
     if (a->send_counts[0] > 0)
-      memcpy((char *)a->recvbuf + a->recv_displs[0] * esize,
-             (const char *)a->sendbuf + a->send_displs[0] * esize, a->send_counts[0] * esize);
+      memcpy((char*)a->recvbuf + a->recv_displs[0] * esize,
+             (const char*)a->sendbuf + a->send_displs[0] * esize, a->send_counts[0] * esize);
     return HAL_OK;
   }
   if (a->count > UINT64_MAX / esize) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: count overflows");
@@ -461,18 +477,21 @@ static hal_status_t run_op(const hal_coll_args_t *a) {
   return HAL_OK;
 }
 
-static hal_status_t skeleton_post(hal_comm_t comm, const hal_coll_args_t *args,
-                                  hal_stream_t stream, hal_request_t *request) {
+static hal_status_t skeleton_post(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t stream,
+                                  hal_request_t* request) {
   (void)stream;
   if (args == NULL || request == NULL || args->struct_size < HAL_COLL_ARGS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: args/request NULL or struct_size too small");
   pthread_mutex_lock(&g_mu);
   hal_status_t st = HAL_OK;
-  if (!comm_is_live_locked(comm)) st = fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: unknown comm");
-  else if (comm->aborted) st = fail(HAL_ERR_ABORTED, "skeleton: comm was aborted");
-  else st = check_device_locked(0);
+  if (!comm_is_live_locked(comm))
+    st = fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: unknown comm");
+  else if (comm->aborted)
+    st = fail(HAL_ERR_ABORTED, "skeleton: comm was aborted");
+  else
+    st = check_device_locked(0);
   if (st == HAL_OK) st = run_op(args);
-  struct hal_request_s *r = st == HAL_OK ? calloc(1, sizeof *r) : NULL;
+  struct hal_request_s* r = st == HAL_OK ? calloc(1, sizeof *r) : NULL;
   if (st == HAL_OK && r == NULL) st = fail(HAL_ERR_OUT_OF_MEMORY, "skeleton: request");
   if (r) {
     r->comm = comm;
@@ -534,7 +553,7 @@ static hal_status_t skeleton_request_free(hal_request_t req) {
     pthread_mutex_unlock(&g_mu);
     return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: request still running; abort its comm first");
   }
-  for (struct hal_request_s **pp = &g_reqs; *pp; pp = &(*pp)->next) {
+  for (struct hal_request_s** pp = &g_reqs; *pp; pp = &(*pp)->next) {
     if (*pp == req) {
       *pp = req->next;
       free(req);
@@ -549,7 +568,7 @@ static hal_status_t skeleton_request_free(hal_request_t req) {
 /* Fault injection                                                           */
 /* ------------------------------------------------------------------------- */
 
-static hal_status_t skeleton_inject(const hal_fault_spec_t *spec) {
+static hal_status_t skeleton_inject(const hal_fault_spec_t* spec) {
   if (spec == NULL || spec->struct_size < HAL_FAULT_SPEC_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: fault spec NULL or struct_size too small");
   if (spec->device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: no device %u", spec->device);
@@ -557,9 +576,9 @@ static hal_status_t skeleton_inject(const hal_fault_spec_t *spec) {
   hal_status_t st = HAL_OK;
   if (spec->kind == HAL_FAULT_DEVICE_LOST) {
     g_device_lost = 1;
-    for (struct hal_comm_s *c = g_comms; c; c = c->next) {
+    for (struct hal_comm_s* c = g_comms; c; c = c->next) {
       if (c->async_error == HAL_OK) c->async_error = HAL_ERR_DEVICE_LOST;
-      for (struct hal_request_s *r = g_reqs; r; r = r->next)
+      for (struct hal_request_s* r = g_reqs; r; r = r->next)
         if (r->comm == c && r->status == HAL_IN_PROGRESS) r->status = HAL_ERR_DEVICE_LOST;
     }
     pthread_cond_broadcast(&g_cv);
@@ -641,7 +660,7 @@ static const hal_api_t k_api = {
     .coll = &k_coll,
 };
 
-HAL_EXPORT const hal_api_t *hal_get_api_v1(uint32_t host_major, uint32_t host_minor) {
+HAL_EXPORT const hal_api_t* hal_get_api_v1(uint32_t host_major, uint32_t host_minor) {
   (void)host_minor; /* a newer host minor is fine: it reads our struct_size */
   return host_major == HAL_ABI_MAJOR ? &k_api : NULL;
 }

@@ -24,8 +24,8 @@ std::string escape_key(const std::string& key) {
   static const char* hex = "0123456789abcdef";
   std::string out;
   for (unsigned char c : key) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-        c == '-' || c == '_' || c == '.') {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+        c == '.') {
       out.push_back(static_cast<char>(c));
     } else {
       out.push_back('%');
@@ -62,8 +62,8 @@ void FileStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   }
   static std::atomic<uint64_t> counter{0};
   const std::string final_path = path_of(key);
-  const std::string tmp = dir_ + "/.tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
+  const std::string tmp =
+      dir_ + "/.tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw Error(Code::unavailable, "file store: cannot create '" + tmp + "': " + errno_text());
@@ -84,13 +84,11 @@ void FileStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
     std::string why = errno_text();
     ::unlink(tmp.c_str());
-    throw Error(Code::unavailable,
-                "file store: cannot rename into '" + final_path + "': " + why);
+    throw Error(Code::unavailable, "file store: cannot rename into '" + final_path + "': " + why);
   }
 }
 
-std::optional<std::vector<uint8_t>> FileStore::get(const std::string& key,
-                                                   std::chrono::nanoseconds timeout) {
+std::optional<std::vector<uint8_t>> FileStore::get(const std::string& key, std::chrono::nanoseconds timeout) {
   const std::string path = path_of(key);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto backoff = std::chrono::microseconds(50);
@@ -151,9 +149,10 @@ std::unique_ptr<Store> open_store(const std::string& uri) {
     return std::make_unique<RedisStore>(rest, port, prefix.empty() ? prefix : prefix + "/");
   }
   if (uri.find("://") == std::string::npos && !uri.empty()) return std::make_unique<FileStore>(uri);
-  throw Error(Code::invalid_argument, "store '" + uri +
-                                          "': unknown scheme (expected file:///dir, redis://host:port[/prefix] "
-                                          "or a directory path)");
+  throw Error(Code::invalid_argument,
+              "store '" + uri +
+                  "': unknown scheme (expected file:///dir, redis://host:port[/prefix] "
+                  "or a directory path)");
 }
 
 HalBootstrap::HalBootstrap(std::shared_ptr<Store> store, std::string key_prefix)
@@ -182,8 +181,8 @@ hal_status_t HalBootstrap::kv_set(void* ctx, const char* key, const void* value,
   }
 }
 
-hal_status_t HalBootstrap::kv_get(void* ctx, const char* key, void* value, uint64_t capacity,
-                                  uint64_t* size, uint64_t timeout_ns) {
+hal_status_t HalBootstrap::kv_get(void* ctx, const char* key, void* value, uint64_t capacity, uint64_t* size,
+                                  uint64_t timeout_ns) {
   if (ctx == nullptr || key == nullptr || size == nullptr || (value == nullptr && capacity > 0)) {
     return HAL_ERR_INVALID_ARGUMENT;
   }
@@ -192,13 +191,15 @@ hal_status_t HalBootstrap::kv_get(void* ctx, const char* key, void* value, uint6
     // Clamp "for ever" so the chrono arithmetic cannot overflow. The wait
     // runs in slices so that cancel() ends it within one slice.
     const uint64_t max_ns = uint64_t{1} << 62;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(std::min(timeout_ns, max_ns));
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::nanoseconds(std::min(timeout_ns, max_ns));
     std::optional<std::vector<uint8_t>> got;
     for (;;) {
       if (self->cancelled_.load()) return HAL_ERR_ABORTED;
       const auto left = deadline - std::chrono::steady_clock::now();
-      const auto slice = std::min<std::chrono::nanoseconds>(std::max<std::chrono::nanoseconds>(left, std::chrono::nanoseconds(0)),
-                                                            std::chrono::milliseconds(50));
+      const auto slice = std::min<std::chrono::nanoseconds>(
+          std::max<std::chrono::nanoseconds>(left, std::chrono::nanoseconds(0)),
+          std::chrono::milliseconds(50));
       got = self->store_->get(self->prefix_ + key, slice);
       if (got || std::chrono::steady_clock::now() >= deadline) break;
     }

@@ -73,13 +73,15 @@ std::string RedisStore::uri() const {
 void RedisStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   if (value.size() > (size_t{1} << 20)) {
     throw Error(Code::invalid_argument, "redis store: value for key '" + key + "' is " +
-                                            std::to_string(value.size()) + " bytes, more than the 1 MiB limit");
+                                            std::to_string(value.size()) +
+                                            " bytes, more than the 1 MiB limit");
   }
   std::lock_guard lk(impl_->mu);
   freeReplyObject(impl_->command_locked("SET %b %b", impl_->prefix + key, &value));
 }
 
-std::optional<std::vector<uint8_t>> RedisStore::get(const std::string& key, std::chrono::nanoseconds timeout) {
+std::optional<std::vector<uint8_t>> RedisStore::get(const std::string& key,
+                                                    std::chrono::nanoseconds timeout) {
   const std::string full = impl_->prefix + key;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto backoff = std::chrono::microseconds(200);

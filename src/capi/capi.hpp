@@ -2,9 +2,9 @@
 // try/catch every entry point runs its body in.
 #pragma once
 
+#include <sigma/sigma.h>
 #include <sigma/error.hpp>
 #include <sigma/hal.hpp>
-#include <sigma/sigma.h>
 
 #include <string>
 

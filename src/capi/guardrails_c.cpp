@@ -1,6 +1,6 @@
 // The guardrails' C API over sigma::guardrails.
-#include <sigma/guardrails.hpp>
 #include <sigma/sigma.h>
+#include <sigma/guardrails.hpp>
 
 #include "capi.hpp"
 
@@ -25,7 +25,8 @@ std::vector<std::vector<guardrails::BufferView>> group_views(const sigma_buffer_
   for (uint64_t i = 0; i < n; ++i) {
     if (views[i].layer >= layers)
       throw Error(Code::invalid_argument, "view " + std::to_string(i) + " names layer " +
-                                              std::to_string(views[i].layer) + " of " + std::to_string(layers));
+                                              std::to_string(views[i].layer) + " of " +
+                                              std::to_string(layers));
     out[views[i].layer].push_back({views[i].data, views[i].count, views[i].dtype});
   }
   return out;
@@ -43,8 +44,9 @@ std::vector<guardrails::BufferView> flat_views(const sigma_buffer_view_t* views,
 extern "C" {
 
 sigma_status_t sigma_guardrails_create(const char* config_path, const sigma_guardrails_layer_t* layers,
-                                       uint32_t num_layers, sigma_plugin_t* plugin, hal_comm_t comm, uint32_t device,
-                                       int32_t rank, int32_t world, int32_t replicated, sigma_guardrails_t** out) {
+                                       uint32_t num_layers, sigma_plugin_t* plugin, hal_comm_t comm,
+                                       uint32_t device, int32_t rank, int32_t world, int32_t replicated,
+                                       sigma_guardrails_t** out) {
   return capi::guarded("sigma_guardrails_create", [&] {
     if (out == nullptr || (num_layers > 0 && layers == nullptr))
       throw Error(Code::invalid_argument, "out or layers is NULL");
@@ -53,7 +55,8 @@ sigma_status_t sigma_guardrails_create(const char* config_path, const sigma_guar
     auto cfg = config_path ? guardrails::Config::from_yaml_file(config_path) : guardrails::Config{};
     std::vector<guardrails::LayerInfo> ls;
     for (uint32_t i = 0; i < num_layers; ++i) {
-      if (layers[i].name == nullptr) throw Error(Code::invalid_argument, "layer " + std::to_string(i) + " has no name");
+      if (layers[i].name == nullptr)
+        throw Error(Code::invalid_argument, "layer " + std::to_string(i) + " has no name");
       ls.push_back({layers[i].name, layers[i].dtype});
     }
     auto h = std::make_unique<sigma_guardrails_s>();
@@ -124,10 +127,12 @@ sigma_status_t sigma_guardrails_check_fingerprint(sigma_guardrails_t* g, uint64_
   });
 }
 
-sigma_status_t sigma_guardrails_attribute_rerun(sigma_guardrails_t* g, uint64_t step, uint64_t rerun_fingerprint,
-                                                const char* device, int32_t* faulty_rank) {
+sigma_status_t sigma_guardrails_attribute_rerun(sigma_guardrails_t* g, uint64_t step,
+                                                uint64_t rerun_fingerprint, const char* device,
+                                                int32_t* faulty_rank) {
   return capi::guarded("sigma_guardrails_attribute_rerun", [&] {
-    if (g == nullptr || faulty_rank == nullptr) throw Error(Code::invalid_argument, "g or faulty_rank is NULL");
+    if (g == nullptr || faulty_rank == nullptr)
+      throw Error(Code::invalid_argument, "g or faulty_rank is NULL");
     const auto f = g->g->attribute_rerun(step, rerun_fingerprint, device ? device : "(unnamed device)");
     *faulty_rank = f.empty() ? -1 : f[0];
   });

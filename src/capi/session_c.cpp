@@ -1,6 +1,6 @@
 // The worker session's C API over sigma::runtime::Session.
-#include <sigma/runtime.hpp>
 #include <sigma/sigma.h>
+#include <sigma/runtime.hpp>
 
 #include "capi.hpp"
 
@@ -31,7 +31,8 @@ void sigma_session_destroy(sigma_session_t* s) { delete s; }
 
 sigma_status_t sigma_session_set_state(sigma_session_t* s, const sigma_state_view_t* views, uint32_t n) {
   return capi::guarded("sigma_session_set_state", [&] {
-    if (s == nullptr || (n > 0 && views == nullptr)) throw Error(Code::invalid_argument, "session or views is NULL");
+    if (s == nullptr || (n > 0 && views == nullptr))
+      throw Error(Code::invalid_argument, "session or views is NULL");
     std::vector<checkpoint::TensorView> v;
     for (uint32_t i = 0; i < n; ++i) {
       if (views[i].name == nullptr || (views[i].count > 0 && views[i].data == nullptr)) {
@@ -48,12 +49,14 @@ sigma_status_t sigma_session_set_state(sigma_session_t* s, const sigma_state_vie
 
 sigma_status_t sigma_session_join(sigma_session_t* s, uint64_t* next_step) {
   return capi::guarded("sigma_session_join", [&] {
-    if (s == nullptr || next_step == nullptr) throw Error(Code::invalid_argument, "session or next_step is NULL");
+    if (s == nullptr || next_step == nullptr)
+      throw Error(Code::invalid_argument, "session or next_step is NULL");
     *next_step = s->s->join();
   });
 }
 
-sigma_status_t sigma_session_info(const sigma_session_t* s, uint32_t* rank, uint32_t* world, uint64_t* generation) {
+sigma_status_t sigma_session_info(const sigma_session_t* s, uint32_t* rank, uint32_t* world,
+                                  uint64_t* generation) {
   return capi::guarded("sigma_session_info", [&] {
     if (s == nullptr) throw Error(Code::invalid_argument, "session is NULL");
     if (rank) *rank = s->s->rank();
@@ -95,7 +98,8 @@ int32_t sigma_session_ended(const sigma_session_t* s) { return s && s->s->ended(
 
 sigma_status_t sigma_session_recover(sigma_session_t* s, const char* reason, uint64_t* next_step) {
   return capi::guarded("sigma_session_recover", [&] {
-    if (s == nullptr || next_step == nullptr) throw Error(Code::invalid_argument, "session or next_step is NULL");
+    if (s == nullptr || next_step == nullptr)
+      throw Error(Code::invalid_argument, "session or next_step is NULL");
     *next_step = s->s->recover(reason ? reason : "");
   });
 }

@@ -23,8 +23,7 @@ const char* sigma_version(void) { return SIGMA_VERSION_STRING; }
 
 const char* sigma_last_error(void) { return t_error.c_str(); }
 
-sigma_status_t sigma_plugin_load(const char* name_or_path, const char* options,
-                                 sigma_plugin_t** plugin) {
+sigma_status_t sigma_plugin_load(const char* name_or_path, const char* options, sigma_plugin_t** plugin) {
   if (name_or_path == nullptr || plugin == nullptr) {
     return set_error(HAL_ERR_INVALID_ARGUMENT, "sigma_plugin_load: name_or_path or plugin is NULL");
   }

@@ -31,8 +31,8 @@ ZSTD_DCtx* dctx() {
 
 }  // namespace
 
-format::Chunk encode(const uint8_t* raw, uint64_t bytes, uint32_t elem_size, const uint8_t* base, uint64_t base_xxh3,
-                     int level, std::vector<uint8_t>& frame) {
+format::Chunk encode(const uint8_t* raw, uint64_t bytes, uint32_t elem_size, const uint8_t* base,
+                     uint64_t base_xxh3, int level, std::vector<uint8_t>& frame) {
   format::Chunk c;
   c.raw_size = bytes;
   c.raw_xxh3 = kernels::checksum(raw, bytes);
@@ -58,21 +58,27 @@ format::Chunk encode(const uint8_t* raw, uint64_t bytes, uint32_t elem_size, con
   return c;
 }
 
-void decode(const format::Chunk& c, const uint8_t* stored, uint32_t elem_size, const uint8_t* base_raw, uint8_t* out,
-            const std::string& where) {
-  auto fail = [&](const std::string& check) { throw Error(Code::data_loss, "checkpoint: " + where + ": " + check); };
+void decode(const format::Chunk& c, const uint8_t* stored, uint32_t elem_size, const uint8_t* base_raw,
+            uint8_t* out, const std::string& where) {
+  auto fail = [&](const std::string& check) {
+    throw Error(Code::data_loss, "checkpoint: " + where + ": " + check);
+  };
   if (c.codec == format::kSameAsBase) {
     if (base_raw == nullptr) fail("unchanged chunk but no base to read it from");
-    if (kernels::checksum(base_raw, c.raw_size) != c.raw_xxh3) fail("the base's chunk does not have the recorded xxh3");
+    if (kernels::checksum(base_raw, c.raw_size) != c.raw_xxh3)
+      fail("the base's chunk does not have the recorded xxh3");
     std::memcpy(out, base_raw, c.raw_size);
     return;
   }
-  if (kernels::checksum(stored, c.stored_size) != c.stored_xxh3) fail("xxh3 of the stored bytes does not match");
+  if (kernels::checksum(stored, c.stored_size) != c.stored_xxh3)
+    fail("xxh3 of the stored bytes does not match");
   const unsigned long long frame = ZSTD_getFrameContentSize(stored, c.stored_size);
-  if (frame != c.raw_size) fail("the zstd frame declares " + std::to_string(frame) + " bytes, not " + std::to_string(c.raw_size));
+  if (frame != c.raw_size)
+    fail("the zstd frame declares " + std::to_string(frame) + " bytes, not " + std::to_string(c.raw_size));
   auto& tmp = scratch(c.raw_size);
   const size_t z = ZSTD_decompressDCtx(dctx(), tmp.data(), c.raw_size, stored, c.stored_size);
-  if (ZSTD_isError(z) || z != c.raw_size) fail(std::string("zstd refused the frame: ") + (ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short"));
+  if (ZSTD_isError(z) || z != c.raw_size)
+    fail(std::string("zstd refused the frame: ") + (ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short"));
   const uint64_t n = c.raw_size / elem_size;
   if (c.codec == format::kXorShuffleZstd) {
     if (base_raw == nullptr) fail("delta chunk but no base");

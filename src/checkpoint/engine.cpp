@@ -58,10 +58,11 @@ void check_views(const std::vector<TensorView>& views) {
   for (const auto& v : views) {
     if (v.name.empty() || !names.insert(v.name).second)
       throw Error(Code::invalid_argument, "checkpoint: tensor name '" + v.name + "' is empty or repeated");
-    if (v.data == nullptr && v.bytes() > 0) throw Error(Code::invalid_argument, "checkpoint: tensor " + v.name + " is NULL");
+    if (v.data == nullptr && v.bytes() > 0)
+      throw Error(Code::invalid_argument, "checkpoint: tensor " + v.name + " is NULL");
     format::check_layout(v.layout, v.split_dim, v.split_offset, v.shape,
-                         v.layout == Layout::replicated && v.global_shape.empty() ? v.shape : v.global_shape, v.dtype,
-                         "checkpoint: tensor " + v.name, Code::invalid_argument);
+                         v.layout == Layout::replicated && v.global_shape.empty() ? v.shape : v.global_shape,
+                         v.dtype, "checkpoint: tensor " + v.name, Code::invalid_argument);
   }
 }
 
@@ -79,7 +80,7 @@ shard::HostTensor host_tensor(const TensorView& v, const uint8_t* p, uint64_t n)
 
 // A staged copy of the state, in host memory.
 struct Staged {
-  std::vector<shard::HostTensor> views;       // point into `owned` (or into the caller's memory)
+  std::vector<shard::HostTensor> views;  // point into `owned` (or into the caller's memory)
   std::vector<shard::Bytes> owned;
   uint64_t bytes = 0;
 };
@@ -121,8 +122,8 @@ Staged stage(const std::vector<TensorView>& views, bool copy_host, Pool* pool = 
     const uint8_t* p = static_cast<const uint8_t*>(v.data);
     if (on_device(v)) {
       s.owned[i] = take(pool, n);
-      v.plugin->check(v.plugin->api().device->memcpy(v.device, s.owned[i].data(), v.data, n, HAL_COPY_DEVICE_TO_HOST,
-                                                      nullptr),
+      v.plugin->check(v.plugin->api().device->memcpy(v.device, s.owned[i].data(), v.data, n,
+                                                     HAL_COPY_DEVICE_TO_HOST, nullptr),
                       "memcpy (checkpoint snapshot)");
       p = s.owned[i].data();
     } else if (copy_host) {
@@ -140,9 +141,8 @@ Staged stage(const std::vector<TensorView>& views, bool copy_host, Pool* pool = 
   }
   // The host copies in blocks on oneTBB's threads: one core does not reach
   // the memory's bandwidth, and this copy is all the caller waits for.
-  tbb::parallel_for(size_t{0}, copies.size(), [&](size_t k) {
-    std::memcpy(copies[k].dst, copies[k].src, copies[k].bytes);
-  });
+  tbb::parallel_for(size_t{0}, copies.size(),
+                    [&](size_t k) { std::memcpy(copies[k].dst, copies[k].src, copies[k].bytes); });
   return s;
 }
 
@@ -166,7 +166,7 @@ struct Engine::Impl {
   bool busy = false, stop = false;
   bool snapshotting = false;  // an overlapped snapshot's copy is running
   std::thread snapper;        // ...on this thread
-  std::string failure;  // the first background failure, thrown at the next call
+  std::string failure;        // the first background failure, thrown at the next call
   Code failure_code = Code::ok;
   std::vector<SaveResult> done;
   Pool pool;  // staging buffers to reuse
@@ -193,7 +193,8 @@ struct Engine::Impl {
     std::vector<uint64_t> steps;
     for (const auto& name : io::list_dir(job)) {
       uint64_t st;
-      if (format::parse_step(name, st) && st < step && io::exists(format::shard_dir(job, st, o.rank))) steps.push_back(st);
+      if (format::parse_step(name, st) && st < step && io::exists(format::shard_dir(job, st, o.rank)))
+        steps.push_back(st);
     }
     std::sort(steps.rbegin(), steps.rend());
     const uint64_t cb = std::max<uint64_t>(8, o.chunk_bytes / 8 * 8);
@@ -209,7 +210,8 @@ struct Engine::Impl {
           const format::Tensor* t = nullptr;
           for (const auto& x : b.manifest.tensors)
             if (x.name == v.name) t = &x;
-          if (t == nullptr || t->dtype != v.dtype || t->bytes != v.bytes) return;  // another layout: a new base
+          if (t == nullptr || t->dtype != v.dtype || t->bytes != v.bytes)
+            return;  // another layout: a new base
           for (size_t k = 0; k + 1 < t->chunks.size(); ++k)
             if (t->chunks[k].raw_size != cb) return;  // saved with another chunk size
           auto& bt = nb->tensors[v.name];
@@ -221,8 +223,9 @@ struct Engine::Impl {
         since_base = 0;
         for (uint64_t x : steps)
           if (x > nb->step) ++since_base;  // deltas of it, or of a base that is gone
-        log("checkpoint: rank " + std::to_string(o.rank) + " continues differential saves against the base of step " +
-            std::to_string(nb->step) + " (reloaded from disk)");
+        log("checkpoint: rank " + std::to_string(o.rank) +
+            " continues differential saves against the base of step " + std::to_string(nb->step) +
+            " (reloaded from disk)");
         base = std::move(nb);
       } catch (const Error& e) {
         log(std::string(e.what()) + "; the next save is a base");
@@ -238,7 +241,8 @@ struct Engine::Impl {
       // A new tensor, or one whose size or dtype changed, needs a new base.
       for (const auto& t : s.views) {
         auto it = base->tensors.find(t.name);
-        if (it == base->tensors.end() || it->second.bytes.size() != t.bytes || it->second.dtype != t.dtype) as_base = true;
+        if (it == base->tensors.end() || it->second.bytes.size() != t.bytes || it->second.dtype != t.dtype)
+          as_base = true;
       }
     }
     std::vector<std::vector<uint64_t>> hashes;
@@ -355,8 +359,10 @@ struct Engine::Impl {
       // Keep at most one snapshot's worth.
       while (pool.size() > 2 * p.staged.owned.size() + 8) pool.erase(pool.begin());
       if (!err.empty() && failure.empty()) failure = err, failure_code = code;
-      if (err.empty()) done.push_back(r);
-      else log("checkpoint: background save of step " + std::to_string(p.step) + " failed: " + err);
+      if (err.empty())
+        done.push_back(r);
+      else
+        log("checkpoint: background save of step " + std::to_string(p.step) + " failed: " + err);
       cv.notify_all();
     }
   }
@@ -379,23 +385,27 @@ Engine::Engine(Options options) : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
   if (options.dir.empty()) throw Error(Code::invalid_argument, "checkpoint: Options::dir is empty");
   if (options.job.empty() || options.job.find('/') != std::string::npos || options.job[0] == '.')
-    throw Error(Code::invalid_argument, "checkpoint: job name '" + options.job + "' must be a plain folder name");
+    throw Error(Code::invalid_argument,
+                "checkpoint: job name '" + options.job + "' must be a plain folder name");
   if (options.world == 0 || options.rank >= options.world)
     throw Error(Code::invalid_argument, "checkpoint: rank " + std::to_string(options.rank) + " of world " +
                                             std::to_string(options.world));
   if (options.chunk_bytes < 4096 || options.chunk_bytes > format::kMaxChunkBytes)
     throw Error(Code::invalid_argument, "checkpoint: chunk_bytes " + std::to_string(options.chunk_bytes) +
-                                            " outside [4096, " + std::to_string(format::kMaxChunkBytes) + "]");
+                                            " outside [4096, " + std::to_string(format::kMaxChunkBytes) +
+                                            "]");
   if (options.keep == 0) throw Error(Code::invalid_argument, "checkpoint: keep must be >= 1");
   if (options.zstd_level < -7 || options.zstd_level > 19)
-    throw Error(Code::invalid_argument, "checkpoint: zstd_level " + std::to_string(options.zstd_level) + " outside [-7, 19]");
+    throw Error(Code::invalid_argument,
+                "checkpoint: zstd_level " + std::to_string(options.zstd_level) + " outside [-7, 19]");
   m.o = std::move(options);
   m.job = format::job_dir(m.o);
   io::make_dirs(m.job);
   // Leftovers of this rank's saves that a crash interrupted.
   const std::string mine = "-rank-" + std::to_string(m.o.rank) + "-";
   for (const auto& name : io::list_dir(m.job))
-    if (name.rfind(".tmp-step-", 0) == 0 && name.find(mine) != std::string::npos) io::remove_tree(m.job + "/" + name);
+    if (name.rfind(".tmp-step-", 0) == 0 && name.find(mine) != std::string::npos)
+      io::remove_tree(m.job + "/" + name);
   m.writer = std::thread([this] { impl_->run_writer(); });
 }
 
@@ -444,8 +454,8 @@ SaveResult Engine::save_async(const std::vector<TensorView>& tensors, const Meta
       m.cv.wait(lk, [&] { return m.pending_bytes == 0 || m.pending_bytes + bytes <= limit; });
       r.backpressure_s = seconds_since(w0);
       m.log("checkpoint: the writer is behind; step " + std::to_string(meta.step) + " waited " +
-            std::to_string(r.backpressure_s) + " s for it (back-pressure, staging bound " + std::to_string(limit) +
-            " bytes)");
+            std::to_string(r.backpressure_s) + " s for it (back-pressure, staging bound " +
+            std::to_string(limit) + " bytes)");
       m.rethrow_failure();
     }
     m.pending_bytes += bytes;  // reserved before the copy, so two callers cannot both fit
@@ -547,8 +557,9 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
         if (!rd.local_from_same_rank.empty())
           m.log("checkpoint: step " + std::to_string(step) + " was saved on " + std::to_string(g->world) +
                 " ranks; rank " + std::to_string(m.o.rank) + " of " + std::to_string(m.o.world) + " reads " +
-                std::to_string(rd.local_from_same_rank.size()) + " local tensor(s) (" + rd.local_from_same_rank.front() +
-                ", ...) from old rank " + std::to_string(m.o.rank) + "'s shard");
+                std::to_string(rd.local_from_same_rank.size()) + " local tensor(s) (" +
+                rd.local_from_same_rank.front() + ", ...) from old rank " + std::to_string(m.o.rank) +
+                "'s shard");
         res.saved_world = g->world;
         res.resharded = rd.resharded;
         res.path = rd.resharded ? sd : own;
@@ -559,7 +570,8 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
         const shard::Shard s = shard::open(own);
         if (s.manifest.world != m.o.world) {
           m.log("checkpoint: step " + std::to_string(step) + " has no global manifest and was saved on " +
-                std::to_string(s.manifest.world) + " ranks; it cannot be re-sharded to " + std::to_string(m.o.world));
+                std::to_string(s.manifest.world) + " ranks; it cannot be re-sharded to " +
+                std::to_string(m.o.world));
           continue;
         }
         const std::unique_ptr<shard::Shard> base = shard::open_base(s);
@@ -569,7 +581,8 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
           const TensorView& v = tensors[i];
           for (const auto& x : s.manifest.tensors)
             if (x.name == v.name) recs[i] = &x;
-          if (recs[i] == nullptr) throw Error(Code::invalid_argument, "checkpoint: " + own + " has no tensor " + v.name);
+          if (recs[i] == nullptr)
+            throw Error(Code::invalid_argument, "checkpoint: " + own + " has no tensor " + v.name);
           if (recs[i]->dtype != v.dtype || recs[i]->shape != v.shape)
             throw Error(Code::invalid_argument, "checkpoint: tensor " + v.name + " in " + own +
                                                     " has another dtype or shape than the view");
@@ -600,7 +613,7 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
       if (n == 0 || decoded[i].empty()) continue;
       if (on_device(v))
         v.plugin->check(v.plugin->api().device->memcpy(v.device, v.data, decoded[i].data(), n,
-                                                        HAL_COPY_HOST_TO_DEVICE, nullptr),
+                                                       HAL_COPY_HOST_TO_DEVICE, nullptr),
                         "memcpy (checkpoint restore)");
       else
         std::memcpy(v.data, decoded[i].data(), n);
@@ -627,7 +640,7 @@ ShardInfo info_of(const shard::Shard& s) {
   i.stored_bytes = s.manifest.data_bytes;
   i.meta = s.manifest.meta;
   for (const auto& t : s.manifest.tensors) {
-    ShardInfo::Tensor x{t.name, t.dtype, t.shape, t.bytes, 0, t.chunks.size(), 0,
+    ShardInfo::Tensor x{t.name,   t.dtype,     t.shape,        t.bytes,       0, t.chunks.size(), 0,
                         t.layout, t.split_dim, t.split_offset, t.global_shape};
     for (const auto& c : t.chunks) {
       x.stored_bytes += c.stored_size;
@@ -696,7 +709,8 @@ std::vector<StepInfo> list_steps(const std::string& job_dir) {
     i.path = job_dir + "/" + name;
     for (const auto& rname : io::list_dir(i.path)) {
       uint32_t r;
-      if (format::parse_rank(rname, r) && io::exists(i.path + "/" + rname + "/" + format::kManifest)) i.ranks.push_back(r);
+      if (format::parse_rank(rname, r) && io::exists(i.path + "/" + rname + "/" + format::kManifest))
+        i.ranks.push_back(r);
     }
     std::sort(i.ranks.begin(), i.ranks.end());
     try {
@@ -705,7 +719,8 @@ std::vector<StepInfo> list_steps(const std::string& job_dir) {
         i.world = g->world;
       } else {
         i.problem = "no global manifest: " + std::to_string(i.ranks.size()) + " shard(s) present";
-        if (!i.ranks.empty()) i.world = shard::open(format::shard_dir(job_dir, i.step, i.ranks.front())).manifest.world;
+        if (!i.ranks.empty())
+          i.world = shard::open(format::shard_dir(job_dir, i.step, i.ranks.front())).manifest.world;
       }
     } catch (const Error& e) {
       i.complete = false;
@@ -719,14 +734,17 @@ std::vector<StepInfo> list_steps(const std::string& job_dir) {
 
 void verify_step(const std::string& step_path, bool shards_too) {
   const std::optional<format::StepManifest> g = step::load(step_path);
-  if (!g) throw Error(Code::data_loss, "checkpoint: " + step::manifest_path(step_path) + ": missing (the step is incomplete)");
+  if (!g)
+    throw Error(Code::data_loss,
+                "checkpoint: " + step::manifest_path(step_path) + ": missing (the step is incomplete)");
   for (uint32_t r = 0; r < g->world; ++r) {
     const std::string shard = format::shard_dir(step_path.substr(0, step_path.find_last_of('/')), g->step, r);
     const std::string mpath = shard + "/" + format::kManifest;
     const std::vector<uint8_t> bytes = io::read_file(mpath, format::kMaxManifestBytes);
     if (bytes.size() != g->shards[r].manifest_bytes ||
         kernels::checksum(bytes.data(), bytes.size()) != g->shards[r].manifest_xxh3)
-      throw Error(Code::data_loss, "checkpoint: " + mpath + ": not the shard the step manifest recorded (size or xxh3 differs)");
+      throw Error(Code::data_loss, "checkpoint: " + mpath +
+                                       ": not the shard the step manifest recorded (size or xxh3 differs)");
     if (shards_too) verify(shard);
   }
 }

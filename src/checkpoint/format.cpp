@@ -19,7 +19,8 @@ namespace fb = sigma::ckpt::fb;
 
 }  // namespace
 
-uint64_t tensor_bytes(hal_dtype_t dtype, const std::vector<int64_t>& shape, const std::string& what, Code code) {
+uint64_t tensor_bytes(hal_dtype_t dtype, const std::vector<int64_t>& shape, const std::string& what,
+                      Code code) {
   const uint64_t es = hal::dtype_size(dtype);
   if (es == 0) throw Error(code, what + ": unknown dtype " + std::to_string(dtype));
   unsigned __int128 n = es;
@@ -32,12 +33,14 @@ uint64_t tensor_bytes(hal_dtype_t dtype, const std::vector<int64_t>& shape, cons
 }
 
 void check_layout(Layout layout, int32_t split_dim, int64_t split_offset, const std::vector<int64_t>& shape,
-                  const std::vector<int64_t>& global_shape, hal_dtype_t dtype, const std::string& what, Code code) {
+                  const std::vector<int64_t>& global_shape, hal_dtype_t dtype, const std::string& what,
+                  Code code) {
   switch (layout) {
     case Layout::local:
       return;
     case Layout::replicated:
-      if (global_shape != shape) throw Error(code, what + ": replicated, but its global shape is not its shape");
+      if (global_shape != shape)
+        throw Error(code, what + ": replicated, but its global shape is not its shape");
       return;
     case Layout::split:
       break;
@@ -46,15 +49,16 @@ void check_layout(Layout layout, int32_t split_dim, int64_t split_offset, const 
   }
   if (shape.empty()) throw Error(code, what + ": a scalar cannot be split");
   if (global_shape.size() != shape.size())
-    throw Error(code, what + ": global shape has " + std::to_string(global_shape.size()) + " dimensions, the slice " +
-                          std::to_string(shape.size()));
+    throw Error(code, what + ": global shape has " + std::to_string(global_shape.size()) +
+                          " dimensions, the slice " + std::to_string(shape.size()));
   if (split_dim < 0 || static_cast<size_t>(split_dim) >= shape.size())
     throw Error(code, what + ": split dimension " + std::to_string(split_dim) + " out of range");
   tensor_bytes(dtype, global_shape, what + ": global shape", code);
   for (size_t i = 0; i < shape.size(); ++i)
     if (static_cast<int32_t>(i) != split_dim && shape[i] != global_shape[i])
       throw Error(code, what + ": dimension " + std::to_string(i) + " is " + std::to_string(shape[i]) +
-                            ", the global shape's " + std::to_string(global_shape[i]) + " (only the split one may differ)");
+                            ", the global shape's " + std::to_string(global_shape[i]) +
+                            " (only the split one may differ)");
   const int64_t g = global_shape[static_cast<size_t>(split_dim)], n = shape[static_cast<size_t>(split_dim)];
   if (split_offset < 0 || n > g || split_offset > g - n)
     throw Error(code, what + ": slice [" + std::to_string(split_offset) + ", +" + std::to_string(n) +
@@ -67,21 +71,22 @@ std::vector<uint8_t> encode(const Manifest& m) {
   for (const auto& t : m.tensors) {
     std::vector<flatbuffers::Offset<fb::Chunk>> chunks;
     for (const auto& c : t.chunks)
-      chunks.push_back(fb::CreateChunk(b, c.offset, c.raw_size, static_cast<fb::Codec>(c.codec), c.data_offset,
-                                       c.stored_size, c.raw_xxh3, c.stored_xxh3));
+      chunks.push_back(fb::CreateChunk(b, c.offset, c.raw_size, static_cast<fb::Codec>(c.codec),
+                                       c.data_offset, c.stored_size, c.raw_xxh3, c.stored_xxh3));
     tensors.push_back(fb::CreateTensor(b, b.CreateString(t.name), static_cast<uint8_t>(t.dtype),
                                        b.CreateVector(t.shape), t.bytes, b.CreateVector(chunks),
                                        static_cast<fb::Layout>(t.layout), t.split_dim, t.split_offset,
                                        b.CreateVector(t.global_shape)));
   }
   std::vector<flatbuffers::Offset<fb::Entry>> extra;
-  for (const auto& [k, v] : m.meta.extra) extra.push_back(fb::CreateEntry(b, b.CreateString(k), b.CreateString(v)));
+  for (const auto& [k, v] : m.meta.extra)
+    extra.push_back(fb::CreateEntry(b, b.CreateString(k), b.CreateString(v)));
   const auto meta = fb::CreateMeta(b, m.meta.step, m.meta.data_position, b.CreateVector(m.meta.rng_state),
                                    m.meta.loss_scale, b.CreateString(m.meta.guardrails_state),
                                    b.CreateString(m.meta.parallel_plan), b.CreateVector(extra));
   const auto root = fb::CreateManifest(b, m.format_version, b.CreateString(m.job), m.step, m.rank, m.world,
-                                       m.base_step, m.created_unix_ns, b.CreateString(m.data_file), m.data_bytes,
-                                       b.CreateVector(tensors), meta);
+                                       m.base_step, m.created_unix_ns, b.CreateString(m.data_file),
+                                       m.data_bytes, b.CreateVector(tensors), meta);
   fb::FinishManifestBuffer(b, root);
   return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
 }
@@ -93,12 +98,14 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
   vo.max_depth = 16;
   vo.max_tables = 1u << 24;
   flatbuffers::Verifier v(bytes.data(), bytes.size(), vo);
-  if (!fb::VerifyManifestBuffer(v)) bad(path, "the FlatBuffers verifier refused the manifest (torn or corrupted)");
+  if (!fb::VerifyManifestBuffer(v))
+    bad(path, "the FlatBuffers verifier refused the manifest (torn or corrupted)");
   const fb::Manifest* r = fb::GetManifest(bytes.data());
   Manifest m;
   m.format_version = r->format_version();
   if (m.format_version != kVersion)
-    bad(path, "format version " + std::to_string(m.format_version) + ", this library reads " + std::to_string(kVersion));
+    bad(path, "format version " + std::to_string(m.format_version) + ", this library reads " +
+                  std::to_string(kVersion));
   m.job = r->job() ? r->job()->str() : "";
   m.step = r->step();
   m.rank = r->rank();
@@ -127,42 +134,54 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
           bad(path, "tensor " + x.name + ": misaligned shape vector");
         x.shape.assign(t->shape()->begin(), t->shape()->end());
       }
-      if (x.shape.size() > 64) bad(path, "tensor " + x.name + ": " + std::to_string(x.shape.size()) + " dimensions");
+      if (x.shape.size() > 64)
+        bad(path, "tensor " + x.name + ": " + std::to_string(x.shape.size()) + " dimensions");
       x.bytes = tensor_bytes(x.dtype, x.shape, "checkpoint: " + path + ": tensor " + x.name, Code::data_loss);
       if (t->bytes() != x.bytes)
-        bad(path, "tensor " + x.name + ": " + std::to_string(t->bytes()) + " bytes recorded, its shape makes " +
-                      std::to_string(x.bytes));
+        bad(path, "tensor " + x.name + ": " + std::to_string(t->bytes()) +
+                      " bytes recorded, its shape makes " + std::to_string(x.bytes));
       uint64_t next = 0;
       if (t->chunks()) {
         for (const fb::Chunk* c : *t->chunks()) {
-          Chunk k{c->offset(), c->raw_size(), static_cast<uint8_t>(c->codec()), c->data_offset(), c->stored_size(),
-                  c->raw_xxh3(), c->stored_xxh3()};
+          Chunk k{c->offset(),      c->raw_size(),    static_cast<uint8_t>(c->codec()),
+                  c->data_offset(), c->stored_size(), c->raw_xxh3(),
+                  c->stored_xxh3()};
           const std::string where = "tensor " + x.name + " chunk " + std::to_string(x.chunks.size());
-          if (k.offset != next) bad(path, where + ": starts at " + std::to_string(k.offset) + ", expected " + std::to_string(next));
+          if (k.offset != next)
+            bad(path,
+                where + ": starts at " + std::to_string(k.offset) + ", expected " + std::to_string(next));
           if (k.raw_size == 0 || k.raw_size > kMaxChunkBytes || k.raw_size > x.bytes - k.offset)
             bad(path, where + ": raw size " + std::to_string(k.raw_size) + " out of bounds");
-          if (k.raw_size % hal::dtype_size(x.dtype) != 0) bad(path, where + ": not a whole number of elements");
+          if (k.raw_size % hal::dtype_size(x.dtype) != 0)
+            bad(path, where + ": not a whole number of elements");
           if (k.codec > kSameAsBase) bad(path, where + ": unknown codec " + std::to_string(k.codec));
-          if ((k.codec == kSameAsBase) != (k.stored_size == 0)) bad(path, where + ": stored size does not fit its codec");
+          if ((k.codec == kSameAsBase) != (k.stored_size == 0))
+            bad(path, where + ": stored size does not fit its codec");
           if (k.codec != kSameAsBase && m.base_step < 0 && k.codec != kShuffleZstd)
             bad(path, where + ": a delta chunk in a base checkpoint");
-          if (k.codec == kSameAsBase && m.base_step < 0) bad(path, where + ": refers to a base that a base lacks");
+          if (k.codec == kSameAsBase && m.base_step < 0)
+            bad(path, where + ": refers to a base that a base lacks");
           if (k.stored_size > ZSTD_compressBound(k.raw_size) || k.data_offset > m.data_bytes ||
               k.stored_size > m.data_bytes - k.data_offset)
-            bad(path, where + ": stored bytes [" + std::to_string(k.data_offset) + ", +" + std::to_string(k.stored_size) +
-                          ") out of the data file's " + std::to_string(m.data_bytes));
+            bad(path, where + ": stored bytes [" + std::to_string(k.data_offset) + ", +" +
+                          std::to_string(k.stored_size) + ") out of the data file's " +
+                          std::to_string(m.data_bytes));
           next += k.raw_size;
           x.chunks.push_back(k);
         }
       }
-      if (next != x.bytes) bad(path, "tensor " + x.name + ": chunks cover " + std::to_string(next) + " of " + std::to_string(x.bytes) + " bytes");
+      if (next != x.bytes)
+        bad(path, "tensor " + x.name + ": chunks cover " + std::to_string(next) + " of " +
+                      std::to_string(x.bytes) + " bytes");
       x.layout = static_cast<Layout>(t->layout());
       x.split_dim = t->split_dim();
       x.split_offset = t->split_offset();
       if (x.layout != Layout::local && t->global_shape()) {
-        if (t->global_shape()->size() > 0 && reinterpret_cast<uintptr_t>(t->global_shape()->data()) % alignof(int64_t) != 0)
+        if (t->global_shape()->size() > 0 &&
+            reinterpret_cast<uintptr_t>(t->global_shape()->data()) % alignof(int64_t) != 0)
           bad(path, "tensor " + x.name + ": misaligned global shape vector");
-        if (t->global_shape()->size() > 64) bad(path, "tensor " + x.name + ": global shape has too many dimensions");
+        if (t->global_shape()->size() > 64)
+          bad(path, "tensor " + x.name + ": global shape has too many dimensions");
         x.global_shape.assign(t->global_shape()->begin(), t->global_shape()->end());
       }
       check_layout(x.layout, x.split_dim, x.split_offset, x.shape, x.global_shape, x.dtype,
@@ -178,7 +197,8 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
     if (meta->guardrails_state()) m.meta.guardrails_state = meta->guardrails_state()->str();
     if (meta->parallel_plan()) m.meta.parallel_plan = meta->parallel_plan()->str();
     if (meta->extra())
-      for (const fb::Entry* e : *meta->extra()) m.meta.extra[e->key()->str()] = e->value() ? e->value()->str() : "";
+      for (const fb::Entry* e : *meta->extra())
+        m.meta.extra[e->key()->str()] = e->value() ? e->value()->str() : "";
   }
   return m;
 }
@@ -187,7 +207,8 @@ std::vector<uint8_t> encode_step(const StepManifest& m) {
   flatbuffers::FlatBufferBuilder b(1 << 14);
   std::vector<flatbuffers::Offset<fb::ShardRef>> shards;
   for (const auto& r : m.shards)
-    shards.push_back(fb::CreateShardRef(b, r.rank, r.manifest_bytes, r.manifest_xxh3, r.data_bytes, r.base_step));
+    shards.push_back(
+        fb::CreateShardRef(b, r.rank, r.manifest_bytes, r.manifest_xxh3, r.data_bytes, r.base_step));
   std::vector<flatbuffers::Offset<fb::GlobalTensor>> tensors;
   for (const auto& t : m.tensors) {
     std::vector<flatbuffers::Offset<fb::Piece>> pieces;
@@ -196,15 +217,17 @@ std::vector<uint8_t> encode_step(const StepManifest& m) {
                                              static_cast<fb::Layout>(t.layout), t.split_dim,
                                              b.CreateVector(t.global_shape), b.CreateVector(pieces)));
   }
-  const auto root = fb::CreateStepManifest(b, m.format_version, b.CreateString(m.job), m.step, m.world,
-                                           m.created_unix_ns, b.CreateVector(shards), b.CreateVector(tensors));
+  const auto root =
+      fb::CreateStepManifest(b, m.format_version, b.CreateString(m.job), m.step, m.world, m.created_unix_ns,
+                             b.CreateVector(shards), b.CreateVector(tensors));
   b.Finish(root, "SGCS");
   return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
 }
 
 void check_step(const StepManifest& m, const std::string& path) {
   if (m.format_version != kVersion)
-    bad(path, "format version " + std::to_string(m.format_version) + ", this library reads " + std::to_string(kVersion));
+    bad(path, "format version " + std::to_string(m.format_version) + ", this library reads " +
+                  std::to_string(kVersion));
   if (m.world == 0 || m.world > (1u << 20)) bad(path, "world size " + std::to_string(m.world));
   if (m.shards.size() != m.world)
     bad(path, std::to_string(m.shards.size()) + " shards for a world of " + std::to_string(m.world));
@@ -212,9 +235,11 @@ void check_step(const StepManifest& m, const std::string& path) {
     const ShardRef& s = m.shards[r];
     if (s.rank != r) bad(path, "shard " + std::to_string(r) + " names rank " + std::to_string(s.rank));
     if (s.manifest_bytes == 0 || s.manifest_bytes > kMaxManifestBytes)
-      bad(path, "rank " + std::to_string(r) + ": manifest size " + std::to_string(s.manifest_bytes) + " out of bounds");
+      bad(path, "rank " + std::to_string(r) + ": manifest size " + std::to_string(s.manifest_bytes) +
+                    " out of bounds");
     if (s.base_step < -1 || (s.base_step >= 0 && static_cast<uint64_t>(s.base_step) >= m.step))
-      bad(path, "rank " + std::to_string(r) + ": base step " + std::to_string(s.base_step) + " is not before the step");
+      bad(path, "rank " + std::to_string(r) + ": base step " + std::to_string(s.base_step) +
+                    " is not before the step");
   }
   std::set<std::string> names;
   for (const auto& t : m.tensors) {
@@ -222,7 +247,8 @@ void check_step(const StepManifest& m, const std::string& path) {
     if (t.name.empty() || t.name.size() > 4096 || !names.insert(t.name).second)
       bad(path, what + ": name empty, too long or repeated");
     if (hal::dtype_size(t.dtype) == 0) bad(path, what + ": unknown dtype " + std::to_string(t.dtype));
-    if (t.pieces.empty() || t.pieces.size() > m.world) bad(path, what + ": " + std::to_string(t.pieces.size()) + " pieces");
+    if (t.pieces.empty() || t.pieces.size() > m.world)
+      bad(path, what + ": " + std::to_string(t.pieces.size()) + " pieces");
     std::set<uint32_t> ranks;
     for (const auto& p : t.pieces)
       if (p.rank >= m.world || !ranks.insert(p.rank).second)
@@ -237,9 +263,10 @@ void check_step(const StepManifest& m, const std::string& path) {
       bad(path, what + ": split dimension " + std::to_string(t.split_dim) + " out of range");
     int64_t next = 0;
     for (const auto& p : t.pieces) {
-      if (p.offset != next || p.length < 0 || p.length > t.global_shape[static_cast<size_t>(t.split_dim)] - next)
-        bad(path, what + ": the slice of rank " + std::to_string(p.rank) + " [" + std::to_string(p.offset) + ", +" +
-                      std::to_string(p.length) + ") does not continue at " + std::to_string(next));
+      if (p.offset != next || p.length < 0 ||
+          p.length > t.global_shape[static_cast<size_t>(t.split_dim)] - next)
+        bad(path, what + ": the slice of rank " + std::to_string(p.rank) + " [" + std::to_string(p.offset) +
+                      ", +" + std::to_string(p.length) + ") does not continue at " + std::to_string(next));
       next += p.length;
     }
     if (next != t.global_shape[static_cast<size_t>(t.split_dim)])
@@ -267,7 +294,8 @@ StepManifest decode_step(const std::vector<uint8_t>& bytes, const std::string& p
   if (r->shards())
     for (const fb::ShardRef* s : *r->shards()) {
       if (m.shards.size() > (1u << 20)) bad(path, "too many shards");
-      m.shards.push_back({s->rank(), s->manifest_bytes(), s->manifest_xxh3(), s->data_bytes(), s->base_step()});
+      m.shards.push_back(
+          {s->rank(), s->manifest_bytes(), s->manifest_xxh3(), s->data_bytes(), s->base_step()});
     }
   if (r->tensors())
     for (const fb::GlobalTensor* t : *r->tensors()) {
@@ -277,14 +305,17 @@ StepManifest decode_step(const std::vector<uint8_t>& bytes, const std::string& p
       x.layout = static_cast<Layout>(t->layout());
       x.split_dim = t->split_dim();
       if (t->global_shape()) {
-        if (t->global_shape()->size() > 0 && reinterpret_cast<uintptr_t>(t->global_shape()->data()) % alignof(int64_t) != 0)
+        if (t->global_shape()->size() > 0 &&
+            reinterpret_cast<uintptr_t>(t->global_shape()->data()) % alignof(int64_t) != 0)
           bad(path, "tensor " + x.name.substr(0, 64) + ": misaligned global shape vector");
-        if (t->global_shape()->size() > 64) bad(path, "tensor " + x.name.substr(0, 64) + ": too many dimensions");
+        if (t->global_shape()->size() > 64)
+          bad(path, "tensor " + x.name.substr(0, 64) + ": too many dimensions");
         x.global_shape.assign(t->global_shape()->begin(), t->global_shape()->end());
       }
       if (t->pieces())
         for (const fb::Piece* p : *t->pieces()) {
-          if (x.pieces.size() > m.world) bad(path, "tensor " + x.name.substr(0, 64) + ": more pieces than ranks");
+          if (x.pieces.size() > m.world)
+            bad(path, "tensor " + x.name.substr(0, 64) + ": more pieces than ranks");
           x.pieces.push_back({p->rank(), p->offset(), p->length()});
         }
       m.tensors.push_back(std::move(x));

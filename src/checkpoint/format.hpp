@@ -91,12 +91,14 @@ void check_step(const StepManifest& m, const std::string& path);
 
 // product(shape) * element size, or throws Error(invalid_argument / data_loss
 // via `what`) on a negative dimension or overflow.
-uint64_t tensor_bytes(hal_dtype_t dtype, const std::vector<int64_t>& shape, const std::string& what, Code code);
+uint64_t tensor_bytes(hal_dtype_t dtype, const std::vector<int64_t>& shape, const std::string& what,
+                      Code code);
 
 // Checks a tensor's layout fields against its shape: throws Error(code)
 // "<what>: <reason>". A replicated tensor's global shape is its shape.
 void check_layout(Layout layout, int32_t split_dim, int64_t split_offset, const std::vector<int64_t>& shape,
-                  const std::vector<int64_t>& global_shape, hal_dtype_t dtype, const std::string& what, Code code);
+                  const std::vector<int64_t>& global_shape, hal_dtype_t dtype, const std::string& what,
+                  Code code);
 
 // Layout below the checkpoint root: JOB/step-<20 digits>/rank-<5 digits>/.
 std::string job_dir(const Options& o);

@@ -52,7 +52,9 @@ void Writer::flush_direct(uint64_t bytes) {
   while (done < bytes) {
     const ssize_t n = ::pwrite(fd_, buf_ + done, bytes - done, static_cast<off_t>(flushed_ + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EINVAL && done == 0 && (::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT) == 0)) continue;
+    if (n < 0 && errno == EINVAL && done == 0 &&
+        (::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT) == 0))
+      continue;
     if (n < 0) os_fail("writing", path_, errno);
     if (n == 0) os_fail("writing", path_, ENOSPC);
     done += static_cast<uint64_t>(n);
@@ -106,8 +108,9 @@ void Writer::write(const void* data, uint64_t bytes) {
   constexpr uint64_t kWindow = uint64_t{32} << 20;
   if (size_ - started_ >= kWindow) {
     if (started_ > waited_)
-      (void)::sync_file_range(fd_, static_cast<off_t>(waited_), static_cast<off_t>(started_ - waited_),
-                              SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+      (void)::sync_file_range(
+          fd_, static_cast<off_t>(waited_), static_cast<off_t>(started_ - waited_),
+          SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
     waited_ = started_;
     (void)::sync_file_range(fd_, static_cast<off_t>(started_), static_cast<off_t>(size_ - started_),
                             SYNC_FILE_RANGE_WRITE);
@@ -146,8 +149,8 @@ uint64_t file_size(const std::string& path) {
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
   const uint64_t size = file_size(path);
   if (size > max_bytes)
-    throw Error(Code::data_loss, "checkpoint: " + path + ": " + std::to_string(size) + " bytes, more than the " +
-                                     std::to_string(max_bytes) + " allowed");
+    throw Error(Code::data_loss, "checkpoint: " + path + ": " + std::to_string(size) +
+                                     " bytes, more than the " + std::to_string(max_bytes) + " allowed");
   std::vector<uint8_t> out(size);
   read_at(path, 0, out.data(), size);
   return out;
@@ -155,7 +158,8 @@ std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
 
 Reader::Reader(std::string path) : path_(std::move(path)) {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw Error(Code::data_loss, "checkpoint: " + path_ + ": cannot open (" + std::strerror(errno) + ")");
+  if (fd_ < 0)
+    throw Error(Code::data_loss, "checkpoint: " + path_ + ": cannot open (" + std::strerror(errno) + ")");
 }
 
 Reader::~Reader() {
@@ -172,7 +176,8 @@ void Reader::read_at(uint64_t offset, void* out, uint64_t bytes) const {
     if (n <= 0) {
       const int err = n < 0 ? errno : 0;
       throw Error(Code::data_loss, "checkpoint: " + path_ + ": truncated: wanted " + std::to_string(bytes) +
-                                       " bytes at " + std::to_string(offset) + ", got " + std::to_string(done) +
+                                       " bytes at " + std::to_string(offset) + ", got " +
+                                       std::to_string(done) +
                                        (err ? std::string(" (") + std::strerror(err) + ")" : std::string()));
     }
     done += static_cast<uint64_t>(n);

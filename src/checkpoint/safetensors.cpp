@@ -17,14 +17,22 @@ using nlohmann::json;
 
 const char* st_dtype(hal_dtype_t d) {
   switch (d) {
-    case HAL_DTYPE_F32: return "F32";
-    case HAL_DTYPE_F16: return "F16";
-    case HAL_DTYPE_BF16: return "BF16";
-    case HAL_DTYPE_F64: return "F64";
-    case HAL_DTYPE_I32: return "I32";
-    case HAL_DTYPE_I64: return "I64";
-    case HAL_DTYPE_U8: return "U8";
-    default: return nullptr;
+    case HAL_DTYPE_F32:
+      return "F32";
+    case HAL_DTYPE_F16:
+      return "F16";
+    case HAL_DTYPE_BF16:
+      return "BF16";
+    case HAL_DTYPE_F64:
+      return "F64";
+    case HAL_DTYPE_I32:
+      return "I32";
+    case HAL_DTYPE_I64:
+      return "I64";
+    case HAL_DTYPE_U8:
+      return "U8";
+    default:
+      return nullptr;
   }
 }
 
@@ -57,7 +65,8 @@ void export_safetensors(const std::string& shard_path, const std::string& out_pa
   json header = json::object();
   uint64_t offset = 0;
   for (const auto& t : s.manifest.tensors) {
-    header[t.name] = {{"dtype", st_dtype(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
+    header[t.name] = {
+        {"dtype", st_dtype(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
     offset += t.bytes;
   }
   json meta = json::object();
@@ -128,8 +137,10 @@ std::vector<OwnedTensor> parse_safetensors(const uint8_t* data, uint64_t size, c
     OwnedTensor x;
     x.name = it.key();
     if (!t["dtype"].is_string() || !hal_of(t["dtype"].get<std::string>(), x.dtype))
-      throw bad(where + ": dtype " + t["dtype"].dump().substr(0, 40) + " is not one of F32 F16 BF16 F64 I32 I64 U8");
-    if (!t["shape"].is_array() || t["shape"].size() > 64) throw bad(where + ": shape is not a list of <= 64 sizes");
+      throw bad(where + ": dtype " + t["dtype"].dump().substr(0, 40) +
+                " is not one of F32 F16 BF16 F64 I32 I64 U8");
+    if (!t["shape"].is_array() || t["shape"].size() > 64)
+      throw bad(where + ": shape is not a list of <= 64 sizes");
     for (const auto& d : t["shape"]) {
       if (!d.is_number_unsigned()) throw bad(where + ": shape holds " + d.dump().substr(0, 40));
       x.shape.push_back(static_cast<int64_t>(std::min<uint64_t>(d.get<uint64_t>(), uint64_t{1} << 62)));
@@ -138,26 +149,31 @@ std::vector<OwnedTensor> parse_safetensors(const uint8_t* data, uint64_t size, c
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       throw bad(where + ": data_offsets is not [begin, end]");
     const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    if (b > e || e > body) throw bad(where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
-                                     ") outside the " + std::to_string(body) + " bytes of data");
+    if (b > e || e > body)
+      throw bad(where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + ") outside the " +
+                std::to_string(body) + " bytes of data");
     uint64_t want;
     try {
       want = format::tensor_bytes(x.dtype, x.shape, where, Code::invalid_argument);
     } catch (const Error& err) {
       throw bad(err.what());
     }
-    if (want != e - b) throw bad(where + ": its shape needs " + std::to_string(want) + " bytes, its range has " + std::to_string(e - b));
+    if (want != e - b)
+      throw bad(where + ": its shape needs " + std::to_string(want) + " bytes, its range has " +
+                std::to_string(e - b));
     ranges.emplace_back(b, e);
     x.bytes.assign(data + 8 + hlen + b, data + 8 + hlen + e);
     out.push_back(std::move(x));
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second && ranges[i].first != ranges[i].second) throw bad("two tensors overlap");
+    if (ranges[i].first < ranges[i - 1].second && ranges[i].first != ranges[i].second)
+      throw bad("two tensors overlap");
   return out;
 }
 
-std::vector<OwnedTensor> import_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+std::vector<OwnedTensor> import_safetensors(const std::string& path,
+                                            std::map<std::string, std::string>* metadata) {
   std::vector<uint8_t> bytes;
   try {
     bytes = io::read_file(path, uint64_t{1} << 40);

@@ -5,8 +5,8 @@
 
 #include <sigma/kernels.hpp>
 
-#include <tbb/parallel_for.h>
 #include <sys/mman.h>
+#include <tbb/parallel_for.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -24,7 +24,9 @@ Bytes::Bytes(uint64_t n) : n_(n) {
   constexpr uint64_t kHuge = uint64_t{2} << 20;
   const uint64_t size = (std::max<uint64_t>(n, 1) + kHuge - 1) / kHuge * kHuge;
   void* p = std::aligned_alloc(kHuge, size);
-  if (p == nullptr) throw Error(Code::out_of_memory, "checkpoint: cannot allocate " + std::to_string(n) + " bytes of staging memory");
+  if (p == nullptr)
+    throw Error(Code::out_of_memory,
+                "checkpoint: cannot allocate " + std::to_string(n) + " bytes of staging memory");
   ::madvise(p, size, MADV_HUGEPAGE);
   p_.reset(static_cast<uint8_t*>(p));
 }
@@ -32,8 +34,9 @@ Bytes::Bytes(uint64_t n) : n_(n) {
 namespace {
 
 uint64_t now_unix_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
 }
 
 // Test hook for the crash tests: SIGMA_CHECKPOINT_CRASH_AT=data|manifest|
@@ -58,8 +61,8 @@ uint64_t chunk_size(const Options& o) { return std::max<uint64_t>(8, o.chunk_byt
 
 }  // namespace
 
-SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>& tensors, const Metadata& meta,
-                 const Base* base, std::vector<std::vector<uint64_t>>* hashes,
+SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>& tensors,
+                 const Metadata& meta, const Base* base, std::vector<std::vector<uint64_t>>* hashes,
                  const std::vector<uint8_t*>* copy_to) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string job = format::job_dir(o);
@@ -67,8 +70,8 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
   if (io::exists(final_path))
     throw Error(Code::invalid_argument, "checkpoint: step " + std::to_string(step) + " of rank " +
                                             std::to_string(o.rank) + " exists already at " + final_path);
-  const std::string tmp = job + "/.tmp-step-" + std::to_string(step) + "-rank-" + std::to_string(o.rank) + "-" +
-                          std::to_string(::getpid());
+  const std::string tmp = job + "/.tmp-step-" + std::to_string(step) + "-rank-" + std::to_string(o.rank) +
+                          "-" + std::to_string(::getpid());
   io::remove_tree(tmp);
   io::make_dirs(tmp);
   try {
@@ -132,7 +135,8 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
         const Job& jb = jobs[first + j];
         const HostTensor& t = tensors[jb.tensor];
         const auto es = static_cast<uint32_t>(hal::dtype_size(t.dtype));
-        recs[j] = codec::encode(t.data + jb.offset, jb.bytes, es, jb.base, jb.base_xxh3, o.zstd_level, frames[j]);
+        recs[j] =
+            codec::encode(t.data + jb.offset, jb.bytes, es, jb.base, jb.base_xxh3, o.zstd_level, frames[j]);
         if (jb.copy) std::memcpy(jb.copy, t.data + jb.offset, jb.bytes);  // while the chunk is in cache
       });
       for (size_t j = 0; j < n; ++j) {
@@ -200,15 +204,16 @@ Shard open(const std::string& path, const std::vector<uint8_t>& manifest_bytes) 
   const std::string dpath = path + "/" + format::kData;
   const uint64_t size = io::file_size(dpath);
   if (size != s.manifest.data_bytes)
-    throw Error(Code::data_loss, "checkpoint: " + dpath + ": " + std::to_string(size) + " bytes, the manifest says " +
-                                     std::to_string(s.manifest.data_bytes) + " (truncated or extended)");
+    throw Error(Code::data_loss, "checkpoint: " + dpath + ": " + std::to_string(size) +
+                                     " bytes, the manifest says " + std::to_string(s.manifest.data_bytes) +
+                                     " (truncated or extended)");
   return s;
 }
 
 std::string base_path(const Shard& s) {
   const std::filesystem::path shard(s.path);
-  return format::shard_dir(shard.parent_path().parent_path().string(), static_cast<uint64_t>(s.manifest.base_step),
-                           s.manifest.rank);
+  return format::shard_dir(shard.parent_path().parent_path().string(),
+                           static_cast<uint64_t>(s.manifest.base_step), s.manifest.rank);
 }
 
 std::unique_ptr<Shard> open_base(const Shard& s) {
@@ -241,7 +246,8 @@ void for_each_chunk(const Shard& s, const format::Tensor& t, const Shard* base, 
       if (bt == nullptr || bt->dtype != t.dtype || bt->bytes != t.bytes || k >= bt->chunks.size() ||
           bt->chunks[k].offset != c.offset || bt->chunks[k].raw_size != c.raw_size || !base_data)
         throw Error(Code::data_loss, "checkpoint: " + where + ": the base " +
-                                         (base ? base->path : std::string("(none)")) + " has no matching chunk");
+                                         (base ? base->path : std::string("(none)")) +
+                                         " has no matching chunk");
       b = &bt->chunks[k];
     }
     fn(k, c, where, data, b, base_data.get());
@@ -253,38 +259,42 @@ void for_each_chunk(const Shard& s, const format::Tensor& t, const Shard* base, 
 void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out) {
   const auto es = static_cast<uint32_t>(hal::dtype_size(t.dtype));
   // Chunks decode independently, each into its place.
-  for_each_chunk(s, t, base, [&](size_t k, const format::Chunk& c, const std::string& where, const io::Reader& data,
-                                 const format::Chunk* b, const io::Reader* base_data) {
-    thread_local std::vector<uint8_t> stored, bstored, base_raw;
-    const uint8_t* br = nullptr;
-    if (b != nullptr) {
-      // The base's same chunk, decoded (and verified) first.
-      base_raw.resize(c.raw_size);
-      bstored.resize(b->stored_size);
-      base_data->read_at(b->data_offset, bstored.data(), b->stored_size);
-      codec::decode(*b, bstored.data(), es, nullptr, base_raw.data(),
-                    base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
-      br = base_raw.data();
-    }
-    stored.resize(c.stored_size);
-    if (c.stored_size) data.read_at(c.data_offset, stored.data(), c.stored_size);
-    codec::decode(c, stored.data(), es, br, out + c.offset, where);
-  });
+  for_each_chunk(s, t, base,
+                 [&](size_t k, const format::Chunk& c, const std::string& where, const io::Reader& data,
+                     const format::Chunk* b, const io::Reader* base_data) {
+                   thread_local std::vector<uint8_t> stored, bstored, base_raw;
+                   const uint8_t* br = nullptr;
+                   if (b != nullptr) {
+                     // The base's same chunk, decoded (and verified) first.
+                     base_raw.resize(c.raw_size);
+                     bstored.resize(b->stored_size);
+                     base_data->read_at(b->data_offset, bstored.data(), b->stored_size);
+                     codec::decode(*b, bstored.data(), es, nullptr, base_raw.data(),
+                                   base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
+                     br = base_raw.data();
+                   }
+                   stored.resize(c.stored_size);
+                   if (c.stored_size) data.read_at(c.data_offset, stored.data(), c.stored_size);
+                   codec::decode(c, stored.data(), es, br, out + c.offset, where);
+                 });
 }
 
 void verify_stored(const Shard& s, const format::Tensor& t, const Shard* base) {
-  for_each_chunk(s, t, base, [&](size_t k, const format::Chunk& c, const std::string& where, const io::Reader& data,
-                                 const format::Chunk* b, const io::Reader* base_data) {
-    thread_local std::vector<uint8_t> stored;
-    auto check = [&](const io::Reader& r, const format::Chunk& x, const std::string& at) {
-      stored.resize(x.stored_size);
-      if (x.stored_size) r.read_at(x.data_offset, stored.data(), x.stored_size);
-      if (kernels::checksum(stored.data(), x.stored_size) != x.stored_xxh3)
-        throw Error(Code::data_loss, "checkpoint: " + at + ": xxh3 of the stored bytes does not match");
-    };
-    if (b != nullptr) check(*base_data, *b, base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
-    if (c.codec != format::kSameAsBase) check(data, c, where);
-  });
+  for_each_chunk(
+      s, t, base,
+      [&](size_t k, const format::Chunk& c, const std::string& where, const io::Reader& data,
+          const format::Chunk* b, const io::Reader* base_data) {
+        thread_local std::vector<uint8_t> stored;
+        auto check = [&](const io::Reader& r, const format::Chunk& x, const std::string& at) {
+          stored.resize(x.stored_size);
+          if (x.stored_size) r.read_at(x.data_offset, stored.data(), x.stored_size);
+          if (kernels::checksum(stored.data(), x.stored_size) != x.stored_xxh3)
+            throw Error(Code::data_loss, "checkpoint: " + at + ": xxh3 of the stored bytes does not match");
+        };
+        if (b != nullptr)
+          check(*base_data, *b, base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
+        if (c.codec != format::kSameAsBase) check(data, c, where);
+      });
 }
 
 }  // namespace sigma::checkpoint::shard

@@ -71,8 +71,8 @@ struct Base {
 // With `copy_to`, tensor i's raw bytes are also copied to (*copy_to)[i]
 // where that is not NULL, chunk by chunk while each is in cache (the
 // engine's next base). On any failure removes what it wrote and throws.
-SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>& tensors, const Metadata& meta,
-                 const Base* base, std::vector<std::vector<uint64_t>>* hashes,
+SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>& tensors,
+                 const Metadata& meta, const Base* base, std::vector<std::vector<uint64_t>>* hashes,
                  const std::vector<uint8_t*>* copy_to = nullptr);
 
 struct Shard {

@@ -21,8 +21,9 @@ namespace {
 }
 
 uint64_t now_unix_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
 }
 
 std::string job_of(const std::string& step_dir) { return step_dir.substr(0, step_dir.find_last_of('/')); }
@@ -32,7 +33,8 @@ std::vector<uint32_t> ranks_present(const std::string& step_dir) {
   std::vector<uint32_t> ranks;
   for (const auto& name : io::list_dir(step_dir)) {
     uint32_t r;
-    if (format::parse_rank(name, r) && io::exists(step_dir + "/" + name + "/" + format::kManifest)) ranks.push_back(r);
+    if (format::parse_rank(name, r) && io::exists(step_dir + "/" + name + "/" + format::kManifest))
+      ranks.push_back(r);
   }
   std::sort(ranks.begin(), ranks.end());
   return ranks;
@@ -75,9 +77,10 @@ bool finalize(const std::string& job_dir, uint64_t step, uint32_t world) {
     }
     if (m.world != g.world || m.step != step || m.rank != ranks[i])
       bad(path, "rank " + std::to_string(m.rank) + " of world " + std::to_string(m.world) + " at step " +
-                    std::to_string(m.step) + " does not belong to step " + std::to_string(step) + " of world " +
-                    std::to_string(g.world));
-    g.shards.push_back({m.rank, bytes.size(), kernels::checksum(bytes.data(), bytes.size()), m.data_bytes, m.base_step});
+                    std::to_string(m.step) + " does not belong to step " + std::to_string(step) +
+                    " of world " + std::to_string(g.world));
+    g.shards.push_back(
+        {m.rank, bytes.size(), kernels::checksum(bytes.data(), bytes.size()), m.data_bytes, m.base_step});
     for (const auto& t : m.tensors) {
       auto [it, fresh] = index.emplace(t.name, g.tensors.size());
       if (fresh) {
@@ -141,8 +144,10 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
     const std::string mpath = path + "/" + format::kManifest;
     const std::vector<uint8_t> bytes = io::read_file(mpath, format::kMaxManifestBytes);
     const format::ShardRef& ref = m.shards[r];
-    if (bytes.size() != ref.manifest_bytes || kernels::checksum(bytes.data(), bytes.size()) != ref.manifest_xxh3)
-      bad(mpath, "not the shard the step manifest " + manifest_path(step_dir) + " recorded (size or xxh3 differs)");
+    if (bytes.size() != ref.manifest_bytes ||
+        kernels::checksum(bytes.data(), bytes.size()) != ref.manifest_xxh3)
+      bad(mpath,
+          "not the shard the step manifest " + manifest_path(step_dir) + " recorded (size or xxh3 differs)");
     Opened o{shard::open(path, bytes), nullptr};
     o.base = shard::open_base(o.s);
     return opened.emplace(r, std::move(o)).first->second;
@@ -180,9 +185,9 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
       const bool same_place =
           t != nullptr && t->shape == v.shape &&
           (v.layout == Layout::local || rec->layout == Layout::local ||
-           (t->layout == v.layout && (v.layout != Layout::split || (t->split_dim == v.split_dim &&
-                                                                    t->split_offset == v.split_offset &&
-                                                                    t->global_shape == v.global_shape))));
+           (t->layout == v.layout &&
+            (v.layout != Layout::split || (t->split_dim == v.split_dim && t->split_offset == v.split_offset &&
+                                           t->global_shape == v.global_shape))));
       if (same_place) {
         if (i < direct.size() && direct[i] != nullptr) {
           deferred.push_back({i, t});
@@ -212,13 +217,14 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
           continue;
         }
       }
-      throw Error(Code::invalid_argument, what + ": local to each rank (saved on " + std::to_string(m.world) +
-                                              " ranks, restoring rank " + std::to_string(rank) + " of " +
-                                              std::to_string(world) +
-                                              "); re-sharding needs it saved and viewed as replicated or split");
+      throw Error(Code::invalid_argument,
+                  what + ": local to each rank (saved on " + std::to_string(m.world) +
+                      " ranks, restoring rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                      "); re-sharding needs it saved and viewed as replicated or split");
     }
     const std::vector<int64_t>& vg = v.layout == Layout::split ? v.global_shape : v.shape;
-    if (vg != rec->global_shape) throw Error(Code::invalid_argument, what + ": saved with another global shape");
+    if (vg != rec->global_shape)
+      throw Error(Code::invalid_argument, what + ": saved with another global shape");
     out[i] = shard::Bytes(v.bytes());
 
     // A replicated tensor is one piece: the whole of it, from the old rank
@@ -234,8 +240,9 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
       p.length = vg.empty() ? 1 : vg[static_cast<size_t>(dim)];
       pieces = {p};
     } else if (v.layout == Layout::split && v.split_dim != dim) {
-      throw Error(Code::invalid_argument, what + ": the view is split along dimension " + std::to_string(v.split_dim) +
-                                              ", the checkpoint along " + std::to_string(dim) +
+      throw Error(Code::invalid_argument, what + ": the view is split along dimension " +
+                                              std::to_string(v.split_dim) + ", the checkpoint along " +
+                                              std::to_string(dim) +
                                               "; re-sharding along another dimension is not supported");
     }
     // Row-major: `outer` rows of the split dimension's extent times `inner`
@@ -259,9 +266,11 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
       shard::read_tensor(o.s, t, o.base.get(), piece.data());
       const uint64_t n = static_cast<uint64_t>(b - a) * inner;
       for (uint64_t k = 0; k < outer; ++k)
-        std::memcpy(out[i].data() + (k * static_cast<uint64_t>(hi - lo) + static_cast<uint64_t>(a - lo)) * inner,
-                    piece.data() + (k * static_cast<uint64_t>(p.length) + static_cast<uint64_t>(a - p.offset)) * inner,
-                    n);
+        std::memcpy(
+            out[i].data() + (k * static_cast<uint64_t>(hi - lo) + static_cast<uint64_t>(a - lo)) * inner,
+            piece.data() +
+                (k * static_cast<uint64_t>(p.length) + static_cast<uint64_t>(a - p.offset)) * inner,
+            n);
     }
     res.resharded = true;
   }

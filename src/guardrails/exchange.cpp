@@ -6,10 +6,12 @@ namespace sigma::guardrails::detail {
 
 Exchange::Exchange(const Group& group, std::chrono::milliseconds timeout) : group_(group), timeout_(timeout) {
   if (group_.world < 1 || group_.rank < 0 || group_.rank >= group_.world)
-    throw Error(Code::invalid_argument, "guardrails: group rank " + std::to_string(group_.rank) + " / world " +
-                                            std::to_string(group_.world) + " is not a valid position");
+    throw Error(Code::invalid_argument, "guardrails: group rank " + std::to_string(group_.rank) +
+                                            " / world " + std::to_string(group_.world) +
+                                            " is not a valid position");
   if (group_.world > 1 && group_.comm == nullptr)
-    throw Error(Code::invalid_argument, "guardrails: world " + std::to_string(group_.world) + " needs a communicator");
+    throw Error(Code::invalid_argument,
+                "guardrails: world " + std::to_string(group_.world) + " needs a communicator");
 }
 
 std::vector<uint8_t> Exchange::all_gather(const void* mine, uint64_t bytes) {

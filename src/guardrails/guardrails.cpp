@@ -17,9 +17,12 @@ namespace sigma::guardrails {
 
 const char* action_name(Action a) {
   switch (a) {
-    case Action::apply: return "apply";
-    case Action::skip: return "skip";
-    case Action::rollback: return "rollback";
+    case Action::apply:
+      return "apply";
+    case Action::skip:
+      return "skip";
+    case Action::rollback:
+      return "rollback";
   }
   return "?";
 }
@@ -48,7 +51,8 @@ std::vector<int> odd_replicas(const std::vector<double>& all, size_t width, int 
     const double* y = all.data() + static_cast<size_t>(b) * width;
     for (size_t i = 1; i < width; i += 3) {
       if (x[i] != y[i] || x[i + 2] != y[i + 2]) return false;
-      if (std::fabs(x[i + 1] - y[i + 1]) > 1e-9 * std::max(std::fabs(x[i + 1]), std::fabs(y[i + 1]))) return false;
+      if (std::fabs(x[i + 1] - y[i + 1]) > 1e-9 * std::max(std::fabs(x[i + 1]), std::fabs(y[i + 1])))
+        return false;
     }
     return true;
   };
@@ -65,7 +69,8 @@ std::vector<int> odd_replicas(const std::vector<double>& all, size_t width, int 
 }
 
 void check_view(const BufferView& v, const std::string& what) {
-  if (v.count > 0 && v.data == nullptr) throw Error(Code::invalid_argument, "guardrails: " + what + " is NULL");
+  if (v.count > 0 && v.data == nullptr)
+    throw Error(Code::invalid_argument, "guardrails: " + what + " is NULL");
   if (v.dtype != HAL_DTYPE_F32 && v.dtype != HAL_DTYPE_F16 && v.dtype != HAL_DTYPE_BF16)
     throw Error(Code::invalid_argument, "guardrails: " + what + " has dtype " + hal::dtype_name(v.dtype) +
                                             " (f32, f16 or bf16 expected)");
@@ -84,7 +89,8 @@ Guardrails::Guardrails(Config config, std::vector<LayerInfo> layers, Group group
   std::set<std::string> seen;
   for (const auto& l : layers) {
     if (l.name.empty()) throw Error(Code::invalid_argument, "guardrails: a layer has an empty name");
-    if (!seen.insert(l.name).second) throw Error(Code::invalid_argument, "guardrails: layer '" + l.name + "' twice");
+    if (!seen.insert(l.name).second)
+      throw Error(Code::invalid_argument, "guardrails: layer '" + l.name + "' twice");
     if (l.dtype != HAL_DTYPE_F16 && l.dtype != HAL_DTYPE_BF16 && l.dtype != HAL_DTYPE_F32)
       throw Error(Code::invalid_argument, "guardrails: layer '" + l.name + "' has compute dtype " +
                                               hal::dtype_name(l.dtype) + " (f16, bf16 or f32 expected)");
@@ -111,7 +117,8 @@ Decision Guardrails::step(uint64_t step, double loss, const std::vector<std::vec
       check_view(v, "layer '" + m.layers[l].name + "' buffer " + std::to_string(b));
       const uint64_t es = v.dtype == HAL_DTYPE_F32 ? 4 : 2;
       for (uint64_t at = 0; at < v.count; at += kPieceElems)
-        pieces.push_back({l, static_cast<const uint8_t*>(v.data) + at * es, std::min(kPieceElems, v.count - at), v.dtype});
+        pieces.push_back(
+            {l, static_cast<const uint8_t*>(v.data) + at * es, std::min(kPieceElems, v.count - at), v.dtype});
     }
   }
   std::vector<kernels::ScanResult> found(pieces.size());
@@ -146,7 +153,8 @@ void Guardrails::Impl::escalate_all(Decision& d, const std::string& why,
   }
 }
 
-Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all, double scan_ms, double exchange_ms) {
+Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all, double scan_ms,
+                                  double exchange_ms) {
   const size_t width = 1 + 3 * layers.size();
   const int world = exchange.world();
   Decision d;
@@ -199,30 +207,32 @@ Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all,
         if (layer_nf[l] > 0) where += (where.empty() ? "" : ", ") + layers[l].name;
       std::string ranks;
       for (int r : d.non_finite_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-      d.reason = std::to_string(d.non_finite) + " non-finite gradient values (layers " + where + "; ranks " + ranks +
-                 "): step skipped";
+      d.reason = std::to_string(d.non_finite) + " non-finite gradient values (layers " + where + "; ranks " +
+                 ranks + "): step skipped";
     } else {
       d.reason = "the loss is not finite: step skipped";
     }
     d.next_loss_scale = scaler.update(true);
-    if (d.next_loss_scale != d.loss_scale) d.reason += fmt(", loss scale %g -> %g", d.loss_scale, d.next_loss_scale);
+    if (d.next_loss_scale != d.loss_scale)
+      d.reason += fmt(", loss scale %g -> %g", d.loss_scale, d.next_loss_scale);
     min_next_step = step + 1;
   } else if (!d.mismatch_ranks.empty()) {
     // Applying would make the replicas diverge; skipping keeps them equal.
     d.action = Action::skip;
     std::string ranks;
     for (int r : d.mismatch_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-    d.reason = "replicated gradients differ on rank(s) " + ranks +
-               " from the majority (non-finite count, sum of squares or amax): a silent error in the all-reduce or "
-               "in memory; step skipped, check the parameter fingerprints";
+    d.reason =
+        "replicated gradients differ on rank(s) " + ranks +
+        " from the majority (non-finite count, sum of squares or amax): a silent error in the all-reduce or "
+        "in memory; step skipped, check the parameter fingerprints";
     d.next_loss_scale = d.loss_scale;
     min_next_step = step + 1;
   } else if ((spike = spikes.judge(d.loss)).spike) {
     const uint64_t latest = step >= 1 + c.spike.rollback_margin ? step - 1 - c.spike.rollback_margin : 0;
     auto it = snapshots.upper_bound(latest);
     const bool have = step >= 1 + c.spike.rollback_margin && it != snapshots.begin();
-    const std::string figures =
-        fmt("loss %.6g above the limit %.6g (median %.6g, MAD %.4g)", d.loss, spike.limit, spike.median, spike.mad);
+    const std::string figures = fmt("loss %.6g above the limit %.6g (median %.6g, MAD %.4g)", d.loss,
+                                    spike.limit, spike.median, spike.mad);
     if (have) {
       const uint64_t target = *std::prev(it);
       d.action = Action::rollback;
@@ -243,15 +253,18 @@ Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all,
     }
     d.next_loss_scale = d.loss_scale;
     if (spikes.record_spike(step))
-      escalate_all(d, std::to_string(c.spike.escalate_after) + " loss spikes within " +
-                          std::to_string(c.spike.escalate_within) + " steps", esc);
+      escalate_all(d,
+                   std::to_string(c.spike.escalate_after) + " loss spikes within " +
+                       std::to_string(c.spike.escalate_within) + " steps",
+                   esc);
   } else {
     d.action = Action::apply;
     const double max_norm = c.clipping.max_norm;
     if (max_norm > 0 && d.global_norm > max_norm) d.clip_factor = max_norm / (d.global_norm + 1e-6);
     d.grad_multiplier = d.clip_factor / d.loss_scale;
     d.reason = fmt("gradients finite, global norm %.6g", d.global_norm);
-    d.reason += d.clip_factor < 1 ? fmt(" clipped to %g (factor %.6g)", max_norm, d.clip_factor) : std::string();
+    d.reason +=
+        d.clip_factor < 1 ? fmt(" clipped to %g (factor %.6g)", max_norm, d.clip_factor) : std::string();
     spikes.accept(step, d.loss);
     d.next_loss_scale = scaler.update(false);
     if (d.next_loss_scale != d.loss_scale)
@@ -313,11 +326,12 @@ FingerprintResult Guardrails::check_fingerprint(uint64_t step, const std::vector
         if (r.fingerprints[i] != top->first) r.odd_ranks.push_back(static_cast<int>(i));
       std::string odd;
       for (int i : r.odd_ranks) odd += (odd.empty() ? "" : ",") + std::to_string(i);
-      r.reason = "replicas disagree: rank(s) " + odd + " differ from the majority of " + std::to_string(top->second) +
-                 "; re-run the step on another device to attribute it";
+      r.reason = "replicas disagree: rank(s) " + odd + " differ from the majority of " +
+                 std::to_string(top->second) + "; re-run the step on another device to attribute it";
     } else {
       r.reason = std::to_string(votes.size()) + " different fingerprints over " +
-                 std::to_string(r.fingerprints.size()) + " replicas, no majority; re-run the step on another device";
+                 std::to_string(r.fingerprints.size()) +
+                 " replicas, no majority; re-run the step on another device";
     }
   }
   m.last_fp = r;
@@ -325,7 +339,8 @@ FingerprintResult Guardrails::check_fingerprint(uint64_t step, const std::vector
   return r;
 }
 
-std::vector<int> Guardrails::attribute_rerun(uint64_t step, uint64_t rerun_fingerprint, const std::string& device) {
+std::vector<int> Guardrails::attribute_rerun(uint64_t step, uint64_t rerun_fingerprint,
+                                             const std::string& device) {
   auto& m = *impl_;
   if (m.last_fp.step != step || m.last_fp.match || m.last_fp.fingerprints.empty())
     throw Error(Code::invalid_argument,
@@ -333,8 +348,10 @@ std::vector<int> Guardrails::attribute_rerun(uint64_t step, uint64_t rerun_finge
   std::vector<int> faulty;
   bool any_agrees = false;
   for (size_t i = 0; i < m.last_fp.fingerprints.size(); ++i) {
-    if (m.last_fp.fingerprints[i] == rerun_fingerprint) any_agrees = true;
-    else faulty.push_back(static_cast<int>(i));
+    if (m.last_fp.fingerprints[i] == rerun_fingerprint)
+      any_agrees = true;
+    else
+      faulty.push_back(static_cast<int>(i));
   }
   if (!any_agrees) faulty.clear();
   std::vector<FaultReport> reports;
@@ -351,7 +368,9 @@ std::vector<int> Guardrails::attribute_rerun(uint64_t step, uint64_t rerun_finge
   return faulty;
 }
 
-void Guardrails::on_fault(std::function<void(const FaultReport&)> sink) { impl_->fault_sink = std::move(sink); }
+void Guardrails::on_fault(std::function<void(const FaultReport&)> sink) {
+  impl_->fault_sink = std::move(sink);
+}
 
 double Guardrails::loss_scale() const { return impl_->scaler.scale(); }
 

@@ -41,7 +41,8 @@ struct Guardrails::Impl {
   }
 
   Decision decide(uint64_t step, const std::vector<double>& all, double scan_ms, double exchange_ms);
-  void escalate_all(Decision& d, const std::string& why, std::vector<std::pair<std::string, std::string>>& esc);
+  void escalate_all(Decision& d, const std::string& why,
+                    std::vector<std::pair<std::string, std::string>>& esc);
 };
 
 }  // namespace sigma::guardrails

@@ -37,7 +37,8 @@ Journal::Journal(const JournalConfig& c, int rank) {
   const std::string path = c.all_ranks ? c.path + ".rank" + std::to_string(rank) : c.path;
   f_ = std::fopen(path.c_str(), "a");
   if (f_ == nullptr)
-    throw Error(Code::unavailable, "guardrails: cannot open the journal " + path + ": " + std::strerror(errno));
+    throw Error(Code::unavailable,
+                "guardrails: cannot open the journal " + path + ": " + std::strerror(errno));
 }
 
 Journal::~Journal() {
@@ -51,8 +52,8 @@ void Journal::write(const std::string& line) {
   std::fflush(f_);
 }
 
-void Journal::decision(const Decision& d, const Changes& escalated, const Changes& deescalated, double scan_ms,
-                       double exchange_ms) {
+void Journal::decision(const Decision& d, const Changes& escalated, const Changes& deescalated,
+                       double scan_ms, double exchange_ms) {
   if (f_ == nullptr) return;
   json j = {{"t", now_s()},
             {"event", "step"},
@@ -94,7 +95,8 @@ void Journal::fingerprint(const FingerprintResult& r) {
             .dump());
 }
 
-void Journal::attribution(uint64_t step, const std::string& device, uint64_t rerun, const std::vector<int>& faulty) {
+void Journal::attribution(uint64_t step, const std::string& device, uint64_t rerun,
+                          const std::vector<int>& faulty) {
   if (f_ == nullptr) return;
   write(json{{"t", now_s()},
              {"event", "sdc_attribution"},

@@ -41,7 +41,8 @@ SpikeDetector::Verdict SpikeDetector::judge(double loss) const {
   v.mad = median(std::move(x));
   // 1.4826 * MAD estimates the standard deviation of normal data; the
   // relative floor keeps a flat history (MAD 0) from calling noise a spike.
-  v.limit = std::max(v.median + c_.threshold * 1.4826 * v.mad, v.median + c_.min_relative * std::fabs(v.median));
+  v.limit =
+      std::max(v.median + c_.threshold * 1.4826 * v.mad, v.median + c_.min_relative * std::fabs(v.median));
   v.spike = loss > v.limit;
   return v;
 }
@@ -77,13 +78,15 @@ LayerPrecision::Verdict LayerPrecision::observe(bool overflow, double amax) {
   const double headroom = headroom_bits(amax);
   char buf[192];
   if (!escalated_) {
-    const auto limit = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(c_.max_overflow_rate * c_.window)));
+    const auto limit =
+        std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(c_.max_overflow_rate * c_.window)));
     if (overflows_ >= limit) {
       std::snprintf(buf, sizeof buf, "%llu overflowing steps in the last %zu (limit %llu)",
-                    static_cast<unsigned long long>(overflows_), window_.size(), static_cast<unsigned long long>(limit));
+                    static_cast<unsigned long long>(overflows_), window_.size(),
+                    static_cast<unsigned long long>(limit));
     } else if (headroom < c_.min_headroom_bits) {
-      std::snprintf(buf, sizeof buf, "unscaled amax %.4g leaves %.2f bits of headroom (minimum %.2f)", amax, headroom,
-                    c_.min_headroom_bits);
+      std::snprintf(buf, sizeof buf, "unscaled amax %.4g leaves %.2f bits of headroom (minimum %.2f)", amax,
+                    headroom, c_.min_headroom_bits);
     } else {
       return v;
     }
@@ -94,8 +97,8 @@ LayerPrecision::Verdict LayerPrecision::observe(bool overflow, double amax) {
   }
   calm_ = overflow || headroom < c_.min_headroom_bits + 1 ? 0 : calm_ + 1;
   if (calm_ < c_.calm_steps) return v;
-  std::snprintf(buf, sizeof buf, "calm for %llu steps, headroom %.2f bits", static_cast<unsigned long long>(calm_),
-                headroom);
+  std::snprintf(buf, sizeof buf, "calm for %llu steps, headroom %.2f bits",
+                static_cast<unsigned long long>(calm_), headroom);
   escalated_ = false;
   calm_ = 0;
   window_.clear();

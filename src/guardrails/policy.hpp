@@ -88,9 +88,9 @@ class LayerPrecision {
   PrecisionConfig c_;
   hal_dtype_t low_;
   bool escalated_ = false;
-  uint64_t calm_ = 0;         // steps in a row with no trouble, while escalated
-  std::deque<bool> window_;   // overflow per recent step
-  uint64_t overflows_ = 0;    // count of true in window_
+  uint64_t calm_ = 0;        // steps in a row with no trouble, while escalated
+  std::deque<bool> window_;  // overflow per recent step
+  uint64_t overflows_ = 0;   // count of true in window_
 };
 
 }  // namespace sigma::guardrails::detail

@@ -12,8 +12,8 @@ namespace {
 // number converts without a check (undefined for 1e127): refuse instead.
 uint64_t u64(const json& v, const char* what) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  throw Error(Code::invalid_argument, std::string("guardrails: restore_state: ") + what + " is " + v.dump(-1).substr(0, 40) +
-                                          ", not a whole number >= 0");
+  throw Error(Code::invalid_argument, std::string("guardrails: restore_state: ") + what + " is " +
+                                          v.dump(-1).substr(0, 40) + ", not a whole number >= 0");
 }
 }  // namespace
 
@@ -24,7 +24,8 @@ std::string Guardrails::save_state() const {
     const auto s = m.precision[l].state();
     std::string window;
     for (bool b : s.window) window += b ? '1' : '0';
-    layers.push_back({{"name", m.layers[l].name}, {"escalated", s.escalated}, {"calm", s.calm}, {"window", window}});
+    layers.push_back(
+        {{"name", m.layers[l].name}, {"escalated", s.escalated}, {"calm", s.calm}, {"window", window}});
   }
   json history = json::array();
   for (const auto& [step, loss] : m.spikes.history()) history.push_back({step, loss});
@@ -44,16 +45,19 @@ void Guardrails::restore_state(const std::string& text) {
   try {
     const json j = json::parse(text);
     if (j.at("format") != "sigma.guardrails.state/1")
-      throw Error(Code::invalid_argument, "guardrails: restore_state: unknown format " + j.at("format").dump());
+      throw Error(Code::invalid_argument,
+                  "guardrails: restore_state: unknown format " + j.at("format").dump());
     const auto& layers = j.at("layers");
     if (layers.size() != m.layers.size())
-      throw Error(Code::invalid_argument, "guardrails: restore_state: the state has " + std::to_string(layers.size()) +
-                                              " layers, " + std::to_string(m.layers.size()) + " are registered");
+      throw Error(Code::invalid_argument, "guardrails: restore_state: the state has " +
+                                              std::to_string(layers.size()) + " layers, " +
+                                              std::to_string(m.layers.size()) + " are registered");
     std::vector<detail::LayerPrecision::State> states;
     for (size_t l = 0; l < layers.size(); ++l) {
       if (layers[l].at("name") != m.layers[l].name)
         throw Error(Code::invalid_argument, "guardrails: restore_state: layer " + std::to_string(l) + " is " +
-                                                layers[l].at("name").dump() + ", registered as '" + m.layers[l].name + "'");
+                                                layers[l].at("name").dump() + ", registered as '" +
+                                                m.layers[l].name + "'");
       detail::LayerPrecision::State s;
       s.escalated = layers[l].at("escalated").get<bool>();
       s.calm = u64(layers[l].at("calm"), "a layer's calm");
@@ -64,7 +68,8 @@ void Guardrails::restore_state(const std::string& text) {
     if (!(scale > 0) || !std::isfinite(scale))
       throw Error(Code::invalid_argument, "guardrails: restore_state: loss_scale " + std::to_string(scale));
     std::deque<std::pair<uint64_t, double>> history;
-    for (const auto& h : j.at("loss_history")) history.emplace_back(u64(h.at(0), "a loss step"), h.at(1).get<double>());
+    for (const auto& h : j.at("loss_history"))
+      history.emplace_back(u64(h.at(0), "a loss step"), h.at(1).get<double>());
     std::deque<uint64_t> spikes;
     for (const auto& s : j.at("spikes")) spikes.push_back(u64(s, "a spike step"));
     std::set<uint64_t> snapshots;
@@ -78,7 +83,8 @@ void Guardrails::restore_state(const std::string& text) {
     m.snapshots = std::move(snapshots);
     for (size_t l = 0; l < states.size(); ++l) m.precision[l].restore(states[l]);
   } catch (const json::exception& e) {
-    throw Error(Code::invalid_argument, std::string("guardrails: restore_state: not a guardrails state: ") + e.what());
+    throw Error(Code::invalid_argument,
+                std::string("guardrails: restore_state: not a guardrails state: ") + e.what());
   }
 }
 

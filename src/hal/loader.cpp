@@ -28,14 +28,11 @@ std::string libsigma_dir() {
   return ec ? std::string{} : p.parent_path().string();
 }
 
-std::string table_field(const char* table, const char* field) {
-  return std::string(table) + "." + field;
-}
+std::string table_field(const char* table, const char* field) { return std::string(table) + "." + field; }
 
 // Checks one sub-table: non-NULL, big enough, and its required entries set.
 template <typename Table>
-std::string check_table(const Table* t, const char* type_name, const char* root_field,
-                        uint64_t min_size,
+std::string check_table(const Table* t, const char* type_name, const char* root_field, uint64_t min_size,
                         std::initializer_list<std::pair<const char*, const void*>> required) {
   std::ostringstream msg;
   if (t == nullptr) {
@@ -43,8 +40,8 @@ std::string check_table(const Table* t, const char* type_name, const char* root_
     return msg.str();
   }
   if (t->struct_size < min_size) {
-    msg << type_name << ".struct_size is " << t->struct_size << ", smaller than ABI 1.0's "
-        << min_size << " bytes";
+    msg << type_name << ".struct_size is " << t->struct_size << ", smaller than ABI 1.0's " << min_size
+        << " bytes";
     return msg.str();
   }
   for (const auto& [field, ptr] : required) {
@@ -73,9 +70,9 @@ std::vector<std::string> plugin_search_path() {
 
 std::string resolve_plugin(const std::string& name_or_path) {
   if (name_or_path.empty()) throw Error(Code::invalid_argument, "empty plugin name");
-  const bool is_path = name_or_path.find('/') != std::string::npos ||
-                       (name_or_path.size() > 3 &&
-                        name_or_path.compare(name_or_path.size() - 3, 3, ".so") == 0);
+  const bool is_path =
+      name_or_path.find('/') != std::string::npos ||
+      (name_or_path.size() > 3 && name_or_path.compare(name_or_path.size() - 3, 3, ".so") == 0);
   if (is_path) return name_or_path;
   std::string searched;
   for (const auto& dir : plugin_search_path()) {
@@ -93,12 +90,12 @@ std::string validate_api(const hal_api_t* api, const std::string& origin) {
   auto fail = [&](const std::string& what) { return origin + ": " + what; };
   if (api == nullptr) return fail("the root table is NULL");
   if (api->struct_size < HAL_API_V1_0_SIZE) {
-    return fail("hal_api_t.struct_size is " + std::to_string(api->struct_size) +
-                ", smaller than ABI 1.0's " + std::to_string(HAL_API_V1_0_SIZE) + " bytes");
+    return fail("hal_api_t.struct_size is " + std::to_string(api->struct_size) + ", smaller than ABI 1.0's " +
+                std::to_string(HAL_API_V1_0_SIZE) + " bytes");
   }
   if (api->abi_major != HAL_ABI_MAJOR) {
-    return fail("implements HAL ABI major " + std::to_string(api->abi_major) +
-                ", this host supports major " + std::to_string(HAL_ABI_MAJOR));
+    return fail("implements HAL ABI major " + std::to_string(api->abi_major) + ", this host supports major " +
+                std::to_string(HAL_ABI_MAJOR));
   }
   if (api->name == nullptr || api->name[0] == '\0') return fail("hal_api_t.name is NULL or empty");
   if (api->version == nullptr) return fail("hal_api_t.version is NULL");
@@ -108,14 +105,13 @@ std::string validate_api(const hal_api_t* api, const std::string& origin) {
     return fail("hal_api_t.get_last_error is NULL, but it is required");
   }
   const hal_device_api_t* d = api->device;
-  std::string err = check_table(
-      d, "hal_device_api_t", "device", HAL_DEVICE_API_V1_0_SIZE,
-      {{"get_count", d ? reinterpret_cast<const void*>(d->get_count) : nullptr},
-       {"get_props", d ? reinterpret_cast<const void*>(d->get_props) : nullptr},
-       {"mem_alloc", d ? reinterpret_cast<const void*>(d->mem_alloc) : nullptr},
-       {"mem_free", d ? reinterpret_cast<const void*>(d->mem_free) : nullptr},
-       {"memcpy", d ? reinterpret_cast<const void*>(d->memcpy) : nullptr},
-       {"self_test", d ? reinterpret_cast<const void*>(d->self_test) : nullptr}});
+  std::string err = check_table(d, "hal_device_api_t", "device", HAL_DEVICE_API_V1_0_SIZE,
+                                {{"get_count", d ? reinterpret_cast<const void*>(d->get_count) : nullptr},
+                                 {"get_props", d ? reinterpret_cast<const void*>(d->get_props) : nullptr},
+                                 {"mem_alloc", d ? reinterpret_cast<const void*>(d->mem_alloc) : nullptr},
+                                 {"mem_free", d ? reinterpret_cast<const void*>(d->mem_free) : nullptr},
+                                 {"memcpy", d ? reinterpret_cast<const void*>(d->memcpy) : nullptr},
+                                 {"self_test", d ? reinterpret_cast<const void*>(d->self_test) : nullptr}});
   if (!err.empty()) return fail(err);
   const bool any_stream = d->stream_create || d->stream_synchronize || d->stream_destroy;
   const bool all_stream = d->stream_create && d->stream_synchronize && d->stream_destroy;
@@ -262,14 +258,13 @@ std::vector<hal_field_info_t> Plugin::telemetry_fields(uint32_t device) const {
   check(api_->telemetry->list_fields(device, nullptr, 0, &n), "hal_telemetry_api_t.list_fields");
   std::vector<hal_field_info_t> fields(n);
   uint32_t got = 0;
-  check(api_->telemetry->list_fields(device, fields.data(), n, &got),
-        "hal_telemetry_api_t.list_fields");
+  check(api_->telemetry->list_fields(device, fields.data(), n, &got), "hal_telemetry_api_t.list_fields");
   fields.resize(std::min(n, got));
   return fields;
 }
 
-std::vector<hal_telemetry_sample_t> Plugin::read_telemetry(
-    uint32_t device, const std::vector<hal_field_id_t>& ids) const {
+std::vector<hal_telemetry_sample_t> Plugin::read_telemetry(uint32_t device,
+                                                           const std::vector<hal_field_id_t>& ids) const {
   std::vector<hal_telemetry_sample_t> samples(ids.size());
   check(api_->telemetry->read(device, ids.data(), static_cast<uint32_t>(ids.size()), samples.data()),
         "hal_telemetry_api_t.read");

@@ -23,8 +23,8 @@ void Buffer::copy_from_host(const void* src, uint64_t size_bytes, uint64_t offse
   if (offset > size_ || size_bytes > size_ - offset) {
     throw Error(Code::invalid_argument, "Buffer::copy_from_host: range past the buffer's end");
   }
-  plugin_->check(plugin_->device_api().memcpy(device_, static_cast<char*>(ptr_) + offset, src,
-                                              size_bytes, HAL_COPY_HOST_TO_DEVICE, nullptr),
+  plugin_->check(plugin_->device_api().memcpy(device_, static_cast<char*>(ptr_) + offset, src, size_bytes,
+                                              HAL_COPY_HOST_TO_DEVICE, nullptr),
                  "hal_device_api_t.memcpy");
 }
 
@@ -43,7 +43,8 @@ Communicator::Communicator(PluginPtr plugin, const hal_comm_create_args_t& args)
 }
 
 std::unique_ptr<Communicator> Communicator::borrow(PluginPtr plugin, hal_comm_t comm) {
-  if (!plugin || comm == nullptr) throw Error(Code::invalid_argument, "Communicator::borrow: NULL plugin or comm");
+  if (!plugin || comm == nullptr)
+    throw Error(Code::invalid_argument, "Communicator::borrow: NULL plugin or comm");
   return std::unique_ptr<Communicator>(new Communicator(std::move(plugin), comm));
 }
 
@@ -57,8 +58,7 @@ Request Communicator::post(const hal_coll_args_t& args, hal_stream_t stream) {
   return Request(plugin_, comm_, req);
 }
 
-void Communicator::run(const hal_coll_args_t& args, std::chrono::nanoseconds timeout,
-                       hal_stream_t stream) {
+void Communicator::run(const hal_coll_args_t& args, std::chrono::nanoseconds timeout, hal_stream_t stream) {
   auto timed_out = [&] {
     return Error(Code::timeout, "HAL plugin '" + plugin_->name() + "': " + coll_op_name(args.op) +
                                     " did not finish within " +
@@ -126,11 +126,19 @@ bool Request::wait(std::chrono::nanoseconds timeout) {
 
 uint64_t dtype_size(hal_dtype_t dtype) noexcept {
   switch (dtype) {
-    case HAL_DTYPE_F32: case HAL_DTYPE_I32: return 4;
-    case HAL_DTYPE_F16: case HAL_DTYPE_BF16: return 2;
-    case HAL_DTYPE_F64: case HAL_DTYPE_I64: return 8;
-    case HAL_DTYPE_U8: return 1;
-    default: return 0;
+    case HAL_DTYPE_F32:
+    case HAL_DTYPE_I32:
+      return 4;
+    case HAL_DTYPE_F16:
+    case HAL_DTYPE_BF16:
+      return 2;
+    case HAL_DTYPE_F64:
+    case HAL_DTYPE_I64:
+      return 8;
+    case HAL_DTYPE_U8:
+      return 1;
+    default:
+      return 0;
   }
 }
 
@@ -140,9 +148,8 @@ std::string dtype_name(hal_dtype_t dtype) {
 }
 
 std::string coll_op_name(hal_coll_op_t op) {
-  static const char* names[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                "all_to_allv", "broadcast",  "barrier",        "send",
-                                "recv"};
+  static const char* names[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_allv",
+                                "broadcast",  "barrier",    "send",           "recv"};
   return op < HAL_COLL_OP_COUNT_V1 ? names[op] : "op " + std::to_string(op);
 }
 

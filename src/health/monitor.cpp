@@ -13,10 +13,14 @@ namespace sigma::health {
 
 const char* state_name(State s) noexcept {
   switch (s) {
-    case State::healthy: return "healthy";
-    case State::suspect: return "suspect";
-    case State::failing: return "failing";
-    case State::failed: return "failed";
+    case State::healthy:
+      return "healthy";
+    case State::suspect:
+      return "suspect";
+    case State::failing:
+      return "failing";
+    case State::failed:
+      return "failed";
   }
   return "unknown";
 }
@@ -26,8 +30,8 @@ void validate(const Config& c) {
     if (!ok) throw Error(Code::invalid_argument, std::string("health config: ") + field + ": " + why);
   };
   need(c.history_samples >= 8, "history_samples", "must be at least 8");
-  need(std::isfinite(c.warn_c) && std::isfinite(c.critical_c) && c.critical_c > c.warn_c,
-       "critical_c", "must be finite and above warn_c");
+  need(std::isfinite(c.warn_c) && std::isfinite(c.critical_c) && c.critical_c > c.warn_c, "critical_c",
+       "must be finite and above warn_c");
   need(c.ewma_alpha > 0 && c.ewma_alpha <= 1, "ewma_alpha", "must be in (0, 1]");
   need(c.trend_window_s > 0, "trend_window_s", "must be positive");
   need(c.trend_horizon_s > 0, "trend_horizon_s", "must be positive");
@@ -92,7 +96,11 @@ std::optional<double> slope_since(const std::deque<Point>& pts, double from, siz
   for (const Point& p : pts) {
     if (p.t < from) continue;
     if (n == 0) t_first = p.t;
-    n += 1; st += p.t; sv += p.v; stt += p.t * p.t; stv += p.t * p.v;
+    n += 1;
+    st += p.t;
+    sv += p.v;
+    stt += p.t * p.t;
+    stv += p.t * p.v;
   }
   if (n < static_cast<double>(min_points) || pts.back().t - t_first < min_span) return std::nullopt;
   const double den = n * stt - st * st;
@@ -105,7 +113,10 @@ std::optional<double> slope_since(const std::deque<Point>& pts, double from, siz
 std::optional<double> rate_per_min(const std::deque<Point>& pts, double now, double window) {
   const Point* first = nullptr;
   for (const Point& p : pts) {
-    if (p.t >= now - window) { first = &p; break; }
+    if (p.t >= now - window) {
+      first = &p;
+      break;
+    }
   }
   if (first == nullptr || pts.empty()) return std::nullopt;
   const Point& last = pts.back();
@@ -119,8 +130,8 @@ void push_bounded(std::deque<Point>& d, Point p, size_t cap) {
   while (d.size() > cap) d.pop_front();
 }
 
-Warning make(uint32_t dev, const char* signal, const char* rule, State sev, double value,
-             double threshold, std::string message) {
+Warning make(uint32_t dev, const char* signal, const char* rule, State sev, double value, double threshold,
+             std::string message) {
   Warning w;
   w.device = dev;
   w.signal = signal;
@@ -134,10 +145,14 @@ Warning make(uint32_t dev, const char* signal, const char* rule, State sev, doub
 
 double score_of(State s, size_t warnings) {
   switch (s) {
-    case State::healthy: return 1.0;
-    case State::suspect: return std::max(0.4, 0.7 - 0.1 * static_cast<double>(warnings - 1));
-    case State::failing: return 0.2;
-    case State::failed: return 0.0;
+    case State::healthy:
+      return 1.0;
+    case State::suspect:
+      return std::max(0.4, 0.7 - 0.1 * static_cast<double>(warnings - 1));
+    case State::failing:
+      return 0.2;
+    case State::failed:
+      return 0.0;
   }
   return 0.0;
 }
@@ -167,9 +182,10 @@ struct Monitor::Impl {
             slope && *slope >= c.trend_min_slope_c_per_s) {
           const double eta = (c.critical_c - temp) / *slope;
           if (eta <= c.trend_horizon_s) {
-            Warning w = make(id, "temperature", "trend", State::suspect, temp, c.critical_c,
-                             fmt("temperature %.1f C rising %.2f C/s: crosses %.1f C in ~", temp, *slope,
-                                 c.critical_c) + fmt("%.0f s", eta));
+            Warning w = make(
+                id, "temperature", "trend", State::suspect, temp, c.critical_c,
+                fmt("temperature %.1f C rising %.2f C/s: crosses %.1f C in ~", temp, *slope, c.critical_c) +
+                    fmt("%.0f s", eta));
             w.eta_s = eta;
             out.push_back(std::move(w));
           }
@@ -212,17 +228,16 @@ struct Monitor::Impl {
       }
     }
     if (d.last_heartbeat && now - *d.last_heartbeat > c.heartbeat_timeout_s && !d.failure) {
-      Warning w = make(id, "heartbeat", "heartbeat", State::failed, now - *d.last_heartbeat,
-                       c.heartbeat_timeout_s,
-                       fmt("no heartbeat for %.2f s (timeout %.2f s)", now - *d.last_heartbeat,
-                           c.heartbeat_timeout_s));
+      Warning w = make(
+          id, "heartbeat", "heartbeat", State::failed, now - *d.last_heartbeat, c.heartbeat_timeout_s,
+          fmt("no heartbeat for %.2f s (timeout %.2f s)", now - *d.last_heartbeat, c.heartbeat_timeout_s));
       w.since_s = now;
       d.failure = w;
       out.push_back(std::move(w));
     }
     for (auto& [code, what] : d.new_errors) {
-      out.push_back(make(id, "collective", "error", State::suspect, 0, 0,
-                         std::string(code_name(code)) + ": " + what));
+      out.push_back(
+          make(id, "collective", "error", State::suspect, 0, 0, std::string(code_name(code)) + ": " + what));
     }
     d.new_errors.clear();
     return out;
@@ -262,15 +277,24 @@ void Monitor::observe_telemetry(uint32_t device, double t_s, const hal_telemetry
         push_bounded(d.temp_ewma, {t_s, prev + config_.ewma_alpha * (v - prev)}, cap);
         break;
       }
-      case HAL_FIELD_ECC_CORRECTABLE: push_bounded(d.ecc_corr, {t_s, v}, cap); break;
-      case HAL_FIELD_LINK_ERRORS: push_bounded(d.link_err, {t_s, v}, cap); break;
+      case HAL_FIELD_ECC_CORRECTABLE:
+        push_bounded(d.ecc_corr, {t_s, v}, cap);
+        break;
+      case HAL_FIELD_LINK_ERRORS:
+        push_bounded(d.link_err, {t_s, v}, cap);
+        break;
       case HAL_FIELD_ECC_UNCORRECTABLE:
         if (!d.ecc_unc_first) d.ecc_unc_first = v;
         d.ecc_unc_last = v;
         break;
-      case HAL_FIELD_THROTTLE_REASONS: d.throttle = s.value.u64; break;
-      case HAL_FIELD_FATAL_CODE: d.fatal_code = s.value.i64; break;
-      default: break;
+      case HAL_FIELD_THROTTLE_REASONS:
+        d.throttle = s.value.u64;
+        break;
+      case HAL_FIELD_FATAL_CODE:
+        d.fatal_code = s.value.i64;
+        break;
+      default:
+        break;
     }
   }
 }

@@ -15,8 +15,7 @@ double monotonic_s() noexcept {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-Sampler::Sampler(const hal::Plugin& plugin, std::vector<uint32_t> devices, Monitor& monitor,
-                 double rate_hz)
+Sampler::Sampler(const hal::Plugin& plugin, std::vector<uint32_t> devices, Monitor& monitor, double rate_hz)
     : plugin_(plugin), devices_(std::move(devices)), monitor_(monitor), rate_hz_(rate_hz) {
   if (!(rate_hz_ > 0) || rate_hz_ > 1000) {
     throw Error(Code::invalid_argument, "health sampler: rate_hz must be in (0, 1000]");

@@ -2,8 +2,6 @@
 
 #include <sigma/error.hpp>
 
-#include <cerrno>
-#include <cstring>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -11,6 +9,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
 
 namespace sigma::runtime {
 
@@ -123,7 +123,8 @@ std::optional<nlohmann::json> Channel::receive(std::chrono::milliseconds timeout
   if (auto j = pop_line()) return j;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!closed_) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd p{fd_, POLLIN, 0};
     const int r = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
     if (r < 0 && errno == EINTR) continue;

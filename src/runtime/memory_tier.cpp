@@ -100,7 +100,8 @@ MemoryTier::Snap MemoryTier::recv(hal::Communicator& comm, uint32_t peer) {
     comm.run(args(HAL_COLL_RECV, peer, 8, nullptr, header.data()), kTimeout);
     header.copy_to_host(&n, 8);
   }
-  if (n > (uint64_t{1} << 40)) throw Error(Code::data_loss, "memory tier: a peer announced " + std::to_string(n) + " bytes");
+  if (n > (uint64_t{1} << 40))
+    throw Error(Code::data_loss, "memory tier: a peer announced " + std::to_string(n) + " bytes");
   Snap s = take(comm, n);
   if (n == 0) return s;
   if (s.dev) {
@@ -187,8 +188,8 @@ void MemoryTier::handoff(uint64_t index, const std::vector<std::pair<uint32_t, u
     if (rank == holder) {
       auto it = replica_.find(index);
       if (it == replica_.end()) {
-        throw Error(Code::data_loss, "memory tier: rank " + std::to_string(rank) + " holds no replica of snapshot " +
-                                         std::to_string(index));
+        throw Error(Code::data_loss, "memory tier: rank " + std::to_string(rank) +
+                                         " holds no replica of snapshot " + std::to_string(index));
       }
       send(comm, receiver, it->second);
     } else if (rank == receiver) {

@@ -9,15 +9,15 @@
 #include "runtime/channel.hpp"
 #include "runtime/memory_tier.hpp"
 
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
-#include <unistd.h>
 
 namespace sigma::runtime {
 
@@ -29,7 +29,9 @@ namespace {
 std::string env(const char* name, bool required) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == 0) {
-    if (required) throw Error(Code::invalid_argument, std::string("runtime: ") + name + " is not set (is this process started by sigmarun?)");
+    if (required)
+      throw Error(Code::invalid_argument,
+                  std::string("runtime: ") + name + " is not set (is this process started by sigmarun?)");
     return "";
   }
   return v;
@@ -41,8 +43,9 @@ double env_number(const char* name, double fallback, double lo, double hi) {
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
   if (end == v.c_str() || *end != 0 || !(x >= lo && x <= hi)) {
-    throw Error(Code::invalid_argument, std::string("runtime: ") + name + "='" + v + "' is not a number in [" +
-                                            std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    throw Error(Code::invalid_argument, std::string("runtime: ") + name + "='" + v +
+                                            "' is not a number in [" + std::to_string(lo) + ", " +
+                                            std::to_string(hi) + "]");
   }
   return x;
 }
@@ -115,7 +118,9 @@ struct Session::Impl {
     if (fields.empty()) return out;
     try {
       for (const hal_telemetry_sample_t& s : plugin->read_telemetry(0, fields)) {
-        json v = s.type == HAL_VALUE_F64 ? json(s.value.f64) : s.type == HAL_VALUE_I64 ? json(s.value.i64) : json(s.value.u64);
+        json v = s.type == HAL_VALUE_F64   ? json(s.value.f64)
+                 : s.type == HAL_VALUE_I64 ? json(s.value.i64)
+                                           : json(s.value.u64);
         out.push_back({s.id, s.status, s.type, v});
       }
     } catch (const Error&) {
@@ -137,9 +142,12 @@ struct Session::Impl {
       }
       if (msg) handle(std::move(*msg));
       if (Clock::now() >= next_beat) {
-        ch->send({{"type", "heartbeat"}, {"step", current_step.load()}, {"phase", in_step_end.load() ? 1 : 0},
+        ch->send({{"type", "heartbeat"},
+                  {"step", current_step.load()},
+                  {"phase", in_step_end.load() ? 1 : 0},
                   {"telemetry", telemetry()}});
-        next_beat += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.heartbeat_s));
+        next_beat +=
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.heartbeat_s));
         if (next_beat < Clock::now()) next_beat = Clock::now();
       }
     }
@@ -234,12 +242,13 @@ struct Session::Impl {
       hal::Buffer b(plugin, 0, sizeof(float));
       const float one = 1.0f;
       b.copy_from_host(&one, sizeof one);
-      comm->run(hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 1, b.data(), b.data()), std::chrono::seconds(30));
+      comm->run(hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 1, b.data(), b.data()),
+                std::chrono::seconds(30));
       float got = 0;
       b.copy_to_host(&got, sizeof got);
       if (got != static_cast<float>(world)) {
-        throw Error(Code::data_loss, "runtime: the collective probe summed " + std::to_string(got) + " over " +
-                                         std::to_string(world) + " ranks");
+        throw Error(Code::data_loss, "runtime: the collective probe summed " + std::to_string(got) +
+                                         " over " + std::to_string(world) + " ranks");
       }
     }
     const double probe_s = seconds_since(tp);
@@ -251,11 +260,13 @@ struct Session::Impl {
       tier.snapshot(0, views, *comm, rank, world);
     } else if (how == "memory") {
       std::vector<std::pair<uint32_t, uint32_t>> pairs;
-      for (const auto& p : a.value("handoff", json::array())) pairs.emplace_back(p.at(0).get<uint32_t>(), p.at(1).get<uint32_t>());
+      for (const auto& p : a.value("handoff", json::array()))
+        pairs.emplace_back(p.at(0).get<uint32_t>(), p.at(1).get<uint32_t>());
       bool receiver = false;
       for (auto [h, r] : pairs) receiver |= r == rank;
       if (!receiver && !tier.restore_own(index, views)) {
-        throw Error(Code::data_loss, "runtime: rank " + std::to_string(rank) + " holds no snapshot " + std::to_string(index));
+        throw Error(Code::data_loss,
+                    "runtime: rank " + std::to_string(rank) + " holds no snapshot " + std::to_string(index));
       }
       tier.handoff(index, pairs, views, *comm, rank);
       tier.drop_after(index);
@@ -264,7 +275,8 @@ struct Session::Impl {
       const auto res = disk().restore(views, &meta, index);
       if (meta.step != index) {
         throw Error(Code::data_loss, "runtime: rank " + std::to_string(rank) + " found disk checkpoint " +
-                                         std::to_string(meta.step) + ", the job restores " + std::to_string(index) +
+                                         std::to_string(meta.step) + ", the job restores " +
+                                         std::to_string(index) +
                                          (res.refused.empty() ? "" : " (" + res.refused.front() + ")"));
       }
       tier.clear();
@@ -290,8 +302,10 @@ struct Session::Impl {
     const std::string type = m.value("type", "");
     if (type != "assign") {
       ended = true;
-      throw Error(Code::aborted, "runtime: the agent " + std::string(type == "retire" ? "retired this worker" : "ended the job") +
-                                     (m.contains("reason") ? ": " + m["reason"].get<std::string>() : std::string()));
+      throw Error(Code::aborted,
+                  "runtime: the agent " +
+                      std::string(type == "retire" ? "retired this worker" : "ended the job") +
+                      (m.contains("reason") ? ": " + m["reason"].get<std::string>() : std::string()));
     }
     return apply(m);
   }
@@ -310,9 +324,10 @@ Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
     const hal_self_test_result_t r = m.plugin->self_test(0, 16ull << 20);
     const bool passed = r.passed != 0;
     char detail[384];
-    std::snprintf(detail, sizeof detail, "%s (GEMM rel. error %.2g, %llu bad words of %llu, copy %.2f GB/s, %.2f s)",
-                  r.message, r.gemm_max_rel_error, static_cast<unsigned long long>(r.memory_pattern_errors),
-                  static_cast<unsigned long long>(r.memory_bytes_tested) / 8, r.copy_bandwidth * 1e-9, r.duration_s);
+    std::snprintf(
+        detail, sizeof detail, "%s (GEMM rel. error %.2g, %llu bad words of %llu, copy %.2f GB/s, %.2f s)",
+        r.message, r.gemm_max_rel_error, static_cast<unsigned long long>(r.memory_pattern_errors),
+        static_cast<unsigned long long>(r.memory_bytes_tested) / 8, r.copy_bandwidth * 1e-9, r.duration_s);
     hello["self_test"] = {{"passed", passed}, {"detail", std::string(detail)}};
     for (const auto& f : m.plugin->telemetry_fields(0)) m.fields.push_back(f.id);
     // The collective probe of admission: the device alone (a world of one)
@@ -326,21 +341,26 @@ Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
       hal::Buffer b(m.plugin, 0, sizeof(float));
       const float x = 3.0f;
       b.copy_from_host(&x, sizeof x);
-      solo.run(hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 1, b.data(), b.data()), std::chrono::seconds(10));
+      solo.run(hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 1, b.data(), b.data()),
+               std::chrono::seconds(10));
       float got = 0;
       b.copy_to_host(&got, sizeof got);
       if (got != x) {
-        hello["self_test"] = {{"passed", false}, {"detail", "collective probe: a world-of-one all-reduce gave " +
-                                                               std::to_string(got) + " for " + std::to_string(x)}};
+        hello["self_test"] = {{"passed", false},
+                              {"detail", "collective probe: a world-of-one all-reduce gave " +
+                                             std::to_string(got) + " for " + std::to_string(x)}};
         m.ch->send(hello);
-        throw Error(Code::unavailable, "runtime: the collective probe failed on device " + std::to_string(m.o.device));
+        throw Error(Code::unavailable,
+                    "runtime: the collective probe failed on device " + std::to_string(m.o.device));
       }
-      hello["self_test"]["detail"] = hello["self_test"]["detail"].get<std::string>() + "; collective probe ok";
+      hello["self_test"]["detail"] =
+          hello["self_test"]["detail"].get<std::string>() + "; collective probe ok";
     }
     m.store = bootstrap::open_store(m.o.store);
     if (!passed) {
       m.ch->send(hello);
-      throw Error(Code::unavailable, std::string("runtime: self_test failed on device ") + std::to_string(m.o.device) + ": " + r.message);
+      throw Error(Code::unavailable, std::string("runtime: self_test failed on device ") +
+                                         std::to_string(m.o.device) + ": " + r.message);
     }
   } catch (const Error& e) {
     if (!hello.contains("self_test")) {

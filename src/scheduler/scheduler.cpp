@@ -11,30 +11,48 @@ namespace sigma::scheduler {
 
 const char* state_name(DeviceState s) noexcept {
   switch (s) {
-    case DeviceState::fresh: return "new";
-    case DeviceState::validating: return "validating";
-    case DeviceState::available: return "available";
-    case DeviceState::in_use: return "in_use";
-    case DeviceState::suspect: return "suspect";
-    case DeviceState::cordoned: return "cordoned";
-    case DeviceState::repaired: return "repaired";
+    case DeviceState::fresh:
+      return "new";
+    case DeviceState::validating:
+      return "validating";
+    case DeviceState::available:
+      return "available";
+    case DeviceState::in_use:
+      return "in_use";
+    case DeviceState::suspect:
+      return "suspect";
+    case DeviceState::cordoned:
+      return "cordoned";
+    case DeviceState::repaired:
+      return "repaired";
   }
   return "unknown";
 }
 
 const char* action_name(Action::Kind k) noexcept {
   switch (k) {
-    case Action::Kind::validate: return "validate";
-    case Action::Kind::admit: return "admit";
-    case Action::Kind::cordon: return "cordon";
-    case Action::Kind::assign: return "assign";
-    case Action::Kind::migrate: return "migrate";
-    case Action::Kind::abort_communicators: return "abort_communicators";
-    case Action::Kind::replace: return "replace";
-    case Action::Kind::restore: return "restore";
-    case Action::Kind::shrink: return "shrink";
-    case Action::Kind::pause: return "pause";
-    case Action::Kind::resume: return "resume";
+    case Action::Kind::validate:
+      return "validate";
+    case Action::Kind::admit:
+      return "admit";
+    case Action::Kind::cordon:
+      return "cordon";
+    case Action::Kind::assign:
+      return "assign";
+    case Action::Kind::migrate:
+      return "migrate";
+    case Action::Kind::abort_communicators:
+      return "abort_communicators";
+    case Action::Kind::replace:
+      return "replace";
+    case Action::Kind::restore:
+      return "restore";
+    case Action::Kind::shrink:
+      return "shrink";
+    case Action::Kind::pause:
+      return "pause";
+    case Action::Kind::resume:
+      return "resume";
   }
   return "unknown";
 }
@@ -167,8 +185,8 @@ std::vector<Action> Scheduler::validation_done(uint32_t device, bool passed, con
                                                double t) {
   DeviceState& s = at(device);
   if (s != DeviceState::validating) {
-    throw Error(Code::invalid_argument, "scheduler: device " + std::to_string(device) + " is " +
-                                            state_name(s) + ", not validating");
+    throw Error(Code::invalid_argument,
+                "scheduler: device " + std::to_string(device) + " is " + state_name(s) + ", not validating");
   }
   if (!passed) {
     s = DeviceState::cordoned;
@@ -186,7 +204,8 @@ std::vector<Action> Scheduler::validation_done(uint32_t device, bool passed, con
     out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_, "disk",
                    "the rank's memory replica did not survive the pause", t});
     if (missing_ranks_.empty()) {
-      out.push_back({Action::Kind::resume, kNone, kNone, kNone, world_size_, "", "every rank has a device", t});
+      out.push_back(
+          {Action::Kind::resume, kNone, kNone, kNone, world_size_, "", "every rank has a device", t});
     }
   }
   return emit(std::move(out));
@@ -276,17 +295,18 @@ std::vector<Action> Scheduler::on_fault(uint32_t device, const std::string& reas
     spare = take_spare(device);
   }
   std::vector<Action> out;
-  out.push_back({Action::Kind::abort_communicators, device, rank.value_or(kNone), kNone, world_size_, "",
-                 reason, t});
+  out.push_back(
+      {Action::Kind::abort_communicators, device, rank.value_or(kNone), kNone, world_size_, "", reason, t});
   out.push_back({Action::Kind::cordon, device, kNone, kNone, 0, "", "hard fault: " + reason, t});
   if (!rank) return emit(std::move(out));
   if (spare) {
     devices_[*spare] = DeviceState::in_use;
     rank_device_[*rank] = *spare;
-    out.push_back({Action::Kind::replace, device, *rank, *spare, world_size_, "", "spare replaces a failed device", t});
-    out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_, memory_tier_ok ? "memory" : "disk",
-                   memory_tier_ok ? "a peer holds the rank's snapshot" : "no memory replica of the rank",
-                   t});
+    out.push_back(
+        {Action::Kind::replace, device, *rank, *spare, world_size_, "", "spare replaces a failed device", t});
+    out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_,
+                   memory_tier_ok ? "memory" : "disk",
+                   memory_tier_ok ? "a peer holds the rank's snapshot" : "no memory replica of the rank", t});
     return emit(std::move(out));
   }
   rank_device_.erase(*rank);
@@ -298,13 +318,14 @@ std::vector<Action> Scheduler::on_fault(uint32_t device, const std::string& reas
     --world_size_;
     out.push_back({Action::Kind::shrink, device, *rank, kNone, world_size_, "",
                    "no spare left: continuing with " + std::to_string(world_size_) + " ranks", t});
-    out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_, memory_tier_ok ? "memory" : "disk",
-                   "re-shard the state onto the smaller world", t});
+    out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_,
+                   memory_tier_ok ? "memory" : "disk", "re-shard the state onto the smaller world", t});
   } else {
     missing_ranks_.push_back(*rank);
     out.push_back({Action::Kind::pause, device, *rank, kNone, world_size_, "",
                    config_.allow_shrink
-                       ? "no spare left and the world cannot shrink below " + std::to_string(config_.min_world_size) +
+                       ? "no spare left and the world cannot shrink below " +
+                             std::to_string(config_.min_world_size) +
                              ": paused until a repaired device passes validation"
                        : "no spare left and the job does not allow shrinking: paused until a repaired "
                          "device passes validation",

@@ -56,7 +56,8 @@ struct Model {
   void adamw_step() {
     ++t;
     const float b1 = 0.9f, b2 = 0.999f, lr = 1e-4f, eps = 1e-8f, wd = 0.01f;
-    const float c1 = 1.0f - std::pow(b1, static_cast<float>(t)), c2 = 1.0f - std::pow(b2, static_cast<float>(t));
+    const float c1 = 1.0f - std::pow(b1, static_cast<float>(t)),
+                c2 = 1.0f - std::pow(b2, static_cast<float>(t));
     std::mt19937 rng(static_cast<uint32_t>(1000 + t));
     std::normal_distribution<float> noise(0.0f, 1e-3f);
     for (size_t k = 0; k < w.size(); ++k) {

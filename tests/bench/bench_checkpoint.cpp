@@ -252,28 +252,47 @@ void BM_TorchSave(benchmark::State& state) {
 
 int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--dir") g_dir = argv[i + 1];
-    else if (std::string(argv[i]) == "--zstd-level") g_level = std::atoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--dir")
+      g_dir = argv[i + 1];
+    else if (std::string(argv[i]) == "--zstd-level")
+      g_level = std::atoi(argv[i + 1]);
   std::filesystem::create_directories(g_dir);
   benchmark::Initialize(&argc, argv);
-  benchmark::RegisterBenchmark("DiskLimit/write_fsync", BM_DiskLimit)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("Sigma/save_base", BM_SigmaSaveBase)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("Sigma/save_async_blocked", BM_SigmaSaveAsyncBlocked)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("Sigma/save_async_overlapped_blocked", BM_SigmaSaveOverlapped)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("DiskLimit/write_fsync", BM_DiskLimit)
+      ->Iterations(1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("Sigma/save_base", BM_SigmaSaveBase)
+      ->Iterations(1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("Sigma/save_async_blocked", BM_SigmaSaveAsyncBlocked)
+      ->Iterations(1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("Sigma/save_async_overlapped_blocked", BM_SigmaSaveOverlapped)
+      ->Iterations(1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
 #ifdef SIGMA_BENCH_WITH_TORCH
-  benchmark::RegisterBenchmark("Torch/save_fsync", BM_TorchSave)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("Torch/save_fsync", BM_TorchSave)
+      ->Iterations(1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
 #endif
   benchmark::RunSpecifiedBenchmarks();
   const double raw = static_cast<double>(model().bytes());
   auto f = [](const char* k) { return g_fig.count(k) ? g_fig[k] : NAN; };
   std::printf("\nstate: %.0f MiB (fp32 weights + AdamW m, v after 5 real steps)\n", raw / (1 << 20));
-  std::printf("disk limit: write+fsync %.2f s (%.0f MB/s), cold read %.2f s\n", f("disk_write_s"), raw / f("disk_write_s") / 1e6,
-              f("disk_read_cold_s"));
+  std::printf("disk limit: write+fsync %.2f s (%.0f MB/s), cold read %.2f s\n", f("disk_write_s"),
+              raw / f("disk_write_s") / 1e6, f("disk_read_cold_s"));
   std::printf("sigma save (base): %.2f s = %.0f MB/s raw persisted, %.2fx the disk limit; stored/raw %.3f\n",
-              f("sigma_save_s"), raw / f("sigma_save_s") / 1e6, f("disk_write_s") / f("sigma_save_s"), f("sigma_base_ratio"));
-  std::printf("sigma differential: stored/raw after 1 AdamW step %.3f, after 10 %.3f\n", f("delta1_ratio"), f("delta10_ratio"));
-  std::printf("  after 1 step by kind: weights %.3f, exp_avg %.3f, exp_avg_sq %.3f\n", f("delta1_w"), f("delta1_m"),
-              f("delta1_v"));
+              f("sigma_save_s"), raw / f("sigma_save_s") / 1e6, f("disk_write_s") / f("sigma_save_s"),
+              f("sigma_base_ratio"));
+  std::printf("sigma differential: stored/raw after 1 AdamW step %.3f, after 10 %.3f\n", f("delta1_ratio"),
+              f("delta10_ratio"));
+  std::printf("  after 1 step by kind: weights %.3f, exp_avg %.3f, exp_avg_sq %.3f\n", f("delta1_w"),
+              f("delta1_m"), f("delta1_v"));
   std::printf("sigma save_async: caller blocked %.3f s (a steady-state snapshot: staging memory reused)\n",
               f("sigma_async_blocked_s"));
   std::printf("sigma restore, cold: %.2f s, %.2fx a cold raw read\n", f("sigma_restore_cold_s"),
@@ -284,9 +303,10 @@ int main(int argc, char** argv) {
   std::printf("torch::load, cold: %.2f s; sigma restore cold is %.2fx faster\n", f("torch_load_cold_s"),
               f("torch_load_cold_s") / f("sigma_restore_cold_s"));
 #endif
-  std::printf("sigma save_async overlapped (copy behind a %.2f s forward/backward stand-in): caller blocked %.4f s; "
-              "that step took %.2f s\n",
-              f("plain_step_s"), f("overlap_blocked_s"), f("overlap_step_s"));
+  std::printf(
+      "sigma save_async overlapped (copy behind a %.2f s forward/backward stand-in): caller blocked %.4f s; "
+      "that step took %.2f s\n",
+      f("plain_step_s"), f("overlap_blocked_s"), f("overlap_step_s"));
 #ifdef SIGMA_BENCH_WITH_TORCH
   std::printf("  = %.2f %% of torch::save + fsync\n", 100.0 * f("overlap_blocked_s") / f("torch_save_s"));
 #endif

@@ -66,7 +66,8 @@ struct HostBuffer {
   float* p = nullptr;
   explicit HostBuffer(int64_t bytes) {
     const size_t align = bytes >= (2 << 20) ? (2 << 20) : 64;
-    if (::posix_memalign(reinterpret_cast<void**>(&p), align, static_cast<size_t>(bytes)) != 0) throw std::bad_alloc();
+    if (::posix_memalign(reinterpret_cast<void**>(&p), align, static_cast<size_t>(bytes)) != 0)
+      throw std::bad_alloc();
     if (bytes >= (2 << 20)) ::madvise(p, static_cast<size_t>(bytes), MADV_HUGEPAGE);
     std::fill(p, p + bytes / 4, 1.0f);
   }
@@ -78,7 +79,10 @@ struct Buffers {
   HostBuffer gloo_send, gloo_recv;
   size_t count;
   explicit Buffers(int64_t bytes)
-      : hal_send(g_plugin, 0, bytes), hal_recv(g_plugin, 0, bytes), gloo_send(bytes), gloo_recv(bytes),
+      : hal_send(g_plugin, 0, bytes),
+        hal_recv(g_plugin, 0, bytes),
+        gloo_send(bytes),
+        gloo_recv(bytes),
         count(static_cast<size_t>(bytes / 4)) {
     std::vector<float> ones(bytes / 4, 1.0f);
     hal_send.copy_from_host(ones.data(), bytes);
@@ -88,13 +92,14 @@ struct Buffers {
 
 void set_bus_bw(benchmark::State& state, int64_t bytes, double factor) {
   state.SetBytesProcessed(state.iterations() * bytes);
-  state.counters["busbw_GBps"] = benchmark::Counter(static_cast<double>(state.iterations()) * bytes * factor * 1e-9,
-                                                    benchmark::Counter::kIsRate);
+  state.counters["busbw_GBps"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * bytes * factor * 1e-9, benchmark::Counter::kIsRate);
 }
 
 // One in-place f32 sum all-reduce of the buffers, through each path.
 void hal_all_reduce(Buffers& b) {
-  g_comm->run(sigma::hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, b.count, b.hal_recv.data(), b.hal_recv.data()),
+  g_comm->run(sigma::hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, b.count, b.hal_recv.data(),
+                                    b.hal_recv.data()),
               std::chrono::seconds(120));
 }
 
@@ -121,8 +126,8 @@ void BM_AllReduce_Gloo(benchmark::State& state) {
 }
 
 void hal_all_to_all(Buffers& b) {
-  hal_coll_args_t a = sigma::hal::coll_args(HAL_COLL_ALL_TO_ALL, HAL_DTYPE_F32, b.count / kWorld, b.hal_send.data(),
-                                            b.hal_recv.data());
+  hal_coll_args_t a = sigma::hal::coll_args(HAL_COLL_ALL_TO_ALL, HAL_DTYPE_F32, b.count / kWorld,
+                                            b.hal_send.data(), b.hal_recv.data());
   g_comm->run(a, std::chrono::seconds(120));
 }
 
@@ -137,13 +142,15 @@ void gloo_all_to_all(Buffers& b) {
 // 40 blocks of 50, 64 MiB in 16 blocks of 1.
 // `label` names the row; with raw Gloo on both sides it measures the noise
 // floor of the method itself (an A/A comparison).
-void BM_Interleaved(benchmark::State& state, const char* label, void (*Hal)(Buffers&), void (*Gloo)(Buffers&)) {
+void BM_Interleaved(benchmark::State& state, const char* label, void (*Hal)(Buffers&),
+                    void (*Gloo)(Buffers&)) {
   const int64_t bytes = state.range(0);
   Buffers b(bytes);
   const int blocks = bytes >= (1 << 20) ? 16 : 40, ops = bytes >= (1 << 20) ? 1 : 50;
   sigma::bench::Interleaved r;
   for (auto _ : state) {
-    r = sigma::bench::interleave(blocks, ops, [&] { Hal(b); }, [&] { Gloo(b); });
+    r = sigma::bench::interleave(
+        blocks, ops, [&] { Hal(b); }, [&] { Gloo(b); });
     state.SetIterationTime(r.a_median * ops * blocks);
   }
   state.counters["hal_us"] = r.a_median * 1e6;
@@ -170,52 +177,77 @@ void BM_AllToAll_Gloo(benchmark::State& state) {
 
 void register_all() {
   for (int64_t bytes : {4, 64, 1024, 64 << 20})
-    benchmark::RegisterBenchmark("Interleaved/AllReduce", BM_Interleaved, "AllReduce", hal_all_reduce, gloo_all_reduce)
-        ->Arg(bytes)->Iterations(1)->UseManualTime();
+    benchmark::RegisterBenchmark("Interleaved/AllReduce", BM_Interleaved, "AllReduce", hal_all_reduce,
+                                 gloo_all_reduce)
+        ->Arg(bytes)
+        ->Iterations(1)
+        ->UseManualTime();
   for (int64_t bytes : {8, 1024, 64 << 20})  // 8 B: one f32 per rank
-    benchmark::RegisterBenchmark("Interleaved/AllToAll", BM_Interleaved, "AllToAll", hal_all_to_all, gloo_all_to_all)
-        ->Arg(bytes)->Iterations(1)->UseManualTime();
+    benchmark::RegisterBenchmark("Interleaved/AllToAll", BM_Interleaved, "AllToAll", hal_all_to_all,
+                                 gloo_all_to_all)
+        ->Arg(bytes)
+        ->Iterations(1)
+        ->UseManualTime();
   // The noise floor: raw Gloo against itself, measured the same way.
   for (int64_t bytes : {4, 64 << 20})
     benchmark::RegisterBenchmark("Interleaved/AllReduce-A/A", BM_Interleaved, "AR Gloo/Gloo", gloo_all_reduce,
                                  gloo_all_reduce)
-        ->Arg(bytes)->Iterations(1)->UseManualTime();
+        ->Arg(bytes)
+        ->Iterations(1)
+        ->UseManualTime();
   benchmark::RegisterBenchmark("Interleaved/AllToAll-A/A", BM_Interleaved, "A2A Gloo/Gloo", gloo_all_to_all,
                                gloo_all_to_all)
-      ->Arg(64 << 20)->Iterations(1)->UseManualTime();
+      ->Arg(64 << 20)
+      ->Iterations(1)
+      ->UseManualTime();
   for (int64_t bytes : kSizes) {
     const int64_t it = iterations_for(bytes);
-    benchmark::RegisterBenchmark("AllReduce/HAL", BM_AllReduce_HAL)->Arg(bytes)->Iterations(it)->UseRealTime();
-    benchmark::RegisterBenchmark("AllReduce/Gloo", BM_AllReduce_Gloo)->Arg(bytes)->Iterations(it)->UseRealTime();
+    benchmark::RegisterBenchmark("AllReduce/HAL", BM_AllReduce_HAL)
+        ->Arg(bytes)
+        ->Iterations(it)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark("AllReduce/Gloo", BM_AllReduce_Gloo)
+        ->Arg(bytes)
+        ->Iterations(it)
+        ->UseRealTime();
   }
   for (int64_t bytes : kSizes) {
     if (bytes < 8) continue;  // one element per rank at least
     const int64_t it = iterations_for(bytes);
     benchmark::RegisterBenchmark("AllToAll/HAL", BM_AllToAll_HAL)->Arg(bytes)->Iterations(it)->UseRealTime();
-    benchmark::RegisterBenchmark("AllToAll/Gloo", BM_AllToAll_Gloo)->Arg(bytes)->Iterations(it)->UseRealTime();
+    benchmark::RegisterBenchmark("AllToAll/Gloo", BM_AllToAll_Gloo)
+        ->Arg(bytes)
+        ->Iterations(it)
+        ->UseRealTime();
   }
 }
 
 void print_ratios(const sigma::bench::Recorder& rec) {
   if (!g_interleaved.empty()) {
-    std::printf("\ninterleaved blocks, us per op (median block; best block); Gloo/Gloo rows: raw Gloo in both "
-                "columns, the method's noise floor\n%-14s %10s %10s %10s %12s %8s %10s %10s %12s %8s\n", "op", "bytes",
-                "HAL", "Gloo", "added us/op", "ratio", "best HAL", "best Gloo", "added us/op", "ratio");
+    std::printf(
+        "\ninterleaved blocks, us per op (median block; best block); Gloo/Gloo rows: raw Gloo in both "
+        "columns, the method's noise floor\n%-14s %10s %10s %10s %12s %8s %10s %10s %12s %8s\n",
+        "op", "bytes", "HAL", "Gloo", "added us/op", "ratio", "best HAL", "best Gloo", "added us/op",
+        "ratio");
     for (const auto& [key, r] : g_interleaved)
       std::printf("%-14s %10lld %10.1f %10.1f %12.1f %8.3f %10.1f %10.1f %12.1f %8.3f\n", key.first.c_str(),
                   static_cast<long long>(key.second), r.a_median * 1e6, r.b_median * 1e6,
-                  (r.a_median - r.b_median) * 1e6, r.a_median > 0 ? r.b_median / r.a_median : 0.0, r.a_best * 1e6,
-                  r.b_best * 1e6, (r.a_best - r.b_best) * 1e6, r.a_best > 0 ? r.b_best / r.a_best : 0.0);
+                  (r.a_median - r.b_median) * 1e6, r.a_median > 0 ? r.b_median / r.a_median : 0.0,
+                  r.a_best * 1e6, r.b_best * 1e6, (r.a_best - r.b_best) * 1e6,
+                  r.a_best > 0 ? r.b_best / r.a_best : 0.0);
   }
-  std::printf("\n%-10s %10s %12s %12s %8s %14s\n", "op", "bytes", "HAL GB/s", "Gloo GB/s", "ratio", "added us/op");
+  std::printf("\n%-10s %10s %12s %12s %8s %14s\n", "op", "bytes", "HAL GB/s", "Gloo GB/s", "ratio",
+              "added us/op");
   for (const char* op : {"AllReduce", "AllToAll"}) {
     for (int64_t bytes : kSizes) {
-      const std::string suffix = "/" + std::to_string(bytes) + "/iterations:" + std::to_string(iterations_for(bytes)) + "/real_time";
+      const std::string suffix =
+          "/" + std::to_string(bytes) + "/iterations:" + std::to_string(iterations_for(bytes)) + "/real_time";
       auto h = rec.rows.find(std::string(op) + "/HAL" + suffix);
       auto g = rec.rows.find(std::string(op) + "/Gloo" + suffix);
       if (h == rec.rows.end() || g == rec.rows.end()) continue;
-      std::printf("%-10s %10lld %12.3f %12.3f %8.3f %14.2f\n", op, static_cast<long long>(bytes), h->second.busbw,
-                  g->second.busbw, g->second.busbw > 0 ? h->second.busbw / g->second.busbw : 0.0,
+      std::printf("%-10s %10lld %12.3f %12.3f %8.3f %14.2f\n", op, static_cast<long long>(bytes),
+                  h->second.busbw, g->second.busbw,
+                  g->second.busbw > 0 ? h->second.busbw / g->second.busbw : 0.0,
                   (h->second.seconds_per_op - g->second.seconds_per_op) * 1e6);
     }
   }

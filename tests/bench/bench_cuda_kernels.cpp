@@ -26,7 +26,8 @@ struct DeviceBuffers {
     if (cudaMalloc(&a, kBytes) != cudaSuccess || cudaMalloc(&b, kBytes) != cudaSuccess) return;
     // Gradient-like f32 values; as bf16 the same bytes are finite small values too.
     std::vector<float> h(kBytes / 4);
-    for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(static_cast<int>(i % 2001) - 1000) * 1e-6f;
+    for (size_t i = 0; i < h.size(); ++i)
+      h[i] = static_cast<float>(static_cast<int>(i % 2001) - 1000) * 1e-6f;
     ok = cudaMemcpy(a, h.data(), kBytes, cudaMemcpyHostToDevice) == cudaSuccess;
   }
 };

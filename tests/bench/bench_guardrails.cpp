@@ -55,8 +55,14 @@ void BM_ReadLimit(benchmark::State& state) {
       float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
       uint64_t j = b;
       for (; j + 8 <= e; j += 8) {
-        s0 += p[j]; s1 += p[j + 1]; s2 += p[j + 2]; s3 += p[j + 3];
-        s4 += p[j + 4]; s5 += p[j + 5]; s6 += p[j + 6]; s7 += p[j + 7];
+        s0 += p[j];
+        s1 += p[j + 1];
+        s2 += p[j + 2];
+        s3 += p[j + 3];
+        s4 += p[j + 4];
+        s5 += p[j + 5];
+        s6 += p[j + 6];
+        s7 += p[j + 7];
       }
       part[i] = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
     });
@@ -122,7 +128,9 @@ int main(int argc, char** argv) {
 
   benchmark::RegisterBenchmark("ReadLimit/100M_f32", BM_ReadLimit)->Iterations(10)->UseRealTime();
   benchmark::RegisterBenchmark("GuardrailsStep/100M_f32", BM_GuardrailsStep)->Iterations(10)->UseRealTime();
-  benchmark::RegisterBenchmark("GradientAllReduce/100M_f32", BM_GradientAllReduce)->Iterations(3)->UseRealTime();
+  benchmark::RegisterBenchmark("GradientAllReduce/100M_f32", BM_GradientAllReduce)
+      ->Iterations(3)
+      ->UseRealTime();
   if (rank == 0) {
     bench::Recorder rec;
     benchmark::RunSpecifiedBenchmarks(&rec);
@@ -133,20 +141,22 @@ int main(int argc, char** argv) {
     };
     const double read = find("ReadLimit/"), guard = find("GuardrailsStep/"), ar = find("GradientAllReduce/");
     std::printf("\nper step, 100 M f32 gradients per rank, 2 ranks:\n");
-    std::printf("  guardrails step  %8.1f ms\n  read limit       %8.1f ms  (guardrails reach %.2f of it)\n", guard * 1e3,
-                read * 1e3, guard > 0 ? read / guard : 0.0);
+    std::printf("  guardrails step  %8.1f ms\n  read limit       %8.1f ms  (guardrails reach %.2f of it)\n",
+                guard * 1e3, read * 1e3, guard > 0 ? read / guard : 0.0);
     std::printf("  gradient all-reduce %5.1f ms  (guardrails cost %.1f %% of it)\n", ar * 1e3,
                 ar > 0 ? 100.0 * guard / ar : 0.0);
   } else {
     bench::Silent silent;
     benchmark::RunSpecifiedBenchmarks(&silent);
   }
-  g_job.comm->run([] {
-    hal_coll_args_t a{};
-    a.struct_size = sizeof(a);
-    a.op = HAL_COLL_BARRIER;
-    return a;
-  }(), std::chrono::seconds(60));
+  g_job.comm->run(
+      [] {
+        hal_coll_args_t a{};
+        a.struct_size = sizeof(a);
+        a.op = HAL_COLL_BARRIER;
+        return a;
+      }(),
+      std::chrono::seconds(60));
   g_job = Job{};
   std::fflush(stdout);
   if (rank == 0) {

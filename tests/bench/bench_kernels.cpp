@@ -41,7 +41,10 @@ const uint8_t* buffer(hal_dtype_t dtype = HAL_DTYPE_F32) {
       for (size_t i = 0; i < kBytes / 2; ++i) {
         // f16 gradients are loss-scaled into its normal range.
         const _Float16 half = static_cast<_Float16>(value(i) * 1024.0f);
-        if (dtype == HAL_DTYPE_BF16) h[i] = to_bf16(value(i)); else std::memcpy(&h[i], &half, 2);
+        if (dtype == HAL_DTYPE_BF16)
+          h[i] = to_bf16(value(i));
+        else
+          std::memcpy(&h[i], &half, 2);
       }
     }
   }
@@ -70,8 +73,14 @@ void BM_ReadLimit(benchmark::State& state) {
       float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
       const size_t n = (e - b) / 4;
       for (size_t i = 0; i + 8 <= n; i += 8) {
-        s0 += f[i]; s1 += f[i + 1]; s2 += f[i + 2]; s3 += f[i + 3];
-        s4 += f[i + 4]; s5 += f[i + 5]; s6 += f[i + 6]; s7 += f[i + 7];
+        s0 += f[i];
+        s1 += f[i + 1];
+        s2 += f[i + 2];
+        s3 += f[i + 3];
+        s4 += f[i + 4];
+        s5 += f[i + 5];
+        s6 += f[i + 6];
+        s7 += f[i + 7];
       }
       benchmark::DoNotOptimize(s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7);
     });
@@ -127,9 +136,12 @@ void BM_ShuffleXor(benchmark::State& state) {
   const uint8_t* base = p + kBytes / 4;
   const bool inverse = state.range(0) == 1;  // 0: shuffle + XOR, 1: its inverse, 2: shuffle alone
   for (auto _ : state) {
-    if (inverse) sigma::kernels::unshuffle_xor_bytes(out, base, back, kBytes / 16, 4);
-    else if (state.range(0) == 2) sigma::kernels::shuffle_bytes(p, out, kBytes / 16, 4);
-    else sigma::kernels::shuffle_xor_bytes(p, base, out, kBytes / 16, 4);
+    if (inverse)
+      sigma::kernels::unshuffle_xor_bytes(out, base, back, kBytes / 16, 4);
+    else if (state.range(0) == 2)
+      sigma::kernels::shuffle_bytes(p, out, kBytes / 16, 4);
+    else
+      sigma::kernels::shuffle_xor_bytes(p, base, out, kBytes / 16, 4);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * (kBytes / 4));
@@ -138,8 +150,15 @@ void BM_ShuffleXor(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_ReadLimit)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_GradScan)->Args({1, HAL_DTYPE_F32})->Args({2, HAL_DTYPE_F32})->Args({1, HAL_DTYPE_BF16})
-    ->Args({2, HAL_DTYPE_BF16})->Args({1, HAL_DTYPE_F16})->Args({2, HAL_DTYPE_F16})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GradScan)
+    ->Args({1, HAL_DTYPE_F32})
+    ->Args({2, HAL_DTYPE_F32})
+    ->Args({1, HAL_DTYPE_BF16})
+    ->Args({2, HAL_DTYPE_BF16})
+    ->Args({1, HAL_DTYPE_F16})
+    ->Args({2, HAL_DTYPE_F16})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_XorLimit)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ShuffleXor)->Arg(0)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);

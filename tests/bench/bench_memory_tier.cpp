@@ -168,8 +168,12 @@ int main(int argc, char** argv) {
   }
 
   auto reg = [](const char* name, void (*fn)(benchmark::State&), int iterations) {
-    benchmark::RegisterBenchmark(name, fn)->Iterations(iterations)->Repetitions(3)->ReportAggregatesOnly(true)
-        ->UseManualTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(name, fn)
+        ->Iterations(iterations)
+        ->Repetitions(3)
+        ->ReportAggregatesOnly(true)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
   };
   // The collective ones run on both ranks, in the same order.
   reg("MemoryTier/snapshot", BM_Snapshot, 1);
@@ -190,12 +194,14 @@ int main(int argc, char** argv) {
                 f("MemoryTier/snapshot"), first_s);
     std::printf("restore from the peer's replica: %.3f s (%.2f GB/s)\n", peer, bytes / peer / 1e9);
     std::printf("restore from its own snapshot:   %.3f s (%.2f GB/s)\n", own, bytes / own / 1e9);
-    std::printf("cold raw read of the same bytes: %.3f s; peer replica is %.2fx faster\n", f("Disk/cold_raw_read"),
-                f("Disk/cold_raw_read") / peer);
+    std::printf("cold raw read of the same bytes: %.3f s; peer replica is %.2fx faster\n",
+                f("Disk/cold_raw_read"), f("Disk/cold_raw_read") / peer);
 #ifdef SIGMA_BENCH_WITH_TORCH
     const double tl = f("Torch/load_cold");
-    std::printf("torch::load, cold: %.3f s; restore from the peer's replica is %.2fx faster, from its own snapshot %.2fx\n",
-                tl, tl / peer, tl / own);
+    std::printf(
+        "torch::load, cold: %.3f s; restore from the peer's replica is %.2fx faster, from its own snapshot "
+        "%.2fx\n",
+        tl, tl / peer, tl / own);
 #endif
   } else {
     sigma::bench::Silent silent;

@@ -75,16 +75,18 @@ void BM_Sigma(benchmark::State& state, torch::ScalarType dt, bool unpermute) {
   std::vector<uint64_t> off(kExperts + 1);
   sigma::kernels::moe_plan(in.ids.data_ptr<int32_t>(), kTokens, kTopK, kExperts, row.data(), off.data());
   auto permuted = torch::empty({kTokens * kTopK, kHidden}, in.tokens.options());
-  sigma::kernels::moe_permute(in.tokens.data_ptr(), kTokens, kHidden, hd, row.data(), kTopK, permuted.data_ptr());
+  sigma::kernels::moe_permute(in.tokens.data_ptr(), kTokens, kHidden, hd, row.data(), kTopK,
+                              permuted.data_ptr());
   auto out = torch::empty({kTokens, kHidden}, in.tokens.options());
   for (auto _ : state) {
     if (!unpermute) {
       sigma::kernels::moe_plan(in.ids.data_ptr<int32_t>(), kTokens, kTopK, kExperts, row.data(), off.data());
-      sigma::kernels::moe_permute(in.tokens.data_ptr(), kTokens, kHidden, hd, row.data(), kTopK, permuted.data_ptr());
+      sigma::kernels::moe_permute(in.tokens.data_ptr(), kTokens, kHidden, hd, row.data(), kTopK,
+                                  permuted.data_ptr());
       benchmark::DoNotOptimize(permuted.data_ptr());
     } else {
-      sigma::kernels::moe_unpermute(permuted.data_ptr(), row.data(), in.weights.data_ptr<float>(), kTokens, kTopK,
-                                    kHidden, hd, out.data_ptr());
+      sigma::kernels::moe_unpermute(permuted.data_ptr(), row.data(), in.weights.data_ptr<float>(), kTokens,
+                                    kTopK, kHidden, hd, out.data_ptr());
       benchmark::DoNotOptimize(out.data_ptr());
     }
   }
@@ -114,8 +116,12 @@ int main(int argc, char** argv) {
     const std::string d = dt == torch::kFloat ? "f32" : "bf16";
     for (bool un : {false, true}) {
       const std::string op = un ? "unpermute" : "permute";
-      benchmark::RegisterBenchmark(("torch/" + op + "/" + d).c_str(), BM_Torch, dt, un)->UseRealTime()->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("sigma/" + op + "/" + d).c_str(), BM_Sigma, dt, un)->UseRealTime()->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("torch/" + op + "/" + d).c_str(), BM_Torch, dt, un)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("sigma/" + op + "/" + d).c_str(), BM_Sigma, dt, un)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
     }
   }
   Table t;

@@ -124,7 +124,8 @@ Outcome analyse(const std::string& dir, const std::string& stem) {
 }
 
 std::string fresh_dir(const std::string& name) {
-  const std::string d = (fs::temp_directory_path() / ("bench-recovery-" + std::to_string(::getpid()) + "-" + name)).string();
+  const std::string d =
+      (fs::temp_directory_path() / ("bench-recovery-" + std::to_string(::getpid()) + "-" + name)).string();
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -132,10 +133,28 @@ std::string fresh_dir(const std::string& name) {
 
 Outcome sigmarun_once(bool hang) {
   const std::string d = fresh_dir("sigmarun");
-  std::vector<std::string> args{SIGMARUN, "--nproc", "2", "--spares", "1", "--job-dir", d + "/job", "--no-progress",
-                                "--heartbeat-timeout", "1", "--", RUNTIME_WORKER, "--steps", std::to_string(kSteps),
-                                "--step-ms", "10", "--kill-at", std::to_string(kKillStep), "--kill-device", "1",
-                                "--log", d + "/progress"};
+  std::vector<std::string> args{SIGMARUN,
+                                "--nproc",
+                                "2",
+                                "--spares",
+                                "1",
+                                "--job-dir",
+                                d + "/job",
+                                "--no-progress",
+                                "--heartbeat-timeout",
+                                "1",
+                                "--",
+                                RUNTIME_WORKER,
+                                "--steps",
+                                std::to_string(kSteps),
+                                "--step-ms",
+                                "10",
+                                "--kill-at",
+                                std::to_string(kKillStep),
+                                "--kill-device",
+                                "1",
+                                "--log",
+                                d + "/progress"};
   if (hang) {
     args.push_back("--kill-signal");
     args.push_back("STOP");
@@ -153,11 +172,27 @@ Outcome torchrun_once(bool hang) {
   const std::string d = fresh_dir("torchrun");
   fs::create_directories(d + "/ckpt");
   const int port = 20000 + static_cast<int>(::getpid() % 20000);
-  std::vector<std::string> args{"/usr/bin/python3", "-m", "torch.distributed.run", "--nproc_per_node=2",
-                                "--max_restarts=3", "--master_port=" + std::to_string(port), "--redirects", "2",
-                                "--tee", "2", "--log_dir", d + "/logs", TORCHRUN_WORKER, std::to_string(kSteps), "10",
-                                std::to_string(kCheckpointEvery), d + "/ckpt", d + "/progress",
-                                std::to_string(kKillStep), "1", hang ? "STOP" : "KILL"};
+  std::vector<std::string> args{"/usr/bin/python3",
+                                "-m",
+                                "torch.distributed.run",
+                                "--nproc_per_node=2",
+                                "--max_restarts=3",
+                                "--master_port=" + std::to_string(port),
+                                "--redirects",
+                                "2",
+                                "--tee",
+                                "2",
+                                "--log_dir",
+                                d + "/logs",
+                                TORCHRUN_WORKER,
+                                std::to_string(kSteps),
+                                "10",
+                                std::to_string(kCheckpointEvery),
+                                d + "/ckpt",
+                                d + "/progress",
+                                std::to_string(kKillStep),
+                                "1",
+                                hang ? "STOP" : "KILL"};
   run(args, hang ? kHangCapS : 180);
   Outcome o = analyse(d, "progress");
   if (!o.recovered && hang) o.recovery_s = kHangCapS;  // a lower bound
@@ -224,9 +259,25 @@ void BM_Ratio(benchmark::State& state) {
   }
 }
 
-BENCHMARK(BM_Sigmarun)->Arg(0)->Arg(1)->ArgName("hang")->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Torchrun)->Arg(0)->ArgName("hang")->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Torchrun)->Arg(1)->ArgName("hang")->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Sigmarun)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("hang")
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Torchrun)
+    ->Arg(0)
+    ->ArgName("hang")
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Torchrun)
+    ->Arg(1)
+    ->ArgName("hang")
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Ratio)->Iterations(1);
 
 }  // namespace

@@ -46,8 +46,8 @@ struct Op {
   Op(Path& p, int64_t bytes) : buf(p.plugin, 0, static_cast<uint64_t>(bytes)), args{}, path(p) {
     std::vector<float> ones(static_cast<size_t>(bytes / 4), 1.0f);
     buf.copy_from_host(ones.data(), static_cast<uint64_t>(bytes));
-    args = sigma::hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, static_cast<uint64_t>(bytes / 4), buf.data(),
-                                 buf.data());
+    args = sigma::hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, static_cast<uint64_t>(bytes / 4),
+                                 buf.data(), buf.data());
   }
   void operator()() { path.comm->run(args, std::chrono::seconds(120)); }
 };
@@ -59,7 +59,9 @@ std::map<int64_t, sigma::bench::Interleaved> g_results;  // bytes -> cpu (a), si
 void BM_Interleaved(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   Op cpu(g_cpu, bytes), sim(g_sim, bytes);
-  const int blocks = bytes <= (64 << 10) ? 40 : 16, ops = bytes <= (64 << 10) ? 25 : bytes <= (4 << 20) ? 4 : 1;
+  const int blocks = bytes <= (64 << 10) ? 40 : 16, ops = bytes <= (64 << 10)  ? 25
+                                                          : bytes <= (4 << 20) ? 4
+                                                                               : 1;
   sigma::bench::Interleaved r;
   for (auto _ : state) {
     r = sigma::bench::interleave(blocks, ops, cpu, sim);
@@ -81,26 +83,31 @@ int main(int argc, char** argv) {
   connect(g_cpu, "cpu", "", rank, store);
   connect(g_sim, "sim", "", rank, store);
   for (int64_t bytes : kSizes)
-    benchmark::RegisterBenchmark("AllReduce/interleaved", BM_Interleaved)->Arg(bytes)->Iterations(1)->UseManualTime();
+    benchmark::RegisterBenchmark("AllReduce/interleaved", BM_Interleaved)
+        ->Arg(bytes)
+        ->Iterations(1)
+        ->UseManualTime();
   if (rank == 0) {
     benchmark::ConsoleReporter rep;
     benchmark::RunSpecifiedBenchmarks(&rep);
-    std::printf("\ninterleaved blocks, us per op (median block)\n%10s %12s %12s %10s\n", "bytes", "cpu", "sim",
-                "sim cost");
+    std::printf("\ninterleaved blocks, us per op (median block)\n%10s %12s %12s %10s\n", "bytes", "cpu",
+                "sim", "sim cost");
     for (const auto& [bytes, r] : g_results)
-      std::printf("%10lld %12.1f %12.1f %9.1f%%\n", static_cast<long long>(bytes), r.a_median * 1e6, r.b_median * 1e6,
-                  100.0 * (r.b_median / r.a_median - 1));
+      std::printf("%10lld %12.1f %12.1f %9.1f%%\n", static_cast<long long>(bytes), r.a_median * 1e6,
+                  r.b_median * 1e6, 100.0 * (r.b_median / r.a_median - 1));
   } else {
     sigma::bench::Silent silent;
     benchmark::RunSpecifiedBenchmarks(&silent);
   }
   // Both ranks finish their last collective before tearing down.
-  g_sim.comm->run([] {
-    hal_coll_args_t a{};
-    a.struct_size = sizeof(a);
-    a.op = HAL_COLL_BARRIER;
-    return a;
-  }(), std::chrono::seconds(60));
+  g_sim.comm->run(
+      [] {
+        hal_coll_args_t a{};
+        a.struct_size = sizeof(a);
+        a.op = HAL_COLL_BARRIER;
+        return a;
+      }(),
+      std::chrono::seconds(60));
   g_sim = Path{};
   g_cpu = Path{};
   std::fflush(stdout);

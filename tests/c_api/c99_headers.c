@@ -7,17 +7,17 @@
 #include <string.h>
 
 static int failures;
-#define CHECK(cond)                                                  \
-  do {                                                               \
-    if (!(cond)) {                                                   \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                    \
-    }                                                                \
+      failures++;                                                              \
+    }                                                                          \
   } while (0)
 
 /* The guardrails from C: a clean step, a step with a NaN, a bad config. */
 static void check_guardrails(void) {
-  sigma_guardrails_t *g = NULL;
+  sigma_guardrails_t* g = NULL;
   sigma_guardrails_layer_t layers[2] = {{"attn", HAL_DTYPE_BF16}, {"mlp", HAL_DTYPE_F16}};
   float a[64], b[32];
   sigma_buffer_view_t views[2];
@@ -52,8 +52,8 @@ static void check_guardrails(void) {
 }
 
 int main(void) {
-  sigma_plugin_t *plugin = NULL;
-  const hal_api_t *api;
+  sigma_plugin_t* plugin = NULL;
+  const hal_api_t* api;
   hal_device_api_t small_table;
   uint32_t n = 0;
 

@@ -1,10 +1,10 @@
 // The HAL header included from C++ (-pedantic -Werror), together with every
 // public C++ header, must compile; the layout guards inside it must hold.
+#include <sigma/hal.h>
+#include <sigma/sigma.h>
 #include <sigma/bootstrap.hpp>
 #include <sigma/error.hpp>
-#include <sigma/hal.h>
 #include <sigma/hal.hpp>
-#include <sigma/sigma.h>
 
 #include <cstdio>
 #include <type_traits>

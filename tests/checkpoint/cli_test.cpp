@@ -56,7 +56,8 @@ TEST_F(CkptCli, LsInspectAndVerifyShowWhatIsThere) {
   r = cli("verify " + dir);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("2 of 2 shards verified, 0 damaged"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("2 step(s) tied together by their global manifest, 0 damaged, 0 incomplete"), std::string::npos)
+  EXPECT_NE(r.out.find("2 step(s) tied together by their global manifest, 0 damaged, 0 incomplete"),
+            std::string::npos)
       << r.out;
   // A step whose global manifest is gone is incomplete (not damage); one
   // whose global manifest is damaged is.
@@ -70,7 +71,8 @@ TEST_F(CkptCli, LsInspectAndVerifyShowWhatIsThere) {
   EXPECT_NE(r.out.find("INCOMPLETE: no global manifest"), std::string::npos) << r.out;
   r = cli("verify " + dir);
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("0 step(s) tied together by their global manifest, 1 damaged, 1 incomplete"), std::string::npos)
+  EXPECT_NE(r.out.find("0 step(s) tied together by their global manifest, 1 damaged, 1 incomplete"),
+            std::string::npos)
       << r.out;
 }
 
@@ -111,7 +113,8 @@ TEST_F(CkptCli, SafetensorsRoundTripsAndBadFilesAreRefused) {
   EXPECT_EQ(tensors.size(), 5u);
   EXPECT_EQ(meta["sigma.step"], "2");
   // A header that promises more bytes than the file has.
-  std::ofstream(dir + "/bad.safetensors", std::ios::binary) << std::string("\xff\xff\x00\x00\x00\x00\x00\x00{}", 10);
+  std::ofstream(dir + "/bad.safetensors", std::ios::binary)
+      << std::string("\xff\xff\x00\x00\x00\x00\x00\x00{}", 10);
   r = cli("import " + dir + "/bad.safetensors --dir " + dir + "/imp2");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("header length"), std::string::npos) << r.out;

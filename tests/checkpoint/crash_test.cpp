@@ -14,8 +14,8 @@
 #include <fcntl.h>
 
 #include <array>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 
 extern char** environ;
 
@@ -30,7 +30,8 @@ struct Exit {
   std::string out;
 };
 
-Exit run_worker(const std::string& dir, uint64_t step, const std::string& crash_at, const std::string& max_bytes = "") {
+Exit run_worker(const std::string& dir, uint64_t step, const std::string& crash_at,
+                const std::string& max_bytes = "") {
   std::vector<std::string> args = {SIGMA_CHECKPOINT_WORKER, dir, std::to_string(step)};
   if (!max_bytes.empty()) args.push_back(max_bytes);
   std::vector<char*> argv;

@@ -37,7 +37,8 @@ struct Global {
   std::vector<uint16_t> e;
   std::vector<int64_t> r;
   explicit Global(uint64_t step) : w(kRows * kCols), e(kEr * kEc), r(kR) {
-    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) * 0.25f + (i % 7 == step % 7 ? 1.0f * step : 0.0f);
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] = static_cast<float>(i) * 0.25f + (i % 7 == step % 7 ? 1.0f * step : 0.0f);
     for (size_t i = 0; i < e.size(); ++i) e[i] = static_cast<uint16_t>(i * 3 + step);
     for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<int64_t>(i) - static_cast<int64_t>(step);
   }
@@ -67,14 +68,16 @@ struct RankState {
   }
   void fill(const Global& g) {
     for (int64_t i = w0; i < w1; ++i)
-      for (int64_t j = 0; j < Global::kCols; ++j) w[(i - w0) * Global::kCols + j] = g.w[i * Global::kCols + j];
+      for (int64_t j = 0; j < Global::kCols; ++j)
+        w[(i - w0) * Global::kCols + j] = g.w[i * Global::kCols + j];
     for (int64_t i = 0; i < Global::kEr; ++i)
       for (int64_t j = e0; j < e1; ++j) e[i * (e1 - e0) + (j - e0)] = g.e[i * Global::kEc + j];
     r = g.r;
   }
   std::vector<TensorView> views(bool with_local) {
     std::vector<TensorView> v = {
-        split({"W", HAL_DTYPE_F32, {w1 - w0, Global::kCols}, w.data()}, 0, w0, {Global::kRows, Global::kCols}),
+        split({"W", HAL_DTYPE_F32, {w1 - w0, Global::kCols}, w.data()}, 0, w0,
+              {Global::kRows, Global::kCols}),
         split({"E", HAL_DTYPE_BF16, {Global::kEr, e1 - e0}, e.data()}, 1, e0, {Global::kEr, Global::kEc}),
         replicated({"R", HAL_DTYPE_I64, {Global::kR}, r.data()})};
     if (with_local) v.push_back({"local", HAL_DTYPE_U8, {8}, local.data()});
@@ -136,9 +139,10 @@ TEST(CheckpointReshard, AStepOfFourRanksRestoresOnOneTwoThreeFourAndEightRanksEx
   Engine e(options(dir, 1, 2));
   std::vector<float> whole(Global::kRows * Global::kCols);
   std::vector<int64_t> half(9);
-  const RestoreResult rr = e.restore({replicated({"W", HAL_DTYPE_F32, {Global::kRows, Global::kCols}, whole.data()}),
-                                      split({"R", HAL_DTYPE_I64, {9}, half.data()}, 0, 8, {Global::kR})},
-                                     nullptr);
+  const RestoreResult rr =
+      e.restore({replicated({"W", HAL_DTYPE_F32, {Global::kRows, Global::kCols}, whole.data()}),
+                 split({"R", HAL_DTYPE_I64, {9}, half.data()}, 0, 8, {Global::kR})},
+                nullptr);
   EXPECT_TRUE(rr.resharded);
   EXPECT_EQ(whole, want.w);
   EXPECT_EQ(half, std::vector<int64_t>(want.r.begin() + 8, want.r.end()));
@@ -234,18 +238,22 @@ TEST(CheckpointReshard, ViewsThatCannotBeReshardedAreTheCallersMistake) {
   Engine e(options(dir, 0, 2));
   std::vector<float> cols(Global::kRows * 12);
   try {  // W was split along rows; a view split along columns
-    e.restore({split({"W", HAL_DTYPE_F32, {Global::kRows, 12}, cols.data()}, 1, 0, {Global::kRows, Global::kCols})},
-              nullptr);
+    e.restore(
+        {split({"W", HAL_DTYPE_F32, {Global::kRows, 12}, cols.data()}, 1, 0, {Global::kRows, Global::kCols})},
+        nullptr);
     FAIL();
   } catch (const Error& err) {
     EXPECT_EQ(err.code(), Code::invalid_argument);
     EXPECT_NE(std::string(err.what()).find("another dimension"), std::string::npos) << err.what();
   }
   std::vector<float> wrong(41 * Global::kCols);
-  EXPECT_THROW(e.restore({replicated({"W", HAL_DTYPE_F32, {41, Global::kCols}, wrong.data()})}, nullptr), Error);
+  EXPECT_THROW(e.restore({replicated({"W", HAL_DTYPE_F32, {41, Global::kCols}, wrong.data()})}, nullptr),
+               Error);
   // Bad layouts are refused before anything is read or written.
-  EXPECT_THROW(e.save({split({"W", HAL_DTYPE_F32, {10, 24}, wrong.data()}, 0, 35, {40, 24})}, meta(4, 0)), Error);
-  EXPECT_THROW(e.save({split({"W", HAL_DTYPE_F32, {10, 24}, wrong.data()}, 1, 0, {40, 24})}, meta(4, 0)), Error);
+  EXPECT_THROW(e.save({split({"W", HAL_DTYPE_F32, {10, 24}, wrong.data()}, 0, 35, {40, 24})}, meta(4, 0)),
+               Error);
+  EXPECT_THROW(e.save({split({"W", HAL_DTYPE_F32, {10, 24}, wrong.data()}, 1, 0, {40, 24})}, meta(4, 0)),
+               Error);
 }
 
 TEST(CheckpointReshard, ShardsThatDisagreeLeaveTheStepIncompleteAndSaySo) {
@@ -290,7 +298,8 @@ TEST(CheckpointReshard, AfterARestartDeltasContinueAgainstTheBaseOnDisk) {
   // The same chain as one engine would have made: a base every 4.
   EXPECT_EQ(bases, (std::vector<bool>{true, false, false, false, true, false}));
   ASSERT_FALSE(said.empty());
-  EXPECT_NE(said.front().find("against the base of step 1 (reloaded from disk)"), std::string::npos) << said.front();
+  EXPECT_NE(said.front().find("against the base of step 1 (reloaded from disk)"), std::string::npos)
+      << said.front();
   testing::State back(0);
   EXPECT_EQ(e.restore(back.views(), nullptr, 4).step, 4u);
   EXPECT_TRUE(back == testing::State(4));

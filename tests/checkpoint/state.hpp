@@ -13,10 +13,10 @@
 namespace sigma::checkpoint::testing {
 
 struct State {
-  std::vector<float> w1, w2;      // weights
-  std::vector<uint16_t> h;        // a bf16 tensor
-  std::vector<int64_t> routing;   // an integer table
-  std::vector<uint8_t> empty;     // a tensor with no elements
+  std::vector<float> w1, w2;     // weights
+  std::vector<uint16_t> h;       // a bf16 tensor
+  std::vector<int64_t> routing;  // an integer table
+  std::vector<uint8_t> empty;    // a tensor with no elements
 
   explicit State(uint64_t step, size_t scale = 1) {
     w1.resize(300000 * scale);

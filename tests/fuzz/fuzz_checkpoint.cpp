@@ -25,7 +25,8 @@ void write(const std::string& path, const uint8_t* p, size_t n) {
 
 const std::string& shard_dir() {
   static const std::string d = [] {
-    const std::string root = std::filesystem::temp_directory_path().string() + "/sigma-fuzz-ckpt-" + std::to_string(::getpid());
+    const std::string root =
+        std::filesystem::temp_directory_path().string() + "/sigma-fuzz-ckpt-" + std::to_string(::getpid());
     const std::string s = root + "/job/step-00000000000000000007/rank-00000";
     std::filesystem::create_directories(s);
     return s;

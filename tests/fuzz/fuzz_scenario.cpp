@@ -10,7 +10,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > (1u << 16)) return 0;
   std::string error;
-  auto s = sim_vendor::parse_scenario(std::string(reinterpret_cast<const char*>(data), size), "fuzz.yaml", error);
+  auto s =
+      sim_vendor::parse_scenario(std::string(reinterpret_cast<const char*>(data), size), "fuzz.yaml", error);
   if (!s && error.rfind("fuzz.yaml:", 0) != 0) __builtin_trap();  // every refusal names the file
   return 0;
 }

@@ -191,7 +191,8 @@ int main(int argc, char** argv) {
       }
     }
     char fp[32];
-    std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(guardrails::fingerprint(views(st.params))));
+    std::snprintf(fp, sizeof fp, "%016llx",
+                  static_cast<unsigned long long>(guardrails::fingerprint(views(st.params))));
     result["final_fingerprint"] = fp;
     result["final_scale"] = std::to_string(guard.loss_scale());
     result["fault_reports"] = std::to_string(faults.size());

@@ -4,10 +4,10 @@
 // the same decisions, the faulty rank must be named, and the job must end
 // with the parameters of an independent clean run on the same batches.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -57,8 +57,14 @@ Job run(const std::string& scenario, int world, int steps, const std::string& pl
   for (int r = 0; r < world; ++r) {
     std::string opts = options;
     if (plugin == "sim") opts = "rank=" + std::to_string(r) + ";" + options;
-    std::vector<std::string> args = {SIGMA_GUARDRAILS_WORKER, std::to_string(r), std::to_string(world), job.dir,
-                                     scenario, std::to_string(steps), plugin, opts};
+    std::vector<std::string> args = {SIGMA_GUARDRAILS_WORKER,
+                                     std::to_string(r),
+                                     std::to_string(world),
+                                     job.dir,
+                                     scenario,
+                                     std::to_string(steps),
+                                     plugin,
+                                     opts};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -201,7 +207,8 @@ TEST(GuardrailsRanks, WithTwoReplicasTheReRunOnASpareNamesTheFaultyOne) {
 }
 
 TEST(GuardrailsRanks, AnAllReduceCorruptedByTheSimDeviceIsCaughtAtOnceAndNamed) {
-  const Job job = run("sim_sdc", 3, 8, "sim", std::string("scenario=") + SIGMA_SCENARIO_DIR + "/healthy.yaml");
+  const Job job =
+      run("sim_sdc", 3, 8, "sim", std::string("scenario=") + SIGMA_SCENARIO_DIR + "/healthy.yaml");
   expect_same_decisions(job);
   expect_equals_clean_run(job, 3, 7, "5");  // the corrupted step was skipped everywhere
   for (const auto& r : job.results) {

@@ -1,8 +1,8 @@
 // sigma-hal-conformance run as a separate process, as a vendor would run it,
 // and judged by its exit status and JSON report.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <fstream>

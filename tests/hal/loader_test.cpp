@@ -119,7 +119,8 @@ TEST(Loader, InitFailureCarriesThePluginsOwnMessage) {
     FAIL() << "loaded";
   } catch (const PluginInitError& e) {
     EXPECT_EQ(e.code(), Code::unavailable);
-    EXPECT_NE(std::string(e.what()).find("no accelerator found (driver returned error 100)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("no accelerator found (driver returned error 100)"),
+              std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("hal_api_t.init"), std::string::npos) << e.what();
   }

@@ -19,8 +19,8 @@
 
 static float params[N], grad[N];
 
-static hal_status_t all_reduce(sigma_session_t *s, void *dev) {
-  const hal_api_t *api = sigma_session_api(s);
+static hal_status_t all_reduce(sigma_session_t* s, void* dev) {
+  const hal_api_t* api = sigma_session_api(s);
   hal_comm_t comm = sigma_session_comm(s);
   hal_coll_args_t a;
   hal_request_t req = NULL;
@@ -44,15 +44,15 @@ static hal_status_t all_reduce(sigma_session_t *s, void *dev) {
   return api->device->memcpy(0, grad, dev, sizeof grad, HAL_COPY_DEVICE_TO_HOST, NULL);
 }
 
-int main(int argc, char **argv) {
-  sigma_session_t *s = NULL;
+int main(int argc, char** argv) {
+  sigma_session_t* s = NULL;
   sigma_state_view_t view;
   uint64_t steps, step = 0, kill_step = (uint64_t)-1;
   uint32_t kill_device = 0, rank = 0, world = 1, i;
-  const char *dev_env = getenv("SIGMA_DEVICE");
-  void *dev = NULL;
+  const char* dev_env = getenv("SIGMA_DEVICE");
+  void* dev = NULL;
   char path[4096];
-  FILE *f;
+  FILE* f;
   if (argc < 2) return 2;
   steps = strtoull(argv[1], NULL, 10);
   if (argc >= 4) {
@@ -87,7 +87,8 @@ int main(int argc, char **argv) {
     if (step == kill_step && dev_env != NULL && (uint32_t)atoi(dev_env) == kill_device) raise(SIGKILL);
     sigma_session_info(s, &rank, &world, NULL);
     st = sigma_session_step_begin(s, step);
-    for (i = 0; i < N; ++i) grad[i] = 0.01f * sinf(params[i] * 2.0f + 0.02f * (float)step + 0.3f * (float)rank);
+    for (i = 0; i < N; ++i)
+      grad[i] = 0.01f * sinf(params[i] * 2.0f + 0.02f * (float)step + 0.3f * (float)rank);
     if (st == HAL_OK) st = all_reduce(s, dev);
     if (st == HAL_OK) {
       for (i = 0; i < N; ++i) params[i] -= 0.05f * grad[i] / (float)world;

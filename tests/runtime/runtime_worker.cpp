@@ -16,6 +16,8 @@
 // seconds), for the recovery benchmark.
 #include <sigma/runtime.hpp>
 
+#include <time.h>
+#include <unistd.h>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -26,8 +28,6 @@
 #include <iostream>
 #include <string>
 #include <thread>
-#include <time.h>
-#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -54,13 +54,20 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--steps") steps = std::stoull(next());
-    else if (a == "--size") size = std::stoull(next());
-    else if (a == "--step-ms") step_ms = std::stod(next());
-    else if (a == "--log") log_prefix = next();
-    else if (a == "--kill-at") kills.push_back({std::stoull(next()), 0, SIGKILL});
-    else if (a == "--kill-device" && !kills.empty()) kills.back().device = static_cast<uint32_t>(std::stoul(next()));
-    else if (a == "--kill-signal" && !kills.empty()) kills.back().signal = next() == "STOP" ? SIGSTOP : SIGKILL;
+    if (a == "--steps")
+      steps = std::stoull(next());
+    else if (a == "--size")
+      size = std::stoull(next());
+    else if (a == "--step-ms")
+      step_ms = std::stod(next());
+    else if (a == "--log")
+      log_prefix = next();
+    else if (a == "--kill-at")
+      kills.push_back({std::stoull(next()), 0, SIGKILL});
+    else if (a == "--kill-device" && !kills.empty())
+      kills.back().device = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--kill-signal" && !kills.empty())
+      kills.back().signal = next() == "STOP" ? SIGSTOP : SIGKILL;
     else {
       std::cerr << "runtime_worker: unknown argument " << a << "\n";
       return 2;
@@ -75,7 +82,8 @@ int main(int argc, char** argv) {
                  {"momentum", HAL_DTYPE_F32, {static_cast<int64_t>(size)}, momentum.data()}});
     sigma::hal::PluginPtr plugin = s.plugin();
     sigma::hal::Buffer buf(plugin, 0, size * sizeof(float));
-    std::FILE* log = log_prefix.empty() ? nullptr : std::fopen((log_prefix + ".d" + std::to_string(device)).c_str(), "a");
+    std::FILE* log =
+        log_prefix.empty() ? nullptr : std::fopen((log_prefix + ".d" + std::to_string(device)).c_str(), "a");
     auto mono = [] {
       timespec ts{};
       ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -84,8 +92,8 @@ int main(int argc, char** argv) {
     auto done = s.run(steps, [&](uint64_t step) {
       for (const Kill& k : kills) {
         if (k.step == step && k.device == device) {
-          std::fprintf(stderr, "runtime_worker: device %u sends itself signal %d at step %llu\n", device, k.signal,
-                       static_cast<unsigned long long>(step));
+          std::fprintf(stderr, "runtime_worker: device %u sends itself signal %d at step %llu\n", device,
+                       k.signal, static_cast<unsigned long long>(step));
           std::fflush(stderr);
           if (log) {
             std::fprintf(log, "kill %.6f\n", mono());
@@ -117,10 +125,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "runtime_worker: device %u retired by the agent\n", device);
       return 0;
     }
-    const std::string out = std::string(std::getenv("SIGMA_JOB_DIR")) + "/final-rank-" + std::to_string(s.rank()) + ".bin";
+    const std::string out =
+        std::string(std::getenv("SIGMA_JOB_DIR")) + "/final-rank-" + std::to_string(s.rank()) + ".bin";
     std::ofstream f(out, std::ios::binary);
     f.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(size * sizeof(float)));
-    f.write(reinterpret_cast<const char*>(momentum.data()), static_cast<std::streamsize>(size * sizeof(float)));
+    f.write(reinterpret_cast<const char*>(momentum.data()),
+            static_cast<std::streamsize>(size * sizeof(float)));
     std::fprintf(stderr, "runtime_worker: device %u rank %u done after %llu steps\n", device, s.rank(),
                  static_cast<unsigned long long>(*done));
     return 0;

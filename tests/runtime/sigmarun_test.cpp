@@ -80,8 +80,8 @@ pid_t spawn(std::vector<std::string> args) {
 
 // A sigmarun job in `dir` (a new one, or a rerun in the folder of one that
 // paused), waited for.
-JobRun run_in(const std::string& dir, std::vector<std::string> agent_args, std::vector<std::string> worker_args,
-              const std::string& worker = RUNTIME_WORKER) {
+JobRun run_in(const std::string& dir, std::vector<std::string> agent_args,
+              std::vector<std::string> worker_args, const std::string& worker = RUNTIME_WORKER) {
   JobRun r;
   r.dir = dir;
   std::vector<std::string> args{SIGMARUN, "--job-dir", r.dir, "--no-progress"};
@@ -111,8 +111,8 @@ JobRun run_in(const std::string& dir, std::vector<std::string> agent_args, std::
   return r;
 }
 
-JobRun sigmarun(const std::string& name, std::vector<std::string> agent_args, std::vector<std::string> worker_args,
-               const std::string& worker = RUNTIME_WORKER) {
+JobRun sigmarun(const std::string& name, std::vector<std::string> agent_args,
+                std::vector<std::string> worker_args, const std::string& worker = RUNTIME_WORKER) {
   return run_in(job_dir(name), std::move(agent_args), std::move(worker_args), worker);
 }
 
@@ -127,11 +127,13 @@ std::string logs(const JobRun& r) {
 
 std::vector<std::string> finals(const JobRun& r, uint32_t world) {
   std::vector<std::string> out;
-  for (uint32_t k = 0; k < world; ++k) out.push_back(read_file(r.dir + "/final-rank-" + std::to_string(k) + ".bin"));
+  for (uint32_t k = 0; k < world; ++k)
+    out.push_back(read_file(r.dir + "/final-rank-" + std::to_string(k) + ".bin"));
   return out;
 }
 
-const json* find_event(const JobRun& r, const std::string& event, const std::string& key = "", const json& value = {}) {
+const json* find_event(const JobRun& r, const std::string& event, const std::string& key = "",
+                       const json& value = {}) {
   for (const auto& j : r.journal) {
     if (j.value("event", "") == event && (key.empty() || j.value(key, json()) == value)) return &j;
   }
@@ -143,10 +145,12 @@ const json* find_event(const JobRun& r, const std::string& event, const std::str
 // then `world` ranks resume from that checkpoint and train to the end.
 std::vector<std::string> clean_run_shrunk_at(const std::string& name, uint64_t from, uint32_t world) {
   const std::string dir = job_dir(name);
-  const JobRun first = run_in(dir, {"--nproc", "3", "--spares", "0", "--checkpoint-every", std::to_string(from)},
-                              {"--steps", std::to_string(from)});
+  const JobRun first =
+      run_in(dir, {"--nproc", "3", "--spares", "0", "--checkpoint-every", std::to_string(from)},
+             {"--steps", std::to_string(from)});
   EXPECT_EQ(first.exit_code, 0) << logs(first);
-  const JobRun rest = run_in(dir, {"--nproc", std::to_string(world), "--spares", "0"}, {"--steps", std::to_string(kSteps)});
+  const JobRun rest =
+      run_in(dir, {"--nproc", std::to_string(world), "--spares", "0"}, {"--steps", std::to_string(kSteps)});
   EXPECT_EQ(rest.exit_code, 0) << logs(rest);
   const json* resumed = find_event(rest, "resumed");
   EXPECT_TRUE(resumed != nullptr && (*resumed)["index"] == from) << logs(rest);
@@ -170,7 +174,8 @@ class Sigmarun : public ::testing::Test {
   static void expect_exact(const JobRun& r) {
     ASSERT_NE(baseline_, nullptr);
     const auto f = finals(r, 3);
-    for (uint32_t k = 0; k < 3; ++k) EXPECT_TRUE(f[k] == (*baseline_)[k]) << "rank " << k << " differs from the fault-free run";
+    for (uint32_t k = 0; k < 3; ++k)
+      EXPECT_TRUE(f[k] == (*baseline_)[k]) << "rank " << k << " differs from the fault-free run";
   }
   static std::vector<std::string>* baseline_;
 };
@@ -178,7 +183,8 @@ class Sigmarun : public ::testing::Test {
 std::vector<std::string>* Sigmarun::baseline_ = nullptr;
 
 TEST_F(Sigmarun, AFaultFreeRunReportsDoneWithNoIncidents) {
-  JobRun r = sigmarun("clean", {"--nproc", "3", "--spares", "1", "--failure-rate", "0.001"}, {"--steps", std::to_string(kSteps)});
+  JobRun r = sigmarun("clean", {"--nproc", "3", "--spares", "1", "--failure-rate", "0.001"},
+                      {"--steps", std::to_string(kSteps)});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   EXPECT_EQ(r.report["status"], "done");
   EXPECT_EQ(r.report["steps"], kSteps);
@@ -191,7 +197,7 @@ TEST_F(Sigmarun, AFaultFreeRunReportsDoneWithNoIncidents) {
 
 TEST_F(Sigmarun, AKilledWorkerIsReplacedByASpareFromTheMemoryTierWithinFiveSeconds) {
   JobRun r = sigmarun("kill", {"--nproc", "3", "--spares", "1"},
-                   {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "1"});
+                      {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "1"});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
   const json& inc = r.report["incidents"][0];
@@ -207,8 +213,9 @@ TEST_F(Sigmarun, AKilledWorkerIsReplacedByASpareFromTheMemoryTierWithinFiveSecon
 }
 
 TEST_F(Sigmarun, AHungWorkerIsFoundWithinTheHeartbeatTimeoutAndReplaced) {
-  JobRun r = sigmarun("hang", {"--nproc", "3", "--spares", "1", "--heartbeat-timeout", "1"},
-                   {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "2", "--kill-signal", "STOP"});
+  JobRun r = sigmarun(
+      "hang", {"--nproc", "3", "--spares", "1", "--heartbeat-timeout", "1"},
+      {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "2", "--kill-signal", "STOP"});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
   const json& inc = r.report["incidents"][0];
@@ -223,8 +230,8 @@ TEST_F(Sigmarun, AHungWorkerIsFoundWithinTheHeartbeatTimeoutAndReplaced) {
 TEST_F(Sigmarun, TwoFaultsCloseTogetherFallBackToDiskAndStillEndExact) {
   // Ranks 1 and 2 die one step apart: rank 1's memory replica was on rank 2.
   JobRun r = sigmarun("two", {"--nproc", "3", "--spares", "2", "--checkpoint-every", "20"},
-                   {"--steps", std::to_string(kSteps), "--kill-at", "70", "--kill-device", "1", "--kill-at", "70",
-                    "--kill-device", "2"});
+                      {"--steps", std::to_string(kSteps), "--kill-at", "70", "--kill-device", "1",
+                       "--kill-at", "70", "--kill-device", "2"});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   ASSERT_GE(r.report["incidents"].size(), 1u);
   bool disk = false;
@@ -235,15 +242,15 @@ TEST_F(Sigmarun, TwoFaultsCloseTogetherFallBackToDiskAndStillEndExact) {
 
 TEST_F(Sigmarun, WithNoSpareLeftTheJobPausesAndSaysWhy) {
   JobRun r = sigmarun("nospare", {"--nproc", "3", "--spares", "0", "--checkpoint-every", "20"},
-                   {"--steps", std::to_string(kSteps), "--kill-at", "50", "--kill-device", "0"});
+                      {"--steps", std::to_string(kSteps), "--kill-at", "50", "--kill-device", "0"});
   EXPECT_EQ(r.exit_code, 3) << logs(r);
   EXPECT_EQ(r.report["status"], "paused");
   EXPECT_NE(r.report["reason"].get<std::string>().find("no spare"), std::string::npos);
   ASSERT_NE(find_event(r, "paused"), nullptr);
   // Nothing lost: every rank's checkpoint of step 40 is on disk ...
   for (int k = 0; k < 3; ++k) {
-    EXPECT_TRUE(fs::exists(r.dir + "/checkpoints/sigmarun/step-00000000000000000040/rank-0000" + std::to_string(k) +
-                           "/manifest.sgck"))
+    EXPECT_TRUE(fs::exists(r.dir + "/checkpoints/sigmarun/step-00000000000000000040/rank-0000" +
+                           std::to_string(k) + "/manifest.sgck"))
         << k;
   }
   // ... and a new run in the same folder, with a repaired device as a
@@ -270,7 +277,8 @@ TEST_F(Sigmarun, AJobThatAllowsItShrinksWhenNoSpareIsLeftAndNeverBelowItsFloor) 
   const auto f = finals(r, 2);
   ASSERT_EQ(f[0].size(), 2 * 4096 * sizeof(float));
   const auto clean = clean_run_shrunk_at("shrink-clean", from, 2);
-  for (uint32_t k = 0; k < 2; ++k) EXPECT_TRUE(f[k] == clean[k]) << "rank " << k << " differs from the clean run";
+  for (uint32_t k = 0; k < 2; ++k)
+    EXPECT_TRUE(f[k] == clean[k]) << "rank " << k << " differs from the clean run";
   EXPECT_FALSE(f[0] == (*baseline_)[0]);
   // A second loss would go below the floor: paused instead.
   JobRun p = sigmarun("floor", {"--nproc", "2", "--spares", "0", "--allow-shrink", "--min-ranks", "2"},
@@ -294,7 +302,8 @@ TEST_F(Sigmarun, APausedJobResumesOnFewerRanksFromItsDiskCheckpoints) {
   const auto f = finals(r, 2);
   ASSERT_EQ(f[0].size(), 2 * 4096 * sizeof(float));
   const auto clean = clean_run_shrunk_at("fewer-clean", 40, 2);
-  for (uint32_t k = 0; k < 2; ++k) EXPECT_TRUE(f[k] == clean[k]) << "rank " << k << " differs from the clean run";
+  for (uint32_t k = 0; k < 2; ++k)
+    EXPECT_TRUE(f[k] == clean[k]) << "rank " << k << " differs from the clean run";
 }
 
 TEST_F(Sigmarun, AThermalRunawayIsMigratedBeforeTheDeviceFails) {
@@ -310,9 +319,10 @@ TEST_F(Sigmarun, AThermalRunawayIsMigratedBeforeTheDeviceFails) {
   const char* step_ms = "25";
 #endif
   JobRun r = sigmarun("thermal",
-                   {"--nproc", "3", "--spares", "1", "--scenario", std::string(SIGMA_SCENARIO_DIR) + "/thermal_runaway.yaml",
-                    "--time-scale", std::to_string(scale), "--heartbeat", "0.05"},
-                   {"--steps", std::to_string(kSteps), "--step-ms", step_ms});
+                      {"--nproc", "3", "--spares", "1", "--scenario",
+                       std::string(SIGMA_SCENARIO_DIR) + "/thermal_runaway.yaml", "--time-scale",
+                       std::to_string(scale), "--heartbeat", "0.05"},
+                      {"--steps", std::to_string(kSteps), "--step-ms", step_ms});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   const json* mig = find_event(r, "migration_started");
   ASSERT_NE(mig, nullptr) << logs(r);
@@ -365,8 +375,9 @@ TEST_F(Sigmarun, WorkersMeetThroughARealRedisServerAndRecover) {
   int port = 0;
   in >> port;
   ASSERT_GT(port, 0) << "the redis fixture did not start";
-  JobRun r = sigmarun("redis", {"--nproc", "3", "--spares", "1", "--store", "redis://127.0.0.1:" + std::to_string(port)},
-                      {"--steps", std::to_string(kSteps), "--kill-at", "40", "--kill-device", "0"});
+  JobRun r = sigmarun(
+      "redis", {"--nproc", "3", "--spares", "1", "--store", "redis://127.0.0.1:" + std::to_string(port)},
+      {"--steps", std::to_string(kSteps), "--kill-at", "40", "--kill-device", "0"});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   EXPECT_NE(r.journal.at(0)["store"].get<std::string>().find("redis://127.0.0.1:"), std::string::npos);
   EXPECT_FALSE(fs::exists(r.dir + "/store")) << "no file store was used";
@@ -384,8 +395,9 @@ TEST_F(Sigmarun, ACollectiveThatHangsWhileTheProcessBeatsIsFoundByTheStepWatchdo
   g_dirs.push_back(scenario);
   std::ofstream(scenario) << "seed: 5\nduration_s: 600\nworld_size: 4\n"
                              "faults:\n  - {kind: hang, device: 1, at_op: 206}\n";
-  JobRun r = sigmarun("collhang", {"--nproc", "3", "--spares", "1", "--scenario", scenario, "--step-timeout", "1.5"},
-                      {"--steps", std::to_string(kSteps)});
+  JobRun r =
+      sigmarun("collhang", {"--nproc", "3", "--spares", "1", "--scenario", scenario, "--step-timeout", "1.5"},
+               {"--steps", std::to_string(kSteps)});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   const json* f = find_event(r, "fault", "device", 1);
   ASSERT_NE(f, nullptr) << logs(r);
@@ -398,9 +410,11 @@ TEST_F(Sigmarun, ACollectiveThatHangsWhileTheProcessBeatsIsFoundByTheStepWatchdo
 // root's run; the follower's folder is `dir + "-node1"`.
 JobRun two_nodes(const std::string& name, int redis_port, std::vector<std::string> worker_args) {
   const std::string follower_dir = job_dir(name + "-node1");
-  std::vector<std::string> common{"--nnodes", "2", "--nproc", "2", "--spares", "1", "--store",
-                                  "redis://127.0.0.1:" + std::to_string(redis_port), "--job-id",
-                                  name + "-" + std::to_string(::getpid())};
+  std::vector<std::string> common{"--nnodes", "2",
+                                  "--nproc",  "2",
+                                  "--spares", "1",
+                                  "--store",  "redis://127.0.0.1:" + std::to_string(redis_port),
+                                  "--job-id", name + "-" + std::to_string(::getpid())};
   std::vector<std::string> args{SIGMARUN, "--node-rank", "1", "--job-dir", follower_dir, "--no-progress"};
   args.insert(args.end(), common.begin(), common.end());
   args.push_back("--");
@@ -472,8 +486,9 @@ std::string http_get(int port, const std::string& path) {
 TEST(SigmarunMetrics, PrometheusMetricsAreServedWhileTheJobRuns) {
   const std::string dir = job_dir("metrics");
   g_dirs.push_back(dir);
-  std::vector<std::string> args{SIGMARUN, "--job-dir", dir, "--no-progress", "--nproc", "2", "--spares", "1",
-                                "--metrics-port", "0", "--", RUNTIME_WORKER, "--steps", "400", "--step-ms", "10"};
+  std::vector<std::string> args{
+      SIGMARUN,         "--job-dir", dir,  "--no-progress", "--nproc", "2",   "--spares",  "1",
+      "--metrics-port", "0",         "--", RUNTIME_WORKER,  "--steps", "400", "--step-ms", "10"};
   const pid_t pid = spawn(std::move(args));
   std::string body;
   for (int i = 0; i < 200 && body.find("sigma_steps_total ") == std::string::npos; ++i) {
@@ -520,7 +535,8 @@ TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {
   std::string cmd = std::string(SIGMARUN) + " --job-dir " + dir + " -- /bin/true 2>/dev/null";
   EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 2) << "--nproc is required";
   // A plain program that crashes: seen at once, reported, nothing hangs.
-  cmd = std::string(SIGMARUN) + " --nproc 2 --no-progress --job-dir " + dir + " -- /bin/sh -c 'exit 7' 2>/dev/null";
+  cmd = std::string(SIGMARUN) + " --nproc 2 --no-progress --job-dir " + dir +
+        " -- /bin/sh -c 'exit 7' 2>/dev/null";
   EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 4);
   const json rep = json::parse(read_file(dir + "/report.json"));
   EXPECT_EQ(rep["status"], "unrecoverable");

@@ -51,7 +51,8 @@ TEST_F(FileStoreTest, GetOfAMissingKeyTimesOutWithinItsBound) {
 
 TEST_F(FileStoreTest, KeysWithSlashesDotsAndBytesDoNotCollideOrEscape) {
   FileStore store(dir_);
-  const std::vector<std::string> keys = {"a/b", "a%2Fb", "..", ".", "../escape", "a b", std::string("n\0l", 3)};
+  const std::vector<std::string> keys = {
+      "a/b", "a%2Fb", "..", ".", "../escape", "a b", std::string("n\0l", 3)};
   for (size_t i = 0; i < keys.size(); ++i) store.set(keys[i], {static_cast<uint8_t>(i)});
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(store.get(keys[i], 1s)->at(0), i) << keys[i];
   // Nothing was written outside the store's folder.

@@ -225,7 +225,8 @@ TEST(Guardrails, OneReplicaAlwaysMatchesItsOwnFingerprint) {
 }
 
 TEST(Guardrails, EveryDecisionIsJournalledWithItsReasonAndFigures) {
-  const std::string path = ::testing::TempDir() + "guardrails-journal-" + std::to_string(::getpid()) + ".jsonl";
+  const std::string path =
+      ::testing::TempDir() + "guardrails-journal-" + std::to_string(::getpid()) + ".jsonl";
   std::filesystem::remove(path);
   Config c = quiet();
   c.journal.path = path;
@@ -306,12 +307,20 @@ TEST(GuardrailsConfig, YamlSetsTheFieldsAndKeepsDefaultsForTheRest) {
 }
 
 TEST(GuardrailsConfig, BadYamlIsRefusedWithFileLineKeyAndReason) {
-  EXPECT_EQ(refusal("clipping:\n  max_nrm: 1\n"), "g.yaml:2: clipping.max_nrm: unknown key (allowed here: max_norm)");
-  EXPECT_EQ(refusal("sdc:\n  interval: often\n"), "g.yaml:2: sdc.interval: expected a whole number >= 0, found 'often'");
-  EXPECT_EQ(refusal("precision:\n  max_overflow_rate: -0.1\n").rfind("g.yaml:2: precision.max_overflow_rate: ", 0), 0u);
-  EXPECT_EQ(refusal("loss_scaling:\n  backoff_factor: 2\n").rfind("g.yaml:2: loss_scaling.backoff_factor: ", 0), 0u);
-  EXPECT_EQ(refusal("spike:\n  enabled: maybe\n"), "g.yaml:2: spike.enabled: expected true or false, found 'maybe'");
-  EXPECT_EQ(refusal("spike:\n  window: 5\n  min_history: 9\n"), "g.yaml:3: spike.min_history: is larger than spike.window");
+  EXPECT_EQ(refusal("clipping:\n  max_nrm: 1\n"),
+            "g.yaml:2: clipping.max_nrm: unknown key (allowed here: max_norm)");
+  EXPECT_EQ(refusal("sdc:\n  interval: often\n"),
+            "g.yaml:2: sdc.interval: expected a whole number >= 0, found 'often'");
+  EXPECT_EQ(
+      refusal("precision:\n  max_overflow_rate: -0.1\n").rfind("g.yaml:2: precision.max_overflow_rate: ", 0),
+      0u);
+  EXPECT_EQ(
+      refusal("loss_scaling:\n  backoff_factor: 2\n").rfind("g.yaml:2: loss_scaling.backoff_factor: ", 0),
+      0u);
+  EXPECT_EQ(refusal("spike:\n  enabled: maybe\n"),
+            "g.yaml:2: spike.enabled: expected true or false, found 'maybe'");
+  EXPECT_EQ(refusal("spike:\n  window: 5\n  min_history: 9\n"),
+            "g.yaml:3: spike.min_history: is larger than spike.window");
   EXPECT_EQ(refusal("loss_scaling:\n  min_scale: 10\n  max_scale: 5\n"),
             "g.yaml:2: loss_scaling.min_scale: is above max_scale");
   EXPECT_EQ(refusal("clipping: [1, 2\n").rfind("g.yaml:", 0), 0u);

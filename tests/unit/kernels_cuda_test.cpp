@@ -53,7 +53,8 @@ TEST(CudaKernels, ScanMatchesTheCpuForEveryDtype) {
     std::normal_distribution<float> d(0, 0.01f);
     for (size_t i = 0; i < n; ++i) {
       float f = i % 99991 == 0 ? NAN : d(rng);
-      if (dt == HAL_DTYPE_F32) std::memcpy(&h[i * 4], &f, 4);
+      if (dt == HAL_DTYPE_F32)
+        std::memcpy(&h[i * 4], &f, 4);
       else if (dt == HAL_DTYPE_F16) {
         const _Float16 x = static_cast<_Float16>(f);
         std::memcpy(&h[i * 2], &x, 2);
@@ -118,8 +119,8 @@ TEST(CudaKernels, MoePermuteAndUnpermuteMatchTheCpu) {
   const auto m = mid.host();
   for (uint64_t r = 0; r < off[experts]; ++r)
     EXPECT_EQ(0, std::memcmp(m.data() + r * hidden * 4, cpu_mid.data() + r * hidden, hidden * 4)) << r;
-  moe_unpermute(mid.p, static_cast<const int64_t*>(drow.p), static_cast<const float*>(dw.p), tokens, k, hidden,
-                HAL_DTYPE_F32, back.p);
+  moe_unpermute(mid.p, static_cast<const int64_t*>(drow.p), static_cast<const float*>(dw.p), tokens, k,
+                hidden, HAL_DTYPE_F32, back.p);
   const auto b = back.host();
   EXPECT_EQ(0, std::memcmp(b.data(), cpu_back.data(), b.size()));
 }

@@ -63,7 +63,8 @@ std::vector<uint8_t> encode(const std::vector<float>& v, hal_dtype_t dt, size_t 
   const size_t es = dt == HAL_DTYPE_F32 ? 4 : 2;
   std::vector<uint8_t> out(offset + v.size() * es);
   for (size_t i = 0; i < v.size(); ++i) {
-    if (dt == HAL_DTYPE_F32) std::memcpy(out.data() + offset + i * 4, &v[i], 4);
+    if (dt == HAL_DTYPE_F32)
+      std::memcpy(out.data() + offset + i * 4, &v[i], 4);
     else {
       const uint16_t h = dt == HAL_DTYPE_F16 ? to_f16(v[i]) : to_bf16(v[i]);
       std::memcpy(out.data() + offset + i * 2, &h, 2);
@@ -96,8 +97,13 @@ std::vector<float> values(size_t n, uint32_t seed) {
   std::uniform_real_distribution<float> d(-4.0f, 4.0f);
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
-  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, -0.0f, 1e-40f /* denormal */,
-                            -65504.0f, 3.0e-5f};
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            INFINITY,
+                            -INFINITY,
+                            -0.0f,
+                            1e-40f /* denormal */,
+                            -65504.0f,
+                            3.0e-5f};
   for (size_t i = 0; i < n; i += 7) v[i] = specials[(i / 7) % 7];
   return v;
 }
@@ -111,8 +117,8 @@ TEST(GradScan, MatchesTheScalarReferenceForEveryIsaDtypeLengthAndAlignment) {
           const auto bytes = encode(values(n, static_cast<uint32_t>(n * 31 + offset)), dt, offset);
           const ScanResult got = grad_scan(bytes.data() + offset, n, dt);
           const ScanResult want = reference(bytes, offset, n, dt);
-          SCOPED_TRACE("isa " + std::to_string(static_cast<int>(isa)) + " dtype " + std::to_string(dt) + " n " +
-                       std::to_string(n) + " offset " + std::to_string(offset));
+          SCOPED_TRACE("isa " + std::to_string(static_cast<int>(isa)) + " dtype " + std::to_string(dt) +
+                       " n " + std::to_string(n) + " offset " + std::to_string(offset));
           EXPECT_EQ(got.non_finite, want.non_finite);
           EXPECT_EQ(got.amax, want.amax);
           EXPECT_NEAR(got.sum_squares, want.sum_squares, tolerance(dt) * std::max(1.0, want.sum_squares));
@@ -139,8 +145,8 @@ TEST(GradScan, CleanAndNonFiniteBlocksAgreeAcrossBlockBoundaries) {
         if (nan_at >= 0) v[static_cast<size_t>(nan_at)] = std::numeric_limits<float>::quiet_NaN();
         const auto bytes = encode(v, dt, 0);
         const ScanResult got = grad_scan(bytes.data(), n, dt), want = reference(bytes, 0, n, dt);
-        SCOPED_TRACE("isa " + std::to_string(static_cast<int>(isa)) + " dtype " + std::to_string(dt) + " nan at " +
-                     std::to_string(nan_at));
+        SCOPED_TRACE("isa " + std::to_string(static_cast<int>(isa)) + " dtype " + std::to_string(dt) +
+                     " nan at " + std::to_string(nan_at));
         EXPECT_EQ(got.non_finite, nan_at >= 0 ? 1u : 0u);
         EXPECT_EQ(got.amax, want.amax);
         EXPECT_NEAR(got.sum_squares, want.sum_squares, tolerance(dt) * want.sum_squares);
@@ -159,7 +165,8 @@ TEST(GradScan, Bf16HugeAndTinyValuesKeepTheirSquares) {
       std::vector<float> v(1000);
       for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(1 + i % 3);
       const auto bytes = encode(v, HAL_DTYPE_BF16, 0);
-      const ScanResult got = grad_scan(bytes.data(), v.size(), HAL_DTYPE_BF16), want = reference(bytes, 0, v.size(), HAL_DTYPE_BF16);
+      const ScanResult got = grad_scan(bytes.data(), v.size(), HAL_DTYPE_BF16),
+                       want = reference(bytes, 0, v.size(), HAL_DTYPE_BF16);
       SCOPED_TRACE("scale " + std::to_string(scale));
       EXPECT_EQ(got.non_finite, std::isfinite(scale * 3) ? 0u : want.non_finite);
       EXPECT_TRUE(std::isfinite(got.sum_squares));
@@ -228,7 +235,8 @@ TEST(Shuffle, MatchesTheDefinitionWithAndWithoutABaseForEveryIsa) {
     for (uint32_t es : {1u, 2u, 3u, 4u, 8u}) {
       for (size_t n : {0, 1, 17, 31, 32, 33, 64, 95, 1001}) {
         const size_t bytes = n * es, off = 3;
-        std::vector<uint8_t> in(bytes + off), base(bytes + off), mid(bytes + off), out(bytes + off), want(bytes);
+        std::vector<uint8_t> in(bytes + off), base(bytes + off), mid(bytes + off), out(bytes + off),
+            want(bytes);
         for (size_t i = 0; i < in.size(); ++i) {
           in[i] = static_cast<uint8_t>(i * 37 + es);
           base[i] = static_cast<uint8_t>(i * 11 + 5);
@@ -263,7 +271,8 @@ TEST(Shuffle, LargeAlignedBuffersRoundTripThroughTheStreamingPath) {
   for (uint32_t es : {2u, 4u}) {
     const uint64_t n = (uint64_t{9} << 20) / es;  // 9 MiB, a multiple of 32 elements
     std::vector<uint8_t> in(n * es), base(n * es);
-    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 31 + 7), base[i] = static_cast<uint8_t>(i >> 5);
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = static_cast<uint8_t>(i * 31 + 7), base[i] = static_cast<uint8_t>(i >> 5);
     auto* mid = static_cast<uint8_t*>(std::aligned_alloc(64, n * es));
     auto* back = static_cast<uint8_t*>(std::aligned_alloc(64, n * es));
     for (Isa isa : isas()) {
@@ -489,7 +498,8 @@ TEST(MoeUnpermute, PermuteThenUnpermuteWithEqualWeightsGivesTheTokensBack) {
   std::fill(row.begin(), row.end(), -1);
   moe_unpermute(mid.data(), row.data(), w.data(), tokens, k, hidden, HAL_DTYPE_F32, back.data());
   EXPECT_EQ(back, std::vector<float>(tokens * hidden, 0.0f));
-  EXPECT_THROW(moe_unpermute(mid.data(), row.data(), w.data(), tokens, k, hidden, HAL_DTYPE_I32, back.data()), Error);
+  EXPECT_THROW(moe_unpermute(mid.data(), row.data(), w.data(), tokens, k, hidden, HAL_DTYPE_I32, back.data()),
+               Error);
 }
 
 }  // namespace

@@ -78,7 +78,7 @@ TEST(CpuFault, KilledRankMidAllReduceGivesSurvivorsAnErrorThenTheyCarryOn) {
 
   for (int r = 0; r < world - 1; ++r) {
     EXPECT_EQ(wait_exit(pids[r], 60s), 0) << "survivor " << r << " hung or failed; its steps:\n"
-                                           << read_text(dir + "/phase-" + std::to_string(r));
+                                          << read_text(dir + "/phase-" + std::to_string(r));
     auto res = read_result(dir + "/result-" + std::to_string(r));
     ASSERT_FALSE(res.empty()) << "rank " << r << " wrote no result";
     // The peer's death is seen as an error of the collective (not a hang):
@@ -88,7 +88,8 @@ TEST(CpuFault, KilledRankMidAllReduceGivesSurvivorsAnErrorThenTheyCarryOn) {
     // docs/vendor-cpu.md).
     const std::string code = res["code"];
     EXPECT_TRUE(code == "remote_error" || code == "timeout") << code << ": " << res["error"];
-    EXPECT_LT(std::stod(res["detect_s"]), code == "timeout" ? 12.0 : 10.0) << "detection took longer than the bound";
+    EXPECT_LT(std::stod(res["detect_s"]), code == "timeout" ? 12.0 : 10.0)
+        << "detection took longer than the bound";
     EXPECT_EQ(res["async_error"], code == "timeout" ? "HAL_ERR_TIMEOUT" : "HAL_ERR_REMOTE_ERROR");
     EXPECT_EQ(res["survivors_sum"], std::to_string(world - 1)) << "the survivors' all-reduce";
   }

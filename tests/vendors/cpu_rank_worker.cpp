@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
       out << "async_error=" << hal_status_name(comm.async_error()) << "\n";
       phase("destroy");
     }
-    out << "code=" << code_name(seen) << "\n" << "detect_s=" << detect_s << "\n";
+    out << "code=" << code_name(seen) << "\n"
+        << "detect_s=" << detect_s << "\n";
     // The survivors (every rank but the last) carry on without it.
     bootstrap::HalBootstrap bs2(store, "survivors/");
     phase("create survivors");

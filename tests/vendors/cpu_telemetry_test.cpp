@@ -35,14 +35,16 @@ class FakeTree : public ::testing::Test {
     write(root_ / "sys/devices/system/cpu/cpu0/thermal_throttle/core_throttle_count", "5\n");
     write(root_ / "proc/net/dev",
           "Inter-|   Receive                                                |  Transmit\n"
-          " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n"
+          " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo "
+          "colls carrier compressed\n"
           "    lo: 100 1 9 0 0 0 0 0 100 1 9 0 0 0 0 0\n"
           "  eth0: 5000 50 4 0 0 0 0 0 7000 70 6 0 0 0 0 0\n");
-    write(root_ / "proc/net/snmp",
-          "Tcp: RtoAlgorithm RtoMin RetransSegs InErrs\nTcp: 1 200 17 0\n");
-    write(root_ / "proc/meminfo", "MemTotal:       1000 kB\nMemFree:         100 kB\nMemAvailable:    400 kB\n");
+    write(root_ / "proc/net/snmp", "Tcp: RtoAlgorithm RtoMin RetransSegs InErrs\nTcp: 1 200 17 0\n");
+    write(root_ / "proc/meminfo",
+          "MemTotal:       1000 kB\nMemFree:         100 kB\nMemAvailable:    400 kB\n");
     write(root_ / "proc/stat", "cpu  100 0 100 700 100 0 0 0 0 0\n");
-    write(root_ / "proc/cpuinfo", "processor\t: 0\ncpu MHz\t\t: 2000.0\nprocessor\t: 1\ncpu MHz\t\t: 3000.0\n");
+    write(root_ / "proc/cpuinfo",
+          "processor\t: 0\ncpu MHz\t\t: 2000.0\nprocessor\t: 1\ncpu MHz\t\t: 3000.0\n");
     write(root_ / "proc/loadavg", "1.25 0.5 0.1 1/100 42\n");
     write(root_ / "proc/self/statm", "100 25 0 0 0 0 0\n");
     LoadOptions lo;

@@ -19,7 +19,8 @@ TEST(CudaVendor, WithoutAGpuLoadingSaysUnavailableAndQuotesTheCudaError) {
   } catch (const sigma::hal::PluginInitError& e) {
     // No GPU: unavailable (a skip for the conformance suite). A GPU whose
     // driver fails: an internal error (a failure), never "unavailable".
-    EXPECT_EQ(e.code(), gpu.presence == sigma_cuda::Presence::none ? sigma::Code::unavailable : sigma::Code::internal)
+    EXPECT_EQ(e.code(),
+              gpu.presence == sigma_cuda::Presence::none ? sigma::Code::unavailable : sigma::Code::internal)
         << e.what();
     const std::string m = e.what();
     EXPECT_NE(m.find("cudaGetDeviceCount"), std::string::npos) << m;

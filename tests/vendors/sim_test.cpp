@@ -81,9 +81,11 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"syntax", "duration_s: 10\nfaults: [ {kind: hang\n", "3: (syntax)"},
         Bad{"unknown_key", "duration_s: 10\nwolrd_size: 4\n", "2: wolrd_size: unknown key"},
         Bad{"wrong_type", "duration_s: ten\n", "1: duration_s: expected a number, found 'ten'"},
-        Bad{"negative_rate", "duration_s: 10\ndevices:\n  default:\n    telemetry:\n      ecc_correctable_per_s: -1\n",
+        Bad{"negative_rate",
+            "duration_s: 10\ndevices:\n  default:\n    telemetry:\n      ecc_correctable_per_s: -1\n",
             "5: devices.default.telemetry.ecc_correctable_per_s: -1"},
-        Bad{"unknown_device", "duration_s: 10\nworld_size: 2\nfaults:\n  - {kind: hang, device: 5, at_op: 1}\n",
+        Bad{"unknown_device",
+            "duration_s: 10\nworld_size: 2\nfaults:\n  - {kind: hang, device: 5, at_op: 1}\n",
             "4: faults[0].device: unknown device 5 (world_size is 2)"},
         Bad{"after_end", "duration_s: 10\nfaults:\n  - {kind: device_lost, device: 0, at_s: 11}\n",
             "3: faults[0].at_s: 11.000000 is after the scenario's end"},
@@ -93,7 +95,8 @@ INSTANTIATE_TEST_SUITE_P(
             "3: faults[0].kind: unknown fault kind 'meltdown'"},
         Bad{"missing_factor", "duration_s: 10\nfaults:\n  - {kind: slow_link, device: 0, at_s: 1}\n",
             "3: faults[0].factor: missing"},
-        Bad{"deep_nesting", "duration_s: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]\n",
+        Bad{"deep_nesting",
+            "duration_s: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]\n",
             "0: (top): nesting deeper than 32 levels"}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -114,7 +117,8 @@ TEST(Sim, MissingScenarioFileAndBadOptionsAreRefused) {
 // ---- faults, as the host sees them -----------------------------------------
 
 TEST(SimFault, DeviceLostAtAnOpFailsThatOpAndEverythingAfter) {
-  const auto path = write_scenario("lost", "duration_s: 100\nfaults:\n  - {kind: device_lost, device: 0, at_op: 3}\n");
+  const auto path =
+      write_scenario("lost", "duration_s: 100\nfaults:\n  - {kind: device_lost, device: 0, at_op: 3}\n");
   auto p = load_sim("scenario=" + path);
   Communicator comm(p, world_of_one());
   Buffer b(p, 0, 64);
@@ -132,7 +136,8 @@ TEST(SimFault, DeviceLostAtAnOpFailsThatOpAndEverythingAfter) {
 }
 
 TEST(SimFault, HangAtAnOpNeverCompletesUntilAborted) {
-  const auto path = write_scenario("hang", "duration_s: 100\nfaults:\n  - {kind: hang, device: 0, at_op: 1}\n");
+  const auto path =
+      write_scenario("hang", "duration_s: 100\nfaults:\n  - {kind: hang, device: 0, at_op: 1}\n");
   auto p = load_sim("scenario=" + path);
   Communicator comm(p, world_of_one());
   Buffer b(p, 0, 64);
@@ -150,8 +155,9 @@ TEST(SimFault, HangAtAnOpNeverCompletesUntilAborted) {
 }
 
 TEST(SimFault, ADeviceLostWhileAnOperationWaitsFailsTheWaitWithDeviceLost) {
-  const auto path = write_scenario(
-      "lost_waiting", "duration_s: 100\nfaults:\n  - {kind: hang, device: 0, at_op: 0}\n  - {kind: device_lost, device: 0, at_s: 0.3}\n");
+  const auto path = write_scenario("lost_waiting",
+                                   "duration_s: 100\nfaults:\n  - {kind: hang, device: 0, at_op: 0}\n  - "
+                                   "{kind: device_lost, device: 0, at_s: 0.3}\n");
   auto p = load_sim("scenario=" + path);
   Communicator comm(p, world_of_one());
   Buffer b(p, 0, 64);
@@ -167,7 +173,8 @@ TEST(SimFault, ADeviceLostWhileAnOperationWaitsFailsTheWaitWithDeviceLost) {
 }
 
 TEST(SimFault, SilentCorruptionChangesExactlyOneElementOfTheChosenResult) {
-  const auto path = write_scenario("sdc", "duration_s: 100\nfaults:\n  - {kind: silent_corruption, device: 0, at_op: 1}\n");
+  const auto path =
+      write_scenario("sdc", "duration_s: 100\nfaults:\n  - {kind: silent_corruption, device: 0, at_op: 1}\n");
   auto p = load_sim("scenario=" + path);
   Communicator comm(p, world_of_one());
   const uint64_t n = 1024;
@@ -206,8 +213,9 @@ TEST(SimFault, SlowLinkStretchesCollectives) {
 }
 
 TEST(SimFault, FlappingLinkRaisesLinkErrorsEveryPeriod) {
-  const auto path = write_scenario(
-      "flap", "duration_s: 1000\ntime_scale: 100\nfaults:\n  - {kind: flapping_link, device: 0, at_s: 0, duration_s: 500, period_s: 10, factor: 5}\n");
+  const auto path = write_scenario("flap",
+                                   "duration_s: 1000\ntime_scale: 100\nfaults:\n  - {kind: flapping_link, "
+                                   "device: 0, at_s: 0, duration_s: 500, period_s: 10, factor: 5}\n");
   auto p = load_sim("scenario=" + path);
   const uint64_t before = read(p, HAL_FIELD_LINK_ERRORS).value.u64;
   std::this_thread::sleep_for(600ms);  // 60 scenario seconds: 6 periods
@@ -219,7 +227,8 @@ TEST(SimFault, FlappingLinkRaisesLinkErrorsEveryPeriod) {
 TEST(SimFault, CrashTakesTheProcessDown) {
   EXPECT_EXIT(
       {
-        const auto path = write_scenario("crash", "duration_s: 100\nfaults:\n  - {kind: crash, device: 0, at_op: 2}\n");
+        const auto path =
+            write_scenario("crash", "duration_s: 100\nfaults:\n  - {kind: crash, device: 0, at_op: 2}\n");
         auto p = load_sim("scenario=" + path);
         Communicator comm(p, world_of_one());
         Buffer b(p, 0, 64);
@@ -236,7 +245,8 @@ TEST(SimTelemetry, ThermalRunawayShowsItsPrecursorsBeforeTheDeviceIsLost) {
   // burst, then the device falls off the bus at 100 s (2 s real). Above 95 C
   // for the last 21 scenario seconds: 0.4 s real, many reads even on a busy
   // machine.
-  auto p = load_sim(std::string("rank=1;time_scale=50;scenario=") + SIGMA_SCENARIO_DIR + "/thermal_runaway.yaml");
+  auto p =
+      load_sim(std::string("rank=1;time_scale=50;scenario=") + SIGMA_SCENARIO_DIR + "/thermal_runaway.yaml");
   const double t_start = read_f64(p, HAL_FIELD_TEMPERATURE_C);
   EXPECT_NEAR(t_start, 55, 2);
   double hottest = 0;
@@ -244,7 +254,8 @@ TEST(SimTelemetry, ThermalRunawayShowsItsPrecursorsBeforeTheDeviceIsLost) {
   uint64_t ecc = 0;
   const auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - t0 < 10s) {
-    auto s = p->read_telemetry(0, {HAL_FIELD_TEMPERATURE_C, HAL_FIELD_THROTTLE_REASONS, HAL_FIELD_ECC_CORRECTABLE});
+    auto s = p->read_telemetry(
+        0, {HAL_FIELD_TEMPERATURE_C, HAL_FIELD_THROTTLE_REASONS, HAL_FIELD_ECC_CORRECTABLE});
     if (s[0].status == HAL_ERR_DEVICE_LOST) break;
     hottest = std::max(hottest, s[0].value.f64);
     throttled |= (s[1].value.u64 & HAL_THROTTLE_THERMAL) != 0;
@@ -284,7 +295,6 @@ TEST(SimTelemetry, InjectedExcursionOverridesAFieldForItsDuration) {
   EXPECT_LT(read_f64(p, HAL_FIELD_TEMPERATURE_C), 100.0);
 }
 
-
 // ---- every sample scenario, replayed --------------------------------------
 
 namespace {
@@ -303,7 +313,8 @@ void replay(const std::string& file, const sim_vendor::Scenario& sc, uint32_t ra
   double last_s = 0;
   for (const auto& f : sc.faults)
     if (f.device == rank && f.at_s) last_s = std::max(last_s, *f.at_s + f.duration_s);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(last_s / 1000.0 + 0.1);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(last_s / 1000.0 + 0.1);
   uint64_t op = 0;
   while (std::chrono::steady_clock::now() < deadline || op < 600) {
     try {  // a timed device loss can strike any call
@@ -321,15 +332,20 @@ void replay(const std::string& file, const sim_vendor::Scenario& sc, uint32_t ra
   for (const auto& f : sc.faults) {
     if (f.device != rank) continue;
     switch (f.kind) {
-      case sim_vendor::FaultKind::device_lost: EXPECT_TRUE(lost) << "device_lost never seen"; break;
-      case sim_vendor::FaultKind::silent_corruption: EXPECT_TRUE(corrupted || lost) << "no corrupted result"; break;
+      case sim_vendor::FaultKind::device_lost:
+        EXPECT_TRUE(lost) << "device_lost never seen";
+        break;
+      case sim_vendor::FaultKind::silent_corruption:
+        EXPECT_TRUE(corrupted || lost) << "no corrupted result";
+        break;
       case sim_vendor::FaultKind::slow_link:
       case sim_vendor::FaultKind::flapping_link:
         if (!lost) {
           EXPECT_GT(read(p, HAL_FIELD_LINK_RETRIES).value.u64, 0u);
         }
         break;
-      default: break;  // hang and crash have tests of their own
+      default:
+        break;  // hang and crash have tests of their own
     }
   }
   if (std::none_of(sc.faults.begin(), sc.faults.end(), [&](const auto& f) { return f.device == rank; })) {

@@ -69,8 +69,10 @@ std::shared_ptr<gloo::transport::Device> tcp_device() {
   std::lock_guard lk(g_device_mu);
   if (!g_device) {
     gloo::transport::tcp::attr attr;
-    if (!options().iface.empty()) attr.iface = options().iface;
-    else attr.hostname = options().host;
+    if (!options().iface.empty())
+      attr.iface = options().iface;
+    else
+      attr.hostname = options().host;
     g_device = gloo::transport::tcp::CreateDevice(attr);
   }
   return g_device;
@@ -81,10 +83,18 @@ std::shared_ptr<gloo::transport::Device> tcp_device() {
 template <typename F>
 void with_elem(size_t esize, F&& f) {
   switch (esize) {
-    case 1: f(static_cast<uint8_t*>(nullptr)); break;
-    case 2: f(static_cast<uint16_t*>(nullptr)); break;
-    case 4: f(static_cast<uint32_t*>(nullptr)); break;
-    default: f(static_cast<uint64_t*>(nullptr)); break;
+    case 1:
+      f(static_cast<uint8_t*>(nullptr));
+      break;
+    case 2:
+      f(static_cast<uint16_t*>(nullptr));
+      break;
+    case 4:
+      f(static_cast<uint32_t*>(nullptr));
+      break;
+    default:
+      f(static_cast<uint64_t*>(nullptr));
+      break;
   }
 }
 
@@ -93,15 +103,19 @@ bool reducing(hal_coll_op_t op) { return op == HAL_COLL_ALL_REDUCE || op == HAL_
 // Synchronous argument checks of post(): nothing is queued when they fail.
 hal_status_t validate(const hal_coll_args_t& a, uint32_t rank, uint32_t size) {
   const size_t es = dtype_bytes(a.dtype);
-  if (a.op >= HAL_COLL_OP_COUNT_V1) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown op " + std::to_string(a.op));
+  if (a.op >= HAL_COLL_OP_COUNT_V1)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown op " + std::to_string(a.op));
   if (a.op != HAL_COLL_BARRIER && es == 0)
     return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown dtype " + std::to_string(a.dtype));
   if (reducing(a.op) && a.reduce_op >= HAL_REDUCE_COUNT_V1)
     return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown reduce op " + std::to_string(a.reduce_op));
   if (a.op == HAL_COLL_BROADCAST && a.root >= size)
-    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: root " + std::to_string(a.root) + " in a world of " + std::to_string(size));
+    return fail(HAL_ERR_INVALID_ARGUMENT,
+                "cpu: root " + std::to_string(a.root) + " in a world of " + std::to_string(size));
   if (a.op == HAL_COLL_SEND || a.op == HAL_COLL_RECV) {
-    if (a.peer >= size) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: peer " + std::to_string(a.peer) + " in a world of " + std::to_string(size));
+    if (a.peer >= size)
+      return fail(HAL_ERR_INVALID_ARGUMENT,
+                  "cpu: peer " + std::to_string(a.peer) + " in a world of " + std::to_string(size));
     if (a.peer == rank) return fail(HAL_ERR_NOT_SUPPORTED, "cpu: send/recv to self");
   }
   if (a.op == HAL_COLL_BARRIER) return HAL_OK;
@@ -129,11 +143,10 @@ hal_status_t validate(const hal_coll_args_t& a, uint32_t rank, uint32_t size) {
   return HAL_OK;
 }
 
-// Ends operations that have a caller's deadline (run_to_end()) at it. Gloo bounds each of its waits, not a whole operation, so a slow
-// operation made of many waits could otherwise overrun the caller's time.
-// One thread for the process, started on first use; it sleeps until the
-// earliest deadline and is woken only when a sooner one arrives (operations
-// usually end long before theirs, so most calls cost two uncontended locks).
+// Ends operations that have a caller's deadline (run_to_end()) at it. Gloo bounds each of its waits, not a
+// whole operation, so a slow operation made of many waits could otherwise overrun the caller's time. One
+// thread for the process, started on first use; it sleeps until the earliest deadline and is woken only when
+// a sooner one arrives (operations usually end long before theirs, so most calls cost two uncontended locks).
 class Watchdog {
  public:
   ~Watchdog() { stop(); }  // a process that exits without finalize
@@ -183,8 +196,10 @@ class Watchdog {
         d.fired = true;
         d.comm->expire();
       }
-      if (sleeping_until_ == UINT64_MAX) cv_.wait(lk);
-      else cv_.wait_for(lk, std::chrono::nanoseconds(sleeping_until_ - now));
+      if (sleeping_until_ == UINT64_MAX)
+        cv_.wait(lk);
+      else
+        cv_.wait_for(lk, std::chrono::nanoseconds(sleeping_until_ - now));
     }
     sleeping_until_ = UINT64_MAX;
   }
@@ -222,18 +237,21 @@ Comm::Comm(uint32_t rank, uint32_t size) : rank_(rank), size_(size), send_seq_(s
 
 hal_status_t Comm::create(const hal_comm_create_args_t& a, Comm** out) {
   if (a.world_size == 0 || a.rank >= a.world_size)
-    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: rank " + std::to_string(a.rank) + " of world " + std::to_string(a.world_size));
+    return fail(HAL_ERR_INVALID_ARGUMENT,
+                "cpu: rank " + std::to_string(a.rank) + " of world " + std::to_string(a.world_size));
   if (hal_status_t st = check_device(a.device); st != HAL_OK) return st;
   if (a.world_size > 1 && (a.bootstrap == nullptr || a.bootstrap->struct_size < HAL_BOOTSTRAP_V1_0_SIZE))
     return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: a world of several ranks needs a bootstrap");
   std::unique_ptr<Comm> c(new Comm(a.rank, a.world_size));
   if (a.world_size > 1) {
-    const auto timeout = milliseconds(std::max<uint64_t>(1, std::min<uint64_t>(a.timeout_ns / 1000000, 1ull << 40)));
+    const auto timeout =
+        milliseconds(std::max<uint64_t>(1, std::min<uint64_t>(a.timeout_ns / 1000000, 1ull << 40)));
     try {
       auto dev = tcp_device();
       std::lock_guard connect_lk(g_connect_mu);
       const auto before = open_sockets();
-      auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(a.rank), static_cast<int>(a.world_size));
+      auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(a.rank),
+                                                             static_cast<int>(a.world_size));
       {
         auto store = make_gloo_store(*a.bootstrap, timeout);  // closed before the sockets are counted
         ctx->setTimeout(timeout);
@@ -247,13 +265,16 @@ hal_status_t Comm::create(const hal_comm_create_args_t& a, Comm** out) {
         if (before.count({fd, ino})) continue;
         const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
         if (dup < 0) continue;
-        if (socket_inode(dup) == ino) c->sockets_.push_back(dup);
-        else ::close(dup);
+        if (socket_inode(dup) == ino)
+          c->sockets_.push_back(dup);
+        else
+          ::close(dup);
       }
       c->ctx_ = ctx;
     } catch (const std::exception& e) {
       const std::string what = e.what();
-      const bool timed_out = what.find("imeout") != std::string::npos || what.find("imed out") != std::string::npos;
+      const bool timed_out =
+          what.find("imeout") != std::string::npos || what.find("imed out") != std::string::npos;
       return fail(timed_out ? HAL_ERR_TIMEOUT : HAL_ERR_UNAVAILABLE,
                   "cpu: connecting rank " + std::to_string(a.rank) + " of " + std::to_string(a.world_size) +
                       " failed: " + what);
@@ -322,8 +343,10 @@ hal_status_t Comm::run_to_end(const hal_coll_args_t& args, uint64_t timeout_ns) 
   RequestState& r = *op.req;
   std::unique_lock lk(r.mu);
   auto done = [&] { return r.status != HAL_IN_PROGRESS; };
-  if (op.deadline_ns == 0) r.cv.wait(lk, done);
-  else r.cv.wait_for(lk, std::chrono::nanoseconds(op.deadline_ns - std::min(op.deadline_ns, now_ns())), done);
+  if (op.deadline_ns == 0)
+    r.cv.wait(lk, done);
+  else
+    r.cv.wait_for(lk, std::chrono::nanoseconds(op.deadline_ns - std::min(op.deadline_ns, now_ns())), done);
   if (r.status == HAL_IN_PROGRESS) {
     // Still queued or running on the worker: it must not be left behind
     // with the caller's buffers, so the communicator goes (bounded).
@@ -478,7 +501,8 @@ void Comm::run(const hal_coll_args_t& a) {
       gloo::allgather(o);
       return;
     }
-    case HAL_COLL_REDUCE_SCATTER: return run_reduce_scatter(a);
+    case HAL_COLL_REDUCE_SCATTER:
+      return run_reduce_scatter(a);
     case HAL_COLL_ALL_TO_ALL: {
       if (a.count == 0) return;
       gloo::AlltoallOptions o(ctx_);
@@ -490,7 +514,8 @@ void Comm::run(const hal_coll_args_t& a) {
       gloo::alltoall(o);
       return;
     }
-    case HAL_COLL_ALL_TO_ALLV: return run_all_to_allv(a);
+    case HAL_COLL_ALL_TO_ALLV:
+      return run_all_to_allv(a);
     case HAL_COLL_BROADCAST: {
       if (a.count == 0) return;
       gloo::BroadcastOptions o(ctx_);
@@ -509,8 +534,10 @@ void Comm::run(const hal_coll_args_t& a) {
       return;
     }
     case HAL_COLL_SEND:
-    case HAL_COLL_RECV: return run_p2p(a);
-    default: throw std::logic_error("unreachable op");
+    case HAL_COLL_RECV:
+      return run_p2p(a);
+    default:
+      throw std::logic_error("unreachable op");
   }
 }
 

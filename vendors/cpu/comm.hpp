@@ -67,7 +67,7 @@ class Comm {
   hal_status_t admit(const hal_coll_args_t& args) const;  // post's checks
   Comm(uint32_t rank, uint32_t size);
   void worker_loop();
-  void execute(Op& op);  // runs it (caller set running_), completes the request
+  void execute(Op& op);                // runs it (caller set running_), completes the request
   void run(const hal_coll_args_t& a);  // throws on failure
   void run_local(const hal_coll_args_t& a);
   void run_all_to_allv(const hal_coll_args_t& a);
@@ -88,7 +88,7 @@ class Comm {
   std::atomic<hal_status_t> async_error_{HAL_OK};
   std::vector<uint64_t> send_seq_, recv_seq_;  // per peer, whoever holds running_
   std::vector<uint8_t> scratch_;               // whoever holds running_
-  std::vector<int> sockets_;  // duplicates of this comm's TCP connections, owned
+  std::vector<int> sockets_;                   // duplicates of this comm's TCP connections, owned
   std::thread worker_;
 };
 

@@ -18,11 +18,11 @@ uint64_t now_ns();
 
 // Options parsed from hal_init_args_t.options ("key=value;key=value").
 struct Options {
-  std::string host = "127.0.0.1";  // address this process listens on for peers
-  std::string iface;               // or: a network interface to listen on
-  uint64_t op_timeout_ms = 600000; // a collective that takes longer fails
+  std::string host = "127.0.0.1";     // address this process listens on for peers
+  std::string iface;                  // or: a network interface to listen on
+  uint64_t op_timeout_ms = 600000;    // a collective that takes longer fails
   bool force_callback_store = false;  // use the host's callbacks even for file:// and redis://
-  std::string telemetry_root;      // read /sys and /proc below this folder (tests)
+  std::string telemetry_root;         // read /sys and /proc below this folder (tests)
 };
 
 // Parses the options string; on a malformed one returns false and sets why.

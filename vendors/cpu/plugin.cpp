@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -65,9 +65,12 @@ void fill_peak_flops(hal_device_props_t& p) {
   }
   auto has = [&](const char* f) { return flags.find(std::string(" ") + f) != std::string::npos; };
   double f32_per_cycle = 8;  // SSE: 4-wide mul + add
-  if (has("avx512f")) f32_per_cycle = 64;
-  else if (has("avx2") && has("fma")) f32_per_cycle = 32;
-  else if (has("avx")) f32_per_cycle = 16;
+  if (has("avx512f"))
+    f32_per_cycle = 64;
+  else if (has("avx2") && has("fma"))
+    f32_per_cycle = 32;
+  else if (has("avx"))
+    f32_per_cycle = 16;
   const double cores = static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN));
   const double f32 = cores * mhz * 1e6 * f32_per_cycle;
   p.peak_flops[HAL_DTYPE_F32] = f32;
@@ -102,8 +105,10 @@ bool parse_options(const char* text, Options& out, std::string& why) {
       return false;
     }
     const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
-    if (k == "host") out.host = v;
-    else if (k == "iface") out.iface = v;
+    if (k == "host")
+      out.host = v;
+    else if (k == "iface")
+      out.iface = v;
     else if (k == "op_timeout_ms") {
       char* end = nullptr;
       out.op_timeout_ms = std::strtoull(v.c_str(), &end, 10);
@@ -135,7 +140,8 @@ const Options& options() { return g_options; }
 
 hal_status_t check_device(uint32_t device) {
   if (!initialised()) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: not initialised");
-  if (device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: no device " + std::to_string(device) + " (one per process)");
+  if (device != 0)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: no device " + std::to_string(device) + " (one per process)");
   return HAL_OK;
 }
 
@@ -221,7 +227,8 @@ hal_status_t cpu_get_props(uint32_t device, hal_device_props_t* p) {
 hal_status_t cpu_mem_alloc(uint32_t device, uint64_t size, uint64_t alignment, void** ptr) {
   if (ptr == nullptr) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: ptr is NULL");
   if (alignment != 0 && (alignment & (alignment - 1)) != 0)
-    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: alignment " + std::to_string(alignment) + " is not a power of two");
+    return fail(HAL_ERR_INVALID_ARGUMENT,
+                "cpu: alignment " + std::to_string(alignment) + " is not a power of two");
   if (hal_status_t st = check_device(device); st != HAL_OK) return st;
   // Large buffers are 2 MiB aligned and offered to transparent huge pages.
   alignment = std::max<uint64_t>({alignment, 64, size >= kHugePage ? kHugePage : 0});
@@ -241,7 +248,8 @@ hal_status_t cpu_mem_free(uint32_t device, void* ptr) {
   {
     std::lock_guard lk(g_mu);
     auto it = g_allocs.find(ptr);
-    if (it == g_allocs.end()) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: pointer was not allocated by this plugin");
+    if (it == g_allocs.end())
+      return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: pointer was not allocated by this plugin");
     g_allocs.erase(it);
   }
   std::free(ptr);
@@ -250,14 +258,14 @@ hal_status_t cpu_mem_free(uint32_t device, void* ptr) {
 
 hal_status_t cpu_memcpy(uint32_t device, void* dst, const void* src, uint64_t size, hal_copy_kind_t kind,
                         hal_stream_t) {
-  if (kind > HAL_COPY_DEVICE_TO_DEVICE) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown copy kind " + std::to_string(kind));
-  if (size > 0 && (dst == nullptr || src == nullptr)) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: NULL buffer in memcpy");
+  if (kind > HAL_COPY_DEVICE_TO_DEVICE)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown copy kind " + std::to_string(kind));
+  if (size > 0 && (dst == nullptr || src == nullptr))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: NULL buffer in memcpy");
   if (hal_status_t st = check_device(device); st != HAL_OK) return st;
   if (size > 0) std::memmove(dst, src, size);
   return HAL_OK;
 }
-
-
 
 hal_status_t cpu_list_fields(uint32_t device, hal_field_info_t* fields, uint32_t capacity, uint32_t* count) {
   if (count == nullptr) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: count is NULL");
@@ -268,8 +276,10 @@ hal_status_t cpu_list_fields(uint32_t device, hal_field_info_t* fields, uint32_t
   return HAL_OK;
 }
 
-hal_status_t cpu_read(uint32_t device, const hal_field_id_t* ids, uint32_t n, hal_telemetry_sample_t* samples) {
-  if (n > 0 && (ids == nullptr || samples == nullptr)) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: ids or samples is NULL");
+hal_status_t cpu_read(uint32_t device, const hal_field_id_t* ids, uint32_t n,
+                      hal_telemetry_sample_t* samples) {
+  if (n > 0 && (ids == nullptr || samples == nullptr))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: ids or samples is NULL");
   if (hal_status_t st = check_device(device); st != HAL_OK) return st;
   g_telemetry->read(ids, n, samples);
   return HAL_OK;
@@ -295,7 +305,8 @@ bool live(hal_comm_t comm) {
 hal_status_t cpu_comm_destroy(hal_comm_t comm) {
   {
     std::lock_guard lk(g_mu);
-    if (comm == nullptr || g_comms.erase(comm) == 0) return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown comm");
+    if (comm == nullptr || g_comms.erase(comm) == 0)
+      return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown comm");
     for (auto* r : g_requests)
       if (r->comm == comm) r->comm = nullptr;
   }
@@ -360,13 +371,16 @@ hal_status_t cpu_wait(hal_request_t r, uint64_t timeout_ns) {
   {
     std::unique_lock lk(r->state->mu);
     auto done = [&] { return r->state->status != HAL_IN_PROGRESS; };
-    if (timeout_ns >= (uint64_t{1} << 62)) r->state->cv.wait(lk, done);
-    else r->state->cv.wait_for(lk, std::chrono::nanoseconds(timeout_ns), done);
+    if (timeout_ns >= (uint64_t{1} << 62))
+      r->state->cv.wait(lk, done);
+    else
+      r->state->cv.wait_for(lk, std::chrono::nanoseconds(timeout_ns), done);
     st = r->state->status;
   }
   if (st == HAL_IN_PROGRESS)
     return timeout_ns == 0 ? HAL_IN_PROGRESS
-                           : fail(HAL_ERR_TIMEOUT, "cpu: operation still running after " + std::to_string(timeout_ns) + " ns");
+                           : fail(HAL_ERR_TIMEOUT,
+                                  "cpu: operation still running after " + std::to_string(timeout_ns) + " ns");
   return finished(r, st);
 }
 

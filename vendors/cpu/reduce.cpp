@@ -17,7 +17,8 @@ inline float bf16_to_f32(uint16_t h) {
 inline uint16_t f32_to_bf16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
-  if ((x & 0x7F800000u) == 0x7F800000u && (x & 0x7FFFFFu) != 0) return static_cast<uint16_t>((x >> 16) | 0x40);
+  if ((x & 0x7F800000u) == 0x7F800000u && (x & 0x7FFFFFu) != 0)
+    return static_cast<uint16_t>((x >> 16) | 0x40);
   x += 0x7FFFu + ((x >> 16) & 1u);
   return static_cast<uint16_t>(x >> 16);
 }
@@ -35,10 +36,30 @@ inline uint16_t f32_to_f16(float f) {
   return h;
 }
 
-struct Sum { template <typename T> static T apply(T a, T b) { return a + b; } };
-struct Prod { template <typename T> static T apply(T a, T b) { return a * b; } };
-struct Min { template <typename T> static T apply(T a, T b) { return std::min(a, b); } };
-struct Max { template <typename T> static T apply(T a, T b) { return std::max(a, b); } };
+struct Sum {
+  template <typename T>
+  static T apply(T a, T b) {
+    return a + b;
+  }
+};
+struct Prod {
+  template <typename T>
+  static T apply(T a, T b) {
+    return a * b;
+  }
+};
+struct Min {
+  template <typename T>
+  static T apply(T a, T b) {
+    return std::min(a, b);
+  }
+};
+struct Max {
+  template <typename T>
+  static T apply(T a, T b) {
+    return std::max(a, b);
+  }
+};
 
 // Native types: a plain loop the compiler vectorises.
 template <typename T, typename Op>
@@ -61,14 +82,22 @@ void half(void* out, const void* a, const void* b, size_t n) {
 template <typename Op>
 ReduceFn for_dtype(hal_dtype_t dtype) {
   switch (dtype) {
-    case HAL_DTYPE_F32: return native<float, Op>;
-    case HAL_DTYPE_F64: return native<double, Op>;
-    case HAL_DTYPE_I32: return native<int32_t, Op>;
-    case HAL_DTYPE_I64: return native<int64_t, Op>;
-    case HAL_DTYPE_U8: return native<uint8_t, Op>;
-    case HAL_DTYPE_F16: return half<f16_to_f32, f32_to_f16, Op>;
-    case HAL_DTYPE_BF16: return half<bf16_to_f32, f32_to_bf16, Op>;
-    default: return nullptr;
+    case HAL_DTYPE_F32:
+      return native<float, Op>;
+    case HAL_DTYPE_F64:
+      return native<double, Op>;
+    case HAL_DTYPE_I32:
+      return native<int32_t, Op>;
+    case HAL_DTYPE_I64:
+      return native<int64_t, Op>;
+    case HAL_DTYPE_U8:
+      return native<uint8_t, Op>;
+    case HAL_DTYPE_F16:
+      return half<f16_to_f32, f32_to_f16, Op>;
+    case HAL_DTYPE_BF16:
+      return half<bf16_to_f32, f32_to_bf16, Op>;
+    default:
+      return nullptr;
   }
 }
 
@@ -94,25 +123,45 @@ size_t dtype_bytes(hal_dtype_t dtype) {
 ReduceFn reduce_function(hal_dtype_t dtype, hal_reduce_op_t op) {
   switch (op) {
     case HAL_REDUCE_SUM:
-    case HAL_REDUCE_AVG: return for_dtype<Sum>(dtype);
-    case HAL_REDUCE_PROD: return for_dtype<Prod>(dtype);
-    case HAL_REDUCE_MIN: return for_dtype<Min>(dtype);
-    case HAL_REDUCE_MAX: return for_dtype<Max>(dtype);
-    default: return nullptr;
+    case HAL_REDUCE_AVG:
+      return for_dtype<Sum>(dtype);
+    case HAL_REDUCE_PROD:
+      return for_dtype<Prod>(dtype);
+    case HAL_REDUCE_MIN:
+      return for_dtype<Min>(dtype);
+    case HAL_REDUCE_MAX:
+      return for_dtype<Max>(dtype);
+    default:
+      return nullptr;
   }
 }
 
 void divide_by(hal_dtype_t dtype, void* buf, size_t n, uint32_t divisor) {
   if (divisor <= 1) return;
   switch (dtype) {
-    case HAL_DTYPE_F32: divide_native<float>(buf, n, divisor); break;
-    case HAL_DTYPE_F64: divide_native<double>(buf, n, divisor); break;
-    case HAL_DTYPE_I32: divide_native<int32_t>(buf, n, divisor); break;
-    case HAL_DTYPE_I64: divide_native<int64_t>(buf, n, divisor); break;
-    case HAL_DTYPE_U8: divide_native<uint8_t>(buf, n, divisor); break;
-    case HAL_DTYPE_F16: divide_half<f16_to_f32, f32_to_f16>(buf, n, divisor); break;
-    case HAL_DTYPE_BF16: divide_half<bf16_to_f32, f32_to_bf16>(buf, n, divisor); break;
-    default: break;
+    case HAL_DTYPE_F32:
+      divide_native<float>(buf, n, divisor);
+      break;
+    case HAL_DTYPE_F64:
+      divide_native<double>(buf, n, divisor);
+      break;
+    case HAL_DTYPE_I32:
+      divide_native<int32_t>(buf, n, divisor);
+      break;
+    case HAL_DTYPE_I64:
+      divide_native<int64_t>(buf, n, divisor);
+      break;
+    case HAL_DTYPE_U8:
+      divide_native<uint8_t>(buf, n, divisor);
+      break;
+    case HAL_DTYPE_F16:
+      divide_half<f16_to_f32, f32_to_f16>(buf, n, divisor);
+      break;
+    case HAL_DTYPE_BF16:
+      divide_half<bf16_to_f32, f32_to_bf16>(buf, n, divisor);
+      break;
+    default:
+      break;
   }
 }
 

@@ -30,7 +30,8 @@ double gemm_max_rel_error(int n) {
       ref[i * n + j] = s;
     }
   double worst = 0;
-  for (int i = 0; i < n * n; ++i) worst = std::max(worst, std::fabs(c[i] - ref[i]) / (std::fabs(ref[i]) + 1.0));
+  for (int i = 0; i < n * n; ++i)
+    worst = std::max(worst, std::fabs(c[i] - ref[i]) / (std::fabs(ref[i]) + 1.0));
   return worst;
 }
 
@@ -50,7 +51,8 @@ hal_status_t self_test(uint32_t device, uint64_t budget, hal_self_test_result_t*
   const size_t words = static_cast<size_t>(bytes / 8);
   std::unique_ptr<uint64_t[]> buf(new (std::nothrow) uint64_t[words]);
   std::unique_ptr<uint64_t[]> copy(new (std::nothrow) uint64_t[words]);
-  if (!buf || !copy) return fail(HAL_ERR_OUT_OF_MEMORY, "cpu: self-test buffers of " + std::to_string(bytes) + " bytes");
+  if (!buf || !copy)
+    return fail(HAL_ERR_OUT_OF_MEMORY, "cpu: self-test buffers of " + std::to_string(bytes) + " bytes");
   // Two patterns: address-derived words and their complement, so every bit
   // is seen both as 0 and as 1. volatile: the read-back must touch memory.
   volatile uint64_t* v = buf.get();
@@ -71,8 +73,9 @@ hal_status_t self_test(uint32_t device, uint64_t budget, hal_self_test_result_t*
   r->copy_bandwidth = best;
   r->passed = r->gemm_max_rel_error < 1e-4 && r->memory_pattern_errors == 0 && best > 0;
   r->duration_s = static_cast<double>(now_ns() - t0) * 1e-9;
-  std::snprintf(r->message, sizeof(r->message), "gemm rel err %.2e, %llu pattern errors over %llu MiB, copy %.1f GB/s",
-                r->gemm_max_rel_error, static_cast<unsigned long long>(r->memory_pattern_errors),
+  std::snprintf(r->message, sizeof(r->message),
+                "gemm rel err %.2e, %llu pattern errors over %llu MiB, copy %.1f GB/s", r->gemm_max_rel_error,
+                static_cast<unsigned long long>(r->memory_pattern_errors),
                 static_cast<unsigned long long>(r->memory_bytes_tested >> 20), best * 1e-9);
   return HAL_OK;
 }

@@ -19,7 +19,8 @@ class CallbackStore final : public gloo::rendezvous::Store {
 
   void set(const std::string& key, const std::vector<char>& data) override {
     const hal_status_t st = bs_.kv_set(bs_.ctx, key.c_str(), data.data(), data.size());
-    if (st != HAL_OK) throw gloo::IoException("bootstrap kv_set('" + key + "') failed with status " + std::to_string(st));
+    if (st != HAL_OK)
+      throw gloo::IoException("bootstrap kv_set('" + key + "') failed with status " + std::to_string(st));
   }
 
   std::vector<char> get(const std::string& key) override {
@@ -48,7 +49,8 @@ class CallbackStore final : public gloo::rendezvous::Store {
     if (st == HAL_ERR_TIMEOUT)
       throw gloo::IoException("Timeout waiting for bootstrap key '" + key + "' after " +
                               std::to_string(timeout.count()) + " ms");
-    if (st != HAL_OK) throw gloo::IoException("bootstrap kv_get('" + key + "') failed with status " + std::to_string(st));
+    if (st != HAL_OK)
+      throw gloo::IoException("bootstrap kv_get('" + key + "') failed with status " + std::to_string(st));
     if (size) *size = got;
   }
 
@@ -70,7 +72,9 @@ class OwningPrefixStore final : public gloo::rendezvous::Store {
   void set(const std::string& k, const std::vector<char>& d) override { prefixed_.set(k, d); }
   std::vector<char> get(const std::string& k) override { return prefixed_.get(k); }
   void wait(const std::vector<std::string>& k) override { prefixed_.wait(k); }
-  void wait(const std::vector<std::string>& k, const std::chrono::milliseconds& t) override { prefixed_.wait(k, t); }
+  void wait(const std::vector<std::string>& k, const std::chrono::milliseconds& t) override {
+    prefixed_.wait(k, t);
+  }
 
  private:
   std::unique_ptr<gloo::rendezvous::Store> inner_;

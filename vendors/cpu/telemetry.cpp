@@ -111,21 +111,36 @@ void Telemetry::read(const hal_field_id_t* ids, uint32_t n, hal_telemetry_sample
 
 Telemetry::Reading Telemetry::read_one(hal_field_id_t id, uint64_t now) {
   switch (id) {
-    case HAL_FIELD_TEMPERATURE_C: return temperature();
-    case HAL_FIELD_POWER_W: return power(now);
-    case HAL_FIELD_ENERGY_J: return energy();
-    case HAL_FIELD_CLOCK_COMPUTE_MHZ: return clock();
-    case HAL_FIELD_UTILIZATION_PCT: return utilization();
-    case HAL_FIELD_MEMORY_USED_BYTES: return meminfo("used");
-    case HAL_FIELD_MEMORY_TOTAL_BYTES: return meminfo("MemTotal");
-    case HAL_FIELD_ECC_CORRECTABLE: return edac("ce_count", ce_last_);
-    case HAL_FIELD_ECC_UNCORRECTABLE: return edac("ue_count", ue_last_);
-    case HAL_FIELD_LINK_ERRORS: return net_errors();
-    case HAL_FIELD_LINK_RETRIES: return tcp_retransmits();
-    case HAL_FIELD_THROTTLE_REASONS: return throttle();
-    case kFieldLoadAvg1m: return loadavg();
-    case kFieldProcessRss: return rss();
-    default: return {};
+    case HAL_FIELD_TEMPERATURE_C:
+      return temperature();
+    case HAL_FIELD_POWER_W:
+      return power(now);
+    case HAL_FIELD_ENERGY_J:
+      return energy();
+    case HAL_FIELD_CLOCK_COMPUTE_MHZ:
+      return clock();
+    case HAL_FIELD_UTILIZATION_PCT:
+      return utilization();
+    case HAL_FIELD_MEMORY_USED_BYTES:
+      return meminfo("used");
+    case HAL_FIELD_MEMORY_TOTAL_BYTES:
+      return meminfo("MemTotal");
+    case HAL_FIELD_ECC_CORRECTABLE:
+      return edac("ce_count", ce_last_);
+    case HAL_FIELD_ECC_UNCORRECTABLE:
+      return edac("ue_count", ue_last_);
+    case HAL_FIELD_LINK_ERRORS:
+      return net_errors();
+    case HAL_FIELD_LINK_RETRIES:
+      return tcp_retransmits();
+    case HAL_FIELD_THROTTLE_REASONS:
+      return throttle();
+    case kFieldLoadAvg1m:
+      return loadavg();
+    case kFieldProcessRss:
+      return rss();
+    default:
+      return {};
   }
 }
 
@@ -163,8 +178,8 @@ Telemetry::Reading Telemetry::energy() {
   }
   if (!found) return {};
   if (energy_seen_) {
-    const uint64_t delta = total_uj >= energy_last_uj_ ? total_uj - energy_last_uj_
-                                                       : total_uj + range_uj - energy_last_uj_;
+    const uint64_t delta =
+        total_uj >= energy_last_uj_ ? total_uj - energy_last_uj_ : total_uj + range_uj - energy_last_uj_;
     energy_j_ += static_cast<double>(delta) * 1e-6;
   }
   energy_last_uj_ = total_uj;

@@ -13,8 +13,8 @@
 namespace cpu_vendor {
 
 enum : uint32_t {
-  kFieldLoadAvg1m = HAL_FIELD_VENDOR_FIRST + 1,    // f64, /proc/loadavg
-  kFieldProcessRss = HAL_FIELD_VENDOR_FIRST + 2,   // u64 bytes, /proc/self/statm
+  kFieldLoadAvg1m = HAL_FIELD_VENDOR_FIRST + 1,   // f64, /proc/loadavg
+  kFieldProcessRss = HAL_FIELD_VENDOR_FIRST + 2,  // u64 bytes, /proc/self/statm
 };
 
 // Thread-safety: every method may be called from any thread, concurrently.

@@ -37,8 +37,10 @@ std::set<hal_request_s*> g_requests;
 
 hal_status_t nccl_fail(ncclResult_t r, const std::string& what, hal_comm_s* c = nullptr) {
   hal_status_t st = HAL_ERR_INTERNAL;
-  if (r == ncclInvalidArgument || r == ncclInvalidUsage) st = HAL_ERR_INVALID_ARGUMENT;
-  else if (r == ncclRemoteError || r == ncclSystemError) st = HAL_ERR_REMOTE_ERROR;
+  if (r == ncclInvalidArgument || r == ncclInvalidUsage)
+    st = HAL_ERR_INVALID_ARGUMENT;
+  else if (r == ncclRemoteError || r == ncclSystemError)
+    st = HAL_ERR_REMOTE_ERROR;
   std::string msg = "cuda: " + what + ": " + ncclGetErrorString(r);
   if (c != nullptr) {
     if (const char* last = ncclGetLastError(c->nccl); last && *last) msg += std::string(" (") + last + ")";
@@ -69,34 +71,67 @@ bool aborted(hal_comm_t c) {
 
 bool dtype_of(hal_dtype_t d, ncclDataType_t& out) {
   switch (d) {
-    case HAL_DTYPE_F32: out = ncclFloat32; return true;
-    case HAL_DTYPE_F16: out = ncclFloat16; return true;
-    case HAL_DTYPE_BF16: out = ncclBfloat16; return true;
-    case HAL_DTYPE_F64: out = ncclFloat64; return true;
-    case HAL_DTYPE_I32: out = ncclInt32; return true;
-    case HAL_DTYPE_I64: out = ncclInt64; return true;
-    case HAL_DTYPE_U8: out = ncclUint8; return true;
-    default: return false;
+    case HAL_DTYPE_F32:
+      out = ncclFloat32;
+      return true;
+    case HAL_DTYPE_F16:
+      out = ncclFloat16;
+      return true;
+    case HAL_DTYPE_BF16:
+      out = ncclBfloat16;
+      return true;
+    case HAL_DTYPE_F64:
+      out = ncclFloat64;
+      return true;
+    case HAL_DTYPE_I32:
+      out = ncclInt32;
+      return true;
+    case HAL_DTYPE_I64:
+      out = ncclInt64;
+      return true;
+    case HAL_DTYPE_U8:
+      out = ncclUint8;
+      return true;
+    default:
+      return false;
   }
 }
 
 bool op_of(hal_reduce_op_t o, ncclRedOp_t& out) {
   switch (o) {
-    case HAL_REDUCE_SUM: out = ncclSum; return true;
-    case HAL_REDUCE_PROD: out = ncclProd; return true;
-    case HAL_REDUCE_MIN: out = ncclMin; return true;
-    case HAL_REDUCE_MAX: out = ncclMax; return true;
-    case HAL_REDUCE_AVG: out = ncclAvg; return true;
-    default: return false;
+    case HAL_REDUCE_SUM:
+      out = ncclSum;
+      return true;
+    case HAL_REDUCE_PROD:
+      out = ncclProd;
+      return true;
+    case HAL_REDUCE_MIN:
+      out = ncclMin;
+      return true;
+    case HAL_REDUCE_MAX:
+      out = ncclMax;
+      return true;
+    case HAL_REDUCE_AVG:
+      out = ncclAvg;
+      return true;
+    default:
+      return false;
   }
 }
 
 size_t elem_size(hal_dtype_t d) {
   switch (d) {
-    case HAL_DTYPE_F64: case HAL_DTYPE_I64: return 8;
-    case HAL_DTYPE_F32: case HAL_DTYPE_I32: return 4;
-    case HAL_DTYPE_F16: case HAL_DTYPE_BF16: return 2;
-    default: return 1;
+    case HAL_DTYPE_F64:
+    case HAL_DTYPE_I64:
+      return 8;
+    case HAL_DTYPE_F32:
+    case HAL_DTYPE_I32:
+      return 4;
+    case HAL_DTYPE_F16:
+    case HAL_DTYPE_BF16:
+      return 2;
+    default:
+      return 1;
   }
 }
 
@@ -104,22 +139,30 @@ hal_status_t comm_create(const hal_comm_create_args_t* a, hal_comm_t* out) {
   if (a == nullptr || out == nullptr || a->struct_size < HAL_COMM_CREATE_ARGS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: comm args NULL or struct_size too small");
   if (a->world_size == 0 || a->rank >= a->world_size)
-    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: rank " + std::to_string(a->rank) + " of world " + std::to_string(a->world_size));
-  if (a->world_size > 1 && (a->bootstrap == nullptr || a->bootstrap->kv_set == nullptr || a->bootstrap->kv_get == nullptr))
+    return fail(HAL_ERR_INVALID_ARGUMENT,
+                "cuda: rank " + std::to_string(a->rank) + " of world " + std::to_string(a->world_size));
+  if (a->world_size > 1 &&
+      (a->bootstrap == nullptr || a->bootstrap->kv_set == nullptr || a->bootstrap->kv_get == nullptr))
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: a world of several ranks needs the bootstrap callbacks");
   if (hal_status_t st = use_device(a->device); st != HAL_OK) return st;
   ncclUniqueId id{};
   if (a->rank == 0) {
     if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) return nccl_fail(r, "ncclGetUniqueId");
     if (a->world_size > 1) {
-      if (hal_status_t st = a->bootstrap->kv_set(a->bootstrap->ctx, "nccl_unique_id", &id, sizeof id); st != HAL_OK)
+      if (hal_status_t st = a->bootstrap->kv_set(a->bootstrap->ctx, "nccl_unique_id", &id, sizeof id);
+          st != HAL_OK)
         return fail(st, "cuda: bootstrap kv_set(nccl_unique_id) failed with status " + std::to_string(st));
     }
   } else {
     uint64_t size = 0;
-    const hal_status_t st = a->bootstrap->kv_get(a->bootstrap->ctx, "nccl_unique_id", &id, sizeof id, &size, a->timeout_ns);
-    if (st != HAL_OK) return fail(st, "cuda: waiting for rank 0's NCCL id through the bootstrap: status " + std::to_string(st));
-    if (size != sizeof id) return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: the bootstrap's nccl_unique_id has " + std::to_string(size) + " bytes");
+    const hal_status_t st =
+        a->bootstrap->kv_get(a->bootstrap->ctx, "nccl_unique_id", &id, sizeof id, &size, a->timeout_ns);
+    if (st != HAL_OK)
+      return fail(st,
+                  "cuda: waiting for rank 0's NCCL id through the bootstrap: status " + std::to_string(st));
+    if (size != sizeof id)
+      return fail(HAL_ERR_INVALID_ARGUMENT,
+                  "cuda: the bootstrap's nccl_unique_id has " + std::to_string(size) + " bytes");
   }
   auto c = std::make_unique<hal_comm_s>();
   c->device = a->device;
@@ -127,8 +170,10 @@ hal_status_t comm_create(const hal_comm_create_args_t* a, hal_comm_t* out) {
   c->world = a->world_size;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  ncclResult_t r = ncclCommInitRankConfig(&c->nccl, static_cast<int>(a->world_size), id, static_cast<int>(a->rank), &config);
-  if (r == ncclInProgress || r == ncclSuccess) r = settle(c->nccl, a->timeout_ns ? a->timeout_ns : 60'000'000'000ull);
+  ncclResult_t r = ncclCommInitRankConfig(&c->nccl, static_cast<int>(a->world_size), id,
+                                          static_cast<int>(a->rank), &config);
+  if (r == ncclInProgress || r == ncclSuccess)
+    r = settle(c->nccl, a->timeout_ns ? a->timeout_ns : 60'000'000'000ull);
   if (r == ncclInProgress) {
     ncclCommAbort(c->nccl);
     return fail(HAL_ERR_TIMEOUT, "cuda: ncclCommInitRankConfig: the other ranks did not arrive within " +
@@ -162,8 +207,10 @@ void release(hal_comm_s* c, bool abort) {
       // A clean goodbye, bounded: a peer that is gone turns it into an abort.
       ncclResult_t r = ncclCommFinalize(c->nccl);
       if (r == ncclInProgress || r == ncclSuccess) r = settle(c->nccl, 10'000'000'000ull);
-      if (r == ncclSuccess) ncclCommDestroy(c->nccl);
-      else ncclCommAbort(c->nccl);
+      if (r == ncclSuccess)
+        ncclCommDestroy(c->nccl);
+      else
+        ncclCommAbort(c->nccl);
     }
   }
   cudaStreamSynchronize(c->stream);
@@ -176,7 +223,8 @@ hal_status_t comm_destroy(hal_comm_t comm) {
   bool was_aborted;
   {
     std::lock_guard lk(g_mu);
-    if (comm == nullptr || g_comms.erase(comm) == 0) return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown comm");
+    if (comm == nullptr || g_comms.erase(comm) == 0)
+      return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown comm");
     for (auto* r : g_requests)
       if (r->comm == comm) r->comm = nullptr;
     was_aborted = comm->aborted;
@@ -189,7 +237,8 @@ hal_status_t comm_destroy(hal_comm_t comm) {
 hal_status_t comm_abort(hal_comm_t comm) {
   {
     std::lock_guard lk(g_mu);
-    if (comm == nullptr || g_comms.count(comm) == 0) return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown comm");
+    if (comm == nullptr || g_comms.count(comm) == 0)
+      return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown comm");
     if (comm->aborted) return HAL_OK;
     comm->aborted = true;
     // Under the lock, so that no test() reads the communicator while NCCL
@@ -205,32 +254,41 @@ hal_status_t async_error(hal_comm_t comm, hal_status_t* error) {
   ncclResult_t state = ncclSuccess;
   {
     std::lock_guard lk(g_mu);
-    if (comm == nullptr || g_comms.count(comm) == 0) return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown comm");
+    if (comm == nullptr || g_comms.count(comm) == 0)
+      return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown comm");
     if (comm->aborted) {
       *error = HAL_ERR_ABORTED;
       return HAL_OK;
     }
     ncclCommGetAsyncError(comm->nccl, &state);
   }
-  *error = state == ncclSuccess || state == ncclInProgress ? HAL_OK
+  *error = state == ncclSuccess || state == ncclInProgress        ? HAL_OK
            : state == ncclRemoteError || state == ncclSystemError ? HAL_ERR_REMOTE_ERROR
                                                                   : HAL_ERR_INTERNAL;
   return HAL_OK;
 }
 
 // Enqueues one collective; grouped calls for the all-to-alls.
-ncclResult_t enqueue(hal_comm_s* c, const hal_coll_args_t& a, ncclDataType_t dt, ncclRedOp_t op, cudaStream_t s) {
+ncclResult_t enqueue(hal_comm_s* c, const hal_coll_args_t& a, ncclDataType_t dt, ncclRedOp_t op,
+                     cudaStream_t s) {
   const size_t es = elem_size(a.dtype);
   const auto* send = static_cast<const char*>(a.sendbuf);
   auto* recv = static_cast<char*>(a.recvbuf);
   switch (a.op) {
-    case HAL_COLL_ALL_REDUCE: return ncclAllReduce(send, recv, a.count, dt, op, c->nccl, s);
-    case HAL_COLL_ALL_GATHER: return ncclAllGather(send, recv, a.count, dt, c->nccl, s);
-    case HAL_COLL_REDUCE_SCATTER: return ncclReduceScatter(send, recv, a.count, dt, op, c->nccl, s);
-    case HAL_COLL_BROADCAST: return ncclBroadcast(send, recv, a.count, dt, static_cast<int>(a.root), c->nccl, s);
-    case HAL_COLL_BARRIER: return ncclAllReduce(c->scratch, c->scratch, 1, ncclFloat32, ncclSum, c->nccl, s);
-    case HAL_COLL_SEND: return ncclSend(send, a.count, dt, static_cast<int>(a.peer), c->nccl, s);
-    case HAL_COLL_RECV: return ncclRecv(recv, a.count, dt, static_cast<int>(a.peer), c->nccl, s);
+    case HAL_COLL_ALL_REDUCE:
+      return ncclAllReduce(send, recv, a.count, dt, op, c->nccl, s);
+    case HAL_COLL_ALL_GATHER:
+      return ncclAllGather(send, recv, a.count, dt, c->nccl, s);
+    case HAL_COLL_REDUCE_SCATTER:
+      return ncclReduceScatter(send, recv, a.count, dt, op, c->nccl, s);
+    case HAL_COLL_BROADCAST:
+      return ncclBroadcast(send, recv, a.count, dt, static_cast<int>(a.root), c->nccl, s);
+    case HAL_COLL_BARRIER:
+      return ncclAllReduce(c->scratch, c->scratch, 1, ncclFloat32, ncclSum, c->nccl, s);
+    case HAL_COLL_SEND:
+      return ncclSend(send, a.count, dt, static_cast<int>(a.peer), c->nccl, s);
+    case HAL_COLL_RECV:
+      return ncclRecv(recv, a.count, dt, static_cast<int>(a.peer), c->nccl, s);
     case HAL_COLL_ALL_TO_ALL:
     case HAL_COLL_ALL_TO_ALLV: {
       const bool v = a.op == HAL_COLL_ALL_TO_ALLV;
@@ -244,7 +302,8 @@ ncclResult_t enqueue(hal_comm_s* c, const hal_coll_args_t& a, ncclDataType_t dt,
       const ncclResult_t end = ncclGroupEnd();
       return r != ncclSuccess ? r : end;
     }
-    default: return ncclInvalidArgument;
+    default:
+      return ncclInvalidArgument;
   }
 }
 
@@ -253,7 +312,8 @@ hal_status_t post(hal_comm_t comm, const hal_coll_args_t* a, hal_stream_t stream
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: args/request NULL or struct_size too small");
   if (!live(comm)) return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown comm");
   if (aborted(comm)) return fail(HAL_ERR_ABORTED, "cuda: the communicator was aborted");
-  if (a->op >= HAL_COLL_OP_COUNT_V1) return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown op " + std::to_string(a->op));
+  if (a->op >= HAL_COLL_OP_COUNT_V1)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown op " + std::to_string(a->op));
   ncclDataType_t dt = ncclFloat32;
   ncclRedOp_t op = ncclSum;
   if (a->op != HAL_COLL_BARRIER && !dtype_of(a->dtype, dt))
@@ -262,12 +322,16 @@ hal_status_t post(hal_comm_t comm, const hal_coll_args_t* a, hal_stream_t stream
   if (reducing && !op_of(a->reduce_op, op))
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown reduction " + std::to_string(a->reduce_op));
   if ((a->op == HAL_COLL_SEND || a->op == HAL_COLL_RECV) && a->peer >= comm->world)
-    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: peer " + std::to_string(a->peer) + " of world " + std::to_string(comm->world));
+    return fail(HAL_ERR_INVALID_ARGUMENT,
+                "cuda: peer " + std::to_string(a->peer) + " of world " + std::to_string(comm->world));
   if (a->op == HAL_COLL_BROADCAST && a->root >= comm->world)
-    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: root " + std::to_string(a->root) + " of world " + std::to_string(comm->world));
-  if (a->op == HAL_COLL_ALL_TO_ALLV && (!a->send_counts || !a->send_displs || !a->recv_counts || !a->recv_displs))
+    return fail(HAL_ERR_INVALID_ARGUMENT,
+                "cuda: root " + std::to_string(a->root) + " of world " + std::to_string(comm->world));
+  if (a->op == HAL_COLL_ALL_TO_ALLV &&
+      (!a->send_counts || !a->send_displs || !a->recv_counts || !a->recv_displs))
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: all-to-allv needs its four count/displacement arrays");
-  if ((a->op == HAL_COLL_ALL_TO_ALL || a->op == HAL_COLL_ALL_TO_ALLV) && a->sendbuf == a->recvbuf && a->sendbuf)
+  if ((a->op == HAL_COLL_ALL_TO_ALL || a->op == HAL_COLL_ALL_TO_ALLV) && a->sendbuf == a->recvbuf &&
+      a->sendbuf)
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: all-to-all may not run in place");
   if (hal_status_t st = use_device(comm->device); st != HAL_OK) return st;
   cudaStream_t s = stream ? stream->stream : comm->stream;
@@ -317,7 +381,8 @@ hal_status_t wait(hal_request_t r, uint64_t timeout_ns) {
     if (st != HAL_IN_PROGRESS) return st;
     if (timeout_ns == 0) return HAL_IN_PROGRESS;
     if (now_ns() >= end)
-      return fail(HAL_ERR_TIMEOUT, "cuda: operation still running after " + std::to_string(timeout_ns) + " ns");
+      return fail(HAL_ERR_TIMEOUT,
+                  "cuda: operation still running after " + std::to_string(timeout_ns) + " ns");
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }

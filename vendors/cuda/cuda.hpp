@@ -30,7 +30,8 @@ hal_status_t use_device(uint32_t device);
 void telemetry_open();
 void telemetry_close();
 hal_status_t list_fields(uint32_t device, hal_field_info_t* fields, uint32_t capacity, uint32_t* count);
-hal_status_t read_fields(uint32_t device, const hal_field_id_t* ids, uint32_t n, hal_telemetry_sample_t* samples);
+hal_status_t read_fields(uint32_t device, const hal_field_id_t* ids, uint32_t n,
+                         hal_telemetry_sample_t* samples);
 // The device's maximum SM clock in MHz from NVML, 0 when unknown.
 double max_sm_clock_mhz(uint32_t device);
 

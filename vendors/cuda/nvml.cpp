@@ -20,7 +20,8 @@ constexpr int NVML_TEMPERATURE_GPU = 0;
 constexpr int NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2;
 constexpr int NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1;
 constexpr int NVML_VOLATILE_ECC = 0;
-constexpr int NVML_NVLINK_ERROR_DL_REPLAY = 0, NVML_NVLINK_ERROR_DL_RECOVERY = 1, NVML_NVLINK_ERROR_DL_CRC_FLIT = 2;
+constexpr int NVML_NVLINK_ERROR_DL_REPLAY = 0, NVML_NVLINK_ERROR_DL_RECOVERY = 1,
+              NVML_NVLINK_ERROR_DL_CRC_FLIT = 2;
 constexpr int NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT = 0, NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT = 1;
 constexpr unsigned kMaxNvLinks = 18;
 // Bits of nvmlDeviceGetCurrentClocksEventReasons.
@@ -98,7 +99,8 @@ const FieldDef kFields[] = {
     {HAL_FIELD_MEMORY_USED_BYTES, HAL_VALUE_U64, 0, "memory_used", "B"},
     {HAL_FIELD_MEMORY_TOTAL_BYTES, HAL_VALUE_U64, 0, "memory_total", "B"},
     {HAL_FIELD_ECC_CORRECTABLE, HAL_VALUE_U64, HAL_FIELD_FLAG_MONOTONIC, "ecc_correctable_volatile", "count"},
-    {HAL_FIELD_ECC_UNCORRECTABLE, HAL_VALUE_U64, HAL_FIELD_FLAG_MONOTONIC, "ecc_uncorrectable_volatile", "count"},
+    {HAL_FIELD_ECC_UNCORRECTABLE, HAL_VALUE_U64, HAL_FIELD_FLAG_MONOTONIC, "ecc_uncorrectable_volatile",
+     "count"},
     {HAL_FIELD_LINK_ERRORS, HAL_VALUE_U64, HAL_FIELD_FLAG_MONOTONIC, "nvlink_crc_errors", "count"},
     {HAL_FIELD_LINK_RETRIES, HAL_VALUE_U64, HAL_FIELD_FLAG_MONOTONIC, "nvlink_replays", "count"},
     {HAL_FIELD_THROTTLE_REASONS, HAL_VALUE_U64, 0, "throttle_reasons", ""},
@@ -119,12 +121,13 @@ nvmlReturn_t read_one(nvmlDevice_t h, hal_field_id_t id, hal_value_t& v) {
       if (n.power && (r = n.power(h, &u)) == NVML_SUCCESS) v.f64 = u / 1000.0;  // mW
       break;
     case HAL_FIELD_ENERGY_J:
-      if (n.energy && (r = n.energy(h, &ull)) == NVML_SUCCESS) v.f64 = static_cast<double>(ull) / 1000.0;  // mJ
+      if (n.energy && (r = n.energy(h, &ull)) == NVML_SUCCESS)
+        v.f64 = static_cast<double>(ull) / 1000.0;  // mJ
       break;
     case HAL_FIELD_CLOCK_COMPUTE_MHZ:
     case HAL_FIELD_CLOCK_MEMORY_MHZ:
-      if (n.clock && (r = n.clock(h, id == HAL_FIELD_CLOCK_COMPUTE_MHZ ? NVML_CLOCK_SM : NVML_CLOCK_MEM, &u)) ==
-                         NVML_SUCCESS)
+      if (n.clock && (r = n.clock(h, id == HAL_FIELD_CLOCK_COMPUTE_MHZ ? NVML_CLOCK_SM : NVML_CLOCK_MEM,
+                                  &u)) == NVML_SUCCESS)
         v.f64 = u;
       break;
     case HAL_FIELD_UTILIZATION_PCT: {
@@ -135,13 +138,15 @@ nvmlReturn_t read_one(nvmlDevice_t h, hal_field_id_t id, hal_value_t& v) {
     case HAL_FIELD_MEMORY_USED_BYTES:
     case HAL_FIELD_MEMORY_TOTAL_BYTES: {
       Memory m{};
-      if (n.memory && (r = n.memory(h, &m)) == NVML_SUCCESS) v.u64 = id == HAL_FIELD_MEMORY_USED_BYTES ? m.used : m.total;
+      if (n.memory && (r = n.memory(h, &m)) == NVML_SUCCESS)
+        v.u64 = id == HAL_FIELD_MEMORY_USED_BYTES ? m.used : m.total;
       break;
     }
     case HAL_FIELD_ECC_CORRECTABLE:
     case HAL_FIELD_ECC_UNCORRECTABLE:
-      if (n.ecc && (r = n.ecc(h, id == HAL_FIELD_ECC_CORRECTABLE ? NVML_MEMORY_ERROR_TYPE_CORRECTED
-                                                                    : NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+      if (n.ecc && (r = n.ecc(h,
+                              id == HAL_FIELD_ECC_CORRECTABLE ? NVML_MEMORY_ERROR_TYPE_CORRECTED
+                                                              : NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                               NVML_VOLATILE_ECC, &ull)) == NVML_SUCCESS)
         v.u64 = ull;
       break;
@@ -151,7 +156,8 @@ nvmlReturn_t read_one(nvmlDevice_t h, hal_field_id_t id, hal_value_t& v) {
       if (!n.nvlink_errors) break;
       uint64_t total = 0;
       bool any = false;
-      const int counters[] = {NVML_NVLINK_ERROR_DL_CRC_FLIT, NVML_NVLINK_ERROR_DL_REPLAY, NVML_NVLINK_ERROR_DL_RECOVERY};
+      const int counters[] = {NVML_NVLINK_ERROR_DL_CRC_FLIT, NVML_NVLINK_ERROR_DL_REPLAY,
+                              NVML_NVLINK_ERROR_DL_RECOVERY};
       for (unsigned link = 0; link < kMaxNvLinks; ++link) {
         const int c = counters[id == HAL_FIELD_LINK_ERRORS ? 0 : 1];
         if (n.nvlink_errors(h, link, c, &ull) == NVML_SUCCESS) total += ull, any = true;
@@ -242,7 +248,8 @@ hal_status_t list_fields(uint32_t device, hal_field_info_t* fields, uint32_t cap
   return HAL_OK;
 }
 
-hal_status_t read_fields(uint32_t device, const hal_field_id_t* ids, uint32_t n, hal_telemetry_sample_t* samples) {
+hal_status_t read_fields(uint32_t device, const hal_field_id_t* ids, uint32_t n,
+                         hal_telemetry_sample_t* samples) {
   if (n > 0 && (ids == nullptr || samples == nullptr))
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: ids or samples is NULL");
   if (hal_status_t st = use_device(device); st != HAL_OK) return st;
@@ -266,7 +273,9 @@ hal_status_t read_fields(uint32_t device, const hal_field_id_t* ids, uint32_t n,
     }
     hal_value_t v{};
     const nvmlReturn_t r = read_one(h, ids[i], v);
-    s.status = r == NVML_SUCCESS ? HAL_OK : r == NVML_ERROR_NOT_SUPPORTED ? HAL_ERR_NOT_SUPPORTED : HAL_ERR_UNAVAILABLE;
+    s.status = r == NVML_SUCCESS               ? HAL_OK
+               : r == NVML_ERROR_NOT_SUPPORTED ? HAL_ERR_NOT_SUPPORTED
+                                               : HAL_ERR_UNAVAILABLE;
     if (r == NVML_SUCCESS) {
       s.value = v;
       s.timestamp_ns = now_ns();

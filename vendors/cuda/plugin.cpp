@@ -38,13 +38,15 @@ uint64_t now_ns() {
 hal_status_t cuda_fail(cudaError_t e, const std::string& what) {
   cudaGetLastError();  // clear a sticky launch error for the next call
   hal_status_t st = HAL_ERR_INTERNAL;
-  if (e == cudaErrorMemoryAllocation) st = HAL_ERR_OUT_OF_MEMORY;
+  if (e == cudaErrorMemoryAllocation)
+    st = HAL_ERR_OUT_OF_MEMORY;
   else if (e == cudaErrorInvalidValue || e == cudaErrorInvalidDevicePointer || e == cudaErrorInvalidDevice)
     st = HAL_ERR_INVALID_ARGUMENT;
   else if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
     st = HAL_ERR_UNAVAILABLE;
-  else if (e == cudaErrorECCUncorrectable || e == cudaErrorHardwareStackError || e == cudaErrorIllegalInstruction ||
-           e == cudaErrorLaunchFailure || e == cudaErrorIllegalAddress || e == cudaErrorDevicesUnavailable)
+  else if (e == cudaErrorECCUncorrectable || e == cudaErrorHardwareStackError ||
+           e == cudaErrorIllegalInstruction || e == cudaErrorLaunchFailure || e == cudaErrorIllegalAddress ||
+           e == cudaErrorDevicesUnavailable)
     st = HAL_ERR_DEVICE_LOST;
   return fail(st, "cuda: " + what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
@@ -68,12 +70,14 @@ hal_status_t init(const hal_init_args_t* args) {
   if (args == nullptr || args->struct_size < HAL_INIT_ARGS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: init args NULL or struct_size too small");
   if (args->options != nullptr && args->options[0] != '\0')
-    return fail(HAL_ERR_INVALID_ARGUMENT, std::string("cuda: unknown options '") + args->options +
-                                              "' (this vendor takes none; CUDA_VISIBLE_DEVICES picks devices)");
+    return fail(HAL_ERR_INVALID_ARGUMENT,
+                std::string("cuda: unknown options '") + args->options +
+                    "' (this vendor takes none; CUDA_VISIBLE_DEVICES picks devices)");
   std::lock_guard lk(g_mu);
   if (g_refs == 0) {
     const sigma_cuda::GpuPresence gpu = sigma_cuda::probe_gpu();
-    if (gpu.presence == sigma_cuda::Presence::none) return fail(HAL_ERR_UNAVAILABLE, "cuda: no usable GPU: " + gpu.why);
+    if (gpu.presence == sigma_cuda::Presence::none)
+      return fail(HAL_ERR_UNAVAILABLE, "cuda: no usable GPU: " + gpu.why);
     // A GPU whose driver fails is a fault, not an absent device: callers
     // (and the conformance suite) must see it fail, not skip.
     if (gpu.presence == sigma_cuda::Presence::broken)
@@ -137,7 +141,8 @@ hal_status_t get_props(uint32_t device, hal_device_props_t* p) {
   std::snprintf(p->name, sizeof(p->name), "%.63s", prop.name);  // truncated to the ABI's 64 bytes
   char* u = p->uuid;
   u += std::snprintf(u, 6, "GPU-");
-  for (int i = 0; i < 16; ++i) u += std::snprintf(u, 3, "%02x", static_cast<unsigned char>(prop.uuid.bytes[i]));
+  for (int i = 0; i < 16; ++i)
+    u += std::snprintf(u, 3, "%02x", static_cast<unsigned char>(prop.uuid.bytes[i]));
   p->memory_kind = HAL_MEMORY_DEVICE;
   p->memory_bytes = prop.totalGlobalMem;
   p->alignment_bytes = 256;
@@ -149,7 +154,8 @@ hal_status_t get_props(uint32_t device, hal_device_props_t* p) {
   p->peak_flops[HAL_DTYPE_BF16] = f.bf16 * sms * clock_hz;
   p->peak_flops[HAL_DTYPE_F64] = f.f64 * sms * clock_hz;
   int bus_bits = 0, mem_khz = 0;
-  if (cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, static_cast<int>(device)) == cudaSuccess &&
+  if (cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, static_cast<int>(device)) ==
+          cudaSuccess &&
       cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, static_cast<int>(device)) == cudaSuccess)
     p->peak_memory_bandwidth = 2.0 * mem_khz * 1e3 * bus_bits / 8;  // DDR: two transfers per clock
   cudaGetLastError();
@@ -159,7 +165,8 @@ hal_status_t get_props(uint32_t device, hal_device_props_t* p) {
 hal_status_t mem_alloc(uint32_t device, uint64_t size, uint64_t alignment, void** ptr) {
   if (ptr == nullptr) return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: ptr is NULL");
   if (alignment != 0 && (alignment & (alignment - 1)) != 0)
-    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: alignment " + std::to_string(alignment) + " is not a power of two");
+    return fail(HAL_ERR_INVALID_ARGUMENT,
+                "cuda: alignment " + std::to_string(alignment) + " is not a power of two");
   if (hal_status_t st = use_device(device); st != HAL_OK) return st;
   const uint64_t extra = alignment > 256 ? alignment : 0;
   void* raw = nullptr;
@@ -191,11 +198,14 @@ hal_status_t mem_free(uint32_t device, void* ptr) {
 
 hal_status_t copy(uint32_t device, void* dst, const void* src, uint64_t size, hal_copy_kind_t kind,
                   hal_stream_t stream) {
-  if (kind > HAL_COPY_DEVICE_TO_DEVICE) return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown copy kind " + std::to_string(kind));
-  if (size > 0 && (dst == nullptr || src == nullptr)) return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: NULL buffer in memcpy");
+  if (kind > HAL_COPY_DEVICE_TO_DEVICE)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: unknown copy kind " + std::to_string(kind));
+  if (size > 0 && (dst == nullptr || src == nullptr))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: NULL buffer in memcpy");
   if (hal_status_t st = use_device(device); st != HAL_OK) return st;
   if (size == 0) return HAL_OK;
-  static const cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
+  static const cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                         cudaMemcpyDeviceToDevice};
   const cudaError_t e = stream ? cudaMemcpyAsync(dst, src, size, kinds[kind], stream->stream)
                                : cudaMemcpy(dst, src, size, kinds[kind]);
   return e == cudaSuccess ? HAL_OK : cuda_fail(e, "cudaMemcpy");

@@ -83,13 +83,16 @@ hal_status_t self_test(uint32_t device, uint64_t budget_bytes, hal_self_test_res
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j) {
       double ref = 0, mag = 0;
-      for (int k = 0; k < n; ++k) ref += static_cast<double>(a[i * n + k]) * b[k * n + j], mag += std::fabs(a[i * n + k] * b[k * n + j]);
+      for (int k = 0; k < n; ++k)
+        ref += static_cast<double>(a[i * n + k]) * b[k * n + j],
+            mag += std::fabs(a[i * n + k] * b[k * n + j]);
       worst = std::max(worst, std::fabs(c[i * n + j] - ref) / std::max(mag, 1e-30));
     }
   res->gemm_max_rel_error = worst;
 
   // Memory patterns over the budget (default 64 MiB).
-  const uint64_t bytes = std::max<uint64_t>(budget_bytes ? budget_bytes : (64ull << 20), 1 << 20) & ~uint64_t{7};
+  const uint64_t bytes =
+      std::max<uint64_t>(budget_bytes ? budget_bytes : (64ull << 20), 1 << 20) & ~uint64_t{7};
   uint64_t* mem;
   unsigned long long* errors;
   SIGMA_TRY(scope.alloc(&mem, bytes), "cudaMalloc (pattern test)");
@@ -111,7 +114,8 @@ hal_status_t self_test(uint32_t device, uint64_t budget_bytes, hal_self_test_res
   SIGMA_TRY(cudaEventCreate(&stop), "cudaEventCreate");
   const uint64_t half = bytes / 2;
   cudaEventRecord(start);
-  for (int i = 0; i < 5; ++i) cudaMemcpyAsync(reinterpret_cast<char*>(mem) + half, mem, half, cudaMemcpyDeviceToDevice);
+  for (int i = 0; i < 5; ++i)
+    cudaMemcpyAsync(reinterpret_cast<char*>(mem) + half, mem, half, cudaMemcpyDeviceToDevice);
   cudaEventRecord(stop);
   e = cudaEventSynchronize(stop);
   float ms = 0;
@@ -126,8 +130,8 @@ hal_status_t self_test(uint32_t device, uint64_t budget_bytes, hal_self_test_res
   res->duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res->passed = worst < 1e-4 && bad == 0 && res->copy_bandwidth > 0;
   std::snprintf(res->message, sizeof res->message,
-                "GEMM %dx%d max rel error %.3g; %llu wrong words in %llu bytes x 4 patterns; copy %.1f GB/s", n, n,
-                worst, bad, static_cast<unsigned long long>(bytes), res->copy_bandwidth / 1e9);
+                "GEMM %dx%d max rel error %.3g; %llu wrong words in %llu bytes x 4 patterns; copy %.1f GB/s",
+                n, n, worst, bad, static_cast<unsigned long long>(bytes), res->copy_bandwidth / 1e9);
   return HAL_OK;
 }
 

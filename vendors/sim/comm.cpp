@@ -26,13 +26,13 @@ struct hal_comm_s {
 };
 
 struct hal_request_s {
-  hal_comm_s* comm;         // nullptr once the comm was destroyed
-  hal_request_t inner;      // nullptr for an operation that was never posted
-  std::mutex mu;            // guards the fields below
+  hal_comm_s* comm;     // nullptr once the comm was destroyed
+  hal_request_t inner;  // nullptr for an operation that was never posted
+  std::mutex mu;        // guards the fields below
   bool hung = false;
-  double factor = 1;        // slow link
+  double factor = 1;  // slow link
   uint64_t post_ns = 0;
-  uint64_t done_ns = 0;     // when the inner operation was seen complete
+  uint64_t done_ns = 0;                   // when the inner operation was seen complete
   hal_status_t status = HAL_IN_PROGRESS;  // final status once known
   // Silent corruption to apply to the result, once.
   bool corrupt = false;
@@ -73,14 +73,18 @@ std::pair<void*, uint64_t> result_of(const hal_coll_args_t& a, uint32_t size) {
     case HAL_COLL_ALL_REDUCE:
     case HAL_COLL_BROADCAST:
     case HAL_COLL_REDUCE_SCATTER:
-    case HAL_COLL_RECV: return {a.recvbuf, a.count};
+    case HAL_COLL_RECV:
+      return {a.recvbuf, a.count};
     case HAL_COLL_ALL_GATHER:
-    case HAL_COLL_ALL_TO_ALL: return {a.recvbuf, a.count * size};
+    case HAL_COLL_ALL_TO_ALL:
+      return {a.recvbuf, a.count * size};
     case HAL_COLL_ALL_TO_ALLV:
       for (uint32_t j = 0; a.recv_counts && j < size; ++j)
-        if (a.recv_counts[j] > 0) return {static_cast<uint8_t*>(a.recvbuf) + a.recv_displs[j] * es, a.recv_counts[j]};
+        if (a.recv_counts[j] > 0)
+          return {static_cast<uint8_t*>(a.recvbuf) + a.recv_displs[j] * es, a.recv_counts[j]};
       return {nullptr, 0};
-    default: return {nullptr, 0};
+    default:
+      return {nullptr, 0};
   }
 }
 
@@ -140,7 +144,8 @@ Plan plan_for(uint64_t index, bool has_output) {
         break;
       case FaultKind::flapping_link:
         // Slow for the first half of every period, normal for the second.
-        if (t < f.until_s && f.period_s > 0 && std::fmod(t - std::max(0.0, f.from_s), f.period_s) < f.period_s / 2)
+        if (t < f.until_s && f.period_s > 0 &&
+            std::fmod(t - std::max(0.0, f.from_s), f.period_s) < f.period_s / 2)
           p.factor = std::max(p.factor, f.factor);
         break;
       case FaultKind::silent_corruption:
@@ -188,11 +193,16 @@ hal_status_t finished(hal_status_t st) {
 
 const char* hal_status_name_of(hal_status_t st) {
   switch (st) {
-    case HAL_ERR_ABORTED: return "aborted";
-    case HAL_ERR_DEVICE_LOST: return "device lost";
-    case HAL_ERR_REMOTE_ERROR: return "a peer failed";
-    case HAL_ERR_TIMEOUT: return "timed out";
-    default: return "error";
+    case HAL_ERR_ABORTED:
+      return "aborted";
+    case HAL_ERR_DEVICE_LOST:
+      return "device lost";
+    case HAL_ERR_REMOTE_ERROR:
+      return "a peer failed";
+    case HAL_ERR_TIMEOUT:
+      return "timed out";
+    default:
+      return "error";
   }
 }
 
@@ -202,7 +212,8 @@ hal_status_t sim_comm_create(const hal_comm_create_args_t* args, hal_comm_t* com
   if (args == nullptr || comm == nullptr || args->struct_size < HAL_COMM_CREATE_ARGS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "sim: comm args NULL or struct_size too small");
   if (args->world_size == 0 || args->rank >= args->world_size)
-    return fail(HAL_ERR_INVALID_ARGUMENT, "sim: rank " + std::to_string(args->rank) + " of world " + std::to_string(args->world_size));
+    return fail(HAL_ERR_INVALID_ARGUMENT,
+                "sim: rank " + std::to_string(args->rank) + " of world " + std::to_string(args->world_size));
   if (hal_status_t st = check_alive(args->device); st != HAL_OK) return st;
   {
     // The first multi-rank communicator tells an unnamed process its rank.
@@ -273,8 +284,9 @@ hal_status_t admit(hal_comm_t comm, const hal_coll_args_t* args) {
   if (args == nullptr || args->struct_size < HAL_COLL_ARGS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "sim: args NULL or struct_size too small");
   if (!live(comm)) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: unknown comm");
-  if (comm->aborted) return fail(comm->async_error.load() == HAL_ERR_DEVICE_LOST ? HAL_ERR_DEVICE_LOST : HAL_ERR_ABORTED,
-                                 "sim: the communicator was aborted");
+  if (comm->aborted)
+    return fail(comm->async_error.load() == HAL_ERR_DEVICE_LOST ? HAL_ERR_DEVICE_LOST : HAL_ERR_ABORTED,
+                "sim: the communicator was aborted");
   return HAL_OK;
 }
 
@@ -304,7 +316,8 @@ hal_status_t plan_into(hal_comm_t comm, const hal_coll_args_t& args, hal_request
 // Posts a planned operation to the inner vendor and registers it.
 hal_status_t post_planned(hal_comm_t comm, const hal_coll_args_t& args, hal_stream_t stream,
                           std::unique_ptr<hal_request_s> r, hal_request_t* request) {
-  if (hal_status_t st = inner_status(inner().post(comm->inner, &args, stream, &r->inner)); st != HAL_OK) return st;
+  if (hal_status_t st = inner_status(inner().post(comm->inner, &args, stream, &r->inner)); st != HAL_OK)
+    return st;
   r->comm = comm;
   r->post_ns = now_ns();
   std::lock_guard lk(g_mu);
@@ -313,7 +326,8 @@ hal_status_t post_planned(hal_comm_t comm, const hal_coll_args_t& args, hal_stre
   return HAL_OK;
 }
 
-hal_status_t sim_post(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t stream, hal_request_t* request) {
+hal_status_t sim_post(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t stream,
+                      hal_request_t* request) {
   if (request == nullptr) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: request is NULL");
   if (hal_status_t st = admit(comm, args); st != HAL_OK) return st;
   auto r = std::make_unique<hal_request_s>();
@@ -356,7 +370,8 @@ hal_status_t sim_wait(hal_request_t r, uint64_t timeout_ns) {
     const uint64_t now = now_ns();
     if (now >= deadline) {
       return timeout_ns == 0 ? HAL_IN_PROGRESS
-                             : fail(HAL_ERR_TIMEOUT, "sim: operation still running after " + std::to_string(timeout_ns) + " ns");
+                             : fail(HAL_ERR_TIMEOUT, "sim: operation still running after " +
+                                                         std::to_string(timeout_ns) + " ns");
     }
     if (r->hung || r->done_ns != 0) {
       // Hung, or inside a slow-link stretch: sleep, waking on abort.
@@ -389,7 +404,8 @@ hal_status_t sim_request_free(hal_request_t r) {
 bool timed_fault_armed() {
   std::lock_guard lk(state().mu);
   for (const auto& f : state().faults)
-    if (!f.fired && f.from_s >= 0 && (f.kind == FaultKind::device_lost || f.kind == FaultKind::crash)) return true;
+    if (!f.fired && f.from_s >= 0 && (f.kind == FaultKind::device_lost || f.kind == FaultKind::crash))
+      return true;
   return false;
 }
 
@@ -409,8 +425,8 @@ hal_status_t sim_run(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t 
     if (st == HAL_ERR_TIMEOUT) abort_comm(comm, HAL_ERR_TIMEOUT);
     r->comm = comm;
     st = blame(r.get(), st);
-    return st < 0 ? fail(st, std::string("sim: the operation failed: ") + hal_status_name_of(st) + " (inner vendor: " +
-                                 state().inner.api->get_last_error() + ")")
+    return st < 0 ? fail(st, std::string("sim: the operation failed: ") + hal_status_name_of(st) +
+                                 " (inner vendor: " + state().inner.api->get_last_error() + ")")
                   : st;
   }
   hal_request_t req = nullptr;

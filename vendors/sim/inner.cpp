@@ -38,14 +38,17 @@ hal_status_t load_inner(const std::string& name, const std::string& options, Inn
     }
     searched += (searched.empty() ? "" : ", ") + d;
   }
-  if (path.empty()) return fail(HAL_ERR_UNAVAILABLE, "sim: inner vendor '" + name + "' not found: no " + file + " in [" + searched + "]");
+  if (path.empty())
+    return fail(HAL_ERR_UNAVAILABLE,
+                "sim: inner vendor '" + name + "' not found: no " + file + " in [" + searched + "]");
   void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) return fail(HAL_ERR_UNAVAILABLE, "sim: cannot load inner vendor '" + path + "': " + ::dlerror());
+  if (h == nullptr)
+    return fail(HAL_ERR_UNAVAILABLE, "sim: cannot load inner vendor '" + path + "': " + ::dlerror());
   auto* get = reinterpret_cast<hal_get_api_v1_fn*>(::dlsym(h, HAL_GET_API_V1_SYMBOL));
   const hal_api_t* api = get ? get(HAL_ABI_MAJOR, HAL_ABI_MINOR) : nullptr;
-  const bool ok = api && api->struct_size >= HAL_API_V1_0_SIZE && api->abi_major == HAL_ABI_MAJOR && api->init &&
-                  api->finalize && api->get_last_error && api->device && api->telemetry && api->coll &&
-                  api->device->struct_size >= HAL_DEVICE_API_V1_0_SIZE &&
+  const bool ok = api && api->struct_size >= HAL_API_V1_0_SIZE && api->abi_major == HAL_ABI_MAJOR &&
+                  api->init && api->finalize && api->get_last_error && api->device && api->telemetry &&
+                  api->coll && api->device->struct_size >= HAL_DEVICE_API_V1_0_SIZE &&
                   api->coll->struct_size >= HAL_COLL_API_V1_0_SIZE;
   if (!ok) {
     ::dlclose(h);

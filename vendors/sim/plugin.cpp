@@ -43,8 +43,9 @@ uint64_t now_ns() {
 State& state() { return g_state; }
 
 void State::arm_scenario_faults() {
-  faults.erase(std::remove_if(faults.begin(), faults.end(), [](const ActiveFault& f) { return f.from_scenario; }),
-               faults.end());
+  faults.erase(
+      std::remove_if(faults.begin(), faults.end(), [](const ActiveFault& f) { return f.from_scenario; }),
+      faults.end());
   for (const Fault& f : scenario.faults) {
     if (f.device != rank) continue;
     ActiveFault a;
@@ -89,7 +90,8 @@ bool poll_device_lost() {
 }
 
 hal_status_t check_alive(uint32_t device) {
-  if (device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: no device " + std::to_string(device) + " (one per process)");
+  if (device != 0)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "sim: no device " + std::to_string(device) + " (one per process)");
   {
     std::lock_guard lk(g_state.mu);
     if (g_state.refs == 0) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: not initialised");
@@ -121,16 +123,25 @@ bool parse_options(const char* text, ParsedOptions& out, std::string& why) {
     }
     const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
     char* end = nullptr;
-    if (k == "scenario") out.scenario = v;
-    else if (k == "inner") out.inner = v;
-    else if (k.rfind("inner.", 0) == 0) out.inner_options += k.substr(6) + "=" + v + ";";
+    if (k == "scenario")
+      out.scenario = v;
+    else if (k == "inner")
+      out.inner = v;
+    else if (k.rfind("inner.", 0) == 0)
+      out.inner_options += k.substr(6) + "=" + v + ";";
     else if (k == "rank") {
       const unsigned long r = std::strtoul(v.c_str(), &end, 10);
-      if (v.empty() || *end) { why = "option rank='" + v + "' is not a whole number"; return false; }
+      if (v.empty() || *end) {
+        why = "option rank='" + v + "' is not a whole number";
+        return false;
+      }
       out.rank = static_cast<uint32_t>(r);
     } else if (k == "time_scale") {
       const double x = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end || !(x > 0)) { why = "option time_scale='" + v + "' is not a positive number"; return false; }
+      if (v.empty() || *end || !(x > 0)) {
+        why = "option time_scale='" + v + "' is not a positive number";
+        return false;
+      }
       out.time_scale = x;
     } else {
       why = "unknown option '" + k + "' (known: scenario, inner, rank, time_scale, inner.KEY)";
@@ -225,7 +236,8 @@ hal_status_t sim_get_props(uint32_t device, hal_device_props_t* p) {
 hal_status_t sim_mem_alloc(uint32_t device, uint64_t size, uint64_t alignment, void** ptr) {
   if (ptr == nullptr) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: ptr is NULL");
   if (alignment != 0 && (alignment & (alignment - 1)) != 0)
-    return fail(HAL_ERR_INVALID_ARGUMENT, "sim: alignment " + std::to_string(alignment) + " is not a power of two");
+    return fail(HAL_ERR_INVALID_ARGUMENT,
+                "sim: alignment " + std::to_string(alignment) + " is not a power of two");
   if (hal_status_t st = check_alive(device); st != HAL_OK) return st;
   if (hal_status_t st = inner_status(inner_dev().mem_alloc(0, size, alignment, ptr)); st != HAL_OK) return st;
   std::lock_guard lk(g_state.mu);
@@ -242,8 +254,10 @@ hal_status_t sim_mem_free(uint32_t device, void* ptr) {
 
 hal_status_t sim_memcpy(uint32_t device, void* dst, const void* src, uint64_t size, hal_copy_kind_t kind,
                         hal_stream_t stream) {
-  if (kind > HAL_COPY_DEVICE_TO_DEVICE) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: unknown copy kind " + std::to_string(kind));
-  if (size > 0 && (dst == nullptr || src == nullptr)) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: NULL buffer in memcpy");
+  if (kind > HAL_COPY_DEVICE_TO_DEVICE)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "sim: unknown copy kind " + std::to_string(kind));
+  if (size > 0 && (dst == nullptr || src == nullptr))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "sim: NULL buffer in memcpy");
   if (hal_status_t st = check_alive(device); st != HAL_OK) return st;
   return inner_status(inner_dev().memcpy(0, dst, src, size, kind, stream));
 }
@@ -264,8 +278,10 @@ hal_status_t sim_list_fields(uint32_t device, hal_field_info_t* fields, uint32_t
   return HAL_OK;
 }
 
-hal_status_t sim_read(uint32_t device, const hal_field_id_t* ids, uint32_t n, hal_telemetry_sample_t* samples) {
-  if (n > 0 && (ids == nullptr || samples == nullptr)) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: ids or samples is NULL");
+hal_status_t sim_read(uint32_t device, const hal_field_id_t* ids, uint32_t n,
+                      hal_telemetry_sample_t* samples) {
+  if (n > 0 && (ids == nullptr || samples == nullptr))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "sim: ids or samples is NULL");
   if (device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: no device " + std::to_string(device));
   synth_read(ids, n, samples);
   return HAL_OK;
@@ -274,13 +290,17 @@ hal_status_t sim_read(uint32_t device, const hal_field_id_t* ids, uint32_t n, ha
 hal_status_t sim_inject(const hal_fault_spec_t* spec) {
   if (spec == nullptr || spec->struct_size < HAL_FAULT_SPEC_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "sim: fault spec NULL or struct_size too small");
-  if (spec->device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: no device " + std::to_string(spec->device));
-  if (spec->kind >= HAL_FAULT_KIND_COUNT_V1) return fail(HAL_ERR_NOT_SUPPORTED, "sim: unknown fault kind " + std::to_string(spec->kind));
+  if (spec->device != 0)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "sim: no device " + std::to_string(spec->device));
+  if (spec->kind >= HAL_FAULT_KIND_COUNT_V1)
+    return fail(HAL_ERR_NOT_SUPPORTED, "sim: unknown fault kind " + std::to_string(spec->kind));
   bool lost_now = false;
   {
     std::lock_guard lk(g_state.mu);
     const double t = g_state.now_s();
-    const double until = spec->duration_ns ? t + static_cast<double>(spec->duration_ns) * 1e-9 * g_state.scenario.time_scale : 1e300;
+    const double until = spec->duration_ns
+                             ? t + static_cast<double>(spec->duration_ns) * 1e-9 * g_state.scenario.time_scale
+                             : 1e300;
     if (spec->kind == HAL_FAULT_TELEMETRY_EXCURSION) {
       g_state.excursions.push_back({spec->field, spec->value, until});
       return HAL_OK;
@@ -292,8 +312,9 @@ hal_status_t sim_inject(const hal_fault_spec_t* spec) {
       ::kill(::getpid(), SIGKILL);
     } else {
       ActiveFault a;
-      static const FaultKind map[] = {FaultKind::device_lost, FaultKind::hang, FaultKind::slow_link,
-                                      FaultKind::silent_corruption, FaultKind::silent_corruption, FaultKind::crash};
+      static const FaultKind map[] = {FaultKind::device_lost,       FaultKind::hang,
+                                      FaultKind::slow_link,         FaultKind::silent_corruption,
+                                      FaultKind::silent_corruption, FaultKind::crash};
       a.kind = map[spec->kind];
       a.at_op = static_cast<int64_t>(g_state.ops_posted + spec->after_ops);
       a.until_s = until;
@@ -318,9 +339,13 @@ hal_status_t sim_clear(uint32_t device) {
 }
 
 const hal_ext_fault_injection_t k_fault_ext = {
-    .header = {.struct_size = sizeof(hal_ext_fault_injection_t), .type = HAL_EXT_FAULT_INJECTION, .reserved = 0, .next = nullptr},
+    .header = {.struct_size = sizeof(hal_ext_fault_injection_t),
+               .type = HAL_EXT_FAULT_INJECTION,
+               .reserved = 0,
+               .next = nullptr},
     .supported_kinds = (1u << HAL_FAULT_DEVICE_LOST) | (1u << HAL_FAULT_HANG) | (1u << HAL_FAULT_SLOW_LINK) |
-                       (1u << HAL_FAULT_CORRUPT_RESULT) | (1u << HAL_FAULT_TELEMETRY_EXCURSION) | (1u << HAL_FAULT_CRASH),
+                       (1u << HAL_FAULT_CORRUPT_RESULT) | (1u << HAL_FAULT_TELEMETRY_EXCURSION) |
+                       (1u << HAL_FAULT_CRASH),
     .inject = sim_inject,
     .clear = sim_clear,
 };

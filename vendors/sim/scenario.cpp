@@ -28,27 +28,36 @@ class Parser : public sigma::yaml::Reader {
   }
 
   TelemetryModel telemetry(const YAML::Node& n, const std::string& path, TelemetryModel t) const {
-    only_keys(n, path, {"temperature_c", "power_w", "clock_mhz", "utilization_pct", "ecc_correctable_per_s",
-                        "link_errors_per_s", "throttle_c"});
-    if (n["temperature_c"]) t.temperature_c = signal(n["temperature_c"], path + ".temperature_c", t.temperature_c, -50, 200);
+    only_keys(n, path,
+              {"temperature_c", "power_w", "clock_mhz", "utilization_pct", "ecc_correctable_per_s",
+               "link_errors_per_s", "throttle_c"});
+    if (n["temperature_c"])
+      t.temperature_c = signal(n["temperature_c"], path + ".temperature_c", t.temperature_c, -50, 200);
     if (n["power_w"]) t.power_w = signal(n["power_w"], path + ".power_w", t.power_w, 0, 1e5);
     if (n["clock_mhz"]) t.clock_mhz = signal(n["clock_mhz"], path + ".clock_mhz", t.clock_mhz, 0, 1e5);
-    if (n["utilization_pct"]) t.utilization_pct = signal(n["utilization_pct"], path + ".utilization_pct", t.utilization_pct, 0, 100);
-    if (n["ecc_correctable_per_s"]) t.ecc_correctable_per_s = number(n["ecc_correctable_per_s"], path + ".ecc_correctable_per_s", 0, 1e6);
-    if (n["link_errors_per_s"]) t.link_errors_per_s = number(n["link_errors_per_s"], path + ".link_errors_per_s", 0, 1e6);
+    if (n["utilization_pct"])
+      t.utilization_pct = signal(n["utilization_pct"], path + ".utilization_pct", t.utilization_pct, 0, 100);
+    if (n["ecc_correctable_per_s"])
+      t.ecc_correctable_per_s = number(n["ecc_correctable_per_s"], path + ".ecc_correctable_per_s", 0, 1e6);
+    if (n["link_errors_per_s"])
+      t.link_errors_per_s = number(n["link_errors_per_s"], path + ".link_errors_per_s", 0, 1e6);
     if (n["throttle_c"]) t.throttle_c = number(n["throttle_c"], path + ".throttle_c", -50, 250);
     return t;
   }
 
   Event event(const YAML::Node& n, const std::string& path, double end) const {
     if (!n.IsMap()) fail(n, path, "expected a mapping");
-    if (!n["kind"]) fail(n, path + ".kind", "missing (thermal_ramp, power_spike, ecc_burst, ecc_uncorrectable, link_error_growth)");
+    if (!n["kind"])
+      fail(n, path + ".kind",
+           "missing (thermal_ramp, power_spike, ecc_burst, ecc_uncorrectable, link_error_growth)");
     const std::string kind = text(n["kind"], path + ".kind");
     Event e{};
     auto at = [&] {
       if (!n["at_s"]) fail(n, path + ".at_s", "missing");
       e.at_s = number(n["at_s"], path + ".at_s", 0, 1e12);
-      if (e.at_s > end) fail(n["at_s"], path + ".at_s", "is after the scenario's end (duration_s " + std::to_string(end) + ")");
+      if (e.at_s > end)
+        fail(n["at_s"], path + ".at_s",
+             "is after the scenario's end (duration_s " + std::to_string(end) + ")");
     };
     auto need = [&](const char* key) -> const YAML::Node {
       if (!n[key]) fail(n, path + "." + key, "missing for kind " + kind);
@@ -79,13 +88,15 @@ class Parser : public sigma::yaml::Reader {
       if (n["duration_s"]) e.duration_s = number(n["duration_s"], path + ".duration_s", 0, 1e12);
       e.rate_per_s = number(need("rate_per_s"), path + ".rate_per_s", 0, 1e6);
     } else {
-      fail(n["kind"], path + ".kind", "unknown event kind '" + kind +
-                                          "' (thermal_ramp, power_spike, ecc_burst, ecc_uncorrectable, link_error_growth)");
+      fail(n["kind"], path + ".kind",
+           "unknown event kind '" + kind +
+               "' (thermal_ramp, power_spike, ecc_burst, ecc_uncorrectable, link_error_growth)");
     }
     return e;
   }
 
-  DeviceModel device(const YAML::Node& n, const std::string& path, const DeviceModel& base, double end) const {
+  DeviceModel device(const YAML::Node& n, const std::string& path, const DeviceModel& base,
+                     double end) const {
     only_keys(n, path, {"telemetry", "events"});
     DeviceModel d = base;
     if (n["telemetry"]) d.telemetry = telemetry(n["telemetry"], path + ".telemetry", base.telemetry);
@@ -106,34 +117,41 @@ class Parser : public sigma::yaml::Reader {
     if (!n["kind"]) fail(n, path + ".kind", "missing");
     const std::string kind = text(n["kind"], path + ".kind");
     static const std::map<std::string, FaultKind> kinds = {
-        {"device_lost", FaultKind::device_lost},   {"hang", FaultKind::hang},
-        {"slow_link", FaultKind::slow_link},       {"flapping_link", FaultKind::flapping_link},
-        {"silent_corruption", FaultKind::silent_corruption}, {"crash", FaultKind::crash}};
+        {"device_lost", FaultKind::device_lost},
+        {"hang", FaultKind::hang},
+        {"slow_link", FaultKind::slow_link},
+        {"flapping_link", FaultKind::flapping_link},
+        {"silent_corruption", FaultKind::silent_corruption},
+        {"crash", FaultKind::crash}};
     auto it = kinds.find(kind);
     if (it == kinds.end())
-      fail(n["kind"], path + ".kind", "unknown fault kind '" + kind +
-                                          "' (device_lost, hang, slow_link, flapping_link, silent_corruption, crash)");
+      fail(n["kind"], path + ".kind",
+           "unknown fault kind '" + kind +
+               "' (device_lost, hang, slow_link, flapping_link, silent_corruption, crash)");
     f.kind = it->second;
     if (!n["device"]) fail(n, path + ".device", "missing");
     const uint64_t dev = integer(n["device"], path + ".device", 0, 1ull << 31);
     if (dev >= s.world_size)
-      fail(n["device"], path + ".device", "unknown device " + std::to_string(dev) + " (world_size is " +
-                                              std::to_string(s.world_size) + ")");
+      fail(n["device"], path + ".device",
+           "unknown device " + std::to_string(dev) + " (world_size is " + std::to_string(s.world_size) + ")");
     f.device = static_cast<uint32_t>(dev);
     if (n["at_s"] && n["at_op"]) fail(n["at_op"], path, "give at_s or at_op, not both");
     if (n["at_s"]) {
       f.at_s = number(n["at_s"], path + ".at_s", 0, 1e12);
       if (*f.at_s > s.duration_s)
-        fail(n["at_s"], path + ".at_s", std::to_string(*f.at_s) + " is after the scenario's end (duration_s " +
-                                             std::to_string(s.duration_s) + ")");
+        fail(n["at_s"], path + ".at_s",
+             std::to_string(*f.at_s) + " is after the scenario's end (duration_s " +
+                 std::to_string(s.duration_s) + ")");
     } else if (n["at_op"]) {
       f.at_op = integer(n["at_op"], path + ".at_op", 0, 1ull << 62);
     } else {
-      fail(n, path + ".at_s", "missing: a fault needs at_s (seconds) or at_op (the device's n-th collective)");
+      fail(n, path + ".at_s",
+           "missing: a fault needs at_s (seconds) or at_op (the device's n-th collective)");
     }
     const bool timed = f.kind == FaultKind::slow_link || f.kind == FaultKind::flapping_link;
     if (n["duration_s"]) {
-      if (!timed) fail(n["duration_s"], path + ".duration_s", "only slow_link and flapping_link last a while");
+      if (!timed)
+        fail(n["duration_s"], path + ".duration_s", "only slow_link and flapping_link last a while");
       f.duration_s = number(n["duration_s"], path + ".duration_s", 0, 1e12);
     }
     if (n["factor"]) {
@@ -143,13 +161,15 @@ class Parser : public sigma::yaml::Reader {
       fail(n, path + ".factor", "missing: how many times slower collectives get (>= 1)");
     }
     if (n["period_s"]) {
-      if (f.kind != FaultKind::flapping_link) fail(n["period_s"], path + ".period_s", "only flapping_link has a period");
+      if (f.kind != FaultKind::flapping_link)
+        fail(n["period_s"], path + ".period_s", "only flapping_link has a period");
       f.period_s = number(n["period_s"], path + ".period_s", 1e-3, 1e12);
     } else if (f.kind == FaultKind::flapping_link) {
       fail(n, path + ".period_s", "missing: the length of one slow + one normal phase");
     }
     if (n["count"]) {
-      if (f.kind != FaultKind::silent_corruption) fail(n["count"], path + ".count", "only silent_corruption has a count");
+      if (f.kind != FaultKind::silent_corruption)
+        fail(n["count"], path + ".count", "only silent_corruption has a count");
       f.count = integer(n["count"], path + ".count", 1, 1ull << 40);
     }
     return f;
@@ -157,14 +177,17 @@ class Parser : public sigma::yaml::Reader {
 
   Scenario scenario(const YAML::Node& root) const {
     if (!root.IsMap()) fail(root, "(top)", "a scenario is a mapping of keys to values");
-    only_keys(root, "", {"description", "seed", "duration_s", "world_size", "time_scale", "inner", "devices", "faults"});
+    only_keys(
+        root, "",
+        {"description", "seed", "duration_s", "world_size", "time_scale", "inner", "devices", "faults"});
     Scenario s;
     s.file = file();
     if (root["description"]) text(root["description"], "description");
     if (!root["duration_s"]) fail(root, "duration_s", "missing: the scenario's length in seconds");
     s.duration_s = number(root["duration_s"], "duration_s", 1e-3, 1e9);
     if (root["seed"]) s.seed = integer(root["seed"], "seed", 0, UINT64_MAX);
-    if (root["world_size"]) s.world_size = static_cast<uint32_t>(integer(root["world_size"], "world_size", 1, 1u << 20));
+    if (root["world_size"])
+      s.world_size = static_cast<uint32_t>(integer(root["world_size"], "world_size", 1, 1u << 20));
     if (root["time_scale"]) s.time_scale = number(root["time_scale"], "time_scale", 1e-3, 1e6);
     if (root["inner"]) {
       s.inner = text(root["inner"], "inner");
@@ -173,35 +196,44 @@ class Parser : public sigma::yaml::Reader {
     }
     if (const YAML::Node devs = root["devices"]) {
       if (!devs.IsMap()) fail(devs, "devices", "expected a mapping of device (or 'default') to its model");
-      if (devs["default"]) s.default_device = device(devs["default"], "devices.default", s.default_device, s.duration_s);
+      if (devs["default"])
+        s.default_device = device(devs["default"], "devices.default", s.default_device, s.duration_s);
       for (const auto& kv : devs) {
         const std::string key = kv.first.Scalar();
         if (key == "default") continue;
         const uint64_t idx = integer(kv.first, "devices." + key, 0, 1ull << 31);
         if (idx >= s.world_size)
-          fail(kv.first, "devices." + key, "unknown device " + key + " (world_size is " + std::to_string(s.world_size) + ")");
-        s.devices[static_cast<uint32_t>(idx)] = device(kv.second, "devices." + key, s.default_device, s.duration_s);
+          fail(kv.first, "devices." + key,
+               "unknown device " + key + " (world_size is " + std::to_string(s.world_size) + ")");
+        s.devices[static_cast<uint32_t>(idx)] =
+            device(kv.second, "devices." + key, s.default_device, s.duration_s);
       }
     }
     if (const YAML::Node fs = root["faults"]) {
       if (!fs.IsSequence()) fail(fs, "faults", "expected a list");
-      for (size_t i = 0; i < fs.size(); ++i) s.faults.push_back(fault(fs[i], "faults[" + std::to_string(i) + "]", s));
+      for (size_t i = 0; i < fs.size(); ++i)
+        s.faults.push_back(fault(fs[i], "faults[" + std::to_string(i) + "]", s));
     }
     return s;
   }
-
 };
 
 }  // namespace
 
 const char* fault_kind_name(FaultKind k) {
   switch (k) {
-    case FaultKind::device_lost: return "device_lost";
-    case FaultKind::hang: return "hang";
-    case FaultKind::slow_link: return "slow_link";
-    case FaultKind::flapping_link: return "flapping_link";
-    case FaultKind::silent_corruption: return "silent_corruption";
-    case FaultKind::crash: return "crash";
+    case FaultKind::device_lost:
+      return "device_lost";
+    case FaultKind::hang:
+      return "hang";
+    case FaultKind::slow_link:
+      return "slow_link";
+    case FaultKind::flapping_link:
+      return "flapping_link";
+    case FaultKind::silent_corruption:
+      return "silent_corruption";
+    case FaultKind::crash:
+      return "crash";
   }
   return "?";
 }

@@ -33,9 +33,9 @@ void unload_inner(Inner& inner);
 // A fault armed at run time or from the scenario, as the runtime sees it.
 struct ActiveFault {
   FaultKind kind;
-  double from_s = -1;          // scenario time it starts (or -1: by op)
-  int64_t at_op = -1;          // op index it starts at (or -1: by time)
-  double until_s = 1e300;      // slow/flapping end
+  double from_s = -1;      // scenario time it starts (or -1: by op)
+  int64_t at_op = -1;      // op index it starts at (or -1: by time)
+  double until_s = 1e300;  // slow/flapping end
   double factor = 1;
   double period_s = 0;
   uint64_t remaining = 1;      // silent_corruption results left to corrupt
@@ -58,14 +58,14 @@ class State {
   Scenario scenario;
   Inner inner;
   uint32_t rank = 0;
-  bool rank_fixed = false;      // given by option or environment
+  bool rank_fixed = false;  // given by option or environment
   uint64_t t0_ns = 0;
-  uint64_t ops_posted = 0;      // collectives posted by this process
+  uint64_t ops_posted = 0;  // collectives posted by this process
   std::vector<ActiveFault> faults;
   std::vector<Excursion> excursions;
   bool device_lost = false;
   uint64_t allocated_bytes = 0;
-  uint64_t read_seq = 0;        // telemetry reads, for seeded noise
+  uint64_t read_seq = 0;  // telemetry reads, for seeded noise
 
   // Scenario seconds since init.
   double now_s() const { return static_cast<double>(now_ns() - t0_ns) * 1e-9 * scenario.time_scale; }

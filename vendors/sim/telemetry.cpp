@@ -43,7 +43,8 @@ uint64_t poisson_count(double rate, double t, uint64_t stream) {
 
 double overlap(double a, double b, double t) { return std::max(0.0, std::min(b, t) - a); }
 
-hal_field_info_t info(hal_field_id_t id, hal_value_type_t type, uint32_t flags, const char* name, const char* unit) {
+hal_field_info_t info(hal_field_id_t id, hal_value_type_t type, uint32_t flags, const char* name,
+                      const char* unit) {
   hal_field_info_t f{};
   f.id = id;
   f.type = type;
@@ -85,7 +86,8 @@ struct Model {
     const double base = d.telemetry.power_w.baseline;
     double e = base * t;
     for (const auto& ev : d.events)
-      if (ev.kind == EventKind::power_spike) e += (ev.to - base) * overlap(ev.at_s, ev.at_s + ev.duration_s, t);
+      if (ev.kind == EventKind::power_spike)
+        e += (ev.to - base) * overlap(ev.at_s, ev.at_s + ev.duration_s, t);
     return std::max(0.0, e);
   }
   bool throttled() const { return temperature() >= d.telemetry.throttle_c; }
@@ -105,7 +107,8 @@ struct Model {
     return n;
   }
   uint64_t link_errors(const std::vector<ActiveFault>& faults) const {
-    double n = static_cast<double>(poisson_count(d.telemetry.link_errors_per_s, t, seed ^ (uint64_t{rank} << 8) ^ 2));
+    double n = static_cast<double>(
+        poisson_count(d.telemetry.link_errors_per_s, t, seed ^ (uint64_t{rank} << 8) ^ 2));
     for (const auto& e : d.events) {
       if (e.kind != EventKind::link_error_growth) continue;
       const double end = e.duration_s > 0 ? e.at_s + e.duration_s : 1e300;
@@ -173,33 +176,60 @@ void synth_read(const hal_field_id_t* ids, uint32_t n, hal_telemetry_sample_t* o
     }
     x.timestamp_ns = ts;
     switch (ids[i]) {
-      case HAL_FIELD_TEMPERATURE_C: x.value.f64 = m.temperature(); break;
-      case HAL_FIELD_POWER_W: x.value.f64 = m.power(); break;
-      case HAL_FIELD_ENERGY_J: x.value.f64 = m.energy(); break;
+      case HAL_FIELD_TEMPERATURE_C:
+        x.value.f64 = m.temperature();
+        break;
+      case HAL_FIELD_POWER_W:
+        x.value.f64 = m.power();
+        break;
+      case HAL_FIELD_ENERGY_J:
+        x.value.f64 = m.energy();
+        break;
       case HAL_FIELD_CLOCK_COMPUTE_MHZ:
-        x.value.f64 = (m.d.telemetry.clock_mhz.baseline + m.noise(m.d.telemetry.clock_mhz, ids[i])) * (m.throttled() ? 0.5 : 1.0);
+        x.value.f64 = (m.d.telemetry.clock_mhz.baseline + m.noise(m.d.telemetry.clock_mhz, ids[i])) *
+                      (m.throttled() ? 0.5 : 1.0);
         break;
       case HAL_FIELD_UTILIZATION_PCT:
-        x.value.f64 = std::clamp(m.d.telemetry.utilization_pct.baseline + m.noise(m.d.telemetry.utilization_pct, ids[i]), 0.0, 100.0);
+        x.value.f64 = std::clamp(
+            m.d.telemetry.utilization_pct.baseline + m.noise(m.d.telemetry.utilization_pct, ids[i]), 0.0,
+            100.0);
         break;
-      case HAL_FIELD_MEMORY_USED_BYTES: x.value.u64 = s.allocated_bytes; break;
-      case HAL_FIELD_ECC_CORRECTABLE: x.value.u64 = m.ecc_correctable(); break;
-      case HAL_FIELD_ECC_UNCORRECTABLE: x.value.u64 = m.ecc_uncorrectable(); break;
-      case HAL_FIELD_LINK_ERRORS: x.value.u64 = m.link_errors(s.faults); break;
-      case HAL_FIELD_LINK_RETRIES: x.value.u64 = m.link_retries(s.faults); break;
+      case HAL_FIELD_MEMORY_USED_BYTES:
+        x.value.u64 = s.allocated_bytes;
+        break;
+      case HAL_FIELD_ECC_CORRECTABLE:
+        x.value.u64 = m.ecc_correctable();
+        break;
+      case HAL_FIELD_ECC_UNCORRECTABLE:
+        x.value.u64 = m.ecc_uncorrectable();
+        break;
+      case HAL_FIELD_LINK_ERRORS:
+        x.value.u64 = m.link_errors(s.faults);
+        break;
+      case HAL_FIELD_LINK_RETRIES:
+        x.value.u64 = m.link_retries(s.faults);
+        break;
       case HAL_FIELD_THROTTLE_REASONS:
         x.value.u64 = (m.throttled() ? HAL_THROTTLE_THERMAL : 0) | (m.spike() ? HAL_THROTTLE_POWER : 0);
         break;
-      case HAL_FIELD_FATAL_CODE: x.value.i64 = s.device_lost ? 79 : 0; break;  // 79: fell off the bus
-      case HAL_FIELD_RETIRED_PAGES: x.value.u64 = m.ecc_uncorrectable(); break;
-      default: break;
+      case HAL_FIELD_FATAL_CODE:
+        x.value.i64 = s.device_lost ? 79 : 0;
+        break;  // 79: fell off the bus
+      case HAL_FIELD_RETIRED_PAGES:
+        x.value.u64 = m.ecc_uncorrectable();
+        break;
+      default:
+        break;
     }
     // A value forced through the fault extension wins while it lasts.
     for (const auto& e : s.excursions) {
       if (e.field != ids[i] || t >= e.until_s) continue;
-      if (x.type == HAL_VALUE_F64) x.value.f64 = e.value;
-      else if (x.type == HAL_VALUE_I64) x.value.i64 = static_cast<int64_t>(e.value);
-      else x.value.u64 = static_cast<uint64_t>(std::max(0.0, e.value));
+      if (x.type == HAL_VALUE_F64)
+        x.value.f64 = e.value;
+      else if (x.type == HAL_VALUE_I64)
+        x.value.i64 = static_cast<int64_t>(e.value);
+      else
+        x.value.u64 = static_cast<uint64_t>(std::max(0.0, e.value));
     }
   }
 }

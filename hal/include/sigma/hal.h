@@ -94,9 +94,8 @@ extern "C" {
  * its size in ptr->struct_size, is large enough to hold `field`. For a
  * function pointer also check it for NULL before calling it.
  */
-#define HAL_HAS_FIELD(ptr, type, field)                                        \
-  ((ptr) != NULL && (uint64_t)(offsetof(type, field) + sizeof(((type *)0)->field)) <= \
-                        (ptr)->struct_size)
+#define HAL_HAS_FIELD(ptr, type, field) \
+  ((ptr) != NULL && (uint64_t)(offsetof(type, field) + sizeof(((type*)0)->field)) <= (ptr)->struct_size)
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                              */
@@ -182,9 +181,9 @@ enum hal_coll_op_e {
 /* Opaque handles (owned by the plugin)                                      */
 /* ------------------------------------------------------------------------- */
 
-typedef struct hal_stream_s *hal_stream_t;   /* an ordered queue of device work */
-typedef struct hal_comm_s *hal_comm_t;       /* a communicator over some ranks */
-typedef struct hal_request_s *hal_request_t; /* one posted collective operation */
+typedef struct hal_stream_s* hal_stream_t;   /* an ordered queue of device work */
+typedef struct hal_comm_s* hal_comm_t;       /* a communicator over some ranks */
+typedef struct hal_request_s* hal_request_t; /* one posted collective operation */
 
 /* ------------------------------------------------------------------------- */
 /* Extension chain                                                           */
@@ -205,7 +204,7 @@ typedef struct hal_ext_header_t {
   uint64_t struct_size; /* of the whole extension struct */
   hal_ext_type_t type;
   uint32_t reserved; /* zero */
-  const struct hal_ext_header_t *next;
+  const struct hal_ext_header_t* next;
 } hal_ext_header_t;
 
 /* ------------------------------------------------------------------------- */
@@ -217,10 +216,10 @@ typedef struct hal_init_args_t {
   /* [in, optional] A vendor-specific configuration string, "key=value;..."
    * (e.g. the sim vendor's scenario file). NULL or "" for defaults. Only read
    * during the call. */
-  const char *options;
+  const char* options;
   /* [in, optional] The job directory the host uses for this process (scratch
    * files, logs). NULL when none. Only read during the call. */
-  const char *job_dir;
+  const char* job_dir;
 } hal_init_args_t;
 
 /*
@@ -232,7 +231,7 @@ typedef struct hal_init_args_t {
  * message says which call failed and why), OUT_OF_MEMORY, INTERNAL.
  * Thread-safety: any thread, concurrently. Blocks: up to the driver's start-up.
  */
-typedef hal_status_t hal_init_fn(const hal_init_args_t *args);
+typedef hal_status_t hal_init_fn(const hal_init_args_t* args);
 
 /*
  * REQUIRED. Drops one reference. The last one aborts every communicator still
@@ -253,7 +252,7 @@ typedef hal_status_t hal_finalize_fn(void);
  * Thread-safety: any thread, concurrently (each thread sees its own).
  * Blocks: no.
  */
-typedef const char *hal_get_last_error_fn(void);
+typedef const char* hal_get_last_error_fn(void);
 
 /* ------------------------------------------------------------------------- */
 /* Device and memory                                                         */
@@ -270,9 +269,9 @@ typedef struct hal_device_props_t {
   char name[64];        /* NUL-terminated, e.g. "cpu0" */
   char uuid[40];        /* NUL-terminated, stable across processes; may be "" */
   hal_memory_kind_t memory_kind;
-  uint32_t reserved0; /* zero */
-  uint64_t memory_bytes;   /* total device memory */
-  uint64_t alignment_bytes;/* what hal_mem_alloc_fn guarantees at least */
+  uint32_t reserved0;       /* zero */
+  uint64_t memory_bytes;    /* total device memory */
+  uint64_t alignment_bytes; /* what hal_mem_alloc_fn guarantees at least */
   /* Peak dense throughput in FLOP/s for each dtype (index = hal_dtype_t),
    * 0 where unknown or not computable. MFU is computed against these. */
   double peak_flops[HAL_DTYPE_SLOTS];
@@ -291,12 +290,12 @@ typedef struct hal_self_test_result_t {
   uint64_t struct_size; /* [in] set by the host */
   uint32_t passed;      /* 1 when every part passed */
   uint32_t reserved0;
-  double gemm_max_rel_error;     /* GEMM vs a host reference; <0 if not run */
-  uint64_t memory_pattern_errors;/* words that read back wrong */
+  double gemm_max_rel_error;      /* GEMM vs a host reference; <0 if not run */
+  uint64_t memory_pattern_errors; /* words that read back wrong */
   uint64_t memory_bytes_tested;
-  double copy_bandwidth;         /* bytes/s, device-to-device; 0 if not run */
+  double copy_bandwidth; /* bytes/s, device-to-device; 0 if not run */
   double duration_s;
-  char message[256];             /* NUL-terminated summary, e.g. what failed */
+  char message[256]; /* NUL-terminated summary, e.g. what failed */
 } hal_self_test_result_t;
 
 /*
@@ -304,7 +303,7 @@ typedef struct hal_self_test_result_t {
  * [out] count: may not be NULL.
  * Thread-safety: any thread, concurrently. Blocks: no.
  */
-typedef hal_status_t hal_device_get_count_fn(uint32_t *count);
+typedef hal_status_t hal_device_get_count_fn(uint32_t* count);
 
 /*
  * REQUIRED. Properties of device `device` (0 <= device < count).
@@ -314,7 +313,7 @@ typedef hal_status_t hal_device_get_count_fn(uint32_t *count);
  * DEVICE_LOST.
  * Thread-safety: any thread, concurrently. Blocks: no.
  */
-typedef hal_status_t hal_device_get_props_fn(uint32_t device, hal_device_props_t *props);
+typedef hal_status_t hal_device_get_props_fn(uint32_t device, hal_device_props_t* props);
 
 /*
  * REQUIRED. Allocates `size_bytes` of device memory aligned to at least
@@ -324,8 +323,8 @@ typedef hal_status_t hal_device_get_props_fn(uint32_t device, hal_device_props_t
  * Errors: INVALID_ARGUMENT, OUT_OF_MEMORY, DEVICE_LOST.
  * Thread-safety: any thread, concurrently. Blocks: no.
  */
-typedef hal_status_t hal_mem_alloc_fn(uint32_t device, uint64_t size_bytes,
-                                      uint64_t alignment_bytes, void **ptr);
+typedef hal_status_t hal_mem_alloc_fn(uint32_t device, uint64_t size_bytes, uint64_t alignment_bytes,
+                                      void** ptr);
 
 /*
  * REQUIRED. Frees memory from hal_mem_alloc_fn. NULL is accepted and ignored.
@@ -334,7 +333,7 @@ typedef hal_status_t hal_mem_alloc_fn(uint32_t device, uint64_t size_bytes,
  * plugin can tell).
  * Thread-safety: any thread, not concurrently on the same pointer. Blocks: no.
  */
-typedef hal_status_t hal_mem_free_fn(uint32_t device, void *ptr);
+typedef hal_status_t hal_mem_free_fn(uint32_t device, void* ptr);
 
 /*
  * REQUIRED. Copies `size_bytes` between host and device memory. With stream
@@ -343,9 +342,8 @@ typedef hal_status_t hal_mem_free_fn(uint32_t device, void *ptr);
  * Errors: INVALID_ARGUMENT, DEVICE_LOST.
  * Thread-safety: any thread, concurrently. Blocks: until done when stream is NULL.
  */
-typedef hal_status_t hal_memcpy_fn(uint32_t device, void *dst, const void *src,
-                                   uint64_t size_bytes, hal_copy_kind_t kind,
-                                   hal_stream_t stream);
+typedef hal_status_t hal_memcpy_fn(uint32_t device, void* dst, const void* src, uint64_t size_bytes,
+                                   hal_copy_kind_t kind, hal_stream_t stream);
 
 /*
  * OPTIONAL (all three together). Streams. A plugin without streams leaves them
@@ -355,7 +353,7 @@ typedef hal_status_t hal_memcpy_fn(uint32_t device, void *dst, const void *src,
  * stream_destroy: waits for queued work, then frees.
  * Thread-safety: any thread, not concurrently on the same stream.
  */
-typedef hal_status_t hal_stream_create_fn(uint32_t device, hal_stream_t *stream);
+typedef hal_status_t hal_stream_create_fn(uint32_t device, hal_stream_t* stream);
 typedef hal_status_t hal_stream_synchronize_fn(hal_stream_t stream);
 typedef hal_status_t hal_stream_destroy_fn(hal_stream_t stream);
 
@@ -371,19 +369,19 @@ typedef hal_status_t hal_stream_destroy_fn(hal_stream_t stream);
  * Blocks: up to a few seconds.
  */
 typedef hal_status_t hal_device_self_test_fn(uint32_t device, uint64_t budget_bytes,
-                                             hal_self_test_result_t *result);
+                                             hal_self_test_result_t* result);
 
 typedef struct hal_device_api_t {
   uint64_t struct_size;
-  hal_device_get_count_fn *get_count;     /* REQUIRED */
-  hal_device_get_props_fn *get_props;     /* REQUIRED */
-  hal_mem_alloc_fn *mem_alloc;            /* REQUIRED */
-  hal_mem_free_fn *mem_free;              /* REQUIRED */
-  hal_memcpy_fn *memcpy;                  /* REQUIRED */
-  hal_stream_create_fn *stream_create;    /* OPTIONAL */
-  hal_stream_synchronize_fn *stream_synchronize; /* OPTIONAL */
-  hal_stream_destroy_fn *stream_destroy;  /* OPTIONAL */
-  hal_device_self_test_fn *self_test;     /* REQUIRED */
+  hal_device_get_count_fn* get_count;            /* REQUIRED */
+  hal_device_get_props_fn* get_props;            /* REQUIRED */
+  hal_mem_alloc_fn* mem_alloc;                   /* REQUIRED */
+  hal_mem_free_fn* mem_free;                     /* REQUIRED */
+  hal_memcpy_fn* memcpy;                         /* REQUIRED */
+  hal_stream_create_fn* stream_create;           /* OPTIONAL */
+  hal_stream_synchronize_fn* stream_synchronize; /* OPTIONAL */
+  hal_stream_destroy_fn* stream_destroy;         /* OPTIONAL */
+  hal_device_self_test_fn* self_test;            /* REQUIRED */
 } hal_device_api_t;
 
 /* ------------------------------------------------------------------------- */
@@ -392,22 +390,22 @@ typedef struct hal_device_api_t {
 
 typedef uint32_t hal_field_id_t;
 enum hal_field_id_e {
-  HAL_FIELD_TEMPERATURE_C = 1,        /* f64, degrees Celsius, hottest sensor */
-  HAL_FIELD_POWER_W = 2,              /* f64, watts */
-  HAL_FIELD_ENERGY_J = 3,             /* f64, joules, MONOTONIC */
-  HAL_FIELD_CLOCK_COMPUTE_MHZ = 4,    /* f64 */
-  HAL_FIELD_CLOCK_MEMORY_MHZ = 5,     /* f64 */
-  HAL_FIELD_UTILIZATION_PCT = 6,      /* f64, 0..100 */
-  HAL_FIELD_MEMORY_USED_BYTES = 7,    /* u64 */
-  HAL_FIELD_MEMORY_TOTAL_BYTES = 8,   /* u64 */
-  HAL_FIELD_ECC_CORRECTABLE = 9,      /* u64, MONOTONIC */
-  HAL_FIELD_ECC_UNCORRECTABLE = 10,   /* u64, MONOTONIC */
-  HAL_FIELD_LINK_ERRORS = 11,         /* u64, MONOTONIC, all links */
-  HAL_FIELD_LINK_RETRIES = 12,        /* u64, MONOTONIC, all links */
-  HAL_FIELD_THROTTLE_REASONS = 13,    /* u64, bit mask of HAL_THROTTLE_* */
-  HAL_FIELD_FATAL_CODE = 14,          /* i64, last fatal (XID-like) code, 0 none */
-  HAL_FIELD_RETIRED_PAGES = 15,       /* u64, MONOTONIC */
-  HAL_FIELD_STANDARD_COUNT_V1 = 16    /* one past the last standard id of 1.0 */
+  HAL_FIELD_TEMPERATURE_C = 1,      /* f64, degrees Celsius, hottest sensor */
+  HAL_FIELD_POWER_W = 2,            /* f64, watts */
+  HAL_FIELD_ENERGY_J = 3,           /* f64, joules, MONOTONIC */
+  HAL_FIELD_CLOCK_COMPUTE_MHZ = 4,  /* f64 */
+  HAL_FIELD_CLOCK_MEMORY_MHZ = 5,   /* f64 */
+  HAL_FIELD_UTILIZATION_PCT = 6,    /* f64, 0..100 */
+  HAL_FIELD_MEMORY_USED_BYTES = 7,  /* u64 */
+  HAL_FIELD_MEMORY_TOTAL_BYTES = 8, /* u64 */
+  HAL_FIELD_ECC_CORRECTABLE = 9,    /* u64, MONOTONIC */
+  HAL_FIELD_ECC_UNCORRECTABLE = 10, /* u64, MONOTONIC */
+  HAL_FIELD_LINK_ERRORS = 11,       /* u64, MONOTONIC, all links */
+  HAL_FIELD_LINK_RETRIES = 12,      /* u64, MONOTONIC, all links */
+  HAL_FIELD_THROTTLE_REASONS = 13,  /* u64, bit mask of HAL_THROTTLE_* */
+  HAL_FIELD_FATAL_CODE = 14,        /* i64, last fatal (XID-like) code, 0 none */
+  HAL_FIELD_RETIRED_PAGES = 15,     /* u64, MONOTONIC */
+  HAL_FIELD_STANDARD_COUNT_V1 = 16  /* one past the last standard id of 1.0 */
 };
 /* Ids at or above this are the vendor's own; list_fields gives their names. */
 #define HAL_FIELD_VENDOR_FIRST 0x80000000u
@@ -440,12 +438,12 @@ typedef union hal_value_t {
 } hal_value_t;
 
 typedef struct hal_telemetry_sample_t {
-  hal_field_id_t id;      /* [out] copied from the request */
-  hal_status_t status;    /* [out] HAL_OK, or why this field has no value */
-  uint64_t timestamp_ns;  /* [out] CLOCK_MONOTONIC time of the reading; 0 if none */
-  hal_value_type_t type;  /* [out] as listed */
-  uint32_t reserved;      /* zero */
-  hal_value_t value;      /* [out] valid when status == HAL_OK */
+  hal_field_id_t id;     /* [out] copied from the request */
+  hal_status_t status;   /* [out] HAL_OK, or why this field has no value */
+  uint64_t timestamp_ns; /* [out] CLOCK_MONOTONIC time of the reading; 0 if none */
+  hal_value_type_t type; /* [out] as listed */
+  uint32_t reserved;     /* zero */
+  hal_value_t value;     /* [out] valid when status == HAL_OK */
 } hal_telemetry_sample_t;
 
 /*
@@ -459,8 +457,8 @@ typedef struct hal_telemetry_sample_t {
  * Errors: INVALID_ARGUMENT, DEVICE_LOST.
  * Thread-safety: any thread, concurrently. Blocks: no.
  */
-typedef hal_status_t hal_telemetry_list_fields_fn(uint32_t device, hal_field_info_t *fields,
-                                                  uint32_t capacity, uint32_t *count);
+typedef hal_status_t hal_telemetry_list_fields_fn(uint32_t device, hal_field_info_t* fields,
+                                                  uint32_t capacity, uint32_t* count);
 
 /*
  * REQUIRED. Reads `n` fields. The call returns HAL_OK when every sample was
@@ -470,13 +468,13 @@ typedef hal_status_t hal_telemetry_list_fields_fn(uint32_t device, hal_field_inf
  * [in] ids: host-owned array of n ids. [out] samples: host-owned array of n.
  * Thread-safety: any thread, concurrently. Blocks: up to a few milliseconds.
  */
-typedef hal_status_t hal_telemetry_read_fn(uint32_t device, const hal_field_id_t *ids,
-                                           uint32_t n, hal_telemetry_sample_t *samples);
+typedef hal_status_t hal_telemetry_read_fn(uint32_t device, const hal_field_id_t* ids, uint32_t n,
+                                           hal_telemetry_sample_t* samples);
 
 typedef struct hal_telemetry_api_t {
   uint64_t struct_size;
-  hal_telemetry_list_fields_fn *list_fields; /* REQUIRED */
-  hal_telemetry_read_fn *read;               /* REQUIRED */
+  hal_telemetry_list_fields_fn* list_fields; /* REQUIRED */
+  hal_telemetry_read_fn* read;               /* REQUIRED */
 } hal_telemetry_api_t;
 
 /* ------------------------------------------------------------------------- */
@@ -495,31 +493,31 @@ typedef struct hal_telemetry_api_t {
  */
 typedef struct hal_bootstrap_t {
   uint64_t struct_size;
-  void *ctx; /* passed back to every callback */
+  void* ctx; /* passed back to every callback */
   /* Stores `size` bytes under `key`, replacing any previous value. */
-  hal_status_t (*kv_set)(void *ctx, const char *key, const void *value, uint64_t size);
+  hal_status_t (*kv_set)(void* ctx, const char* key, const void* value, uint64_t size);
   /* Waits until `key` exists (at most timeout_ns), then copies up to
    * `capacity` bytes to value and sets *size to the value's full size.
    * Errors: TIMEOUT, INVALID_ARGUMENT, UNAVAILABLE (the store is gone). */
-  hal_status_t (*kv_get)(void *ctx, const char *key, void *value, uint64_t capacity,
-                         uint64_t *size, uint64_t timeout_ns);
+  hal_status_t (*kv_get)(void* ctx, const char* key, void* value, uint64_t capacity, uint64_t* size,
+                         uint64_t timeout_ns);
   /* A URI naming the store ("file:///dir" or "redis://host:port/prefix"), for
    * plugins whose transport library has its own client for that store. The
    * callbacks above always work; the URI is a hint. May be "". */
-  const char *store_uri;
+  const char* store_uri;
   /* A prefix unique to this communicator in that store; the callbacks already
    * apply it. */
-  const char *key_prefix;
+  const char* key_prefix;
 } hal_bootstrap_t;
 
 typedef struct hal_comm_create_args_t {
   uint64_t struct_size;
-  uint32_t device;     /* local device index */
-  uint32_t rank;       /* 0 <= rank < world_size */
-  uint32_t world_size; /* >= 1 */
-  uint32_t reserved0;  /* zero */
-  const hal_bootstrap_t *bootstrap; /* may be NULL only when world_size == 1 */
-  uint64_t timeout_ns; /* how long creation may wait for the other ranks */
+  uint32_t device;                  /* local device index */
+  uint32_t rank;                    /* 0 <= rank < world_size */
+  uint32_t world_size;              /* >= 1 */
+  uint32_t reserved0;               /* zero */
+  const hal_bootstrap_t* bootstrap; /* may be NULL only when world_size == 1 */
+  uint64_t timeout_ns;              /* how long creation may wait for the other ranks */
 } hal_comm_create_args_t;
 
 typedef struct hal_coll_args_t {
@@ -536,16 +534,16 @@ typedef struct hal_coll_args_t {
    * count elements; REDUCE_SCATTER with recvbuf == sendbuf + rank * count
    * elements. ALL_TO_ALL and ALL_TO_ALLV may not run in place. Otherwise the
    * two ranges must not overlap. */
-  const void *sendbuf;
-  void *recvbuf;
+  const void* sendbuf;
+  void* recvbuf;
   /* ALL_TO_ALLV only: host arrays of world_size entries, in elements. Rank i's
    * block j (sendbuf + send_displs[j], send_counts[j] elements) goes to rank
    * j, landing at recvbuf + recv_displs[i] on rank j; recv_counts[i] there
    * must equal send_counts[j] here. In place is not allowed. */
-  const uint64_t *send_counts;
-  const uint64_t *send_displs;
-  const uint64_t *recv_counts;
-  const uint64_t *recv_displs;
+  const uint64_t* send_counts;
+  const uint64_t* send_displs;
+  const uint64_t* recv_counts;
+  const uint64_t* recv_displs;
 } hal_coll_args_t;
 
 /*
@@ -557,8 +555,7 @@ typedef struct hal_coll_args_t {
  * timeout_ns), UNAVAILABLE, OUT_OF_MEMORY.
  * Thread-safety: any thread, concurrently. Blocks: up to timeout_ns.
  */
-typedef hal_status_t hal_coll_comm_create_fn(const hal_comm_create_args_t *args,
-                                             hal_comm_t *comm);
+typedef hal_status_t hal_coll_comm_create_fn(const hal_comm_create_args_t* args, hal_comm_t* comm);
 
 /*
  * REQUIRED. Destroys a communicator. Requests still in flight are aborted
@@ -585,7 +582,7 @@ typedef hal_status_t hal_coll_comm_abort_fn(hal_comm_t comm);
  * [out] error: may not be NULL.
  * Thread-safety: any thread, concurrently. Blocks: no.
  */
-typedef hal_status_t hal_coll_comm_get_async_error_fn(hal_comm_t comm, hal_status_t *error);
+typedef hal_status_t hal_coll_comm_get_async_error_fn(hal_comm_t comm, hal_status_t* error);
 
 /*
  * REQUIRED. Posts one collective or point-to-point operation and returns at
@@ -603,8 +600,8 @@ typedef hal_status_t hal_coll_comm_get_async_error_fn(hal_comm_t comm, hal_statu
  * come back from test/wait.
  * Thread-safety: any thread, not concurrently on the same comm. Blocks: no.
  */
-typedef hal_status_t hal_coll_post_fn(hal_comm_t comm, const hal_coll_args_t *args,
-                                      hal_stream_t stream, hal_request_t *request);
+typedef hal_status_t hal_coll_post_fn(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t stream,
+                                      hal_request_t* request);
 
 /*
  * REQUIRED. Polls a request: HAL_OK when it finished well, HAL_IN_PROGRESS,
@@ -650,20 +647,20 @@ typedef hal_status_t hal_coll_request_free_fn(hal_request_t request);
  * the call within ~1 s with HAL_ERR_ABORTED. Blocks: up to timeout_ns, plus
  * the bounded abort when it runs out.
  */
-typedef hal_status_t hal_coll_run_fn(hal_comm_t comm, const hal_coll_args_t *args,
-                                     hal_stream_t stream, uint64_t timeout_ns);
+typedef hal_status_t hal_coll_run_fn(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t stream,
+                                     uint64_t timeout_ns);
 
 typedef struct hal_coll_api_t {
   uint64_t struct_size;
-  hal_coll_comm_create_fn *comm_create;               /* REQUIRED */
-  hal_coll_comm_destroy_fn *comm_destroy;             /* REQUIRED */
-  hal_coll_comm_abort_fn *comm_abort;                 /* REQUIRED */
-  hal_coll_comm_get_async_error_fn *comm_get_async_error; /* REQUIRED */
-  hal_coll_post_fn *post;                             /* REQUIRED */
-  hal_coll_test_fn *test;                             /* REQUIRED */
-  hal_coll_wait_fn *wait;                             /* REQUIRED */
-  hal_coll_request_free_fn *request_free;             /* REQUIRED */
-  hal_coll_run_fn *run;                               /* OPTIONAL, ABI 1.1 */
+  hal_coll_comm_create_fn* comm_create;                   /* REQUIRED */
+  hal_coll_comm_destroy_fn* comm_destroy;                 /* REQUIRED */
+  hal_coll_comm_abort_fn* comm_abort;                     /* REQUIRED */
+  hal_coll_comm_get_async_error_fn* comm_get_async_error; /* REQUIRED */
+  hal_coll_post_fn* post;                                 /* REQUIRED */
+  hal_coll_test_fn* test;                                 /* REQUIRED */
+  hal_coll_wait_fn* wait;                                 /* REQUIRED */
+  hal_coll_request_free_fn* request_free;                 /* REQUIRED */
+  hal_coll_run_fn* run;                                   /* OPTIONAL, ABI 1.1 */
 } hal_coll_api_t;
 
 /* ------------------------------------------------------------------------- */
@@ -698,7 +695,7 @@ typedef struct hal_fault_spec_t {
   double factor;        /* SLOW_LINK */
   hal_field_id_t field; /* TELEMETRY_EXCURSION */
   uint32_t reserved0;
-  double value;         /* TELEMETRY_EXCURSION */
+  double value; /* TELEMETRY_EXCURSION */
 } hal_fault_spec_t;
 
 /*
@@ -713,7 +710,7 @@ typedef struct hal_fault_spec_t {
 typedef struct hal_ext_fault_injection_t {
   hal_ext_header_t header; /* type = HAL_EXT_FAULT_INJECTION */
   uint64_t supported_kinds;
-  hal_status_t (*inject)(const hal_fault_spec_t *spec);
+  hal_status_t (*inject)(const hal_fault_spec_t* spec);
   hal_status_t (*clear)(uint32_t device);
 } hal_ext_fault_injection_t;
 
@@ -722,25 +719,25 @@ typedef struct hal_ext_fault_injection_t {
 /* ------------------------------------------------------------------------- */
 
 /* Bits of hal_api_t.capabilities. */
-#define HAL_CAP_MULTI_RANK (UINT64_C(1) << 0)  /* communicators with world_size > 1 */
-#define HAL_CAP_STREAMS (UINT64_C(1) << 1)     /* the OPTIONAL stream entries are set */
-#define HAL_CAP_HOST_MEMORY (UINT64_C(1) << 2) /* device pointers are host pointers */
+#define HAL_CAP_MULTI_RANK (UINT64_C(1) << 0)      /* communicators with world_size > 1 */
+#define HAL_CAP_STREAMS (UINT64_C(1) << 1)         /* the OPTIONAL stream entries are set */
+#define HAL_CAP_HOST_MEMORY (UINT64_C(1) << 2)     /* device pointers are host pointers */
 #define HAL_CAP_FAULT_INJECTION (UINT64_C(1) << 3) /* HAL_EXT_FAULT_INJECTION is chained */
 
 typedef struct hal_api_t {
   uint64_t struct_size;
-  uint32_t abi_major;         /* HAL_ABI_MAJOR the plugin was built against */
-  uint32_t abi_minor;         /* HAL_ABI_MINOR the plugin was built against */
-  const char *name;           /* short name, e.g. "cpu"; never NULL */
-  const char *version;        /* the vendor's version string; never NULL */
-  uint64_t capabilities;      /* HAL_CAP_* */
-  const hal_ext_header_t *extensions; /* OPTIONAL chain, may be NULL */
-  hal_init_fn *init;                  /* REQUIRED */
-  hal_finalize_fn *finalize;          /* REQUIRED */
-  hal_get_last_error_fn *get_last_error; /* REQUIRED */
-  const hal_device_api_t *device;     /* REQUIRED */
-  const hal_telemetry_api_t *telemetry; /* REQUIRED */
-  const hal_coll_api_t *coll;         /* REQUIRED */
+  uint32_t abi_major;                    /* HAL_ABI_MAJOR the plugin was built against */
+  uint32_t abi_minor;                    /* HAL_ABI_MINOR the plugin was built against */
+  const char* name;                      /* short name, e.g. "cpu"; never NULL */
+  const char* version;                   /* the vendor's version string; never NULL */
+  uint64_t capabilities;                 /* HAL_CAP_* */
+  const hal_ext_header_t* extensions;    /* OPTIONAL chain, may be NULL */
+  hal_init_fn* init;                     /* REQUIRED */
+  hal_finalize_fn* finalize;             /* REQUIRED */
+  hal_get_last_error_fn* get_last_error; /* REQUIRED */
+  const hal_device_api_t* device;        /* REQUIRED */
+  const hal_telemetry_api_t* telemetry;  /* REQUIRED */
+  const hal_coll_api_t* coll;            /* REQUIRED */
 } hal_api_t;
 
 /*
@@ -753,7 +750,7 @@ typedef struct hal_api_t {
  * Thread-safety: any thread, concurrently. Blocks: no. Does not initialise
  * the plugin (see hal_init_fn).
  */
-typedef const hal_api_t *hal_get_api_v1_fn(uint32_t host_major, uint32_t host_minor);
+typedef const hal_api_t* hal_get_api_v1_fn(uint32_t host_major, uint32_t host_minor);
 
 /* The sizes of ABI 1.0, which a reader compares struct_size against. */
 enum hal_v1_sizes_e {
@@ -778,7 +775,7 @@ enum hal_v1_1_sizes_e {
 
 /* Layout guards: these must hold on every 64-bit platform we support. If one
  * fails, a field was inserted in the middle: append it at the end instead. */
-HAL_STATIC_ASSERT(sizeof(void *) == 8, hal_needs_64_bit_pointers);
+HAL_STATIC_ASSERT(sizeof(void*) == 8, hal_needs_64_bit_pointers);
 HAL_STATIC_ASSERT(sizeof(hal_telemetry_sample_t) == 32, hal_sample_layout);
 HAL_STATIC_ASSERT(sizeof(hal_field_info_t) == 80, hal_field_info_layout);
 HAL_STATIC_ASSERT(sizeof(hal_coll_args_t) == 88, hal_coll_args_layout);

@@ -82,19 +82,23 @@ std::vector<fs::path> steps_of(const fs::path& p) {
 }
 
 int cmd_ls(const std::string& dir) {
-  std::printf("%-20s %6s %5s %-12s %12s %12s %6s %8s  %s\n", "job", "step", "rank", "kind", "raw", "stored", "ratio",
-              "tensors", "step state");
+  std::printf("%-20s %6s %5s %-12s %12s %12s %6s %8s  %s\n", "job", "step", "rank", "kind", "raw", "stored",
+              "ratio", "tensors", "step state");
   for (const auto& job : jobs_below(dir)) {
     std::map<uint64_t, std::string> state;
     for (const auto& st : ck::list_steps(job.string()))
-      state[st.step] = st.complete ? "complete, world " + std::to_string(st.world) : "INCOMPLETE: " + st.problem;
+      state[st.step] =
+          st.complete ? "complete, world " + std::to_string(st.world) : "INCOMPLETE: " + st.problem;
     for (const auto& s : ck::list_shards(job.string())) {
-      std::string kind = s.base_step == -1 ? "base" : s.base_step == -2 ? "UNREADABLE" : "delta of " + std::to_string(s.base_step);
+      std::string kind = s.base_step == -1   ? "base"
+                         : s.base_step == -2 ? "UNREADABLE"
+                                             : "delta of " + std::to_string(s.base_step);
       std::printf("%-20s %6llu %5u %-12s %12s %12s %6.3f %8zu  %s\n", job.filename().c_str(),
-                  static_cast<unsigned long long>(s.step), s.rank, kind.c_str(), human(static_cast<double>(s.raw_bytes)).c_str(),
+                  static_cast<unsigned long long>(s.step), s.rank, kind.c_str(),
+                  human(static_cast<double>(s.raw_bytes)).c_str(),
                   human(static_cast<double>(s.stored_bytes)).c_str(),
-                  s.raw_bytes ? static_cast<double>(s.stored_bytes) / static_cast<double>(s.raw_bytes) : 0.0, s.tensors.size(),
-                  state[s.step].c_str());
+                  s.raw_bytes ? static_cast<double>(s.stored_bytes) / static_cast<double>(s.raw_bytes) : 0.0,
+                  s.tensors.size(), state[s.step].c_str());
     }
   }
   return 0;
@@ -135,8 +139,8 @@ int cmd_verify(const std::string& path) {
     }
   }
   std::printf("%d of %d shards verified, %d damaged\n", n - bad, n, bad);
-  std::printf("%d step(s) tied together by their global manifest, %d damaged, %d incomplete\n", steps_ok, steps_bad,
-              incomplete);
+  std::printf("%d step(s) tied together by their global manifest, %d damaged, %d incomplete\n", steps_ok,
+              steps_bad, incomplete);
   return bad || steps_bad ? 1 : 0;
 }
 
@@ -160,35 +164,61 @@ int cmd_inspect(const std::string& path) {
   std::printf("size    %s raw, %s stored (%.3f)\n", human(static_cast<double>(s.raw_bytes)).c_str(),
               human(static_cast<double>(s.stored_bytes)).c_str(),
               s.raw_bytes ? static_cast<double>(s.stored_bytes) / static_cast<double>(s.raw_bytes) : 0.0);
-  std::printf("meta    data position %llu, loss scale %g, %zu RNG bytes, guardrails state %zu bytes, plan %s\n",
-              static_cast<unsigned long long>(s.meta.data_position), s.meta.loss_scale, s.meta.rng_state.size(),
-              s.meta.guardrails_state.size(), s.meta.parallel_plan.empty() ? "-" : s.meta.parallel_plan.c_str());
+  std::printf(
+      "meta    data position %llu, loss scale %g, %zu RNG bytes, guardrails state %zu bytes, plan %s\n",
+      static_cast<unsigned long long>(s.meta.data_position), s.meta.loss_scale, s.meta.rng_state.size(),
+      s.meta.guardrails_state.size(), s.meta.parallel_plan.empty() ? "-" : s.meta.parallel_plan.c_str());
   for (const auto& [k, v] : s.meta.extra) std::printf("        %s = %s\n", k.c_str(), v.c_str());
-  std::printf("\n%-40s %-5s %-18s %12s %12s %6s %7s %9s  %s\n", "tensor", "dtype", "shape", "raw", "stored", "ratio",
-              "chunks", "unchanged", "layout");
+  std::printf("\n%-40s %-5s %-18s %12s %12s %6s %7s %9s  %s\n", "tensor", "dtype", "shape", "raw", "stored",
+              "ratio", "chunks", "unchanged", "layout");
   for (const auto& t : s.tensors)
-    std::printf("%-40s %-5s %-18s %12s %12s %6.3f %7llu %9llu  %s\n", t.name.c_str(), dtype_name(t.dtype).c_str(),
-                shape_str(t.shape).c_str(), human(static_cast<double>(t.bytes)).c_str(),
+    std::printf("%-40s %-5s %-18s %12s %12s %6.3f %7llu %9llu  %s\n", t.name.c_str(),
+                dtype_name(t.dtype).c_str(), shape_str(t.shape).c_str(),
+                human(static_cast<double>(t.bytes)).c_str(),
                 human(static_cast<double>(t.stored_bytes)).c_str(),
                 t.bytes ? static_cast<double>(t.stored_bytes) / static_cast<double>(t.bytes) : 0.0,
-                static_cast<unsigned long long>(t.chunks), static_cast<unsigned long long>(t.chunks_unchanged),
-                layout_str(t).c_str());
+                static_cast<unsigned long long>(t.chunks),
+                static_cast<unsigned long long>(t.chunks_unchanged), layout_str(t).c_str());
   return 0;
 }
 
 double as_double(const uint8_t* p, hal_dtype_t d) {
   switch (d) {
-    case HAL_DTYPE_F32: { float f; std::memcpy(&f, p, 4); return f; }
-    case HAL_DTYPE_F64: { double f; std::memcpy(&f, p, 8); return f; }
+    case HAL_DTYPE_F32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case HAL_DTYPE_F64: {
+      double f;
+      std::memcpy(&f, p, 8);
+      return f;
+    }
     case HAL_DTYPE_F16: {  // binary16 by hand: not every compiler has _Float16
       const int e = (p[1] >> 2) & 0x1F, m = (p[1] & 3) << 8 | p[0];
-      const double mag = e == 0 ? std::ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(1024 + m, e - 25);
+      const double mag = e == 0    ? std::ldexp(m, -24)
+                         : e == 31 ? (m ? NAN : INFINITY)
+                                   : std::ldexp(1024 + m, e - 25);
       return p[1] & 0x80 ? -mag : mag;
     }
-    case HAL_DTYPE_BF16: { uint32_t x = static_cast<uint32_t>(p[0] | p[1] << 8) << 16; float f; std::memcpy(&f, &x, 4); return f; }
-    case HAL_DTYPE_I32: { int32_t i; std::memcpy(&i, p, 4); return i; }
-    case HAL_DTYPE_I64: { int64_t i; std::memcpy(&i, p, 8); return static_cast<double>(i); }
-    default: return *p;
+    case HAL_DTYPE_BF16: {
+      uint32_t x = static_cast<uint32_t>(p[0] | p[1] << 8) << 16;
+      float f;
+      std::memcpy(&f, &x, 4);
+      return f;
+    }
+    case HAL_DTYPE_I32: {
+      int32_t i;
+      std::memcpy(&i, p, 4);
+      return i;
+    }
+    case HAL_DTYPE_I64: {
+      int64_t i;
+      std::memcpy(&i, p, 8);
+      return static_cast<double>(i);
+    }
+    default:
+      return *p;
   }
 }
 
@@ -225,7 +255,8 @@ int cmd_diff(const std::string& a, const std::string& b) {
     const uint64_t n = va.size() / es;
     if (changed) ++differ;
     std::printf("%-40s %-10s %12llu %14.6g %14.6g\n", ta.name.c_str(), changed ? "differs" : "same",
-                static_cast<unsigned long long>(changed), worst, n ? std::sqrt(sq / static_cast<double>(n)) : 0.0);
+                static_cast<unsigned long long>(changed), worst,
+                n ? std::sqrt(sq / static_cast<double>(n)) : 0.0);
   }
   for (const auto& tb : ib.tensors) {
     bool in_a = false;
@@ -250,8 +281,8 @@ int cmd_import(const std::string& in, const std::string& dir, const std::string&
   m.step = step;
   m.extra = meta_in;
   const ck::SaveResult r = e.save(views, m);
-  std::printf("imported %zu tensors (%s) from %s into %s\n", tensors.size(), human(static_cast<double>(r.raw_bytes)).c_str(),
-              in.c_str(), r.path.c_str());
+  std::printf("imported %zu tensors (%s) from %s into %s\n", tensors.size(),
+              human(static_cast<double>(r.raw_bytes)).c_str(), in.c_str(), r.path.c_str());
   return 0;
 }
 
@@ -265,10 +296,13 @@ int main(int argc, char** argv) {
   auto* ls = app.add_subcommand("ls", "list the shards below a job folder or a root of jobs");
   ls->add_option("DIR", a)->required()->check(CLI::ExistingDirectory);
   auto* verify = app.add_subcommand("verify", "check every hash; exit 1 on damage");
-  verify->add_option("PATH", a, "a shard, a step folder or a job folder")->required()->check(CLI::ExistingDirectory);
+  verify->add_option("PATH", a, "a shard, a step folder or a job folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   auto* inspect = app.add_subcommand("inspect", "tensors, sizes, ratios, chain and metadata of a shard");
   inspect->add_option("PATH", a)->required()->check(CLI::ExistingDirectory);
-  auto* diff = app.add_subcommand("diff", "which tensors of two shards differ, and by how much; exit 1 if any");
+  auto* diff =
+      app.add_subcommand("diff", "which tensors of two shards differ, and by how much; exit 1 if any");
   diff->add_option("A", a)->required()->check(CLI::ExistingDirectory);
   diff->add_option("B", b)->required()->check(CLI::ExistingDirectory);
   auto* exp = app.add_subcommand("export", "write a shard's tensors as safetensors");

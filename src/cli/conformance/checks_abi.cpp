@@ -46,11 +46,14 @@ void run_abi_checks(Context& ctx) {
       const hal_api_t* newer_minor = get(HAL_ABI_MAJOR, HAL_ABI_MINOR + 7);
       const hal_api_t* other_major = get(HAL_ABI_MAJOR + 1, 0);
       const hal_api_t* zero_major = get(0, 0);
-      if (same != &api) err = "hal_get_api_v1 returned a different table on a second call";
+      if (same != &api)
+        err = "hal_get_api_v1 returned a different table on a second call";
       else if (newer_minor == nullptr || newer_minor->abi_major != HAL_ABI_MAJOR)
         err = "hal_get_api_v1(1, newer minor) must return the major-1 table";
-      else if (other_major != nullptr) err = "hal_get_api_v1(2, 0) must return NULL";
-      else if (zero_major != nullptr) err = "hal_get_api_v1(0, 0) must return NULL";
+      else if (other_major != nullptr)
+        err = "hal_get_api_v1(2, 0) must return NULL";
+      else if (zero_major != nullptr)
+        err = "hal_get_api_v1(0, 0) must return NULL";
     }
     ::dlclose(h);
     expect(err.empty(), err);
@@ -95,17 +98,14 @@ void run_abi_checks(Context& ctx) {
     expect_status(api.device->get_count(nullptr), HAL_ERR_INVALID_ARGUMENT, "get_count(NULL)");
     expect_message(api, "get_count(NULL)");
     expect_status(api.device->get_props(0, nullptr), HAL_ERR_INVALID_ARGUMENT, "get_props(0, NULL)");
-    expect_status(api.device->mem_alloc(0, 16, 0, nullptr), HAL_ERR_INVALID_ARGUMENT,
-                  "mem_alloc(out NULL)");
-    expect_status(api.device->self_test(0, 0, nullptr), HAL_ERR_INVALID_ARGUMENT,
-                  "self_test(result NULL)");
+    expect_status(api.device->mem_alloc(0, 16, 0, nullptr), HAL_ERR_INVALID_ARGUMENT, "mem_alloc(out NULL)");
+    expect_status(api.device->self_test(0, 0, nullptr), HAL_ERR_INVALID_ARGUMENT, "self_test(result NULL)");
     expect_status(api.telemetry->list_fields(0, nullptr, 0, nullptr), HAL_ERR_INVALID_ARGUMENT,
                   "list_fields(count NULL)");
     expect_status(api.telemetry->read(0, nullptr, 1, nullptr), HAL_ERR_INVALID_ARGUMENT,
                   "read(ids NULL, n 1)");
     hal_comm_t comm = nullptr;
-    expect_status(api.coll->comm_create(nullptr, &comm), HAL_ERR_INVALID_ARGUMENT,
-                  "comm_create(args NULL)");
+    expect_status(api.coll->comm_create(nullptr, &comm), HAL_ERR_INVALID_ARGUMENT, "comm_create(args NULL)");
     expect_status(api.coll->test(nullptr), HAL_ERR_INVALID_ARGUMENT, "test(NULL)");
     expect_status(api.coll->wait(nullptr, 0), HAL_ERR_INVALID_ARGUMENT, "wait(NULL)");
     expect_status(api.coll->request_free(nullptr), HAL_ERR_INVALID_ARGUMENT, "request_free(NULL)");
@@ -140,11 +140,9 @@ void run_error_checks(Context& ctx) {
   ctx.run("errors.bad_values", [&] {
     if (!ctx.has_device()) throw Skip{"no device"};
     void* p = nullptr;
-    expect_status(api.device->mem_alloc(0, 64, 3, &p), HAL_ERR_INVALID_ARGUMENT,
-                  "mem_alloc(alignment 3)");
+    expect_status(api.device->mem_alloc(0, 64, 3, &p), HAL_ERR_INVALID_ARGUMENT, "mem_alloc(alignment 3)");
     char a[8] = {0}, b[8] = {0};
-    expect_status(api.device->memcpy(0, a, b, 8, 99, nullptr), HAL_ERR_INVALID_ARGUMENT,
-                  "memcpy(kind 99)");
+    expect_status(api.device->memcpy(0, a, b, 8, 99, nullptr), HAL_ERR_INVALID_ARGUMENT, "memcpy(kind 99)");
     int not_ours = 0;
     hal_status_t st = api.device->mem_free(0, &not_ours);
     expect(st == HAL_ERR_INVALID_ARGUMENT || st == HAL_OK,

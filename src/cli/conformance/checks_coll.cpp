@@ -36,7 +36,9 @@ bool is_reducing(hal_coll_op_t op) { return op == HAL_COLL_ALL_REDUCE || op == H
 // all_to_allv block sizes: rank `from` sends this many elements to rank `to`.
 uint64_t v_count(uint32_t from, uint32_t to, uint64_t scale) { return ((from * 7 + to * 3) % 4) * scale; }
 // Value of element k of the block from `from` to `to`.
-double v_value(uint32_t from, uint32_t to, uint64_t k) { return static_cast<double>((from * 31 + to * 7 + k) % 97); }
+double v_value(uint32_t from, uint32_t to, uint64_t k) {
+  return static_cast<double>((from * 31 + to * 7 + k) % 97);
+}
 
 hal_coll_args_t base_args(const Case& c) {
   hal_coll_args_t a{};
@@ -123,7 +125,8 @@ std::string run_case(Context& ctx, Communicator& comm, const Case& c, bool block
   if (blocking) {
     const hal_status_t st = plugin->coll_run()(comm.handle(), &a, nullptr, ns(ctx.opts().op_timeout));
     if (st != HAL_OK)
-      return describe(c) + ": run returned " + hal_status_name(st) + " (" + plugin->api().get_last_error() + ")";
+      return describe(c) + ": run returned " + hal_status_name(st) + " (" + plugin->api().get_last_error() +
+             ")";
   } else {
     auto req = comm.post(a);
     if (!req.wait(ctx.opts().op_timeout)) return describe(c) + ": not finished after the op timeout";
@@ -134,10 +137,18 @@ std::string run_case(Context& ctx, Communicator& comm, const Case& c, bool block
   for (uint64_t i = 0; i < n_out; ++i) {
     double want = 0;
     switch (c.op) {
-      case HAL_COLL_ALL_REDUCE: want = reduced_value(c.dtype, c.red, W, i); break;
-      case HAL_COLL_REDUCE_SCATTER: want = reduced_value(c.dtype, c.red, W, R * c.count + i); break;
-      case HAL_COLL_ALL_GATHER: want = input_value(c.dtype, false, c.red, static_cast<uint32_t>(i / c.count), i % c.count); break;
-      case HAL_COLL_BROADCAST: want = input_value(c.dtype, false, c.red, c.root, i); break;
+      case HAL_COLL_ALL_REDUCE:
+        want = reduced_value(c.dtype, c.red, W, i);
+        break;
+      case HAL_COLL_REDUCE_SCATTER:
+        want = reduced_value(c.dtype, c.red, W, R * c.count + i);
+        break;
+      case HAL_COLL_ALL_GATHER:
+        want = input_value(c.dtype, false, c.red, static_cast<uint32_t>(i / c.count), i % c.count);
+        break;
+      case HAL_COLL_BROADCAST:
+        want = input_value(c.dtype, false, c.red, c.root, i);
+        break;
       case HAL_COLL_ALL_TO_ALL: {
         // Block j of the output came from rank j's block R.
         const uint32_t from = static_cast<uint32_t>(i / c.count);
@@ -150,7 +161,8 @@ std::string run_case(Context& ctx, Communicator& comm, const Case& c, bool block
         want = v_value(from, R, i - rd[from]);
         break;
       }
-      default: break;
+      default:
+        break;
     }
     const double got = out.get(i);
     if (!close_enough(c.dtype, got, want)) {
@@ -246,14 +258,14 @@ void run_coll_checks(Context& ctx) {
   });
 
   const std::vector<uint64_t> counts = {0, 1, 7, ctx.opts().large_count};
-  const hal_coll_op_t ops[] = {HAL_COLL_ALL_REDUCE, HAL_COLL_ALL_GATHER, HAL_COLL_REDUCE_SCATTER,
+  const hal_coll_op_t ops[] = {HAL_COLL_ALL_REDUCE, HAL_COLL_ALL_GATHER,  HAL_COLL_REDUCE_SCATTER,
                                HAL_COLL_ALL_TO_ALL, HAL_COLL_ALL_TO_ALLV, HAL_COLL_BROADCAST,
                                HAL_COLL_BARRIER};
   for (hal_coll_op_t op : ops) {
     for (hal_dtype_t dt = 0; dt < HAL_DTYPE_COUNT_V1; ++dt) {
       if (op == HAL_COLL_BARRIER && dt > 0) break;
-      const std::string name = "coll.matrix." + hal::coll_op_name(op) +
-                               (op == HAL_COLL_BARRIER ? "" : "." + hal::dtype_name(dt));
+      const std::string name =
+          "coll.matrix." + hal::coll_op_name(op) + (op == HAL_COLL_BARRIER ? "" : "." + hal::dtype_name(dt));
       ctx.run(name, [&] {
         need_comm(ctx);
         std::vector<Case> cases;
@@ -261,7 +273,8 @@ void run_coll_checks(Context& ctx) {
         for (uint64_t count : counts) {
           for (int ip = 0; ip < (no_in_place ? 1 : 2); ++ip) {
             if (is_reducing(op)) {
-              for (hal_reduce_op_t r = 0; r < HAL_REDUCE_COUNT_V1; ++r) cases.push_back({op, dt, r, count, ip == 1, 0});
+              for (hal_reduce_op_t r = 0; r < HAL_REDUCE_COUNT_V1; ++r)
+                cases.push_back({op, dt, r, count, ip == 1, 0});
             } else if (op == HAL_COLL_BROADCAST) {
               for (uint32_t root = 0; root < std::min<uint32_t>(ctx.world(), 4); ++root)
                 cases.push_back({op, dt, HAL_REDUCE_SUM, count, ip == 1, root});
@@ -308,7 +321,8 @@ void run_coll_checks(Context& ctx) {
     auto req = comm->post(big.a);
     expect(req.wait(ctx.opts().op_timeout), "all_reduce with a larger struct_size did not finish");
     b.copy_to_host(host.data(), 256);
-    expect(host[5] == static_cast<float>(ctx.world()), "all_reduce with a larger struct_size gave a wrong sum");
+    expect(host[5] == static_cast<float>(ctx.world()),
+           "all_reduce with a larger struct_size gave a wrong sum");
     hal_coll_args_t small = big.a;
     small.struct_size = HAL_COLL_ARGS_V1_0_SIZE - 8;
     hal_request_t r = nullptr;
@@ -327,13 +341,31 @@ void run_coll_checks(Context& ctx) {
     hal_coll_args_t a = base_args({HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, HAL_REDUCE_SUM, 4, false, 0});
     a.sendbuf = b.data();
     a.recvbuf = static_cast<char*>(b.data()) + 1024;
-    hal_coll_args_t x = a; x.op = 99; bad(x, "op 99");
-    x = a; x.dtype = 99; bad(x, "dtype 99");
-    x = a; x.reduce_op = 99; bad(x, "reduce op 99");
-    x = a; x.sendbuf = nullptr; bad(x, "sendbuf NULL, count 4");
-    x = a; x.op = HAL_COLL_BROADCAST; x.root = ctx.world(); bad(x, "broadcast root == world");
-    x = a; x.op = HAL_COLL_ALL_TO_ALL; x.count = 1; x.recvbuf = b.data(); bad(x, "all_to_all in place");
-    x = a; x.op = HAL_COLL_SEND; x.peer = ctx.world(); bad(x, "send to peer == world");
+    hal_coll_args_t x = a;
+    x.op = 99;
+    bad(x, "op 99");
+    x = a;
+    x.dtype = 99;
+    bad(x, "dtype 99");
+    x = a;
+    x.reduce_op = 99;
+    bad(x, "reduce op 99");
+    x = a;
+    x.sendbuf = nullptr;
+    bad(x, "sendbuf NULL, count 4");
+    x = a;
+    x.op = HAL_COLL_BROADCAST;
+    x.root = ctx.world();
+    bad(x, "broadcast root == world");
+    x = a;
+    x.op = HAL_COLL_ALL_TO_ALL;
+    x.count = 1;
+    x.recvbuf = b.data();
+    bad(x, "all_to_all in place");
+    x = a;
+    x.op = HAL_COLL_SEND;
+    x.peer = ctx.world();
+    bad(x, "send to peer == world");
   });
 
   ctx.run("coll.pipelined", [&] {
@@ -351,11 +383,13 @@ void run_coll_checks(Context& ctx) {
       a.sendbuf = a.recvbuf = bufs[k].data();
       reqs.push_back(comm->post(a));
     }
-    for (int k = kOps - 1; k >= 0; --k) expect(reqs[k].wait(ctx.opts().op_timeout), "a pipelined op did not finish");
+    for (int k = kOps - 1; k >= 0; --k)
+      expect(reqs[k].wait(ctx.opts().op_timeout), "a pipelined op did not finish");
     for (int k = 0; k < kOps; ++k) {
       std::vector<float> host(1000);
       bufs[k].copy_to_host(host.data(), 4000);
-      expect(host[999] == static_cast<float>((k + 1) * ctx.world()), "pipelined op " + std::to_string(k) + " wrong");
+      expect(host[999] == static_cast<float>((k + 1) * ctx.world()),
+             "pipelined op " + std::to_string(k) + " wrong");
     }
   });
 
@@ -366,7 +400,7 @@ void run_coll_checks(Context& ctx) {
     if (ctx.plugin()->coll_run() == nullptr) throw Skip{"the plugin has no hal_coll_api_t.run (optional)"};
     std::string first_error;
     size_t failed = 0, cases = 0;
-    const hal_coll_op_t run_ops[] = {HAL_COLL_ALL_REDUCE, HAL_COLL_ALL_GATHER, HAL_COLL_REDUCE_SCATTER,
+    const hal_coll_op_t run_ops[] = {HAL_COLL_ALL_REDUCE, HAL_COLL_ALL_GATHER,  HAL_COLL_REDUCE_SCATTER,
                                      HAL_COLL_ALL_TO_ALL, HAL_COLL_ALL_TO_ALLV, HAL_COLL_BROADCAST,
                                      HAL_COLL_BARRIER};
     for (hal_coll_op_t op : run_ops)
@@ -374,10 +408,12 @@ void run_coll_checks(Context& ctx) {
         for (uint64_t count : {uint64_t{0}, uint64_t{7}, ctx.opts().large_count}) {
           const bool in_place = op != HAL_COLL_ALL_TO_ALL && op != HAL_COLL_ALL_TO_ALLV && count == 7;
           ++cases;
-          std::string e = run_case(ctx, *comm, {op, dt, HAL_REDUCE_SUM, count, in_place, ctx.world() - 1}, true);
+          std::string e =
+              run_case(ctx, *comm, {op, dt, HAL_REDUCE_SUM, count, in_place, ctx.world() - 1}, true);
           if (!e.empty() && failed++ == 0) first_error = e;
         }
-    expect(failed == 0, std::to_string(failed) + " of " + std::to_string(cases) + " cases wrong; first: " + first_error);
+    expect(failed == 0,
+           std::to_string(failed) + " of " + std::to_string(cases) + " cases wrong; first: " + first_error);
     if (ctx.world() >= 2) {
       std::string e = run_p2p(ctx, *comm, HAL_DTYPE_F32, 1000);
       expect(e.empty(), e);
@@ -404,11 +440,11 @@ void run_coll_checks(Context& ctx) {
     std::vector<float> host(kCount);
     bufs.back().copy_to_host(host.data(), kCount * 4);
     const float want = static_cast<float>(kOps) * ctx.world() * ctx.world();
-    expect(host[kCount - 1] == want, "run after posted ops gave " + std::to_string(host[kCount - 1]) + ", expected " +
-                                         std::to_string(want) + " (out of order?)");
+    expect(host[kCount - 1] == want, "run after posted ops gave " + std::to_string(host[kCount - 1]) +
+                                         ", expected " + std::to_string(want) + " (out of order?)");
     a.struct_size = HAL_COLL_ARGS_V1_0_SIZE - 8;
-    expect_status(ctx.plugin()->coll_run()(comm->handle(), &a, nullptr, 1'000'000'000), HAL_ERR_INVALID_ARGUMENT,
-                  "run(struct_size smaller than 1.0)");
+    expect_status(ctx.plugin()->coll_run()(comm->handle(), &a, nullptr, 1'000'000'000),
+                  HAL_ERR_INVALID_ARGUMENT, "run(struct_size smaller than 1.0)");
   });
 
   // Drop the shared communicator before the abort tests make their own.
@@ -441,7 +477,8 @@ void run_coll_checks(Context& ctx) {
       hal_request_t r = nullptr;
       ctx.plugin()->check(c.post(hc->handle(), &a, nullptr, &r), "hal_coll_api_t.post");
       hal_status_t st = c.wait(r, 200'000'000);
-      if (st != HAL_ERR_TIMEOUT) failure = "wait(200 ms) on a hung op returned " + hal_status_name(st) + ", expected TIMEOUT";
+      if (st != HAL_ERR_TIMEOUT)
+        failure = "wait(200 ms) on a hung op returned " + hal_status_name(st) + ", expected TIMEOUT";
       if (failure.empty() && c.test(r) != HAL_IN_PROGRESS) failure = "test() on a hung op is not IN_PROGRESS";
       if (failure.empty() && c.request_free(r) != HAL_ERR_INVALID_ARGUMENT)
         failure = "request_free on a running op of a live comm must be refused";
@@ -463,10 +500,12 @@ void run_coll_checks(Context& ctx) {
         failure = "async error after abort is " + hal_status_name(ae) + ", expected ABORTED";
       hal_request_t r2 = nullptr;
       st = c.post(hc->handle(), &a, nullptr, &r2);
-      if (failure.empty() && st != HAL_ERR_ABORTED) failure = "post after abort returned " + hal_status_name(st);
+      if (failure.empty() && st != HAL_ERR_ABORTED)
+        failure = "post after abort returned " + hal_status_name(st);
       if (st == HAL_OK) c.request_free(r2);
       st = c.request_free(r);
-      if (failure.empty() && st != HAL_OK) failure = "request_free after abort returned " + hal_status_name(st);
+      if (failure.empty() && st != HAL_OK)
+        failure = "request_free after abort returned " + hal_status_name(st);
     }
     ctx.store_barrier("timeout_abort_done");
     if (hung_peer) hc->abort();  // the peers give up too, as sigmarun would make them
@@ -514,15 +553,18 @@ void run_coll_checks(Context& ctx) {
         const std::string what = by_abort ? "run during comm_abort" : "run(200 ms) of a hung op";
         if (failure.empty() && st != want_st)
           failure = what + " returned " + hal_status_name(st) + ", expected " + hal_status_name(want_st);
-        if (failure.empty() && s > (by_abort ? 5.0 : 2.0)) failure = what + " returned after " + std::to_string(s) + " s";
+        if (failure.empty() && s > (by_abort ? 5.0 : 2.0))
+          failure = what + " returned after " + std::to_string(s) + " s";
         hal_status_t ae = HAL_OK;
         c.comm_get_async_error(hc->handle(), &ae);
         if (failure.empty() && ae != want_st)
-          failure = "async error after " + what + " is " + hal_status_name(ae) + ", expected " + hal_status_name(want_st);
+          failure = "async error after " + what + " is " + hal_status_name(ae) + ", expected " +
+                    hal_status_name(want_st);
         hal_request_t r = nullptr;
         const hal_status_t pst = c.post(hc->handle(), &a, nullptr, &r);
         if (failure.empty() && pst != HAL_ERR_ABORTED && pst != HAL_ERR_TIMEOUT)
-          failure = "post after " + what + " returned " + hal_status_name(pst) + ": the communicator was not aborted";
+          failure = "post after " + what + " returned " + hal_status_name(pst) +
+                    ": the communicator was not aborted";
         if (pst == HAL_OK) c.request_free(r);
       }
       ctx.store_barrier(by_abort ? "run_abort_done" : "run_timeout_done");

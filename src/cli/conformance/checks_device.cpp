@@ -21,9 +21,12 @@ void need_device(Context& ctx) {
 
 uint64_t as_u64(const hal_telemetry_sample_t& s) {
   switch (s.type) {
-    case HAL_VALUE_U64: return s.value.u64;
-    case HAL_VALUE_I64: return static_cast<uint64_t>(s.value.i64);
-    default: return 0;
+    case HAL_VALUE_U64:
+      return s.value.u64;
+    case HAL_VALUE_I64:
+      return static_cast<uint64_t>(s.value.i64);
+    default:
+      return 0;
   }
 }
 
@@ -48,10 +51,10 @@ void run_device_checks(Context& ctx) {
       expect(terminated(p.uuid, sizeof(p.uuid)), at + "uuid unterminated");
       expect(p.memory_kind == HAL_MEMORY_HOST || p.memory_kind == HAL_MEMORY_DEVICE,
              at + "unknown memory_kind " + std::to_string(p.memory_kind));
-      expect(((p.memory_kind == HAL_MEMORY_HOST) ==
-              ((plugin.api().capabilities & HAL_CAP_HOST_MEMORY) != 0)) ||
-                 p.memory_kind == HAL_MEMORY_DEVICE,
-             at + "memory_kind HOST but HAL_CAP_HOST_MEMORY not set");
+      expect(
+          ((p.memory_kind == HAL_MEMORY_HOST) == ((plugin.api().capabilities & HAL_CAP_HOST_MEMORY) != 0)) ||
+              p.memory_kind == HAL_MEMORY_DEVICE,
+          at + "memory_kind HOST but HAL_CAP_HOST_MEMORY not set");
       expect(p.memory_bytes > 0, at + "memory_bytes is 0");
       expect(p.alignment_bytes > 0 && (p.alignment_bytes & (p.alignment_bytes - 1)) == 0,
              at + "alignment_bytes " + std::to_string(p.alignment_bytes) + " is not a power of two");
@@ -129,7 +132,8 @@ void run_telemetry_checks(Context& ctx) {
     plugin.check(t.list_fields(0, one.data(), 1, &n), "list_fields(capacity 1)");
     expect(n == fields.size(), "list_fields count changed between calls");
     const auto* tail = reinterpret_cast<const unsigned char*>(&one[1]);
-    for (size_t i = 0; i < sizeof(hal_field_info_t); ++i) expect(tail[i] == 0xCD, "list_fields wrote past capacity");
+    for (size_t i = 0; i < sizeof(hal_field_info_t); ++i)
+      expect(tail[i] == 0xCD, "list_fields wrote past capacity");
     std::map<hal_field_id_t, int> seen;
     for (const auto& f : fields) {
       expect(++seen[f.id] == 1, "field id " + std::to_string(f.id) + " listed twice");
@@ -159,9 +163,9 @@ void run_telemetry_checks(Context& ctx) {
         expect(s.timestamp_ns > 0, at + "OK sample without a timestamp");
       }
     }
-    expect(samples.back().status == HAL_ERR_NOT_SUPPORTED,
-           "an unknown field id read as " + hal_status_name(samples.back().status) +
-               " (expected per-field NOT_SUPPORTED)");
+    expect(samples.back().status == HAL_ERR_NOT_SUPPORTED, "an unknown field id read as " +
+                                                               hal_status_name(samples.back().status) +
+                                                               " (expected per-field NOT_SUPPORTED)");
   });
 
   ctx.run("telemetry.monotonic_concurrent", [&] {
@@ -258,7 +262,8 @@ void run_lifecycle_checks(Context& ctx) {
     auto p1 = hal::Plugin::load(ctx.opts().plugin, lo);
     auto p2 = hal::Plugin::load(ctx.opts().plugin, lo);
     p1.reset();
-    expect(p2->device_count() == ctx.device_count(), "the plugin stopped working when one of two references finalised");
+    expect(p2->device_count() == ctx.device_count(),
+           "the plugin stopped working when one of two references finalised");
   });
 
   ctx.run("lifecycle.reload", [&] {

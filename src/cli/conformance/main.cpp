@@ -51,13 +51,21 @@ std::map<uint32_t, std::vector<sc::Result>> run_ranks(const sc::Options& base, u
                                                       std::vector<sc::Merged>& extra) {
   std::vector<pid_t> pids(world, -1);
   for (uint32_t r = 0; r < world; ++r) {
-    std::vector<std::string> args = {"/proc/self/exe", "--plugin", base.plugin,
-                                     "--ranks", std::to_string(world),
-                                     "--worker-rank", std::to_string(r),
-                                     "--store", base.store_uri,
-                                     "--result", dir + "/rank-" + std::to_string(r) + ".json",
-                                     "--large-count", std::to_string(base.large_count),
-                                     "--op-timeout-ms", std::to_string(base.op_timeout.count())};
+    std::vector<std::string> args = {"/proc/self/exe",
+                                     "--plugin",
+                                     base.plugin,
+                                     "--ranks",
+                                     std::to_string(world),
+                                     "--worker-rank",
+                                     std::to_string(r),
+                                     "--store",
+                                     base.store_uri,
+                                     "--result",
+                                     dir + "/rank-" + std::to_string(r) + ".json",
+                                     "--large-count",
+                                     std::to_string(base.large_count),
+                                     "--op-timeout-ms",
+                                     std::to_string(base.op_timeout.count())};
     if (!base.plugin_options.empty()) {
       args.push_back("--options");
       args.push_back(base.plugin_options);
@@ -129,7 +137,8 @@ int main(int argc, char** argv) {
   int64_t op_timeout_ms = 60000;
   std::string json_path, result_path, store_uri;
   bool quiet = false;
-  app.add_option("--plugin", opts.plugin, "plugin short name (cpu, skeleton, ...) or path to its .so")->required();
+  app.add_option("--plugin", opts.plugin, "plugin short name (cpu, skeleton, ...) or path to its .so")
+      ->required();
   app.add_option("--ranks", ranks, "number of processes (ranks) to start")->check(CLI::Range(1u, 64u));
   app.add_option("--json", json_path, "write the JSON report here");
   app.add_option("--options", opts.plugin_options, "the plugin's init options string");
@@ -195,14 +204,15 @@ int main(int argc, char** argv) {
       if (!failed.empty()) sc::print_table(std::cout, failed);
     } else {
       std::cout << "HAL conformance: plugin " << opts.plugin << " (" << path << "), " << ranks
-                << (ranks == 1 ? " rank" : " ranks") << ", ABI " << HAL_ABI_MAJOR << "." << HAL_ABI_MINOR << "\n\n";
+                << (ranks == 1 ? " rank" : " ranks") << ", ABI " << HAL_ABI_MAJOR << "." << HAL_ABI_MINOR
+                << "\n\n";
       sc::print_table(std::cout, rows);
       std::cout << "\n";
     }
-    const bool no_device = !rows.empty() && rows.front().name == "load" &&
-                           rows.front().outcome == sc::Outcome::skip;
-    std::cout << "conformance " << opts.plugin << " x" << ranks << ": " << s.passed << " passed, "
-              << s.failed << " failed, " << s.skipped << " skipped"
+    const bool no_device =
+        !rows.empty() && rows.front().name == "load" && rows.front().outcome == sc::Outcome::skip;
+    std::cout << "conformance " << opts.plugin << " x" << ranks << ": " << s.passed << " passed, " << s.failed
+              << " failed, " << s.skipped << " skipped"
               << (no_device ? " (" + rows.front().detail + ")" : std::string()) << "\n";
     if (!json_path.empty()) {
       std::ofstream out(json_path);

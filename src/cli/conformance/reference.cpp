@@ -76,28 +76,81 @@ HostArray::HostArray(hal_dtype_t dtype, uint64_t n)
 void HostArray::set(uint64_t i, double v) {
   uint8_t* p = bytes_.data() + i * esize_;
   switch (dtype_) {
-    case HAL_DTYPE_F32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-    case HAL_DTYPE_F64: std::memcpy(p, &v, 8); break;
-    case HAL_DTYPE_F16: { uint16_t h = float_to_half(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    case HAL_DTYPE_BF16: { uint16_t h = float_to_bf16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    case HAL_DTYPE_I32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-    case HAL_DTYPE_I64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-    case HAL_DTYPE_U8: { uint8_t x = static_cast<uint8_t>(static_cast<int64_t>(v) & 0xFF); *p = x; break; }
-    default: break;
+    case HAL_DTYPE_F32: {
+      float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      break;
+    }
+    case HAL_DTYPE_F64:
+      std::memcpy(p, &v, 8);
+      break;
+    case HAL_DTYPE_F16: {
+      uint16_t h = float_to_half(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case HAL_DTYPE_BF16: {
+      uint16_t h = float_to_bf16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case HAL_DTYPE_I32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case HAL_DTYPE_I64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    case HAL_DTYPE_U8: {
+      uint8_t x = static_cast<uint8_t>(static_cast<int64_t>(v) & 0xFF);
+      *p = x;
+      break;
+    }
+    default:
+      break;
   }
 }
 
 double HostArray::get(uint64_t i) const {
   const uint8_t* p = bytes_.data() + i * esize_;
   switch (dtype_) {
-    case HAL_DTYPE_F32: { float f; std::memcpy(&f, p, 4); return f; }
-    case HAL_DTYPE_F64: { double d; std::memcpy(&d, p, 8); return d; }
-    case HAL_DTYPE_F16: { uint16_t h; std::memcpy(&h, p, 2); return half_to_float(h); }
-    case HAL_DTYPE_BF16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_float(h); }
-    case HAL_DTYPE_I32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-    case HAL_DTYPE_I64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
-    case HAL_DTYPE_U8: return *p;
-    default: return std::numeric_limits<double>::quiet_NaN();
+    case HAL_DTYPE_F32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case HAL_DTYPE_F64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case HAL_DTYPE_F16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return half_to_float(h);
+    }
+    case HAL_DTYPE_BF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h);
+    }
+    case HAL_DTYPE_I32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case HAL_DTYPE_I64: {
+      int64_t x;
+      std::memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
+    case HAL_DTYPE_U8:
+      return *p;
+    default:
+      return std::numeric_limits<double>::quiet_NaN();
   }
 }
 
@@ -118,11 +171,21 @@ double reduced_value(hal_dtype_t dtype, hal_reduce_op_t red, uint32_t world, uin
   for (uint32_t r = 1; r < world; ++r) {
     const double v = input_value(dtype, true, red, r, i);
     switch (red) {
-      case HAL_REDUCE_SUM: case HAL_REDUCE_AVG: acc += v; break;
-      case HAL_REDUCE_PROD: acc *= v; break;
-      case HAL_REDUCE_MIN: acc = std::min(acc, v); break;
-      case HAL_REDUCE_MAX: acc = std::max(acc, v); break;
-      default: break;
+      case HAL_REDUCE_SUM:
+      case HAL_REDUCE_AVG:
+        acc += v;
+        break;
+      case HAL_REDUCE_PROD:
+        acc *= v;
+        break;
+      case HAL_REDUCE_MIN:
+        acc = std::min(acc, v);
+        break;
+      case HAL_REDUCE_MAX:
+        acc = std::max(acc, v);
+        break;
+      default:
+        break;
     }
   }
   if (dtype == HAL_DTYPE_U8) acc = static_cast<double>(static_cast<int64_t>(acc) & 0xFF);
@@ -136,11 +199,20 @@ double reduced_value(hal_dtype_t dtype, hal_reduce_op_t red, uint32_t world, uin
 bool close_enough(hal_dtype_t dtype, double got, double want) {
   double rel = 0;
   switch (dtype) {
-    case HAL_DTYPE_F32: rel = 1e-6; break;
-    case HAL_DTYPE_F64: rel = 1e-12; break;
-    case HAL_DTYPE_F16: rel = 2e-3; break;
-    case HAL_DTYPE_BF16: rel = 1.6e-2; break;
-    default: return got == want;
+    case HAL_DTYPE_F32:
+      rel = 1e-6;
+      break;
+    case HAL_DTYPE_F64:
+      rel = 1e-12;
+      break;
+    case HAL_DTYPE_F16:
+      rel = 2e-3;
+      break;
+    case HAL_DTYPE_BF16:
+      rel = 1.6e-2;
+      break;
+    default:
+      return got == want;
   }
   return std::fabs(got - want) <= rel * std::max(1.0, std::fabs(want));
 }

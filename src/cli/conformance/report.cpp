@@ -7,7 +7,9 @@ namespace sigma::conformance {
 nlohmann::json results_to_json(const std::vector<Result>& results) {
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& r : results) {
-    arr.push_back({{"name", r.name}, {"outcome", outcome_name(r.outcome)}, {"detail", r.detail},
+    arr.push_back({{"name", r.name},
+                   {"outcome", outcome_name(r.outcome)},
+                   {"detail", r.detail},
                    {"seconds", r.seconds}});
   }
   return arr;
@@ -68,9 +70,12 @@ std::vector<Merged> merge(const std::map<uint32_t, std::vector<Result>>& per_ran
 Summary summarize(const std::vector<Merged>& rows) {
   Summary s;
   for (const auto& r : rows) {
-    if (r.outcome == Outcome::pass) ++s.passed;
-    else if (r.outcome == Outcome::fail) ++s.failed;
-    else ++s.skipped;
+    if (r.outcome == Outcome::pass)
+      ++s.passed;
+    else if (r.outcome == Outcome::fail)
+      ++s.failed;
+    else
+      ++s.skipped;
   }
   return s;
 }
@@ -78,14 +83,15 @@ Summary summarize(const std::vector<Merged>& rows) {
 void print_table(std::ostream& os, const std::vector<Merged>& rows) {
   size_t w = 5;
   for (const auto& r : rows) w = std::max(w, r.name.size());
-  os << std::left << std::setw(static_cast<int>(w)) << "check" << "  result  seconds  detail\n";
+  os << std::left << std::setw(static_cast<int>(w)) << "check"
+     << "  result  seconds  detail\n";
   os << std::string(w, '-') << "  ------  -------  ------\n";
   for (const auto& r : rows) {
     std::string detail = r.detail;
     if (detail.size() > 160) detail = detail.substr(0, 157) + "...";
     os << std::left << std::setw(static_cast<int>(w)) << r.name << "  " << std::setw(6)
-       << outcome_name(r.outcome) << "  " << std::right << std::setw(7) << std::fixed
-       << std::setprecision(3) << r.seconds << "  " << detail << "\n";
+       << outcome_name(r.outcome) << "  " << std::right << std::setw(7) << std::fixed << std::setprecision(3)
+       << r.seconds << "  " << detail << "\n";
   }
 }
 
@@ -93,7 +99,9 @@ nlohmann::json report_json(const std::string& plugin, const std::string& path, u
                            const std::vector<Merged>& rows, const Summary& s) {
   nlohmann::json checks = nlohmann::json::array();
   for (const auto& r : rows) {
-    checks.push_back({{"name", r.name}, {"outcome", outcome_name(r.outcome)}, {"detail", r.detail},
+    checks.push_back({{"name", r.name},
+                      {"outcome", outcome_name(r.outcome)},
+                      {"detail", r.detail},
                       {"seconds", r.seconds}});
   }
   return {{"plugin", plugin},

@@ -6,16 +6,17 @@ namespace sigma::conformance {
 
 const char* outcome_name(Outcome o) {
   switch (o) {
-    case Outcome::pass: return "pass";
-    case Outcome::fail: return "FAIL";
-    case Outcome::skip: return "skip";
+    case Outcome::pass:
+      return "pass";
+    case Outcome::fail:
+      return "FAIL";
+    case Outcome::skip:
+      return "skip";
   }
   return "?";
 }
 
-Context::Context(Options opts) : opts_(std::move(opts)) {
-  store_ = bootstrap::open_store(opts_.store_uri);
-}
+Context::Context(Options opts) : opts_(std::move(opts)) { store_ = bootstrap::open_store(opts_.store_uri); }
 
 void Context::record(const std::string& name, Outcome outcome, std::string detail) {
   results_.push_back(Result{name, outcome, std::move(detail), 0});
@@ -47,16 +48,15 @@ std::unique_ptr<bootstrap::HalBootstrap> Context::next_bootstrap() {
   return std::make_unique<bootstrap::HalBootstrap>(store_, "comm" + std::to_string(comm_seq_++) + "/");
 }
 
-std::unique_ptr<hal::Communicator> Context::make_comm(const bootstrap::HalBootstrap& bs,
-                                                      uint32_t device) {
+std::unique_ptr<hal::Communicator> Context::make_comm(const bootstrap::HalBootstrap& bs, uint32_t device) {
   hal_comm_create_args_t args{};
   args.struct_size = sizeof(args);
   args.device = device;
   args.rank = rank();
   args.world_size = world();
   args.bootstrap = bs.table();
-  args.timeout_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(opts_.op_timeout).count());
+  args.timeout_ns =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(opts_.op_timeout).count());
   return std::make_unique<hal::Communicator>(plugin_, args);
 }
 

@@ -25,15 +25,19 @@ struct Result {
 };
 
 // Thrown by a check body to end it as skipped (with the reason) or failed.
-struct Skip { std::string reason; };
-struct Failure { std::string message; };
+struct Skip {
+  std::string reason;
+};
+struct Failure {
+  std::string message;
+};
 
 struct Options {
   std::string plugin;          // name or path, as given
   std::string plugin_options;  // hal_init_args_t.options
   uint32_t rank = 0;
   uint32_t world = 1;
-  std::string store_uri;       // bootstrap store shared by the ranks (file:// or redis://)
+  std::string store_uri;  // bootstrap store shared by the ranks (file:// or redis://)
   uint64_t large_count = 262147;
   std::chrono::milliseconds op_timeout{60000};  // a collective that takes longer failed
 };
@@ -59,8 +63,7 @@ class Context {
   // identical on every rank as long as every rank makes the same calls.
   std::unique_ptr<bootstrap::HalBootstrap> next_bootstrap();
   // Creates a communicator over all ranks of the suite, or throws sigma::Error.
-  std::unique_ptr<hal::Communicator> make_comm(const bootstrap::HalBootstrap& bs,
-                                               uint32_t device = 0);
+  std::unique_ptr<hal::Communicator> make_comm(const bootstrap::HalBootstrap& bs, uint32_t device = 0);
   // Waits until every rank reached the same named point (through the store).
   void store_barrier(const std::string& name);
 

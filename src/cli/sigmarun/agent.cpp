@@ -15,23 +15,23 @@
 #include <sigma/bootstrap.hpp>
 #include <sigma/error.hpp>
 
-#include <algorithm>
-#include <cerrno>
-#include <cmath>
-#include <csignal>
-#include <deque>
-#include <cstring>
 #include <fcntl.h>
-#include <filesystem>
-#include <iostream>
-#include <map>
-#include <memory>
 #include <poll.h>
-#include <set>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
 
 extern char** environ;
 
@@ -47,21 +47,27 @@ enum class Phase { starting, spare, active, retiring, done, dead };
 
 const char* phase_name(Phase p) {
   switch (p) {
-    case Phase::starting: return "starting";
-    case Phase::spare: return "spare";
-    case Phase::active: return "active";
-    case Phase::retiring: return "retiring";
-    case Phase::done: return "done";
-    case Phase::dead: return "dead";
+    case Phase::starting:
+      return "starting";
+    case Phase::spare:
+      return "spare";
+    case Phase::active:
+      return "active";
+    case Phase::retiring:
+      return "retiring";
+    case Phase::done:
+      return "done";
+    case Phase::dead:
+      return "dead";
   }
   return "?";
 }
 
 struct Slot {
   uint32_t device = 0;
-  uint32_t node = 0;     // the agent whose host runs it
-  pid_t pid = -1;        // on that host
-  bool alive = false;    // a process exists (or is being started) for it
+  uint32_t node = 0;   // the agent whose host runs it
+  pid_t pid = -1;      // on that host
+  bool alive = false;  // a process exists (or is being started) for it
   std::unique_ptr<Channel> ch;
   Phase phase = Phase::starting;
   int64_t rank = -1;
@@ -216,8 +222,10 @@ void Agent::spawn(Slot& s) {
 
 void Agent::signal_slot(Slot& s, int sig) {
   if (!s.alive || s.pid <= 0) return;
-  if (s.node == 0) ::kill(s.pid, sig);
-  else if (nodes_[s.node]) nodes_[s.node]->send({{"type", "kill"}, {"device", s.device}, {"signal", sig}});
+  if (s.node == 0)
+    ::kill(s.pid, sig);
+  else if (nodes_[s.node])
+    nodes_[s.node]->send({{"type", "kill"}, {"device", s.device}, {"signal", sig}});
 }
 
 void Agent::exited(Slot& s, const std::string& how) {
@@ -277,7 +285,8 @@ void Agent::accept_new() {
 uint64_t Agent::reached() const {
   int64_t best = 0;
   for (const Slot& s : slots_) {
-    if (s.rank >= 0 && (s.phase == Phase::active || s.phase == Phase::done)) best = std::max(best, s.last_step + 1);
+    if (s.rank >= 0 && (s.phase == Phase::active || s.phase == Phase::done))
+      best = std::max(best, s.last_step + 1);
   }
   return std::max(static_cast<uint64_t>(best), steps_reached_);
 }
@@ -285,7 +294,8 @@ uint64_t Agent::reached() const {
 uint64_t Agent::progress() const {
   int64_t best = 0;
   for (const Slot& s : slots_) {
-    if (s.rank >= 0 && (s.phase == Phase::active || s.phase == Phase::done)) best = std::max(best, s.last_step + 1);
+    if (s.rank >= 0 && (s.phase == Phase::active || s.phase == Phase::done))
+      best = std::max(best, s.last_step + 1);
   }
   return static_cast<uint64_t>(best);
 }
@@ -318,9 +328,12 @@ void Agent::handle(Slot& s, const json& m) {
       x.id = f.at(0).get<uint32_t>();
       x.status = f.at(1).get<int32_t>();
       x.type = f.at(2).get<uint32_t>();
-      if (x.type == HAL_VALUE_F64) x.value.f64 = f.at(3).get<double>();
-      else if (x.type == HAL_VALUE_I64) x.value.i64 = f.at(3).get<int64_t>();
-      else x.value.u64 = f.at(3).get<uint64_t>();
+      if (x.type == HAL_VALUE_F64)
+        x.value.f64 = f.at(3).get<double>();
+      else if (x.type == HAL_VALUE_I64)
+        x.value.i64 = f.at(3).get<int64_t>();
+      else
+        x.value.u64 = f.at(3).get<uint64_t>();
       samples.push_back(x);
     }
     monitor_.observe_telemetry(s.device, t, samples.data(), samples.size());
@@ -356,7 +369,8 @@ void Agent::handle(Slot& s, const json& m) {
       return;
     }
     if (s.phase == Phase::active && !round_.active) {
-      start_round("rank " + std::to_string(s.rank) + " reported: " + m.value("reason", std::string("an error")), t);
+      start_round(
+          "rank " + std::to_string(s.rank) + " reported: " + m.value("reason", std::string("an error")), t);
       s.reported = true;
     }
   } else if (type == "done") {
@@ -407,7 +421,8 @@ void Agent::start_round(const std::string& cause, double fault_s) {
     round_.fault_s = fault_s;
     round_.detected_s = t;
     round_.reached = reached();
-    round_.record = {{"cause", cause}, {"fault_s", fault_s}, {"detected_s", t}, {"reached_step", round_.reached}};
+    round_.record = {
+        {"cause", cause}, {"fault_s", fault_s}, {"detected_s", t}, {"reached_step", round_.reached}};
   }
   round_.abort_s = t;
   for (Slot* m : members()) {
@@ -432,8 +447,12 @@ void Agent::fault(Slot& s, const std::string& cause, double fault_s) {
   // process on it (crashed, hung, stuck).
   const bool device_said = cause.find("lost") != std::string::npos;
   monitor_.observe_error(s.device, device_said ? Code::device_lost : Code::internal, cause, t);
-  journal_->write({{"event", "fault"}, {"device", s.device}, {"rank", s.rank}, {"phase", phase_name(was)},
-                   {"cause", cause}, {"detected_after_s", t - fault_s}});
+  journal_->write({{"event", "fault"},
+                   {"device", s.device},
+                   {"rank", s.rank},
+                   {"phase", phase_name(was)},
+                   {"cause", cause},
+                   {"detected_after_s", t - fault_s}});
   if (was == Phase::retiring && round_.active && !round_.assigned) {
     // The device being migrated away died before the boundary: the others
     // may be waiting for it inside a collective.
@@ -455,7 +474,8 @@ void Agent::fault(Slot& s, const std::string& cause, double fault_s) {
     Slot* h = slot_of_rank((rank + 1) % world);
     holder_alive = h && h->phase == Phase::active;
   }
-  start_round("device " + std::to_string(s.device) + " (rank " + std::to_string(rank) + "): " + cause, fault_s);
+  start_round("device " + std::to_string(s.device) + " (rank " + std::to_string(rank) + "): " + cause,
+              fault_s);
   for (const auto& a : scheduler_.on_fault(s.device, cause, holder_alive, t)) {
     journal_->action(a);
     if (a.kind == scheduler::Action::Kind::pause) {
@@ -479,7 +499,8 @@ void Agent::reap() {
   }
 }
 
-bool Agent::choose_restore(uint64_t& index, std::string& tier, std::vector<std::pair<uint32_t, uint32_t>>& pairs) {
+bool Agent::choose_restore(uint64_t& index, std::string& tier,
+                           std::vector<std::pair<uint32_t, uint32_t>>& pairs) {
   const uint32_t world = scheduler_.world_size();
   std::vector<uint32_t> replaced;
   std::set<uint64_t> candidates;
@@ -491,10 +512,12 @@ bool Agent::choose_restore(uint64_t& index, std::string& tier, std::vector<std::
       replaced.push_back(r);
       continue;
     }
-    if (first) candidates = s->own;
+    if (first)
+      candidates = s->own;
     else {
       std::set<uint64_t> keep;
-      for (uint64_t i : candidates) if (s->own.count(i)) keep.insert(i);
+      for (uint64_t i : candidates)
+        if (s->own.count(i)) keep.insert(i);
       candidates = std::move(keep);
     }
     first = false;
@@ -504,7 +527,8 @@ bool Agent::choose_restore(uint64_t& index, std::string& tier, std::vector<std::
     Slot* h = world > 1 ? slot_of_rank((r + 1) % world) : nullptr;
     std::set<uint64_t> keep;
     if (h != nullptr && h->phase == Phase::active) {
-      for (uint64_t i : candidates) if (h->replica.count(i)) keep.insert(i);
+      for (uint64_t i : candidates)
+        if (h->replica.count(i)) keep.insert(i);
     }
     candidates = std::move(keep);
     pairs.emplace_back((r + 1) % world, r);
@@ -518,10 +542,12 @@ bool Agent::choose_restore(uint64_t& index, std::string& tier, std::vector<std::
   std::set<uint64_t> disk;
   for (uint32_t r = 0; r < world; ++r) {
     const auto& d = disk_[r];
-    if (r == 0) disk = d;
+    if (r == 0)
+      disk = d;
     else {
       std::set<uint64_t> keep;
-      for (uint64_t i : disk) if (d.count(i)) keep.insert(i);
+      for (uint64_t i : disk)
+        if (d.count(i)) keep.insert(i);
       disk = std::move(keep);
     }
   }
@@ -552,9 +578,10 @@ void Agent::advance_round() {
     }
     if (round_.paused) {
       end_status_ = "paused";
-      end_why_ = round_.pause_reason +
-                 "; the ranks' last disk checkpoints are kept (--checkpoint-every), rerun sigmarun when a device "
-                 "is repaired";
+      end_why_ =
+          round_.pause_reason +
+          "; the ranks' last disk checkpoints are kept (--checkpoint-every), rerun sigmarun when a device "
+          "is repaired";
       exit_code_ = 3;
       journal_->write({{"event", "paused"}, {"reason", end_why_}});
       end_all(end_why_);
@@ -565,8 +592,9 @@ void Agent::advance_round() {
     std::vector<std::pair<uint32_t, uint32_t>> pairs;
     if (!choose_restore(index, tier, pairs)) {
       end_status_ = "unrecoverable";
-      end_why_ = "no state to restore: the memory replicas of the lost ranks died with them and no disk "
-                 "checkpoint is common to every rank (set --checkpoint-every)";
+      end_why_ =
+          "no state to restore: the memory replicas of the lost ranks died with them and no disk "
+          "checkpoint is common to every rank (set --checkpoint-every)";
       exit_code_ = 4;
       journal_->write({{"event", "unrecoverable"}, {"reason", end_why_}});
       end_all(end_why_);
@@ -583,17 +611,26 @@ void Agent::advance_round() {
       }
       s->rank = r;
       s->reported = false;
-      s->ch->send({{"type", "assign"}, {"rank", r}, {"world", scheduler_.world_size()}, {"generation", generation_},
-                   {"restore", tier}, {"index", index}, {"handoff", handoff}});
+      s->ch->send({{"type", "assign"},
+                   {"rank", r},
+                   {"world", scheduler_.world_size()},
+                   {"generation", generation_},
+                   {"restore", tier},
+                   {"index", index},
+                   {"handoff", handoff}});
     }
     for (Slot& s : slots_) {
-      if (s.phase == Phase::retiring && s.ch) s.ch->send({{"type", "retire"}, {"reason", "moved off a suspect device"}});
+      if (s.phase == Phase::retiring && s.ch)
+        s.ch->send({{"type", "retire"}, {"reason", "moved off a suspect device"}});
     }
     round_.assigned = true;
     round_.assigned_s = t;
     round_.index = index;
     round_.tier = tier;
-    journal_->write({{"event", "assigned"}, {"generation", generation_}, {"restore", tier}, {"index", index},
+    journal_->write({{"event", "assigned"},
+                     {"generation", generation_},
+                     {"restore", tier},
+                     {"index", index},
                      {"handoff", handoff}});
     return;
   }
@@ -611,14 +648,22 @@ void Agent::advance_round() {
     ledger_.restart_s += std::max(0.0, t - round_.detected_s - restore_s);
     ledger_.restore_s += restore_s;
     ledger_.recomputed_steps += redo;
-    round_.record.update({{"generation", generation_}, {"restore", round_.tier}, {"index", round_.index},
-                          {"recomputed_steps", redo}, {"rejoined_s", t}, {"comm_s", comm_s}, {"restore_s", restore_s}});
-    journal_->write({{"event", "rejoined"}, {"generation", generation_}, {"after_fault_s", t - round_.fault_s},
+    round_.record.update({{"generation", generation_},
+                          {"restore", round_.tier},
+                          {"index", round_.index},
+                          {"recomputed_steps", redo},
+                          {"rejoined_s", t},
+                          {"comm_s", comm_s},
+                          {"restore_s", restore_s}});
+    journal_->write({{"event", "rejoined"},
+                     {"generation", generation_},
+                     {"after_fault_s", t - round_.fault_s},
                      {"recomputed_steps", redo}});
   }
   if (progress() >= round_.reached) {
     round_.record["back_at_reached_step_s"] = t - round_.fault_s;
-    journal_->write({{"event", "recovered"}, {"back_at_step", round_.reached}, {"after_fault_s", t - round_.fault_s}});
+    journal_->write(
+        {{"event", "recovered"}, {"back_at_step", round_.reached}, {"after_fault_s", t - round_.fault_s}});
     incidents_.push_back(round_.record);
     round_.active = false;
   }
@@ -667,14 +712,23 @@ void Agent::maybe_migrate() {
     s.phase = Phase::retiring;
     round_ = Round{};
     round_.active = true;
-    round_.cause = "migration of device " + std::to_string(s.device) + " (rank " + std::to_string(s.rank) + ") before it fails";
+    round_.cause = "migration of device " + std::to_string(s.device) + " (rank " + std::to_string(s.rank) +
+                   ") before it fails";
     round_.fault_s = round_.detected_s = round_.abort_s = t;
     round_.reached = boundary + 1;
-    round_.record = {{"cause", round_.cause}, {"fault_s", t}, {"detected_s", t}, {"reached_step", round_.reached},
-                     {"proactive", true}, {"warning", monitor_.device(s.device).warnings.empty() ? json() :
-                                                          json(monitor_.device(s.device).warnings.front().message)}};
+    round_.record = {{"cause", round_.cause},
+                     {"fault_s", t},
+                     {"detected_s", t},
+                     {"reached_step", round_.reached},
+                     {"proactive", true},
+                     {"warning", monitor_.device(s.device).warnings.empty()
+                                     ? json()
+                                     : json(monitor_.device(s.device).warnings.front().message)}};
     for (Slot* m : members()) m->reported = false;
-    journal_->write({{"event", "migration_started"}, {"device", s.device}, {"rank", s.rank}, {"boundary_step", boundary}});
+    journal_->write({{"event", "migration_started"},
+                     {"device", s.device},
+                     {"rank", s.rank},
+                     {"boundary_step", boundary}});
     return;
   }
 }
@@ -697,18 +751,25 @@ void Agent::watchdog() {
   }
   progress_since_ = t;
   if (lowest == highest) {
-    journal_->write({{"event", "stalled"}, {"step", lowest / 2}, {"seconds", o_.step_timeout_s},
-                     {"note", "every rank is in the same step; no rank stands out, aborting the collective and retrying"}});
- start_round("every rank stalled in step " + std::to_string(lowest / 2) + " for " + std::to_string(o_.step_timeout_s) + " s",
+    journal_->write(
+        {{"event", "stalled"},
+         {"step", lowest / 2},
+         {"seconds", o_.step_timeout_s},
+         {"note",
+          "every rank is in the same step; no rank stands out, aborting the collective and retrying"}});
+    start_round("every rank stalled in step " + std::to_string(lowest / 2) + " for " +
+                    std::to_string(o_.step_timeout_s) + " s",
                 t - o_.step_timeout_s);
     return;
   }
   for (Slot* m : members()) {
     if (m->current_step != lowest) continue;
-    monitor_.observe_error(m->device, Code::timeout, "collective stalled in step " + std::to_string(lowest / 2), t);
+    monitor_.observe_error(m->device, Code::timeout,
+                           "collective stalled in step " + std::to_string(lowest / 2), t);
     signal_slot(*m, SIGKILL);
-    fault(*m, "stuck in a collective of step " + std::to_string(lowest / 2) + " for " +
-                  std::to_string(o_.step_timeout_s) + " s while its peers had finished it",
+    fault(*m,
+          "stuck in a collective of step " + std::to_string(lowest / 2) + " for " +
+              std::to_string(o_.step_timeout_s) + " s while its peers had finished it",
           t - o_.step_timeout_s);
   }
 }
@@ -731,7 +792,8 @@ uint64_t Agent::find_disk_checkpoints() {
   std::set<uint64_t> common = disk_[0];
   for (uint32_t r = 1; r < world_; ++r) {
     std::set<uint64_t> keep;
-    for (uint64_t i : common) if (disk_[r].count(i)) keep.insert(i);
+    for (uint64_t i : common)
+      if (disk_[r].count(i)) keep.insert(i);
     common = std::move(keep);
   }
   return common.empty() ? 0 : *common.rbegin();
@@ -759,8 +821,9 @@ void Agent::progress_tick() {
   publish_metrics();
   if (!o_.progress) return;
   std::fprintf(stderr, "sigmarun: %6.1f s | step %llu | world %u | spares %zu | incidents %zu%s\n", t,
-               static_cast<unsigned long long>(reached()), scheduler_.world_size(), scheduler_.spares().size(),
-               incidents_.size() + (round_.active ? 1 : 0), round_.active ? " | recovering" : "");
+               static_cast<unsigned long long>(reached()), scheduler_.world_size(),
+               scheduler_.spares().size(), incidents_.size() + (round_.active ? 1 : 0),
+               round_.active ? " | recovering" : "");
 }
 
 void Agent::publish_metrics() {
@@ -772,7 +835,8 @@ void Agent::publish_metrics() {
   snap.ledger = ledger_;
   snap.spares = scheduler_.spares().size();
   for (const auto& h : monitor_.devices()) {
-    snap.devices.push_back({h.device, h.score, health::state_name(h.state), scheduler::state_name(scheduler_.state(h.device))});
+    snap.devices.push_back(
+        {h.device, h.score, health::state_name(h.state), scheduler::state_name(scheduler_.state(h.device))});
   }
   metrics_->publish(snap);
 }
@@ -808,8 +872,11 @@ void Agent::write_report(const std::string& status, const std::string& why) {
     const auto h = monitor_.device(s.device);
     json w = json::array();
     for (const auto& x : h.warnings) w.push_back(x.signal + "/" + x.rule + ": " + x.message);
-    devices.push_back({{"device", s.device}, {"scheduler_state", scheduler::state_name(scheduler_.state(s.device))},
-                       {"health", health::state_name(h.state)}, {"score", h.score}, {"warnings", w}});
+    devices.push_back({{"device", s.device},
+                       {"scheduler_state", scheduler::state_name(scheduler_.state(s.device))},
+                       {"health", health::state_name(h.state)},
+                       {"score", h.score},
+                       {"warnings", w}});
   }
   json advice;
   if (o_.failure_rate_per_device_hour > 0) {
@@ -834,8 +901,9 @@ void Agent::write_report(const std::string& status, const std::string& why) {
                status.c_str(), static_cast<unsigned long long>(reached()), wall, why.empty() ? "" : ": ",
                why.c_str(), report["ledger"]["goodput"].get<double>(), o_.job_dir.c_str());
   for (const json& inc : incidents_) {
-    std::fprintf(stderr, "  incident: %s\n    restored from %s at step %llu, %llu step(s) recomputed, back at the "
-                         "reached step %.3f s after the fault\n",
+    std::fprintf(stderr,
+                 "  incident: %s\n    restored from %s at step %llu, %llu step(s) recomputed, back at the "
+                 "reached step %.3f s after the fault\n",
                  inc.value("cause", std::string("?")).c_str(), inc.value("restore", std::string("-")).c_str(),
                  static_cast<unsigned long long>(inc.value("index", uint64_t{0})),
                  static_cast<unsigned long long>(inc.value("recomputed_steps", uint64_t{0})),
@@ -850,14 +918,15 @@ int Agent::run() {
   fs::create_directories(o_.job_dir + "/logs");
   // Every run's rendezvous keys live apart (a job folder or a Redis is used
   // again by a resumed run, or by other jobs): stale keys never mix in.
-  const std::string run_id = std::to_string(::getpid()) + "-" +
-                             std::to_string(static_cast<uint64_t>(health::monotonic_s() * 1e9));
+  const std::string run_id =
+      std::to_string(::getpid()) + "-" + std::to_string(static_cast<uint64_t>(health::monotonic_s() * 1e9));
   if (o_.store.empty()) {
     store_uri_ = "file://" + o_.job_dir + "/store/run-" + run_id;
   } else if (o_.store.rfind("redis://", 0) == 0) {
     const auto slash = o_.store.find('/', 8);
     store_uri_ = o_.store.substr(0, slash) + "/" +
-                 (slash == std::string::npos ? std::string() : o_.store.substr(slash + 1) + "-") + "sigmarun-" + run_id;
+                 (slash == std::string::npos ? std::string() : o_.store.substr(slash + 1) + "-") +
+                 "sigmarun-" + run_id;
   } else {
     store_uri_ = (o_.store.rfind("file://", 0) == 0 ? o_.store : "file://" + o_.store) + "/run-" + run_id;
   }
@@ -874,8 +943,8 @@ int Agent::run() {
     tcp_fd_ = runtime::listen_tcp(o_.host, &port);
     ::fcntl(tcp_fd_, F_SETFL, O_NONBLOCK);
     tcp_addr_ = "tcp://" + o_.host + ":" + std::to_string(port);
-    const std::string nonce = std::to_string(::getpid()) + "-" +
-                              std::to_string(static_cast<uint64_t>(health::monotonic_s() * 1e6));
+    const std::string nonce =
+        std::to_string(::getpid()) + "-" + std::to_string(static_cast<uint64_t>(health::monotonic_s() * 1e6));
     store_uri_ = control_store_uri(o_) + "-" + nonce;
     const std::string root = json{{"addr", tcp_addr_}, {"nonce", nonce}}.dump();
     bootstrap::open_store(control_store_uri(o_))->set("root", std::vector<uint8_t>(root.begin(), root.end()));
@@ -885,8 +954,14 @@ int Agent::run() {
     std::fprintf(stderr, "sigmarun: metrics on http://127.0.0.1:%d/metrics\n", metrics_->port());
     write_json_file(o_.job_dir + "/metrics.json", {{"port", metrics_->port()}});
   }
-  journal_->write({{"event", "start"}, {"nproc", o_.nproc}, {"spares", o_.spares}, {"nnodes", o_.nnodes},
-                   {"vendor", o_.vendor}, {"store", store_uri_}, {"agent", tcp_addr_}, {"scenario", o_.scenario},
+  journal_->write({{"event", "start"},
+                   {"nproc", o_.nproc},
+                   {"spares", o_.spares},
+                   {"nnodes", o_.nnodes},
+                   {"vendor", o_.vendor},
+                   {"store", store_uri_},
+                   {"agent", tcp_addr_},
+                   {"scenario", o_.scenario},
                    {"worker", o_.worker}});
   slots_.resize(static_cast<size_t>(o_.nnodes) * (o_.nproc + o_.spares));
   for (uint32_t d = 0; d < slots_.size(); ++d) {
@@ -914,8 +989,14 @@ int Agent::run() {
     // Greetings: the first message names the device.
     for (auto it = pending_.begin(); it != pending_.end();) {
       auto m = (*it)->receive_ready();
-      if ((*it)->closed()) { it = pending_.erase(it); continue; }
-      if (!m) { ++it; continue; }
+      if ((*it)->closed()) {
+        it = pending_.erase(it);
+        continue;
+      }
+      if (!m) {
+        ++it;
+        continue;
+      }
       if (!(*m)["type"].is_string() || ((*m).contains("device") && !(*m)["device"].is_number_unsigned()) ||
           ((*m).contains("node") && !(*m)["node"].is_number_unsigned())) {
         journal_->write({{"event", "refused_connection"}, {"message", *m}});
@@ -949,7 +1030,8 @@ int Agent::run() {
       it = pending_.erase(it);
       const json test = m->value("self_test", json::object());
       const bool passed = test.is_object() && test.value("passed", false);
-      const std::string detail = test.is_object() ? test.value("detail", std::string("no self-test result")) : "";
+      const std::string detail =
+          test.is_object() ? test.value("detail", std::string("no self-test result")) : "";
       journal_->write({{"event", "validated"}, {"device", d}, {"passed", passed}, {"detail", detail}});
       for (const auto& a : scheduler_.validation_done(d, passed, detail, now())) journal_->action(a);
       s.phase = passed ? Phase::spare : Phase::retiring;
@@ -982,8 +1064,12 @@ int Agent::run() {
           Slot& s = slots_[a.device];
           s.rank = a.rank;
           s.phase = Phase::active;
-          s.ch->send({{"type", "assign"}, {"rank", a.rank}, {"world", world_}, {"generation", 1},
-                      {"restore", resume > 0 ? "disk" : "none"}, {"index", resume}});
+          s.ch->send({{"type", "assign"},
+                      {"rank", a.rank},
+                      {"world", world_},
+                      {"generation", 1},
+                      {"restore", resume > 0 ? "disk" : "none"},
+                      {"index", resume}});
         }
         if (resume > 0) {
           journal_->write({{"event", "resumed"}, {"index", resume}, {"from", o_.job_dir + "/checkpoints"}});
@@ -1004,8 +1090,8 @@ int Agent::run() {
         }
         if (slots_.size() - out < world_) {
           end_status_ = "unrecoverable";
-          end_why_ = "only " + std::to_string(slots_.size() - out) + " device(s) passed validation; the job needs " +
-                     std::to_string(world_);
+          end_why_ = "only " + std::to_string(slots_.size() - out) +
+                     " device(s) passed validation; the job needs " + std::to_string(world_);
           exit_code_ = 4;
           end_all(end_why_);
         }

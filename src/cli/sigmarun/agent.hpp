@@ -13,29 +13,30 @@
 namespace sigma::sigmarun {
 
 struct Options {
-  uint32_t nproc = 1;            // ranks per node
-  uint32_t spares = 0;           // spares per node
-  uint32_t nnodes = 1;           // agents (hosts) in the job
-  uint32_t node_rank = 0;        // 0: the root agent, which decides; others follow
-  std::string host;              // where the root is reached (nnodes > 1); default: this host's name
-  std::string job_id;            // names the job in the store; default: the job folder's name
+  uint32_t nproc = 1;      // ranks per node
+  uint32_t spares = 0;     // spares per node
+  uint32_t nnodes = 1;     // agents (hosts) in the job
+  uint32_t node_rank = 0;  // 0: the root agent, which decides; others follow
+  std::string host;        // where the root is reached (nnodes > 1); default: this host's name
+  std::string job_id;      // names the job in the store; default: the job folder's name
   std::string vendor = "cpu";
-  std::string scenario;          // sim only
-  double time_scale = 0;         // sim only; 0 = the scenario's
+  std::string scenario;   // sim only
+  double time_scale = 0;  // sim only; 0 = the scenario's
   std::string job_dir;
-  std::string store;             // empty: file store in the job dir
-  double heartbeat_s = 0.1;      // worker heartbeat period
+  std::string store;         // empty: file store in the job dir
+  double heartbeat_s = 0.1;  // worker heartbeat period
   double heartbeat_timeout_s = 3;
   double abort_grace_s = 5;
   double step_timeout_s = 60;      // no step completed for this long: a stuck collective
-  double validate_timeout_s = 30;  // start without devices still validating after this      // survivors must report within this after an abort
+  double validate_timeout_s = 30;  // start without devices still validating after this      // survivors must
+                                   // report within this after an abort
   uint64_t snapshot_every = 1;
   uint64_t checkpoint_every = 0;
-  int metrics_port = -1;         // -1 off, 0 any free port
+  int metrics_port = -1;  // -1 off, 0 any free port
   bool progress = true;
   bool proactive_migration = true;
-  bool allow_shrink = false;     // no spare left: go on with fewer ranks (a replicated, data-parallel state)
-  uint32_t min_world = 1;        // ... but never fewer than this many ranks in all
+  bool allow_shrink = false;  // no spare left: go on with fewer ranks (a replicated, data-parallel state)
+  uint32_t min_world = 1;     // ... but never fewer than this many ranks in all
   double failure_rate_per_device_hour = 0;  // for the spare advice in the report
   double repair_hours = 24;
   double job_hours = 24;

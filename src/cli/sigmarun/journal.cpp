@@ -9,7 +9,8 @@
 namespace sigma::sigmarun {
 
 Journal::Journal(const std::string& path, double t0) : f_(std::fopen(path.c_str(), "a")), t0_(t0) {
-  if (f_ == nullptr) throw Error(Code::unavailable, "sigmarun: cannot open the journal " + path + ": " + std::strerror(errno));
+  if (f_ == nullptr)
+    throw Error(Code::unavailable, "sigmarun: cannot open the journal " + path + ": " + std::strerror(errno));
 }
 
 Journal::~Journal() { std::fclose(f_); }
@@ -56,11 +57,12 @@ void Journal::health(const health::Event& e) {
 nlohmann::json Ledger::to_json(double wall_s) const {
   const double lost = detection_s + restart_s + restore_s + recompute_s + slow_steps_s;
   return {{"wall_s", wall_s},
-          {"lost_s", {{"detection", detection_s},
-                      {"restart", restart_s},
-                      {"restore", restore_s},
-                      {"recomputation", recompute_s},
-                      {"slow_steps", slow_steps_s}}},
+          {"lost_s",
+           {{"detection", detection_s},
+            {"restart", restart_s},
+            {"restore", restore_s},
+            {"recomputation", recompute_s},
+            {"slow_steps", slow_steps_s}}},
           {"recomputed_steps", recomputed_steps},
           {"idle_spares_device_s", idle_spares_s},
           {"steps_run", steps_run},

@@ -30,14 +30,14 @@ class Journal {
 
 // Time lost, by cause. Everything is wall seconds of the whole job.
 struct Ledger {
-  double detection_s = 0;     // fault -> noticed
-  double restart_s = 0;       // noticed -> every rank back in a communicator (minus restore)
-  double restore_s = 0;       // loading the agreed state
+  double detection_s = 0;  // fault -> noticed
+  double restart_s = 0;    // noticed -> every rank back in a communicator (minus restore)
+  double restore_s = 0;    // loading the agreed state
   uint64_t recomputed_steps = 0;
-  double recompute_s = 0;     // recomputed steps x median step time
-  double slow_steps_s = 0;    // time of steps above 1.5x the median, beyond the median
-  double idle_spares_s = 0;   // device-seconds spares waited
-  uint64_t steps_run = 0;     // rank 0's steps, recomputed ones included
+  double recompute_s = 0;    // recomputed steps x median step time
+  double slow_steps_s = 0;   // time of steps above 1.5x the median, beyond the median
+  double idle_spares_s = 0;  // device-seconds spares waited
+  uint64_t steps_run = 0;    // rank 0's steps, recomputed ones included
   nlohmann::json to_json(double wall_s) const;
 };
 

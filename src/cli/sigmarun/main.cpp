@@ -19,44 +19,58 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
 #include <filesystem>
 #include <iostream>
-#include <unistd.h>
 
 int main(int argc, char** argv) {
   sigma::sigmarun::Options o;
   CLI::App app{"sigmarun: failure-aware launcher for training jobs on early-life accelerators"};
-  app.add_option("--nproc", o.nproc, "worker processes (ranks), one per device")->required()->check(CLI::Range(1u, 4096u));
-  app.add_option("--spares", o.spares, "warm spare devices kept validated and waiting")->check(CLI::Range(0u, 4096u));
+  app.add_option("--nproc", o.nproc, "worker processes (ranks), one per device")
+      ->required()
+      ->check(CLI::Range(1u, 4096u));
+  app.add_option("--spares", o.spares, "warm spare devices kept validated and waiting")
+      ->check(CLI::Range(0u, 4096u));
   app.add_option("--vendor", o.vendor, "HAL plugin name or path (cpu, sim, cuda, ...)");
-  app.add_option("--scenario", o.scenario, "sim vendor scenario file (device N of the scenario is device N here)")
+  app.add_option("--scenario", o.scenario,
+                 "sim vendor scenario file (device N of the scenario is device N here)")
       ->check(CLI::ExistingFile);
-  app.add_option("--time-scale", o.time_scale, "sim: scenario seconds per real second")->check(CLI::PositiveNumber);
-  app.add_option("--nnodes", o.nnodes, "agents (hosts) in the job; each runs --nproc ranks and --spares spares")
+  app.add_option("--time-scale", o.time_scale, "sim: scenario seconds per real second")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--nnodes", o.nnodes,
+                 "agents (hosts) in the job; each runs --nproc ranks and --spares spares")
       ->check(CLI::Range(1u, 4096u));
   app.add_option("--node-rank", o.node_rank, "this agent's node: 0 is the root, the others follow it");
-  app.add_option("--host", o.host, "the address other hosts reach the root agent at (default: this host's name)");
+  app.add_option("--host", o.host,
+                 "the address other hosts reach the root agent at (default: this host's name)");
   app.add_option("--job-id", o.job_id, "names the job in the store (default: the job folder's name)");
   app.add_option("--job-dir", o.job_dir, "job folder: journal, report, logs, store, checkpoints")->required();
-  app.add_option("--store", o.store, "rendezvous store (redis://host:port); default: a file store in the job folder");
-  app.add_option("--heartbeat", o.heartbeat_s, "worker heartbeat period in seconds")->check(CLI::Range(0.001, 60.0));
+  app.add_option("--store", o.store,
+                 "rendezvous store (redis://host:port); default: a file store in the job folder");
+  app.add_option("--heartbeat", o.heartbeat_s, "worker heartbeat period in seconds")
+      ->check(CLI::Range(0.001, 60.0));
   app.add_option("--heartbeat-timeout", o.heartbeat_timeout_s, "a worker silent this long is hung")
       ->check(CLI::Range(0.01, 3600.0));
   app.add_option("--step-timeout", o.step_timeout_s,
                  "no step completed for this long while workers still beat: a stuck collective (0: off)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--snapshot-every", o.snapshot_every, "memory-tier snapshot period in steps")->check(CLI::Range(1, 1000000));
+  app.add_option("--snapshot-every", o.snapshot_every, "memory-tier snapshot period in steps")
+      ->check(CLI::Range(1, 1000000));
   app.add_option("--checkpoint-every", o.checkpoint_every, "disk checkpoint period in steps (0: none)");
-  app.add_option("--metrics-port", o.metrics_port, "serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)");
+  app.add_option("--metrics-port", o.metrics_port,
+                 "serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)");
   app.add_flag("!--no-progress", o.progress, "no progress line on stderr");
   app.add_flag("!--no-migration", o.proactive_migration, "no proactive migration on early warnings");
-  app.add_flag("--allow-shrink", o.allow_shrink,
-               "with no spare left, go on with fewer ranks (only for a state every rank holds whole: data parallel)");
-  app.add_option("--min-ranks", o.min_world, "never shrink below this many ranks")->check(CLI::Range(1u, 1000000u));
+  app.add_flag(
+      "--allow-shrink", o.allow_shrink,
+      "with no spare left, go on with fewer ranks (only for a state every rank holds whole: data parallel)");
+  app.add_option("--min-ranks", o.min_world, "never shrink below this many ranks")
+      ->check(CLI::Range(1u, 1000000u));
   app.add_option("--failure-rate", o.failure_rate_per_device_hour,
                  "failures per device-hour, for the spare-pool advice in the report")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--repair-hours", o.repair_hours, "repair time for the spare advice")->check(CLI::PositiveNumber);
+  app.add_option("--repair-hours", o.repair_hours, "repair time for the spare advice")
+      ->check(CLI::PositiveNumber);
   app.add_option("--job-hours", o.job_hours, "job length for the spare advice")->check(CLI::PositiveNumber);
   app.add_option("worker", o.worker, "the worker program and its arguments (after --)")->required();
   app.allow_extras(false);
@@ -71,7 +85,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.allow_shrink && o.min_world > o.nproc * o.nnodes) {
-    std::cerr << "sigmarun: --min-ranks " << o.min_world << " is above the job's " << o.nproc * o.nnodes << " ranks\n";
+    std::cerr << "sigmarun: --min-ranks " << o.min_world << " is above the job's " << o.nproc * o.nnodes
+              << " ranks\n";
     return 2;
   }
   if (o.nnodes > 1 && o.store.empty()) {

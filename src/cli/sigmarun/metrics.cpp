@@ -3,13 +3,13 @@
 #include <sigma/error.hpp>
 
 #include <arpa/inet.h>
-#include <cerrno>
-#include <cstring>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sstream>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
 
 namespace sigma::sigmarun {
 
@@ -21,15 +21,17 @@ std::string render_metrics(const MetricsSnapshot& s) {
     << "sigma_step_rate " << (s.wall_s > 0 ? static_cast<double>(s.steps) / s.wall_s : 0.0) << "\n";
   o << "# HELP sigma_incidents_total Faults and migrations handled.\n# TYPE sigma_incidents_total counter\n"
     << "sigma_incidents_total " << s.incidents << "\n";
-  o << "# HELP sigma_spares_available Validated devices waiting as spares.\n# TYPE sigma_spares_available gauge\n"
+  o << "# HELP sigma_spares_available Validated devices waiting as spares.\n# TYPE sigma_spares_available "
+       "gauge\n"
     << "sigma_spares_available " << s.spares << "\n";
   o << "# HELP sigma_device_health_score 1 healthy .. 0 failed.\n# TYPE sigma_device_health_score gauge\n";
   for (const auto& d : s.devices) {
-    o << "sigma_device_health_score{device=\"" << d.device << "\",health=\"" << d.health << "\",state=\"" << d.state
-      << "\"} " << d.score << "\n";
+    o << "sigma_device_health_score{device=\"" << d.device << "\",health=\"" << d.health << "\",state=\""
+      << d.state << "\"} " << d.score << "\n";
   }
   const nlohmann::json l = s.ledger.to_json(s.wall_s);
-  o << "# HELP sigma_goodput_lost_seconds Wall time lost, by cause.\n# TYPE sigma_goodput_lost_seconds counter\n";
+  o << "# HELP sigma_goodput_lost_seconds Wall time lost, by cause.\n# TYPE sigma_goodput_lost_seconds "
+       "counter\n";
   for (auto& [cause, v] : l["lost_s"].items()) {
     o << "sigma_goodput_lost_seconds{cause=\"" << cause << "\"} " << v.get<double>() << "\n";
   }
@@ -40,7 +42,8 @@ std::string render_metrics(const MetricsSnapshot& s) {
 
 MetricsServer::MetricsServer(int port) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) throw Error(Code::unavailable, std::string("sigmarun: metrics socket: ") + std::strerror(errno));
+  if (fd_ < 0)
+    throw Error(Code::unavailable, std::string("sigmarun: metrics socket: ") + std::strerror(errno));
   const int one = 1;
   ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
@@ -50,7 +53,8 @@ MetricsServer::MetricsServer(int port) {
   if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) {
     const int e = errno;
     ::close(fd_);
-    throw Error(Code::unavailable, "sigmarun: cannot serve metrics on 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(e));
+    throw Error(Code::unavailable, "sigmarun: cannot serve metrics on 127.0.0.1:" + std::to_string(port) +
+                                       ": " + std::strerror(e));
   }
   socklen_t len = sizeof a;
   ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
@@ -93,8 +97,10 @@ void MetricsServer::serve() {
       status = "404 Not Found";
       body = "only /metrics is served here\n";
     }
-    const std::string resp = "HTTP/1.1 " + status + "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " +
-                             std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    const std::string resp =
+        "HTTP/1.1 " + status +
+        "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\nConnection: close\r\n\r\n" + body;
     (void)!::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
     ::close(c);
   }

@@ -7,17 +7,17 @@
 #include <sigma/error.hpp>
 #include <sigma/health.hpp>
 
-#include <cerrno>
-#include <csignal>
-#include <cstring>
 #include <fcntl.h>
-#include <filesystem>
-#include <map>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <thread>
 #include <unistd.h>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <thread>
 
 extern char** environ;
 
@@ -46,14 +46,16 @@ std::string control_store_uri(const Options& o) {
 pid_t spawn_worker(const Options& o, uint32_t device, const EnvList& given) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "SIGMA_", 6) != 0 || std::strncmp(*e, "SIGMA_HAL_PLUGIN_PATH=", 22) == 0) env.emplace_back(*e);
+    if (std::strncmp(*e, "SIGMA_", 6) != 0 || std::strncmp(*e, "SIGMA_HAL_PLUGIN_PATH=", 22) == 0)
+      env.emplace_back(*e);
   }
   for (const auto& [k, v] : given) env.push_back(k + "=" + v);
   env.push_back("SIGMA_JOB_DIR=" + o.job_dir);
   env.push_back("SIGMA_HAL_PLUGIN=" + o.vendor);
   std::string opts;
   if (!o.scenario.empty()) opts += "scenario=" + o.scenario + ";rank=" + std::to_string(device);
-  if (o.time_scale > 0) opts += (opts.empty() ? "" : ";") + std::string("time_scale=") + std::to_string(o.time_scale);
+  if (o.time_scale > 0)
+    opts += (opts.empty() ? "" : ";") + std::string("time_scale=") + std::to_string(o.time_scale);
   if (!opts.empty()) env.push_back("SIGMA_HAL_OPTIONS=" + opts);
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
@@ -70,7 +72,8 @@ pid_t spawn_worker(const Options& o, uint32_t device, const EnvList& given) {
   pid_t pid = -1;
   const int rc = ::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) throw Error(Code::invalid_argument, "sigmarun: cannot start " + args[0] + ": " + std::strerror(rc));
+  if (rc != 0)
+    throw Error(Code::invalid_argument, "sigmarun: cannot start " + args[0] + ": " + std::strerror(rc));
   return pid;
 }
 
@@ -127,7 +130,8 @@ std::unique_ptr<runtime::Channel> reach_root(const Options& o, double timeout_s)
   }
   throw Error(Code::unavailable, "sigmarun: no root agent of job '" + o.job_id + "' answered within " +
                                      std::to_string(static_cast<int>(timeout_s)) + " s (store " +
-                                     control_store_uri(o) + (last.empty() ? "" : ", last address " + last) + ")");
+                                     control_store_uri(o) + (last.empty() ? "" : ", last address " + last) +
+                                     ")");
 }
 
 }  // namespace
@@ -171,7 +175,9 @@ int run_follower(const Options& o) {
           root->send({{"type", "launched"}, {"device", device}, {"pid", pid}});
           journal.write({{"event", "launch"}, {"device", device}, {"pid", pid}});
         } catch (const Error& e) {
-          root->send({{"type", "exit"}, {"device", device}, {"status", std::string("could not start: ") + e.what()}});
+          root->send({{"type", "exit"},
+                      {"device", device},
+                      {"status", std::string("could not start: ") + e.what()}});
         }
       } else if (type == "kill") {
         for (auto& [pid, dev] : children) {

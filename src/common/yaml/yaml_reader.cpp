@@ -111,7 +111,8 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   char buf[65536];
   while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
     text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > max_bytes) throw Refused{path + ":0: (file): larger than " + std::to_string(max_bytes) + " bytes"};
+    if (text.size() > max_bytes)
+      throw Refused{path + ":0: (file): larger than " + std::to_string(max_bytes) + " bytes"};
   }
   return text;
 }

@@ -27,7 +27,8 @@ class Reader {
   // Throws Refused naming the file, the line of `at` (0 when unknown) and key.
   [[noreturn]] void fail(const YAML::Node& at, const std::string& key, const std::string& why) const;
   // `map` must be a mapping whose keys are all in `allowed`.
-  void only_keys(const YAML::Node& map, const std::string& path, std::initializer_list<const char*> allowed) const;
+  void only_keys(const YAML::Node& map, const std::string& path,
+                 std::initializer_list<const char*> allowed) const;
   // A finite number in [lo, hi].
   double number(const YAML::Node& n, const std::string& key, double lo, double hi) const;
   // A whole number in [lo, hi] (digits only: no sign, no exponent).
