@@ -99,6 +99,9 @@ struct Options {
   uint32_t keep = 3;        // newest checkpoints kept (their bases are kept too)
   // Async staging bound; 0: room for two snapshots of the state.
   uint64_t max_pending_bytes = 0;
+  // Data files are written with O_DIRECT where the file system takes it
+  // (buffered otherwise, with streaming writeback); false: always buffered.
+  bool direct_io = true;
   // Told about back-pressure waits and fallbacks ("checkpoint: ...").
   std::function<void(const std::string&)> log;
 };

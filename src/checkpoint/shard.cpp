@@ -118,7 +118,7 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
         jobs.push_back({i, off, std::min(cb, t.bytes - off), bt ? bt->bytes.data() + off : nullptr,
                         bt ? bt->hashes[k] : 0, copy ? copy + off : nullptr});
     }
-    io::Writer data(tmp + "/" + format::kData, /*direct=*/true);
+    io::Writer data(tmp + "/" + format::kData, o.direct_io);
     // Encode a batch of chunks in parallel while the previous batch's frames
     // go to disk: compression and I/O overlap, and memory stays bounded by
     // two batches of frames. Small batches start the disk early (it is the

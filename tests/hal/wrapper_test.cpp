@@ -79,13 +79,20 @@ TEST(Buffer, AllocationBeyondTheDeviceIsOutOfMemoryWithTheFigures) {
 TEST(Communicator, PostAndWaitComputeAnAllReduce) {
   auto p = Plugin::load("skeleton");
   Communicator comm(p, world_of_one());
-  Buffer b(p, 0, 16);
-  std::vector<float> v = {1, 2, 3, 4};
-  b.copy_from_host(v.data(), 16);
-  auto req = comm.post(all_reduce(b.data(), 4));
+  Buffer send(p, 0, 16), recv(p, 0, 16);
+  const std::vector<float> v = {1, 2, 3, 4}, zeros(4, 0.0f);
+  send.copy_from_host(v.data(), 16);
+  recv.copy_from_host(zeros.data(), 16);
+  // Out of place, so the result is only there if the op wrote it.
+  hal_coll_args_t a = all_reduce(send.data(), 4);
+  a.recvbuf = recv.data();
+  auto req = comm.post(a);
   EXPECT_TRUE(req.wait(1s));
   EXPECT_TRUE(req.test());
   EXPECT_EQ(comm.async_error(), HAL_OK);
+  std::vector<float> out(4, -1.0f);
+  recv.copy_to_host(out.data(), 16);
+  EXPECT_EQ(out, v);  // the sum over a world of one
 }
 
 TEST(Communicator, WorldSizeTheSkeletonCannotDoIsNotSupported) {

@@ -317,6 +317,14 @@ TEST(Checksum, DependsOnEveryByteAndNotOnAlignment) {
   EXPECT_EQ(checksum(nullptr, 0), checksum("", 0));
 }
 
+// Known answers of the reference XXH3_64bits: the per-chunk checksum is
+// XXH3-64 with seed 0, not merely some hash of the bytes.
+TEST(Checksum, IsXxh3WithSeedZero) {
+  EXPECT_EQ(checksum("", 0), 0x2d06800538d394c2ull);
+  EXPECT_EQ(checksum("a", 1), 0xe6c632b61e964e1full);
+  EXPECT_EQ(checksum("abc", 3), 0x78af5f94892f3950ull);
+}
+
 // The GPU-friendly checksum's definition, guarded by values computed by an
 // independent implementation of it (docs/kernels.md has the formula).
 TEST(ChecksumParallel, MatchesItsDefinitionsGoldenValues) {

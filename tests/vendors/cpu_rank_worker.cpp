@@ -84,13 +84,24 @@ int main(int argc, char** argv) {
     bootstrap::HalBootstrap bs2(store, "survivors/");
     phase("create survivors");
     hal::Communicator comm2(plugin, comm_args(rank, world - 1, bs2));
-    buf.copy_from_host(ones.data(), n * 4);
+    // Element i of rank r holds r + 1 + i % 7: the survivors' sum is
+    // world*(world-1)/2 + (world-1)*(i % 7) in the first 1024 elements, and
+    // the element past them is left as it was.
+    constexpr uint64_t kSurvivorCount = 1024;
+    std::vector<float> mine(kSurvivorCount + 1);
+    for (uint64_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>(rank + 1 + i % 7);
+    buf.copy_from_host(mine.data(), mine.size() * 4);
     phase("survivors all-reduce");
-    comm2.run(all_reduce(buf, 1024), 10s);
+    comm2.run(all_reduce(buf, kSurvivorCount), 10s);
     phase("done");
-    float first = 0;
-    buf.copy_to_host(&first, 4);
-    out << "survivors_sum=" << first << "\n";
+    std::vector<float> got(mine.size());
+    buf.copy_to_host(got.data(), got.size() * 4);
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < kSurvivorCount; ++i)
+      wrong += got[i] != static_cast<float>(world * (world - 1) / 2 + (world - 1) * (i % 7));
+    wrong += got[kSurvivorCount] != mine[kSurvivorCount];
+    out << "survivors_sum=" << got[0] << "\n"
+        << "survivors_wrong_elements=" << wrong << "\n";
     out.close();
     std::rename((dir + "/result-" + std::to_string(rank) + ".tmp").c_str(),
                 (dir + "/result-" + std::to_string(rank)).c_str());

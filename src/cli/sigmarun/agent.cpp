@@ -891,6 +891,10 @@ void Agent::write_report(const std::string& status, const std::string& why) {
               {"steps", reached()},
               {"generations", generation_},
               {"wall_s", wall},
+              // Every *_s time here and in the journal counts from this
+              // CLOCK_MONOTONIC reading, so that a worker's own stamps can
+              // be set beside them.
+              {"clock_origin_monotonic_s", t0_},
               {"median_step_s", median},
               {"incidents", incidents_},
               {"ledger", ledger_.to_json(wall)},
