@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <string>
 
+// The replay defines the strong one; under libFuzzer nothing listens.
+extern "C" __attribute__((weak)) void sigma_fuzz_accepted(const char*) {}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || size > (1u << 16)) return 0;
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
@@ -16,6 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] % 2 == 0) {
     try {
       Config::from_yaml(text, "fuzz.yaml");
+      sigma_fuzz_accepted("config");
     } catch (const sigma::Error& e) {
       if (e.code() != sigma::Code::invalid_argument || std::string(e.what()).rfind("fuzz.yaml:", 0) != 0)
         __builtin_trap();  // every refusal names the file
@@ -33,6 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (g.save_state() != before) __builtin_trap();  // a refusal changes nothing
     return 0;
   }
+  sigma_fuzz_accepted("state");
   // An accepted state must drive a step without failing.
   float grad[4] = {0.1f, -0.2f, 0.3f, 0.0f};
   try {
