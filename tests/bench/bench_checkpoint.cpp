@@ -1,17 +1,31 @@
 // The checkpoint engine against the disk and (where libtorch is built in)
-// against torch::save / torch::load, side by side in one run, on ~768 MiB of
-// state: fp32 weights of a transformer's shapes plus AdamW's two moments,
-// their values produced by real AdamW steps (synthetic gradients, real
-// optimiser arithmetic), not random bits.
+// against libtorch, side by side in one run, on ~768 MiB of state: fp32
+// weights of a transformer's shapes plus AdamW's two moments, their values
+// produced by real AdamW steps (synthetic gradients, real optimiser
+// arithmetic), not random bits. Each figure is measured kIterations times;
+// the summary gives the median and the range. Both sides run with the same
+// number of threads (torch::set_num_threads(nproc); the engine's oneTBB
+// pool has nproc threads).
 //
 //   bench_checkpoint [--dir DIR] [--zstd-level N] [--benchmark_filter=...]
 //
-// Reported (one iteration each, the figures that matter printed at the end):
-//   disk limit: write + fsync of the raw bytes, and a cold read of them
-//   save (base): raw bytes persisted per second, fsync included, / the limit
-//   save_async: time the caller is blocked; torch::save + fsync for comparison
-//   restore from a cold file (page cache dropped) / a cold raw read; torch::load
-//   differential after 1 and 10 AdamW steps: stored / raw bytes
+// Like is compared with like:
+//   disk limit    the raw bytes written + fsync'ed in the engine's own I/O
+//                 mode (O_DIRECT), and buffered; a cold read of them
+//   save (base)   raw bytes persisted per second, fsync included, / the
+//                 O_DIRECT limit
+//   blocked time  the time training waits for a checkpoint: the engine's
+//                 save_async (warm staging) against libtorch's best async
+//                 form, a snapshot then torch::save + fsync on a background
+//                 thread, with the snapshot both fresh (clone(), as usually
+//                 written) and warm (copy_ into tensors kept from the last
+//                 save, as the engine keeps its staging); the faster of the
+//                 two is the peer
+//   restore       from a cold page cache, both into fresh memory (the
+//                 engine into untouched pages; torch::load allocates), and
+//                 both into the training's own, touched tensors (the engine
+//                 in place; torch::load + copy_, load_state_dict's path)
+//   differential  stored / raw bytes after 1 and 10 AdamW steps
 #include <sigma/checkpoint.hpp>
 
 #include "adamw_state.hpp"
@@ -31,18 +45,21 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <random>
+#include <thread>
+#include <vector>
 
 namespace {
 
 namespace ck = sigma::checkpoint;
 using Clock = std::chrono::steady_clock;
+using sigma::bench::drop_cache;
+using sigma::bench::Model;
+
+constexpr int kIterations = 3;
 
 std::string g_dir = "build/bench-checkpoint";
 int g_level = ck::Options{}.zstd_level;
-std::map<std::string, double> g_fig;
-
-using sigma::bench::Model;
+std::map<std::string, std::vector<double>> g_fig;  // every sample of each figure
 
 Model& model() {
   static Model* m = [] {
@@ -53,23 +70,29 @@ Model& model() {
   return *m;
 }
 
-using sigma::bench::drop_cache;
+double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Records one sample of `key` and makes it the iteration's time.
+void sample(benchmark::State& state, const std::string& key, double s) {
+  g_fig[key].push_back(s);
+  state.SetIterationTime(s);
+}
 
 void drop_tree(const std::string& dir) {
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
     if (e.is_regular_file()) drop_cache(e.path().string());
 }
 
-double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-void BM_DiskLimit(benchmark::State& state) {
+void BM_DiskLimit(benchmark::State& state, bool direct) {
   Model& md = model();
   const std::string path = g_dir + "/raw.bin";
   for (auto _ : state) {
+    std::filesystem::remove(path);
     const auto t0 = Clock::now();
-    if (!sigma::bench::write_raw(md, path)) state.SkipWithError("write");
-    g_fig["disk_write_s"] = seconds(t0);
-    state.SetIterationTime(g_fig["disk_write_s"]);
+    if (!(direct ? sigma::bench::write_raw_direct(md, path) : sigma::bench::write_raw(md, path)))
+      state.SkipWithError("write");
+    sample(state, direct ? "disk_write_direct_s" : "disk_write_buffered_s", seconds(t0));
+    if (!direct) continue;
     drop_cache(path);
     std::vector<char> buf(64 << 20);
     const auto t1 = Clock::now();
@@ -77,59 +100,90 @@ void BM_DiskLimit(benchmark::State& state) {
     while (::read(rfd, buf.data(), buf.size()) > 0) {
     }
     ::close(rfd);
-    g_fig["disk_read_cold_s"] = seconds(t1);
+    g_fig["disk_read_cold_s"].push_back(seconds(t1));
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(md.bytes()));
+}
+
+ck::Options options(const std::string& folder) {
+  std::filesystem::remove_all(g_dir + "/" + folder);
+  ck::Options o;
+  o.dir = g_dir + "/" + folder;
+  o.base_every = 100;
+  o.zstd_level = g_level;
+  return o;
 }
 
 void BM_SigmaSaveBase(benchmark::State& state) {
   Model& md = model();
   for (auto _ : state) {
-    std::filesystem::remove_all(g_dir + "/sigma");
-    ck::Options o;
-    o.dir = g_dir + "/sigma";
-    o.base_every = 100;
-    o.zstd_level = g_level;
-    ck::Engine e(o);
+    ck::Engine e(options("sigma"));
     const auto t0 = Clock::now();
     const ck::SaveResult r = e.save(md.views(), ck::Metadata{});
-    g_fig["sigma_save_s"] = seconds(t0);
-    g_fig["sigma_base_ratio"] = static_cast<double>(r.stored_bytes) / static_cast<double>(r.raw_bytes);
-    state.SetIterationTime(g_fig["sigma_save_s"]);
-    // Differential after 1 and 10 AdamW steps, against that base.
-    Model copy = md;
-    copy.adamw_step();
-    ck::Metadata meta;
-    meta.step = 1;
-    const ck::SaveResult d1 = e.save(copy.views(), meta);
-    g_fig["delta1_ratio"] = static_cast<double>(d1.stored_bytes) / static_cast<double>(d1.raw_bytes);
-    // ...by kind of tensor: weights, first moments, second moments.
-    double kind_raw[3] = {0, 0, 0}, kind_stored[3] = {0, 0, 0};
-    for (const auto& t : ck::inspect(d1.path).tensors) {
-      const auto ends = [&](const std::string& x) {
-        return t.name.size() > x.size() && t.name.compare(t.name.size() - x.size(), x.size(), x) == 0;
-      };
-      const int kind = ends(".exp_avg") ? 1 : ends(".exp_avg_sq") ? 2 : 0;
-      kind_raw[kind] += static_cast<double>(t.bytes);
-      kind_stored[kind] += static_cast<double>(t.stored_bytes);
-    }
-    g_fig["delta1_w"] = kind_stored[0] / kind_raw[0];
-    g_fig["delta1_m"] = kind_stored[1] / kind_raw[1];
-    g_fig["delta1_v"] = kind_stored[2] / kind_raw[2];
-    for (int i = 0; i < 9; ++i) copy.adamw_step();
-    meta.step = 10;
-    const ck::SaveResult d10 = e.save(copy.views(), meta);
-    g_fig["delta10_ratio"] = static_cast<double>(d10.stored_bytes) / static_cast<double>(d10.raw_bytes);
-    // Restore of the base from a cold page cache.
-    std::filesystem::remove_all(g_dir + "/sigma/job/step-00000000000000000001");
-    std::filesystem::remove_all(g_dir + "/sigma/job/step-00000000000000000010");
-    drop_tree(g_dir + "/sigma");
-    Model target = md;
-    const auto t1 = Clock::now();
-    e.restore(target.views(), nullptr);
-    g_fig["sigma_restore_cold_s"] = seconds(t1);
+    sample(state, "sigma_save_s", seconds(t0));
+    g_fig["sigma_base_ratio"] = {static_cast<double>(r.stored_bytes) / static_cast<double>(r.raw_bytes)};
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(md.bytes()));
+}
+
+// Differential checkpoints after 1 and 10 AdamW steps, against a base;
+// deterministic, so measured once.
+void differential_ratios() {
+  Model& md = model();
+  ck::Engine e(options("delta"));
+  e.save(md.views(), ck::Metadata{});
+  Model copy = md;
+  copy.adamw_step();
+  ck::Metadata meta;
+  meta.step = 1;
+  const ck::SaveResult d1 = e.save(copy.views(), meta);
+  g_fig["delta1_ratio"] = {static_cast<double>(d1.stored_bytes) / static_cast<double>(d1.raw_bytes)};
+  double raw[3] = {0, 0, 0}, stored[3] = {0, 0, 0};  // weights, first moments, second moments
+  for (const auto& t : ck::inspect(d1.path).tensors) {
+    const auto ends = [&](const std::string& x) {
+      return t.name.size() > x.size() && t.name.compare(t.name.size() - x.size(), x.size(), x) == 0;
+    };
+    const int kind = ends(".exp_avg") ? 1 : ends(".exp_avg_sq") ? 2 : 0;
+    raw[kind] += static_cast<double>(t.bytes);
+    stored[kind] += static_cast<double>(t.stored_bytes);
+  }
+  g_fig["delta1_w"] = {stored[0] / raw[0]};
+  g_fig["delta1_m"] = {stored[1] / raw[1]};
+  g_fig["delta1_v"] = {stored[2] / raw[2]};
+  for (int i = 0; i < 9; ++i) copy.adamw_step();
+  meta.step = 10;
+  const ck::SaveResult d10 = e.save(copy.views(), meta);
+  g_fig["delta10_ratio"] = {static_cast<double>(d10.stored_bytes) / static_cast<double>(d10.raw_bytes)};
+  std::filesystem::remove_all(g_dir + "/delta");
+}
+
+// Memory the process has never touched, as a restore into a new process
+// meets it: `new float[n]` leaves the pages unmapped until written.
+struct FreshState {
+  std::vector<std::unique_ptr<float[]>> arrays;
+  std::vector<ck::TensorView> views;
+  explicit FreshState(Model& md) {
+    for (const ck::TensorView& v : md.views()) {
+      size_t n = 1;
+      for (int64_t d : v.shape) n *= static_cast<size_t>(d);
+      arrays.emplace_back(new float[n]);
+      views.push_back({v.name, v.dtype, v.shape, arrays.back().get()});
+    }
+  }
+};
+
+void BM_SigmaRestore(benchmark::State& state, bool fresh) {
+  Model& md = model();
+  ck::Engine e(options("restore"));
+  e.save(md.views(), ck::Metadata{});
+  Model target = md;  // touched memory: the training's own tensors
+  for (auto _ : state) {
+    drop_tree(g_dir + "/restore");
+    std::unique_ptr<FreshState> f = fresh ? std::make_unique<FreshState>(md) : nullptr;
+    const auto t0 = Clock::now();
+    e.restore(fresh ? f->views : target.views(), nullptr);
+    sample(state, fresh ? "sigma_restore_fresh_s" : "sigma_restore_touched_s", seconds(t0));
+  }
 }
 
 // An engine in a fresh folder below g_dir that has saved twice: the first
@@ -137,10 +191,7 @@ void BM_SigmaSaveBase(benchmark::State& state) {
 // the in-memory base); a training loop's later ones reuse it, so the
 // figures are of the third save.
 std::unique_ptr<ck::Engine> warm_engine(const std::string& folder, Model& md, ck::Engine::Snapshot mode) {
-  std::filesystem::remove_all(g_dir + "/" + folder);
-  ck::Options o;
-  o.dir = g_dir + "/" + folder;
-  auto e = std::make_unique<ck::Engine>(o);
+  auto e = std::make_unique<ck::Engine>(options(folder));
   for (uint64_t step = 0; step < 2; ++step) {
     ck::Metadata warm;
     warm.step = step;
@@ -152,15 +203,16 @@ std::unique_ptr<ck::Engine> warm_engine(const std::string& folder, Model& md, ck
 
 void BM_SigmaSaveAsyncBlocked(benchmark::State& state) {
   Model& md = model();
+  auto engine = warm_engine("async", md, ck::Engine::Snapshot::now);
+  uint64_t step = 2;
   for (auto _ : state) {
-    auto engine = warm_engine("async", md, ck::Engine::Snapshot::now);
-    ck::Engine& e = *engine;
     ck::Metadata meta;
-    meta.step = 2;
-    const ck::SaveResult r = e.save_async(md.views(), meta);
-    g_fig["sigma_async_blocked_s"] = r.blocked_s;
-    state.SetIterationTime(r.blocked_s);
-    e.wait();
+    meta.step = step++;
+    const auto t0 = Clock::now();
+    const ck::SaveResult r = engine->save_async(md.views(), meta);
+    sample(state, "sigma_async_blocked_s", r.blocked_s);
+    engine->wait();
+    g_fig["sigma_async_total_s"].push_back(seconds(t0));
   }
 }
 
@@ -200,53 +252,171 @@ double forward_backward(Model& md) {
 // pass did not hide.
 void BM_SigmaSaveOverlapped(benchmark::State& state) {
   Model& md = model();
+  auto engine = warm_engine("overlap", md, ck::Engine::Snapshot::overlapped);
+  uint64_t step = 2;
   for (auto _ : state) {
-    auto engine = warm_engine("overlap", md, ck::Engine::Snapshot::overlapped);
-    ck::Engine& e = *engine;
-    std::vector<double> plain;
-    for (int i = 0; i < 3; ++i) {
-      const auto t0 = Clock::now();
-      benchmark::DoNotOptimize(forward_backward(md));
-      plain.push_back(seconds(t0));
-    }
-    std::sort(plain.begin(), plain.end());
-    ck::Metadata meta;
-    meta.step = 2;
-    const auto t0 = Clock::now();
-    const ck::SaveResult r = e.save_async(md.views(), meta, ck::Engine::Snapshot::overlapped);
+    const auto p0 = Clock::now();
     benchmark::DoNotOptimize(forward_backward(md));
-    const double waited = e.wait_snapshot();
-    g_fig["overlap_step_s"] = seconds(t0);
-    g_fig["plain_step_s"] = plain[1];
-    g_fig["overlap_blocked_s"] = r.blocked_s + waited;
-    state.SetIterationTime(g_fig["overlap_blocked_s"]);
-    e.wait();
+    g_fig["plain_step_s"].push_back(seconds(p0));
+    ck::Metadata meta;
+    meta.step = step++;
+    const auto t0 = Clock::now();
+    const ck::SaveResult r = engine->save_async(md.views(), meta, ck::Engine::Snapshot::overlapped);
+    benchmark::DoNotOptimize(forward_backward(md));
+    const double waited = engine->wait_snapshot();
+    g_fig["overlap_step_s"].push_back(seconds(t0));
+    sample(state, "overlap_blocked_s", r.blocked_s + waited);
+    engine->wait();
   }
 }
 
 #ifdef SIGMA_BENCH_WITH_TORCH
-void BM_TorchSave(benchmark::State& state) {
-  Model& md = model();
-  torch::set_num_threads(1);
+std::vector<torch::Tensor> torch_views(Model& md) {
   std::vector<torch::Tensor> ts;
   for (auto& v : md.views()) ts.push_back(torch::from_blob(v.data, v.shape, torch::kFloat));
-  const std::string path = g_dir + "/torch.pt";
+  return ts;
+}
+
+void fsync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// torch::save + fsync on the caller's thread: the synchronous baseline.
+void BM_TorchSaveSync(benchmark::State& state) {
+  const std::vector<torch::Tensor> ts = torch_views(model());
+  const std::string path = g_dir + "/torch-sync.pt";
   for (auto _ : state) {
     const auto t0 = Clock::now();
     torch::save(ts, path);
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    ::fsync(fd);
-    ::close(fd);
-    g_fig["torch_save_s"] = seconds(t0);
-    state.SetIterationTime(g_fig["torch_save_s"]);
+    fsync_file(path);
+    sample(state, "torch_save_sync_s", seconds(t0));
+  }
+}
+
+// libtorch's asynchronous form: the training thread takes a snapshot, a
+// background thread saves it and fsyncs. `warm`: the snapshot is copy_'d
+// into tensors kept from the previous save; otherwise clone()d afresh.
+void BM_TorchSaveAsync(benchmark::State& state, bool warm) {
+  const std::vector<torch::Tensor> ts = torch_views(model());
+  const std::string path = g_dir + (warm ? "/torch-async-warm.pt" : "/torch-async.pt");
+  std::vector<torch::Tensor> staging;
+  for (const auto& t : ts) staging.push_back(torch::empty_like(t));
+  for (auto& s : staging) s.zero_();  // touched, as after an earlier save
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    std::vector<torch::Tensor> snap;
+    if (warm) {
+      for (size_t i = 0; i < ts.size(); ++i) staging[i].copy_(ts[i]);
+      snap = staging;
+    } else {
+      for (const auto& t : ts) snap.push_back(t.clone());
+    }
+    sample(state, warm ? "torch_async_warm_blocked_s" : "torch_async_clone_blocked_s", seconds(t0));
+    std::thread writer([&] {
+      torch::save(snap, path);
+      fsync_file(path);
+    });
+    writer.join();
+    g_fig[warm ? "torch_async_warm_total_s" : "torch_async_clone_total_s"].push_back(seconds(t0));
+  }
+}
+
+// torch::load from a cold page cache. `touched`: then copied into the
+// training's own tensors, as load_state_dict does.
+void BM_TorchLoad(benchmark::State& state, bool touched) {
+  Model target = model();
+  const std::vector<torch::Tensor> into = torch_views(target);
+  const std::string path = g_dir + "/torch-load.pt";
+  torch::save(torch_views(model()), path);
+  for (auto _ : state) {
     drop_cache(path);
+    const auto t0 = Clock::now();
     std::vector<torch::Tensor> back;
-    const auto t1 = Clock::now();
     torch::load(back, path);
-    g_fig["torch_load_cold_s"] = seconds(t1);
+    if (touched)
+      for (size_t i = 0; i < back.size(); ++i) into[i].copy_(back[i]);
+    sample(state, touched ? "torch_load_touched_s" : "torch_load_fresh_s", seconds(t0));
   }
 }
 #endif
+
+struct Stat {
+  double median = NAN, lo = NAN, hi = NAN;
+};
+
+Stat stat(const std::string& key) {
+  auto it = g_fig.find(key);
+  if (it == g_fig.end() || it->second.empty()) return {};
+  std::vector<double> v = it->second;
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+// "1.23 s [1.20-1.31]"
+std::string show(const std::string& key, double scale = 1, const char* unit = "s") {
+  const Stat s = stat(key);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.3f %s [%.3f-%.3f]", s.median * scale, unit, s.lo * scale, s.hi * scale);
+  return buf;
+}
+
+double med(const std::string& key) { return stat(key).median; }
+
+void summary() {
+  const double raw = static_cast<double>(model().bytes());
+  std::printf(
+      "\nstate: %.0f MiB (fp32 weights + AdamW m, v after 5 real steps); %d iterations each, median "
+      "[min-max]; %u threads on both sides\n",
+      raw / (1 << 20), kIterations, std::thread::hardware_concurrency());
+  std::printf("disk limit, O_DIRECT (the engine's mode): write+fsync %s = %.0f MB/s\n",
+              show("disk_write_direct_s").c_str(), raw / med("disk_write_direct_s") / 1e6);
+  std::printf("disk limit, buffered: write+fsync %s = %.0f MB/s; cold read %s\n",
+              show("disk_write_buffered_s").c_str(), raw / med("disk_write_buffered_s") / 1e6,
+              show("disk_read_cold_s").c_str());
+  std::printf("sigma save (base): %s = %.0f MB/s raw persisted, %.2fx the O_DIRECT limit; stored/raw %.3f\n",
+              show("sigma_save_s").c_str(), raw / med("sigma_save_s") / 1e6,
+              med("disk_write_direct_s") / med("sigma_save_s"), med("sigma_base_ratio"));
+  std::printf("sigma differential: stored/raw after 1 AdamW step %.3f, after 10 %.3f\n", med("delta1_ratio"),
+              med("delta10_ratio"));
+  std::printf("  after 1 step by kind: weights %.3f, exp_avg %.3f, exp_avg_sq %.3f\n", med("delta1_w"),
+              med("delta1_m"), med("delta1_v"));
+  std::printf("blocked, sigma save_async (warm staging): %s; whole save %s\n",
+              show("sigma_async_blocked_s").c_str(), show("sigma_async_total_s").c_str());
+  std::printf(
+      "blocked, sigma save_async overlapped behind a %.2f s forward/backward stand-in: %s; that step %s\n",
+      med("plain_step_s"), show("overlap_blocked_s").c_str(), show("overlap_step_s").c_str());
+  std::printf("restore, cold, into fresh memory: sigma %s\n", show("sigma_restore_fresh_s").c_str());
+  std::printf("restore, cold, into touched memory: sigma %s (a cold raw read: %.3f s)\n",
+              show("sigma_restore_touched_s").c_str(), med("disk_read_cold_s"));
+#ifdef SIGMA_BENCH_WITH_TORCH
+  const double clone = med("torch_async_clone_blocked_s"), warm = med("torch_async_warm_blocked_s");
+  const double best = std::min(clone, warm);
+  std::printf(
+      "blocked, torch async (snapshot, then save + fsync on a thread): clone %s, warm copy_ %s; whole "
+      "save %s / %s\n",
+      show("torch_async_clone_blocked_s").c_str(), show("torch_async_warm_blocked_s").c_str(),
+      show("torch_async_clone_total_s").c_str(), show("torch_async_warm_total_s").c_str());
+  std::printf("  sigma blocked / torch's best async blocked (%s): %.2f; overlapped: %.3f\n",
+              clone <= warm ? "clone" : "warm copy_", med("sigma_async_blocked_s") / best,
+              med("overlap_blocked_s") / best);
+  std::printf("torch::save + fsync, synchronous: %s\n", show("torch_save_sync_s").c_str());
+  std::printf("restore into fresh memory: torch::load %s; torch / sigma %.2f\n",
+              show("torch_load_fresh_s").c_str(), med("torch_load_fresh_s") / med("sigma_restore_fresh_s"));
+  std::printf("restore into touched memory: torch::load + copy_ %s; torch / sigma %.2f\n",
+              show("torch_load_touched_s").c_str(),
+              med("torch_load_touched_s") / med("sigma_restore_touched_s"));
+#endif
+}
+
+template <class F, class... Args>
+void add(const char* name, F f, Args... args) {
+  benchmark::RegisterBenchmark(name, f, args...)
+      ->Iterations(kIterations)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
 
 }  // namespace
 
@@ -257,59 +427,27 @@ int main(int argc, char** argv) {
     else if (std::string(argv[i]) == "--zstd-level")
       g_level = std::atoi(argv[i + 1]);
   std::filesystem::create_directories(g_dir);
-  benchmark::Initialize(&argc, argv);
-  benchmark::RegisterBenchmark("DiskLimit/write_fsync", BM_DiskLimit)
-      ->Iterations(1)
-      ->UseManualTime()
-      ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("Sigma/save_base", BM_SigmaSaveBase)
-      ->Iterations(1)
-      ->UseManualTime()
-      ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("Sigma/save_async_blocked", BM_SigmaSaveAsyncBlocked)
-      ->Iterations(1)
-      ->UseManualTime()
-      ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("Sigma/save_async_overlapped_blocked", BM_SigmaSaveOverlapped)
-      ->Iterations(1)
-      ->UseManualTime()
-      ->Unit(benchmark::kMillisecond);
 #ifdef SIGMA_BENCH_WITH_TORCH
-  benchmark::RegisterBenchmark("Torch/save_fsync", BM_TorchSave)
-      ->Iterations(1)
-      ->UseManualTime()
-      ->Unit(benchmark::kMillisecond);
+  torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
+#endif
+  benchmark::Initialize(&argc, argv);
+  add("DiskLimit/write_fsync_direct", BM_DiskLimit, true);
+  add("DiskLimit/write_fsync_buffered", BM_DiskLimit, false);
+  add("Sigma/save_base", BM_SigmaSaveBase);
+  add("Sigma/save_async_blocked", BM_SigmaSaveAsyncBlocked);
+  add("Sigma/save_async_overlapped_blocked", BM_SigmaSaveOverlapped);
+  add("Sigma/restore_cold_fresh", BM_SigmaRestore, true);
+  add("Sigma/restore_cold_touched", BM_SigmaRestore, false);
+#ifdef SIGMA_BENCH_WITH_TORCH
+  add("Torch/save_fsync_sync", BM_TorchSaveSync);
+  add("Torch/save_async_clone_blocked", BM_TorchSaveAsync, false);
+  add("Torch/save_async_warm_blocked", BM_TorchSaveAsync, true);
+  add("Torch/load_cold_fresh", BM_TorchLoad, false);
+  add("Torch/load_cold_touched", BM_TorchLoad, true);
 #endif
   benchmark::RunSpecifiedBenchmarks();
-  const double raw = static_cast<double>(model().bytes());
-  auto f = [](const char* k) { return g_fig.count(k) ? g_fig[k] : NAN; };
-  std::printf("\nstate: %.0f MiB (fp32 weights + AdamW m, v after 5 real steps)\n", raw / (1 << 20));
-  std::printf("disk limit: write+fsync %.2f s (%.0f MB/s), cold read %.2f s\n", f("disk_write_s"),
-              raw / f("disk_write_s") / 1e6, f("disk_read_cold_s"));
-  std::printf("sigma save (base): %.2f s = %.0f MB/s raw persisted, %.2fx the disk limit; stored/raw %.3f\n",
-              f("sigma_save_s"), raw / f("sigma_save_s") / 1e6, f("disk_write_s") / f("sigma_save_s"),
-              f("sigma_base_ratio"));
-  std::printf("sigma differential: stored/raw after 1 AdamW step %.3f, after 10 %.3f\n", f("delta1_ratio"),
-              f("delta10_ratio"));
-  std::printf("  after 1 step by kind: weights %.3f, exp_avg %.3f, exp_avg_sq %.3f\n", f("delta1_w"),
-              f("delta1_m"), f("delta1_v"));
-  std::printf("sigma save_async: caller blocked %.3f s (a steady-state snapshot: staging memory reused)\n",
-              f("sigma_async_blocked_s"));
-  std::printf("sigma restore, cold: %.2f s, %.2fx a cold raw read\n", f("sigma_restore_cold_s"),
-              f("disk_read_cold_s") / f("sigma_restore_cold_s"));
-#ifdef SIGMA_BENCH_WITH_TORCH
-  std::printf("torch::save + fsync: %.2f s blocked; sigma async blocks %.1f %% of that\n", f("torch_save_s"),
-              100.0 * f("sigma_async_blocked_s") / f("torch_save_s"));
-  std::printf("torch::load, cold: %.2f s; sigma restore cold is %.2fx faster\n", f("torch_load_cold_s"),
-              f("torch_load_cold_s") / f("sigma_restore_cold_s"));
-#endif
-  std::printf(
-      "sigma save_async overlapped (copy behind a %.2f s forward/backward stand-in): caller blocked %.4f s; "
-      "that step took %.2f s\n",
-      f("plain_step_s"), f("overlap_blocked_s"), f("overlap_step_s"));
-#ifdef SIGMA_BENCH_WITH_TORCH
-  std::printf("  = %.2f %% of torch::save + fsync\n", 100.0 * f("overlap_blocked_s") / f("torch_save_s"));
-#endif
+  differential_ratios();
+  summary();
   std::filesystem::remove_all(g_dir);
   return 0;
 }
