@@ -4,7 +4,15 @@
 # over its corpus (the checkpoint reader longest). Fails when any test fails
 # or any fuzzer finds a crash.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-sigma_ensure_packages
+sigma_ensure_packages clang-format
+
+# Every C and C++ file is in .clang-format's style: formatting is the
+# tool's, never a reviewer's.
+echo "==== format: clang-format --dry-run on every C and C++ file"
+if ! git ls-files -z '*.c' '*.h' '*.cpp' '*.hpp' '*.cu' | xargs -0 clang-format --dry-run -Werror; then
+  echo "files above are not formatted: run clang-format -i on them" >&2
+  exit 1
+fi
 for preset in default asan tsan; do
   echo "==== $preset: build"
   sigma_build "$preset"
