@@ -8,6 +8,7 @@
 
 #include "runtime/channel.hpp"
 #include "runtime/memory_tier.hpp"
+#include "runtime/protocol.hpp"
 
 #include <unistd.h>
 #include <atomic>
@@ -96,9 +97,15 @@ struct Session::Impl {
   std::atomic<bool> in_step_end{false};  // inside step_end: the step's own work is done
   std::atomic<int64_t> stop_after{-1};
   std::atomic<uint64_t> abort_seq{0};  // aborts received so far
+  // An assignment, retirement or goodbye from the agent, with the number of
+  // aborts received before it (a later abort makes an assignment stale).
+  struct Command {
+    protocol::AgentMessage message;
+    uint64_t aborts_before = 0;
+  };
   std::mutex inbox_mu;
   std::condition_variable inbox_cv;
-  std::deque<json> inbox;  // assign / retire / goodbye
+  std::deque<Command> inbox;
   std::atomic<bool> ended{false};
 
   // Ends what the training thread waits for: a collective (abort) or the
@@ -113,20 +120,20 @@ struct Session::Impl {
     if (c) c->abort();
   }
 
-  json telemetry() {
-    json out = json::array();
-    if (fields.empty()) return out;
+  // A heartbeat: where the training thread is, and the device's telemetry
+  // (or why it could not be read).
+  protocol::Heartbeat heartbeat() {
+    protocol::Heartbeat h;
+    h.step = current_step.load();
+    h.step_done = in_step_end.load();
+    if (fields.empty()) return h;
     try {
-      for (const hal_telemetry_sample_t& s : plugin->read_telemetry(0, fields)) {
-        json v = s.type == HAL_VALUE_F64   ? json(s.value.f64)
-                 : s.type == HAL_VALUE_I64 ? json(s.value.i64)
-                                           : json(s.value.u64);
-        out.push_back({s.id, s.status, s.type, v});
-      }
-    } catch (const Error&) {
-      out.push_back({HAL_FIELD_TEMPERATURE_C, HAL_ERR_DEVICE_LOST, HAL_VALUE_F64, 0.0});
+      h.telemetry = plugin->read_telemetry(0, fields);
+    } catch (const Error& e) {
+      h.telemetry_status = to_hal_status(e.code());
+      h.telemetry_error = e.what();
     }
-    return out;
+    return h;
   }
 
   void control_loop() {
@@ -140,12 +147,9 @@ struct Session::Impl {
         inbox_cv.notify_all();
         return;
       }
-      if (msg) handle(std::move(*msg));
+      if (msg) handle(*msg);
       if (Clock::now() >= next_beat) {
-        ch->send({{"type", "heartbeat"},
-                  {"step", current_step.load()},
-                  {"phase", in_step_end.load() ? 1 : 0},
-                  {"telemetry", telemetry()}});
+        ch->send(protocol::encode(heartbeat()));
         next_beat +=
             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.heartbeat_s));
         if (next_beat < Clock::now()) next_beat = Clock::now();
@@ -153,54 +157,61 @@ struct Session::Impl {
     }
   }
 
-  void handle(json m) {
-    const std::string type = m.value("type", "");
-    if (type == "abort") {
+  void handle(const json& j) {
+    protocol::AgentMessage m;
+    try {
+      m = protocol::decode_agent(j);
+    } catch (const Error& e) {
+      // A message this worker cannot read: the agent is not the one it was
+      // built for. Nothing can be trusted from here on.
+      std::fprintf(stderr, "runtime: %s; leaving the job\n", e.what());
+      m = protocol::Goodbye{e.what()};
+    }
+    if (std::holds_alternative<protocol::Abort>(m)) {
       ++abort_seq;
       abort_comm();
-    } else if (type == "stop_after") {
-      const int64_t step = m.value("step", int64_t{-1});
-      stop_after = step;
-      // Already past the boundary: leave the collective now instead.
-      if (current_step.load() > step) abort_comm();
-    } else if (type == "assign" || type == "retire" || type == "goodbye") {
-      if (type != "assign") {
-        ++abort_seq;
-        abort_comm();
-      }
-      // An abort that comes after this assignment makes it stale.
-      m["_abort_seq"] = abort_seq.load();
-      {
-        std::lock_guard<std::mutex> lk(inbox_mu);
-        inbox.push_back(m);
-      }
-      inbox_cv.notify_all();
+      return;
     }
+    if (const auto* stop = std::get_if<protocol::StopAfter>(&m)) {
+      stop_after = stop->step;
+      // Already past the boundary: leave the collective now instead.
+      if (current_step.load() > stop->step) abort_comm();
+      return;
+    }
+    if (!std::holds_alternative<protocol::Assign>(m)) {  // retire, goodbye
+      ++abort_seq;
+      abort_comm();
+    }
+    {
+      std::lock_guard<std::mutex> lk(inbox_mu);
+      inbox.push_back({std::move(m), abort_seq.load()});
+    }
+    inbox_cv.notify_all();
   }
 
-  json next_command() {
+  Command next_command() {
     std::unique_lock<std::mutex> lk(inbox_mu);
     inbox_cv.wait(lk, [&] { return !inbox.empty() || agent_gone.load(); });
     if (inbox.empty()) throw Error(Code::unavailable, "runtime: the agent is gone");
-    json m = inbox.front();
+    Command c = std::move(inbox.front());
     inbox.pop_front();
-    return m;
+    return c;
   }
 
-  void build_comm(const json& a) {
+  void build_comm(const protocol::Assign& a, uint64_t aborts_before) {
     {
       std::lock_guard<std::mutex> lk(comm_mu);
       comm.reset();
     }
-    rank = a.at("rank").get<uint32_t>();
-    world = a.at("world").get<uint32_t>();
-    generation = a.at("generation").get<uint64_t>();
+    rank = a.rank;
+    world = a.world;
+    generation = a.generation;
     auto boot = std::make_shared<bootstrap::HalBootstrap>(store, "gen-" + std::to_string(generation) + "/");
     {
       std::lock_guard<std::mutex> lk(comm_mu);
       bs = boot;
     }
-    if (a.value("_abort_seq", uint64_t{0}) != abort_seq.load()) boot->cancel();
+    if (aborts_before != abort_seq.load()) boot->cancel();
     hal_comm_create_args_t ca{};
     ca.struct_size = sizeof(ca);
     ca.rank = rank;
@@ -227,10 +238,10 @@ struct Session::Impl {
   }
 
   // Carries out an assignment: communicator, then the agreed state.
-  uint64_t apply(const json& a) {
+  uint64_t apply(const protocol::Assign& a, uint64_t aborts_before) {
     const auto t0 = Clock::now();
     const uint32_t old_rank = rank, old_world = world;
-    build_comm(a);
+    build_comm(a, aborts_before);
     if (engine && (old_rank != rank || old_world != world)) engine.reset();
     // A renumbered ring (the world shrank): the replicas held belong to
     // other neighbours now.
@@ -252,16 +263,14 @@ struct Session::Impl {
       }
     }
     const double probe_s = seconds_since(tp);
-    const std::string how = a.value("restore", "none");
-    const uint64_t index = a.value("index", uint64_t{0});
+    const std::string& how = a.restore;
+    const uint64_t index = a.index;
     const auto t1 = Clock::now();
     if (how == "none") {
       tier.clear();
       tier.snapshot(0, views, *comm, rank, world);
     } else if (how == "memory") {
-      std::vector<std::pair<uint32_t, uint32_t>> pairs;
-      for (const auto& p : a.value("handoff", json::array()))
-        pairs.emplace_back(p.at(0).get<uint32_t>(), p.at(1).get<uint32_t>());
+      const std::vector<std::pair<uint32_t, uint32_t>>& pairs = a.handoff;
       bool receiver = false;
       for (auto [h, r] : pairs) receiver |= r == rank;
       if (!receiver && !tier.restore_own(index, views)) {
@@ -281,33 +290,24 @@ struct Session::Impl {
       }
       tier.clear();
       tier.snapshot(index, views, *comm, rank, world);
-    } else {
-      throw Error(Code::invalid_argument, "runtime: the agent asked for restore '" + how + "'");
     }
     stop_after = -1;
     current_step = static_cast<int64_t>(index);
-    ch->send({{"type", "joined"},
-              {"generation", generation},
-              {"rank", rank},
-              {"index", index},
-              {"restore", how},
-              {"comm_s", std::chrono::duration<double>(t1 - t0).count()},
-              {"probe_s", probe_s},
-              {"restore_s", seconds_since(t1)}});
+    ch->send(protocol::encode(protocol::Joined{generation, rank, index, how,
+                                               std::chrono::duration<double>(t1 - t0).count(), probe_s,
+                                               seconds_since(t1)}));
     return index;
   }
 
   uint64_t wait_and_apply() {
-    json m = next_command();
-    const std::string type = m.value("type", "");
-    if (type != "assign") {
-      ended = true;
-      throw Error(Code::aborted,
-                  "runtime: the agent " +
-                      std::string(type == "retire" ? "retired this worker" : "ended the job") +
-                      (m.contains("reason") ? ": " + m["reason"].get<std::string>() : std::string()));
-    }
-    return apply(m);
+    Command c = next_command();
+    if (const auto* a = std::get_if<protocol::Assign>(&c.message)) return apply(*a, c.aborts_before);
+    ended = true;
+    const auto* retire = std::get_if<protocol::Retire>(&c.message);
+    const std::string reason = retire ? retire->reason : std::get<protocol::Goodbye>(c.message).reason;
+    throw Error(Code::aborted, "runtime: the agent " +
+                                   std::string(retire ? "retired this worker" : "ended the job") +
+                                   (reason.empty() ? std::string() : ": " + reason));
   }
 };
 
@@ -315,7 +315,18 @@ Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.o = std::move(options);
   m.ch = Channel::connect(m.o.agent_socket);
-  json hello{{"type", "hello"}, {"device", m.o.device}, {"pid", ::getpid()}};
+  protocol::Hello hello;
+  hello.device = m.o.device;
+  hello.pid = ::getpid();
+  // The agent hears exactly one greeting: the admission's verdict, passed or
+  // failed with the reason.
+  bool greeted = false;
+  auto greet = [&](bool passed, std::string detail) {
+    hello.self_test_passed = passed;
+    hello.self_test_detail = std::move(detail);
+    m.ch->send(protocol::encode(hello));
+    greeted = true;
+  };
   try {
     hal::LoadOptions lo;
     lo.options = m.o.plugin_options;
@@ -328,7 +339,7 @@ Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
         detail, sizeof detail, "%s (GEMM rel. error %.2g, %llu bad words of %llu, copy %.2f GB/s, %.2f s)",
         r.message, r.gemm_max_rel_error, static_cast<unsigned long long>(r.memory_pattern_errors),
         static_cast<unsigned long long>(r.memory_bytes_tested) / 8, r.copy_bandwidth * 1e-9, r.duration_s);
-    hello["self_test"] = {{"passed", passed}, {"detail", std::string(detail)}};
+    std::string verdict = detail;
     for (const auto& f : m.plugin->telemetry_fields(0)) m.fields.push_back(f.id);
     // The collective probe of admission: the device alone (a world of one)
     // must run an all-reduce and give the right sum.
@@ -346,30 +357,24 @@ Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
       float got = 0;
       b.copy_to_host(&got, sizeof got);
       if (got != x) {
-        hello["self_test"] = {{"passed", false},
-                              {"detail", "collective probe: a world-of-one all-reduce gave " +
-                                             std::to_string(got) + " for " + std::to_string(x)}};
-        m.ch->send(hello);
+        greet(false, "collective probe: a world-of-one all-reduce gave " + std::to_string(got) + " for " +
+                         std::to_string(x));
         throw Error(Code::unavailable,
                     "runtime: the collective probe failed on device " + std::to_string(m.o.device));
       }
-      hello["self_test"]["detail"] =
-          hello["self_test"]["detail"].get<std::string>() + "; collective probe ok";
+      verdict += "; collective probe ok";
     }
     m.store = bootstrap::open_store(m.o.store);
     if (!passed) {
-      m.ch->send(hello);
+      greet(false, verdict);
       throw Error(Code::unavailable, std::string("runtime: self_test failed on device ") +
                                          std::to_string(m.o.device) + ": " + r.message);
     }
+    greet(true, verdict);
   } catch (const Error& e) {
-    if (!hello.contains("self_test")) {
-      hello["self_test"] = {{"passed", false}, {"detail", e.what()}};
-      m.ch->send(hello);
-    }
+    if (!greeted) greet(false, e.what());
     throw;
   }
-  m.ch->send(hello);
   m.control = std::thread([&m] { m.control_loop(); });
 }
 
@@ -412,18 +417,18 @@ void Session::step_end(uint64_t step) {
   Impl& m = *impl_;
   const double seconds = seconds_since(m.step_t0);
   m.in_step_end = true;
-  m.ch->send({{"type", "step"}, {"step", step}, {"seconds", seconds}});
+  m.ch->send(protocol::encode(protocol::StepDone{step, seconds}));
   const uint64_t index = step + 1;
   if (index % m.o.snapshot_every == 0) {
     m.tier.snapshot(index, m.views, comm(), m.rank, m.world);
-    m.ch->send({{"type", "snapshot"}, {"index", index}});
+    m.ch->send(protocol::encode(protocol::Snapshotted{index}));
   }
   if (should_checkpoint(step)) {
     checkpoint::Metadata meta;
     meta.step = index;
     m.disk().save(m.views, meta);
     m.disk_indices.push_back(index);
-    m.ch->send({{"type", "checkpoint"}, {"index", index}});
+    m.ch->send(protocol::encode(protocol::Checkpointed{index}));
   }
   const int64_t stop = m.stop_after.load();
   if (stop >= 0 && static_cast<int64_t>(step) >= stop) {
@@ -434,22 +439,24 @@ void Session::step_end(uint64_t step) {
 uint64_t Session::recover(const std::string& reason) {
   Impl& m = *impl_;
   m.abort_comm();
-  m.ch->send({{"type", "recover"},
-              {"reason", reason},
-              {"generation", m.generation},
-              {"own", m.tier.own_indices()},
-              {"replica", m.tier.replica_indices()},
-              {"disk", m.disk_indices}});
+  // run() and the C API pass "code_name: message"; the code travels on its
+  // own, so the agent never has to search the text.
+  std::string code = "unknown";
+  for (int c = static_cast<int>(Code::invalid_argument); c <= static_cast<int>(Code::data_loss); ++c) {
+    const std::string name(code_name(static_cast<Code>(c)));
+    if (reason.rfind(name + ":", 0) == 0) code = name;
+  }
+  m.ch->send(protocol::encode(protocol::RecoverRequest{code, reason, m.generation, m.tier.own_indices(),
+                                                       m.tier.replica_indices(), m.disk_indices}));
   return m.wait_and_apply();
 }
 
 void Session::finish(uint64_t steps_done) {
   Impl& m = *impl_;
-  m.ch->send({{"type", "done"}, {"steps", steps_done}});
+  m.ch->send(protocol::encode(protocol::Done{steps_done}));
   try {
     for (;;) {
-      json c = m.next_command();
-      if (c.value("type", "") == "goodbye") break;
+      if (std::holds_alternative<protocol::Goodbye>(m.next_command().message)) break;
     }
   } catch (const Error&) {
     // The agent left first: the job is over either way.

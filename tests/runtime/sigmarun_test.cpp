@@ -550,6 +550,19 @@ TEST(SigmarunMetrics, PrometheusMetricsAreServedWhileTheJobRuns) {
   EXPECT_NE(body.find("sigma_spares_available 1"), std::string::npos) << body;
 }
 
+TEST(SigmarunUsage, AWorkerOfAnotherProtocolVersionIsRefusedByName) {
+  const JobRun r = sigmarun("old-protocol", {"--nproc", "1", "--spares", "0"}, {}, OLD_PROTOCOL_WORKER);
+  EXPECT_EQ(r.exit_code, 4) << logs(r);
+  const json* refused = find_event(r, "refused_connection");
+  ASSERT_NE(refused, nullptr) << logs(r);
+  const std::string why = (*refused)["reason"].get<std::string>();
+  EXPECT_NE(why.find("protocol version 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("this agent speaks version 2"), std::string::npos) << why;
+  // The worker was told why, in the same words.
+  const std::string log = read_file(r.dir + "/logs/device-0.log");
+  EXPECT_NE(log.find("refused: it speaks sigmarun protocol version 1"), std::string::npos) << log;
+}
+
 TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {
   const std::string dir = job_dir("usage");
   g_dirs.push_back(dir);

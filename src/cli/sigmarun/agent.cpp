@@ -11,6 +11,7 @@
 #include "metrics.hpp"
 #include "node.hpp"
 #include "runtime/channel.hpp"
+#include "runtime/protocol.hpp"
 
 #include <sigma/bootstrap.hpp>
 #include <sigma/error.hpp>
@@ -39,6 +40,7 @@ namespace sigma::sigmarun {
 
 using json = nlohmann::json;
 using runtime::Channel;
+namespace protocol = runtime::protocol;
 namespace fs = std::filesystem;
 
 namespace {
@@ -136,8 +138,9 @@ class Agent {
   int tcp_fd_ = -1;
   std::string tcp_addr_;
   void accept_new();
+  void greeted(std::unique_ptr<Channel> ch, const json& first);
   void read_messages(Slot& s);
-  void handle(Slot& s, const json& m);
+  void handle(Slot& s, const protocol::WorkerMessage& m);
   void reap();
   void fault(Slot& s, const std::string& cause, double fault_s);
   void start_round(const std::string& cause, double fault_s);
@@ -215,9 +218,7 @@ void Agent::spawn(Slot& s) {
     journal_->write({{"event", "launch"}, {"device", s.device}, {"node", 0}, {"pid", s.pid}});
     return;
   }
-  json e = json::object();
-  for (auto& [k, v] : env) e[k] = v;
-  nodes_[s.node]->send({{"type", "spawn"}, {"device", s.device}, {"env", e}});
+  nodes_[s.node]->send(protocol::encode(protocol::Spawn{s.device, env}));
 }
 
 void Agent::signal_slot(Slot& s, int sig) {
@@ -225,7 +226,7 @@ void Agent::signal_slot(Slot& s, int sig) {
   if (s.node == 0)
     ::kill(s.pid, sig);
   else if (nodes_[s.node])
-    nodes_[s.node]->send({{"type", "kill"}, {"device", s.device}, {"signal", sig}});
+    nodes_[s.node]->send(protocol::encode(protocol::Kill{s.device, sig}));
 }
 
 void Agent::exited(Slot& s, const std::string& how) {
@@ -249,16 +250,16 @@ void Agent::node_messages(uint32_t n) {
     auto m = ch->receive_ready();
     if (!m) break;
     try {
-      const std::string type = m->value("type", "");
-      const uint32_t d = m->value("device", UINT32_MAX);
-      if (d >= slots_.size() || slots_[d].node != n) continue;
-      if (type == "launched") {
-        slots_[d].pid = m->value("pid", -1);
-        journal_->write({{"event", "launch"}, {"device", d}, {"node", n}, {"pid", slots_[d].pid}});
-      } else if (type == "exit") {
-        exited(slots_[d], m->value("status", std::string("ended")));
+      const protocol::NodeMessage msg = protocol::decode_node(*m);
+      if (const auto* l = std::get_if<protocol::Launched>(&msg)) {
+        if (l->device >= slots_.size() || slots_[l->device].node != n) continue;
+        slots_[l->device].pid = static_cast<pid_t>(l->pid);
+        journal_->write({{"event", "launch"}, {"device", l->device}, {"node", n}, {"pid", l->pid}});
+      } else if (const auto* x = std::get_if<protocol::Exited>(&msg)) {
+        if (x->device >= slots_.size() || slots_[x->device].node != n) continue;
+        exited(slots_[x->device], x->status);
       }
-    } catch (const json::exception& e) {
+    } catch (const Error& e) {
       journal_->write({{"event", "bad_message"}, {"node", n}, {"error", e.what()}, {"message", *m}});
     }
   }
@@ -269,6 +270,51 @@ void Agent::node_messages(uint32_t n) {
       if (s.node == n && s.alive) exited(s, "lost with its node agent " + std::to_string(n));
     }
   }
+}
+
+// The first message on a new connection: a worker's hello (its device and
+// admission verdict) or another host's agent. Anything else, a malformed
+// greeting, a peer of another protocol version or a device that is not
+// expected is refused, journalled with the reason.
+void Agent::greeted(std::unique_ptr<Channel> ch, const json& first) {
+  auto refuse = [&](const std::string& why) {
+    journal_->write({{"event", "refused_connection"}, {"reason", why}, {"message", first}});
+    ch->send(protocol::encode(protocol::Goodbye{"refused: " + why}));
+  };
+  protocol::Greeting g;
+  try {
+    g = protocol::decode_greeting(first);
+  } catch (const Error& e) {
+    return refuse(e.what());
+  }
+  const uint32_t version = std::visit([](const auto& x) { return x.version; }, g);
+  if (auto why = protocol::refusal(version)) return refuse(*why);
+  if (const auto* node = std::get_if<protocol::NodeHello>(&g)) {
+    // Another host's agent: it starts that node's workers for us.
+    const uint32_t n = node->node;
+    if (n == 0 || n >= o_.nnodes || nodes_[n] || finished_)
+      return refuse("node " + std::to_string(n) + " is not one this job waits for");
+    nodes_[n] = std::move(ch);
+    journal_->write({{"event", "node_joined"}, {"node", n}});
+    for (Slot& s : slots_) {
+      if (s.node == n && !s.alive && s.phase == Phase::starting) spawn(s);
+    }
+    return;
+  }
+  const auto& hello = std::get<protocol::Hello>(g);
+  const uint32_t d = hello.device;
+  if (d >= slots_.size() || slots_[d].phase != Phase::starting)
+    return refuse("device " + std::to_string(d) + " is not one this agent is starting");
+  Slot& s = slots_[d];
+  s.ch = std::move(ch);
+  const bool passed = hello.self_test_passed;
+  const std::string& detail = hello.self_test_detail;
+  journal_->write({{"event", "validated"}, {"device", d}, {"passed", passed}, {"detail", detail}});
+  for (const auto& a : scheduler_.validation_done(d, passed, detail, now())) journal_->action(a);
+  s.phase = passed ? Phase::spare : Phase::retiring;
+  s.spare_since = now();
+  s.last_heartbeat = now();
+  monitor_.observe_heartbeat(d, now());
 }
 
 void Agent::accept_new() {
@@ -313,71 +359,59 @@ std::vector<Slot*> Agent::members() {
   return out;
 }
 
-void Agent::handle(Slot& s, const json& m) {
-  const std::string type = m.value("type", "");
+void Agent::handle(Slot& s, const protocol::WorkerMessage& message) {
   const double t = now();
-  if (type == "heartbeat") {
+  if (const auto* m = std::get_if<protocol::Heartbeat>(&message)) {
     s.last_heartbeat = t;
     // Progress as 2 x step + 1 once the step's own work is done (in
     // step_end): a rank stuck inside a step's collective is behind its peers.
-    s.current_step = 2 * m.value("step", int64_t{-1}) + m.value("phase", 0);
+    s.current_step = 2 * m->step + (m->step_done ? 1 : 0);
     monitor_.observe_heartbeat(s.device, t);
-    std::vector<hal_telemetry_sample_t> samples;
-    for (const auto& f : m.value("telemetry", json::array())) {
-      hal_telemetry_sample_t x{};
-      x.id = f.at(0).get<uint32_t>();
-      x.status = f.at(1).get<int32_t>();
-      x.type = f.at(2).get<uint32_t>();
-      if (x.type == HAL_VALUE_F64)
-        x.value.f64 = f.at(3).get<double>();
-      else if (x.type == HAL_VALUE_I64)
-        x.value.i64 = f.at(3).get<int64_t>();
-      else
-        x.value.u64 = f.at(3).get<uint64_t>();
-      samples.push_back(x);
-    }
-    monitor_.observe_telemetry(s.device, t, samples.data(), samples.size());
-  } else if (type == "step") {
-    const uint64_t step = m.value("step", uint64_t{0});
-    const double secs = m.value("seconds", 0.0);
-    s.last_step = std::max<int64_t>(s.last_step, static_cast<int64_t>(step));
-    steps_reached_ = std::max(steps_reached_, step + 1);
-    monitor_.observe_step(s.device, step, secs, t);
-    double& slowest = step_times_[step];
-    slowest = std::max(slowest, secs);
+    monitor_.observe_telemetry(s.device, t, m->telemetry.data(), m->telemetry.size());
+    if (m->telemetry_status != HAL_OK)
+      monitor_.observe_error(s.device, from_hal_status(m->telemetry_status),
+                             "telemetry: " + m->telemetry_error, t);
+  } else if (const auto* m = std::get_if<protocol::StepDone>(&message)) {
+    s.last_step = std::max<int64_t>(s.last_step, static_cast<int64_t>(m->step));
+    steps_reached_ = std::max(steps_reached_, m->step + 1);
+    monitor_.observe_step(s.device, m->step, m->seconds, t);
+    double& slowest = step_times_[m->step];
+    slowest = std::max(slowest, m->seconds);
     settle_steps(64);
     ledger_.steps_run += s.rank == 0 ? 1 : 0;
-  } else if (type == "checkpoint") {
-    if (s.rank >= 0) disk_[static_cast<uint32_t>(s.rank)].insert(m.value("index", uint64_t{0}));
-  } else if (type == "joined") {
-    s.joined_gen = m.value("generation", uint64_t{0});
-    s.comm_s = m.value("comm_s", 0.0);
-    s.restore_s = m.value("restore_s", 0.0);
-    s.last_step = static_cast<int64_t>(m.value("index", uint64_t{0})) - 1;
-  } else if (type == "recover") {
+  } else if (const auto* m = std::get_if<protocol::Checkpointed>(&message)) {
+    if (s.rank >= 0) disk_[static_cast<uint32_t>(s.rank)].insert(m->index);
+  } else if (const auto* m = std::get_if<protocol::Joined>(&message)) {
+    s.joined_gen = m->generation;
+    s.comm_s = m->comm_s;
+    s.restore_s = m->restore_s;
+    s.last_step = static_cast<int64_t>(m->index) - 1;
+  } else if (const auto* m = std::get_if<protocol::RecoverRequest>(&message)) {
     s.reported = true;
-    s.own.clear();
-    s.replica.clear();
-    for (auto& x : m.value("own", json::array())) s.own.insert(x.get<uint64_t>());
-    for (auto& x : m.value("replica", json::array())) s.replica.insert(x.get<uint64_t>());
-    const std::string reason = m.value("reason", std::string());
-    if ((reason.rfind("device_lost", 0) == 0 || reason.find("HAL_ERR_DEVICE_LOST") != std::string::npos) &&
-        (s.phase == Phase::active || s.phase == Phase::spare)) {
+    s.own = std::set<uint64_t>(m->own.begin(), m->own.end());
+    s.replica = std::set<uint64_t>(m->replica.begin(), m->replica.end());
+    // A C worker passes its last error's text, whose code is only named
+    // inside it ("... HAL_ERR_DEVICE_LOST ...").
+    const bool lost = m->code == "device_lost" ||
+                      (m->code == "unknown" && m->reason.find("HAL_ERR_DEVICE_LOST") != std::string::npos);
+    if (lost && (s.phase == Phase::active || s.phase == Phase::spare)) {
       // Its own device is gone: no use waiting for it in the next generation.
       signal_slot(s, SIGKILL);
-      fault(s, "the device reports itself lost: " + reason, t);
+      fault(s, "the device reports itself lost: " + m->reason, t);
       return;
     }
     if (s.phase == Phase::active && !round_.active) {
       start_round(
-          "rank " + std::to_string(s.rank) + " reported: " + m.value("reason", std::string("an error")), t);
+          "rank " + std::to_string(s.rank) + " reported: " + (m->reason.empty() ? "an error" : m->reason), t);
       s.reported = true;
     }
-  } else if (type == "done") {
+  } else if (const auto* m = std::get_if<protocol::Done>(&message)) {
     s.phase = Phase::done;
-    s.last_step = static_cast<int64_t>(m.value("steps", uint64_t{0})) - 1;
-    steps_reached_ = std::max(steps_reached_, m.value("steps", uint64_t{0}));
+    s.last_step = static_cast<int64_t>(m->steps) - 1;
+    steps_reached_ = std::max(steps_reached_, m->steps);
   }
+  // Snapshotted: the memory tier's holdings are reported with a recovery
+  // request, when they matter; a hello after the greeting is ignored.
 }
 
 void Agent::read_messages(Slot& s) {
@@ -385,8 +419,8 @@ void Agent::read_messages(Slot& s) {
     auto m = s.ch->receive_ready();
     if (!m) break;
     try {
-      handle(s, *m);
-    } catch (const json::exception& e) {
+      handle(s, protocol::decode_worker(*m));
+    } catch (const Error& e) {
       // A worker's malformed message must not take the job down with it.
       journal_->write({{"event", "bad_message"}, {"device", s.device}, {"error", e.what()}, {"message", *m}});
     }
@@ -428,11 +462,11 @@ void Agent::start_round(const std::string& cause, double fault_s) {
   for (Slot* m : members()) {
     if (m->phase == Phase::active) {
       if (reset_reports) m->reported = false;
-      if (m->ch) m->ch->send({{"type", "abort"}, {"reason", cause}});
+      if (m->ch) m->ch->send(protocol::encode(protocol::Abort{cause}));
     }
   }
   for (Slot& s : slots_) {
-    if (s.phase == Phase::retiring && s.ch) s.ch->send({{"type", "abort"}, {"reason", cause}});
+    if (s.phase == Phase::retiring && s.ch) s.ch->send(protocol::encode(protocol::Abort{cause}));
   }
   journal_->write({{"event", "recovery_started"}, {"cause", cause}, {"reached_step", round_.reached}});
 }
@@ -457,7 +491,7 @@ void Agent::fault(Slot& s, const std::string& cause, double fault_s) {
     // The device being migrated away died before the boundary: the others
     // may be waiting for it inside a collective.
     for (Slot* m : members()) {
-      if (m->phase == Phase::active && m->ch) m->ch->send({{"type", "abort"}, {"reason", cause}});
+      if (m->phase == Phase::active && m->ch) m->ch->send(protocol::encode(protocol::Abort{cause}));
     }
   }
   if (was == Phase::retiring || was == Phase::done || finished_) return;
@@ -611,17 +645,12 @@ void Agent::advance_round() {
       }
       s->rank = r;
       s->reported = false;
-      s->ch->send({{"type", "assign"},
-                   {"rank", r},
-                   {"world", scheduler_.world_size()},
-                   {"generation", generation_},
-                   {"restore", tier},
-                   {"index", index},
-                   {"handoff", handoff}});
+      s->ch->send(
+          protocol::encode(protocol::Assign{r, scheduler_.world_size(), generation_, tier, index, pairs}));
     }
     for (Slot& s : slots_) {
       if (s.phase == Phase::retiring && s.ch)
-        s.ch->send({{"type", "retire"}, {"reason", "moved off a suspect device"}});
+        s.ch->send(protocol::encode(protocol::Retire{"moved off a suspect device"}));
     }
     round_.assigned = true;
     round_.assigned_s = t;
@@ -688,7 +717,7 @@ void Agent::health_tick() {
       if (s.phase == Phase::spare && scheduler_.state(s.device) == scheduler::DeviceState::cordoned) {
         ledger_.idle_spares_s += t - s.spare_since;
         s.phase = Phase::retiring;
-        if (s.ch) s.ch->send({{"type", "retire"}, {"reason", "cordoned: " + e.warning.message}});
+        if (s.ch) s.ch->send(protocol::encode(protocol::Retire{"cordoned: " + e.warning.message}));
       }
     } else if (e.to == health::State::healthy && s.phase == Phase::active) {
       scheduler_.on_calm(s.device, t);
@@ -705,7 +734,7 @@ void Agent::maybe_migrate() {
     const uint64_t boundary = progress() + 1;
     const double t = now();
     for (Slot* m : members()) {
-      if (m->ch) m->ch->send({{"type", "stop_after"}, {"step", boundary}});
+      if (m->ch) m->ch->send(protocol::encode(protocol::StopAfter{static_cast<int64_t>(boundary)}));
     }
     const auto actions = scheduler_.at_step_boundary(boundary, t);
     for (const auto& a : actions) journal_->action(a);
@@ -802,7 +831,7 @@ uint64_t Agent::find_disk_checkpoints() {
 void Agent::end_all(const std::string& why) {
   finished_ = true;
   for (Slot& s : slots_) {
-    if (s.ch) s.ch->send({{"type", "goodbye"}, {"reason", why}});
+    if (s.ch) s.ch->send(protocol::encode(protocol::Goodbye{why}));
   }
 }
 
@@ -1001,47 +1030,9 @@ int Agent::run() {
         ++it;
         continue;
       }
-      if (!(*m)["type"].is_string() || ((*m).contains("device") && !(*m)["device"].is_number_unsigned()) ||
-          ((*m).contains("node") && !(*m)["node"].is_number_unsigned())) {
-        journal_->write({{"event", "refused_connection"}, {"message", *m}});
-        it = pending_.erase(it);
-        continue;
-      }
-      if (m->value("type", "") == "node") {
-        // Another host's agent: it starts that node's workers for us.
-        const uint32_t n = m->value("node", 0u);
-        if (n == 0 || n >= o_.nnodes || nodes_[n] || finished_) {
-          journal_->write({{"event", "refused_connection"}, {"message", *m}});
-          it = pending_.erase(it);
-          continue;
-        }
-        nodes_[n] = std::move(*it);
-        it = pending_.erase(it);
-        journal_->write({{"event", "node_joined"}, {"node", n}});
-        for (Slot& s : slots_) {
-          if (s.node == n && !s.alive && s.phase == Phase::starting) spawn(s);
-        }
-        continue;
-      }
-      const uint32_t d = m->value("device", UINT32_MAX);
-      if (m->value("type", "") != "hello" || d >= slots_.size() || slots_[d].phase != Phase::starting) {
-        journal_->write({{"event", "refused_connection"}, {"message", *m}});
-        it = pending_.erase(it);
-        continue;
-      }
-      Slot& s = slots_[d];
-      s.ch = std::move(*it);
+      std::unique_ptr<Channel> ch = std::move(*it);
       it = pending_.erase(it);
-      const json test = m->value("self_test", json::object());
-      const bool passed = test.is_object() && test.value("passed", false);
-      const std::string detail =
-          test.is_object() ? test.value("detail", std::string("no self-test result")) : "";
-      journal_->write({{"event", "validated"}, {"device", d}, {"passed", passed}, {"detail", detail}});
-      for (const auto& a : scheduler_.validation_done(d, passed, detail, now())) journal_->action(a);
-      s.phase = passed ? Phase::spare : Phase::retiring;
-      s.spare_since = now();
-      s.last_heartbeat = now();
-      monitor_.observe_heartbeat(d, now());
+      greeted(std::move(ch), *m);
     }
     for (Slot& s : slots_) {
       if (s.ch) {
@@ -1068,12 +1059,8 @@ int Agent::run() {
           Slot& s = slots_[a.device];
           s.rank = a.rank;
           s.phase = Phase::active;
-          s.ch->send({{"type", "assign"},
-                      {"rank", a.rank},
-                      {"world", world_},
-                      {"generation", 1},
-                      {"restore", resume > 0 ? "disk" : "none"},
-                      {"index", resume}});
+          s.ch->send(protocol::encode(
+              protocol::Assign{a.rank, world_, 1, resume > 0 ? "disk" : "none", resume, {}}));
         }
         if (resume > 0) {
           journal_->write({{"event", "resumed"}, {"index", resume}, {"from", o_.job_dir + "/checkpoints"}});
@@ -1121,7 +1108,7 @@ int Agent::run() {
   }
   if (round_.active) incidents_.push_back(round_.record);
   for (auto& n : nodes_) {
-    if (n) n->send({{"type", "goodbye"}, {"code", exit_code_}});
+    if (n) n->send(protocol::encode(protocol::NodeGoodbye{exit_code_, {}}));
   }
   write_report(end_status_, end_why_);
   publish_metrics();

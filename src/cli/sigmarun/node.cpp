@@ -2,6 +2,7 @@
 
 #include "journal.hpp"
 #include "runtime/channel.hpp"
+#include "runtime/protocol.hpp"
 
 #include <sigma/bootstrap.hpp>
 #include <sigma/error.hpp>
@@ -24,6 +25,7 @@ extern char** environ;
 namespace sigma::sigmarun {
 
 using json = nlohmann::json;
+namespace protocol = runtime::protocol;
 
 std::string describe_status(int status) {
   if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
@@ -141,7 +143,7 @@ int run_follower(const Options& o) {
   Journal journal(o.job_dir + "/node.jsonl", health::monotonic_s());
   const int wake = sigchld_pipe();
   auto root = reach_root(o, o.validate_timeout_s * 2);
-  root->send({{"type", "node"}, {"node", o.node_rank}, {"pid", ::getpid()}});
+  root->send(protocol::encode(protocol::NodeHello{protocol::kVersion, o.node_rank, ::getpid()}));
   journal.write({{"event", "joined_root"}, {"node", o.node_rank}});
   std::map<pid_t, uint32_t> children;  // pid -> device
   int code = -1;
@@ -156,36 +158,37 @@ int run_follower(const Options& o) {
       if (pid <= 0) break;
       auto it = children.find(pid);
       if (it == children.end()) continue;
-      root->send({{"type", "exit"}, {"device", it->second}, {"status", describe_status(status)}});
+      root->send(protocol::encode(protocol::Exited{it->second, describe_status(status)}));
       journal.write({{"event", "exit"}, {"device", it->second}, {"status", describe_status(status)}});
       children.erase(it);
     }
     while (auto m = root->receive_ready()) {
-      const std::string type = m->value("type", "");
-      if (type == "spawn") {
-        const uint32_t device = m->value("device", 0u);
-        EnvList env;
-        const json given = m->value("env", json::object());
-        for (auto& [k, v] : given.items()) {
-          if (v.is_string()) env.emplace_back(k, v.get<std::string>());
-        }
+      protocol::RootMessage msg;
+      try {
+        msg = protocol::decode_root(*m);
+      } catch (const Error& e) {
+        journal.write({{"event", "bad_message"}, {"error", e.what()}, {"message", *m}});
+        continue;
+      }
+      if (const auto* spawn = std::get_if<protocol::Spawn>(&msg)) {
         try {
-          const pid_t pid = spawn_worker(o, device, env);
-          children[pid] = device;
-          root->send({{"type", "launched"}, {"device", device}, {"pid", pid}});
-          journal.write({{"event", "launch"}, {"device", device}, {"pid", pid}});
+          const pid_t pid = spawn_worker(o, spawn->device, spawn->env);
+          children[pid] = spawn->device;
+          root->send(protocol::encode(protocol::Launched{spawn->device, pid}));
+          journal.write({{"event", "launch"}, {"device", spawn->device}, {"pid", pid}});
         } catch (const Error& e) {
-          root->send({{"type", "exit"},
-                      {"device", device},
-                      {"status", std::string("could not start: ") + e.what()}});
+          root->send(
+              protocol::encode(protocol::Exited{spawn->device, std::string("could not start: ") + e.what()}));
         }
-      } else if (type == "kill") {
+      } else if (const auto* kill = std::get_if<protocol::Kill>(&msg)) {
         for (auto& [pid, dev] : children) {
-          if (dev == m->value("device", UINT32_MAX)) ::kill(pid, m->value("signal", SIGKILL));
+          if (dev == kill->device) ::kill(pid, kill->signal);
         }
-      } else if (type == "goodbye") {
-        code = m->value("code", 0);
+      } else if (const auto* bye = std::get_if<protocol::NodeGoodbye>(&msg)) {
+        code = bye->code;
         goodbye_at = health::monotonic_s();
+        if (!bye->reason.empty())
+          journal.write({{"event", "goodbye"}, {"code", code}, {"reason", bye->reason}});
       }
     }
     if (root->closed() && code < 0) {

@@ -1,0 +1,366 @@
+#include "protocol.hpp"
+
+#include <sigma/error.hpp>
+
+#include <limits>
+
+namespace sigma::runtime::protocol {
+namespace {
+
+using json = nlohmann::json;
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+[[noreturn]] void bad(const std::string& where, const std::string& what) {
+  throw Error(Code::invalid_argument, "protocol: " + where + ": " + what);
+}
+
+// The fields of one message of kind `kind`, read with their types checked.
+class Fields {
+ public:
+  Fields(const json& j, std::string kind) : j_(j), kind_(std::move(kind)) {}
+
+  const json& at(const char* name) const {
+    auto it = j_.find(name);
+    if (it == j_.end()) bad(kind_ + "." + name, "missing");
+    return *it;
+  }
+  bool has(const char* name) const { return j_.contains(name); }
+  std::string where(const char* name) const { return kind_ + "." + name; }
+
+  template <class T>
+  T integer(const char* name) const {
+    return integer_of<T>(at(name), where(name));
+  }
+  template <class T>
+  T integer_or(const char* name, T otherwise) const {
+    return has(name) ? integer<T>(name) : otherwise;
+  }
+  double number(const char* name) const {
+    const json& v = at(name);
+    if (!v.is_number()) bad(where(name), "expected a number, got " + v.dump());
+    return v.get<double>();
+  }
+  bool boolean(const char* name) const {
+    const json& v = at(name);
+    if (!v.is_boolean()) bad(where(name), "expected true or false, got " + v.dump());
+    return v.get<bool>();
+  }
+  std::string text(const char* name) const {
+    const json& v = at(name);
+    if (!v.is_string()) bad(where(name), "expected a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+  std::string text_or(const char* name, std::string otherwise) const {
+    return has(name) ? text(name) : otherwise;
+  }
+  const json& array(const char* name) const {
+    const json& v = at(name);
+    if (!v.is_array()) bad(where(name), "expected an array, got " + v.dump());
+    return v;
+  }
+  template <class T>
+  std::vector<T> integers(const char* name) const {
+    std::vector<T> out;
+    for (const json& v : array(name)) out.push_back(integer_of<T>(v, where(name) + "[]"));
+    return out;
+  }
+
+  template <class T>
+  static T integer_of(const json& v, const std::string& where) {
+    if (v.is_number_unsigned()) {
+      const auto x = v.get<uint64_t>();
+      if (x <= static_cast<uint64_t>(std::numeric_limits<T>::max())) return static_cast<T>(x);
+    } else if (v.is_number_integer()) {
+      const auto x = v.get<int64_t>();
+      const bool fits =
+          x >= 0
+              ? static_cast<uint64_t>(x) <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+              : std::numeric_limits<T>::is_signed && x >= static_cast<int64_t>(std::numeric_limits<T>::min());
+      if (fits) return static_cast<T>(x);
+    }
+    bad(where, "expected an integer in range, got " + v.dump());
+  }
+
+ private:
+  const json& j_;
+  std::string kind_;
+};
+
+std::string type_of(const json& j, const char* side) {
+  if (!j.is_object()) bad(side, "a message must be a JSON object, got " + j.dump());
+  auto it = j.find("type");
+  if (it == j.end() || !it->is_string()) bad(side, "a message needs a string \"type\"");
+  return it->get<std::string>();
+}
+
+const char* value_type_name(uint32_t t) {
+  return t == HAL_VALUE_F64 ? "f64" : t == HAL_VALUE_I64 ? "i64" : "u64";
+}
+
+json sample_json(const hal_telemetry_sample_t& s) {
+  json v = s.type == HAL_VALUE_F64   ? json(s.value.f64)
+           : s.type == HAL_VALUE_I64 ? json(s.value.i64)
+                                     : json(s.value.u64);
+  return {{"field", s.id}, {"status", s.status}, {"type", value_type_name(s.type)}, {"value", v}};
+}
+
+hal_telemetry_sample_t sample_of(const json& j) {
+  const Fields f(j, "heartbeat.telemetry[]");
+  hal_telemetry_sample_t s{};
+  s.id = f.integer<uint32_t>("field");
+  s.status = f.integer<int32_t>("status");
+  const std::string type = f.text("type");
+  if (type == "f64") {
+    s.type = HAL_VALUE_F64;
+    s.value.f64 = f.number("value");
+  } else if (type == "i64") {
+    s.type = HAL_VALUE_I64;
+    s.value.i64 = f.integer<int64_t>("value");
+  } else if (type == "u64") {
+    s.type = HAL_VALUE_U64;
+    s.value.u64 = f.integer<uint64_t>("value");
+  } else {
+    bad(f.where("type"), "expected f64, i64 or u64, got '" + type + "'");
+  }
+  return s;
+}
+
+Hello hello_of(const Fields& f) {
+  Hello h;
+  // Version 1 had no version field: absent means 1, refused by name.
+  h.version = f.integer_or<uint32_t>("version", 1);
+  h.device = f.integer<uint32_t>("device");
+  h.pid = f.integer_or<int64_t>("pid", 0);
+  if (f.has("self_test")) {
+    const Fields t(f.at("self_test"), "hello.self_test");
+    h.self_test_passed = t.boolean("passed");
+    h.self_test_detail = t.text_or("detail", "");
+  }
+  return h;
+}
+
+NodeHello node_hello_of(const Fields& f) {
+  return {f.integer_or<uint32_t>("version", 1), f.integer<uint32_t>("node"), f.integer_or<int64_t>("pid", 0)};
+}
+
+}  // namespace
+
+json encode(const WorkerMessage& m) {
+  return std::visit(
+      Overloaded{
+          [](const Hello& h) -> json {
+            return {{"type", "hello"},
+                    {"version", h.version},
+                    {"device", h.device},
+                    {"pid", h.pid},
+                    {"self_test", {{"passed", h.self_test_passed}, {"detail", h.self_test_detail}}}};
+          },
+          [](const Heartbeat& h) -> json {
+            json t = json::array();
+            for (const auto& s : h.telemetry) t.push_back(sample_json(s));
+            json j{{"type", "heartbeat"}, {"step", h.step}, {"step_done", h.step_done}, {"telemetry", t}};
+            if (h.telemetry_status != HAL_OK)
+              j["telemetry_error"] = {{"status", h.telemetry_status}, {"message", h.telemetry_error}};
+            return j;
+          },
+          [](const Joined& x) -> json {
+            return {{"type", "joined"},     {"generation", x.generation}, {"rank", x.rank},
+                    {"index", x.index},     {"restore", x.restore},       {"comm_s", x.comm_s},
+                    {"probe_s", x.probe_s}, {"restore_s", x.restore_s}};
+          },
+          [](const StepDone& x) -> json {
+            return {{"type", "step"}, {"step", x.step}, {"seconds", x.seconds}};
+          },
+          [](const Snapshotted& x) -> json {
+            return {{"type", "snapshot"}, {"index", x.index}};
+          },
+          [](const Checkpointed& x) -> json {
+            return {{"type", "checkpoint"}, {"index", x.index}};
+          },
+          [](const RecoverRequest& x) -> json {
+            return {{"type", "recover"},  {"code", x.code},
+                    {"reason", x.reason}, {"generation", x.generation},
+                    {"own", x.own},       {"replica", x.replica},
+                    {"disk", x.disk}};
+          },
+          [](const Done& x) -> json {
+            return {{"type", "done"}, {"steps", x.steps}};
+          },
+      },
+      m);
+}
+
+json encode(const AgentMessage& m) {
+  return std::visit(Overloaded{
+                        [](const Assign& a) -> json {
+                          json h = json::array();
+                          for (auto [holder, receiver] : a.handoff) h.push_back({holder, receiver});
+                          return {{"type", "assign"},     {"rank", a.rank},
+                                  {"world", a.world},     {"generation", a.generation},
+                                  {"restore", a.restore}, {"index", a.index},
+                                  {"handoff", h}};
+                        },
+                        [](const Abort& x) -> json {
+                          return {{"type", "abort"}, {"reason", x.reason}};
+                        },
+                        [](const Retire& x) -> json {
+                          return {{"type", "retire"}, {"reason", x.reason}};
+                        },
+                        [](const StopAfter& x) -> json {
+                          return {{"type", "stop_after"}, {"step", x.step}};
+                        },
+                        [](const Goodbye& x) -> json {
+                          return {{"type", "goodbye"}, {"reason", x.reason}};
+                        },
+                    },
+                    m);
+}
+
+json encode(const NodeMessage& m) {
+  return std::visit(Overloaded{
+                        [](const NodeHello& h) -> json {
+                          return {{"type", "node"}, {"version", h.version}, {"node", h.node}, {"pid", h.pid}};
+                        },
+                        [](const Launched& x) -> json {
+                          return {{"type", "launched"}, {"device", x.device}, {"pid", x.pid}};
+                        },
+                        [](const Exited& x) -> json {
+                          return {{"type", "exit"}, {"device", x.device}, {"status", x.status}};
+                        },
+                    },
+                    m);
+}
+
+json encode(const RootMessage& m) {
+  return std::visit(Overloaded{
+                        [](const Spawn& s) -> json {
+                          json env = json::object();
+                          for (const auto& [k, v] : s.env) env[k] = v;
+                          return {{"type", "spawn"}, {"device", s.device}, {"env", env}};
+                        },
+                        [](const Kill& k) -> json {
+                          return {{"type", "kill"}, {"device", k.device}, {"signal", k.signal}};
+                        },
+                        [](const NodeGoodbye& g) -> json {
+                          return {{"type", "goodbye"}, {"code", g.code}, {"reason", g.reason}};
+                        },
+                    },
+                    m);
+}
+
+WorkerMessage decode_worker(const json& j) {
+  const std::string type = type_of(j, "worker message");
+  const Fields f(j, type);
+  if (type == "hello") return hello_of(f);
+  if (type == "heartbeat") {
+    Heartbeat h;
+    h.step = f.integer<int64_t>("step");
+    h.step_done = f.boolean("step_done");
+    for (const json& s : f.array("telemetry")) h.telemetry.push_back(sample_of(s));
+    if (f.has("telemetry_error")) {
+      const Fields e(f.at("telemetry_error"), "heartbeat.telemetry_error");
+      h.telemetry_status = e.integer<int32_t>("status");
+      h.telemetry_error = e.text("message");
+      if (h.telemetry_status >= HAL_OK) bad(e.where("status"), "expected an error status (< 0)");
+    }
+    return h;
+  }
+  if (type == "joined")
+    return Joined{f.integer<uint64_t>("generation"),
+                  f.integer<uint32_t>("rank"),
+                  f.integer<uint64_t>("index"),
+                  f.text("restore"),
+                  f.number("comm_s"),
+                  f.number("probe_s"),
+                  f.number("restore_s")};
+  if (type == "step") return StepDone{f.integer<uint64_t>("step"), f.number("seconds")};
+  if (type == "snapshot") return Snapshotted{f.integer<uint64_t>("index")};
+  if (type == "checkpoint") return Checkpointed{f.integer<uint64_t>("index")};
+  if (type == "recover")
+    return RecoverRequest{f.text("code"),
+                          f.text("reason"),
+                          f.integer<uint64_t>("generation"),
+                          f.integers<uint64_t>("own"),
+                          f.integers<uint64_t>("replica"),
+                          f.integers<uint64_t>("disk")};
+  if (type == "done") return Done{f.integer<uint64_t>("steps")};
+  bad(type, "not a message a worker sends");
+}
+
+AgentMessage decode_agent(const json& j) {
+  const std::string type = type_of(j, "agent message");
+  const Fields f(j, type);
+  if (type == "assign") {
+    Assign a;
+    a.rank = f.integer<uint32_t>("rank");
+    a.world = f.integer<uint32_t>("world");
+    a.generation = f.integer<uint64_t>("generation");
+    a.restore = f.text("restore");
+    a.index = f.integer<uint64_t>("index");
+    if (a.restore != "none" && a.restore != "memory" && a.restore != "disk")
+      bad(f.where("restore"), "expected none, memory or disk, got '" + a.restore + "'");
+    if (a.world == 0 || a.rank >= a.world)
+      bad(f.where("rank"), "rank " + std::to_string(a.rank) + " of a world of " + std::to_string(a.world));
+    for (const json& p : f.array("handoff")) {
+      if (!p.is_array() || p.size() != 2) bad(f.where("handoff"), "expected [holder, receiver] pairs");
+      a.handoff.emplace_back(Fields::integer_of<uint32_t>(p[0], f.where("handoff")),
+                             Fields::integer_of<uint32_t>(p[1], f.where("handoff")));
+    }
+    return a;
+  }
+  if (type == "abort") return Abort{f.text("reason")};
+  if (type == "retire") return Retire{f.text("reason")};
+  if (type == "stop_after") return StopAfter{f.integer<int64_t>("step")};
+  if (type == "goodbye") return Goodbye{f.text_or("reason", "")};
+  bad(type, "not a message the agent sends");
+}
+
+NodeMessage decode_node(const json& j) {
+  const std::string type = type_of(j, "node message");
+  const Fields f(j, type);
+  if (type == "node") return node_hello_of(f);
+  if (type == "launched") return Launched{f.integer<uint32_t>("device"), f.integer<int64_t>("pid")};
+  if (type == "exit") return Exited{f.integer<uint32_t>("device"), f.text("status")};
+  bad(type, "not a message a node agent sends");
+}
+
+RootMessage decode_root(const json& j) {
+  const std::string type = type_of(j, "root message");
+  const Fields f(j, type);
+  if (type == "spawn") {
+    Spawn s;
+    s.device = f.integer<uint32_t>("device");
+    const json& env = f.at("env");
+    if (!env.is_object()) bad(f.where("env"), "expected an object of strings");
+    for (const auto& [k, v] : env.items()) {
+      if (!v.is_string()) bad(f.where("env") + "." + k, "expected a string, got " + v.dump());
+      s.env.emplace_back(k, v.get<std::string>());
+    }
+    return s;
+  }
+  if (type == "kill") return Kill{f.integer<uint32_t>("device"), f.integer<int>("signal")};
+  if (type == "goodbye") return NodeGoodbye{f.integer_or<int>("code", 4), f.text_or("reason", "")};
+  bad(type, "not a message the root agent sends");
+}
+
+Greeting decode_greeting(const json& j) {
+  const std::string type = type_of(j, "greeting");
+  const Fields f(j, type);
+  if (type == "hello") return hello_of(f);
+  if (type == "node") return node_hello_of(f);
+  bad(type, "a connection must start with hello (a worker) or node (another host's agent)");
+}
+
+std::optional<std::string> refusal(uint32_t version) {
+  if (version == kVersion) return std::nullopt;
+  return "it speaks sigmarun protocol version " + std::to_string(version) + ", this agent speaks version " +
+         std::to_string(kVersion) + " (run workers built against the same libsigma as sigmarun)";
+}
+
+}  // namespace sigma::runtime::protocol

@@ -1,0 +1,203 @@
+// The agent protocol: every message that passes between sigmarun's agent and
+// its workers, and between the root agent and the agents of other hosts,
+// defined once. Each kind is a struct; on the wire it is one JSON object per
+// line (see Channel) with a "type" naming the kind. encode() writes one;
+// decode_*() reads one and throws Error(invalid_argument) naming the kind
+// and the field when a message is malformed, so a bad message never becomes
+// a silent default.
+//
+// Versioning: the first message on a connection (Hello from a worker,
+// NodeHello from another host's agent) carries kVersion. The agent refuses a
+// peer of another version by name (refusal()), and tells a worker why
+// (Goodbye). Within a version, fields are only added, and readers ignore
+// fields they do not know.
+//
+// Thread-safety: the functions are pure; call them from any thread.
+#pragma once
+
+#include <sigma/hal.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace sigma::runtime::protocol {
+
+// 1 was the untyped protocol before this file; 2 names every field.
+inline constexpr uint32_t kVersion = 2;
+
+// ---- worker -> agent -------------------------------------------------------
+
+// The first message: which device the worker runs on and how its
+// admission checks (self-test, collective probe) went.
+struct Hello {
+  uint32_t version = kVersion;
+  uint32_t device = 0;
+  int64_t pid = 0;
+  bool self_test_passed = false;
+  std::string self_test_detail;
+};
+
+// Liveness and telemetry, every heartbeat interval. `step` is the step the
+// worker is in (-1 before the first); `step_done` once that step's own work
+// is finished (in step_end). A failed telemetry read is `telemetry_error`
+// (its status and message), never a made-up sample.
+struct Heartbeat {
+  int64_t step = -1;
+  bool step_done = false;
+  std::vector<hal_telemetry_sample_t> telemetry;
+  hal_status_t telemetry_status = HAL_OK;
+  std::string telemetry_error;
+};
+
+// An assignment was carried out: the communicator works and the state is
+// restored at `index`. Times in seconds.
+struct Joined {
+  uint64_t generation = 0;
+  uint32_t rank = 0;
+  uint64_t index = 0;
+  std::string restore;
+  double comm_s = 0, probe_s = 0, restore_s = 0;
+};
+
+// A training step finished, and how long it took.
+struct StepDone {
+  uint64_t step = 0;
+  double seconds = 0;
+};
+
+// A memory-tier snapshot of `index` is held (own and the neighbour's replica).
+struct Snapshotted {
+  uint64_t index = 0;
+};
+
+// A disk checkpoint of `index` is committed.
+struct Checkpointed {
+  uint64_t index = 0;
+};
+
+// The worker's communicator failed: it asks for a new assignment and says
+// which snapshots and checkpoints it holds. `code` is the error's code name
+// (sigma::code_name: "device_lost", "timeout", ...), `reason` its message.
+struct RecoverRequest {
+  std::string code;
+  std::string reason;
+  uint64_t generation = 0;
+  std::vector<uint64_t> own, replica, disk;
+};
+
+// The worker's loop is over after `steps` steps.
+struct Done {
+  uint64_t steps = 0;
+};
+
+using WorkerMessage =
+    std::variant<Hello, Heartbeat, Joined, StepDone, Snapshotted, Checkpointed, RecoverRequest, Done>;
+
+// ---- agent -> worker -------------------------------------------------------
+
+// Join generation `generation` as `rank` of `world` and restore the state at
+// `index` from `restore`: "none" (a fresh start), "memory" (the memory tier;
+// `handoff` pairs (holder, receiver) of replicas), or "disk".
+struct Assign {
+  uint32_t rank = 0, world = 0;
+  uint64_t generation = 0;
+  std::string restore = "none";
+  uint64_t index = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> handoff;
+};
+
+// Abort the communicator now (a peer failed).
+struct Abort {
+  std::string reason;
+};
+
+// Leave the job (the device is being retired).
+struct Retire {
+  std::string reason;
+};
+
+// Stop at the boundary after `step` (a migration).
+struct StopAfter {
+  int64_t step = -1;
+};
+
+// The job is over for this worker (or it was refused), and why.
+struct Goodbye {
+  std::string reason;
+};
+
+using AgentMessage = std::variant<Assign, Abort, Retire, StopAfter, Goodbye>;
+
+// ---- another host's agent -> root ------------------------------------------
+
+// The first message of a node agent.
+struct NodeHello {
+  uint32_t version = kVersion;
+  uint32_t node = 0;
+  int64_t pid = 0;
+};
+
+struct Launched {
+  uint32_t device = 0;
+  int64_t pid = 0;
+};
+
+// A worker of that host ended; `status` says how ("exited with 1", ...).
+struct Exited {
+  uint32_t device = 0;
+  std::string status;
+};
+
+using NodeMessage = std::variant<NodeHello, Launched, Exited>;
+
+// ---- root -> another host's agent ------------------------------------------
+
+struct Spawn {
+  uint32_t device = 0;
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+struct Kill {
+  uint32_t device = 0;
+  int signal = 9;
+};
+
+// The job ended with exit code `code`, or this node agent was refused
+// (`reason`; the root sends a worker's Goodbye, read here as code 4).
+struct NodeGoodbye {
+  int code = 0;
+  std::string reason;
+};
+
+using RootMessage = std::variant<Spawn, Kill, NodeGoodbye>;
+
+// ---- encoding --------------------------------------------------------------
+
+nlohmann::json encode(const WorkerMessage& m);
+nlohmann::json encode(const AgentMessage& m);
+nlohmann::json encode(const NodeMessage& m);
+nlohmann::json encode(const RootMessage& m);
+
+// Each throws Error(invalid_argument) "protocol: KIND.FIELD: ..." for a
+// message of an unknown kind or with a missing or mistyped field.
+WorkerMessage decode_worker(const nlohmann::json& j);
+AgentMessage decode_agent(const nlohmann::json& j);
+NodeMessage decode_node(const nlohmann::json& j);
+RootMessage decode_root(const nlohmann::json& j);
+
+// The first message on a connection to the agent: a worker's or a node
+// agent's greeting.
+using Greeting = std::variant<Hello, NodeHello>;
+Greeting decode_greeting(const nlohmann::json& j);
+
+// Why a peer that speaks `version` is refused, or nullopt when it speaks
+// this one.
+std::optional<std::string> refusal(uint32_t version);
+
+}  // namespace sigma::runtime::protocol

@@ -1,0 +1,183 @@
+// The agent protocol: every message kind survives encode -> decode, a
+// malformed message is refused naming its kind and field, and a peer of
+// another version is refused by name.
+#include "runtime/protocol.hpp"
+
+#include <sigma/error.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace sigma::runtime::protocol {
+namespace {
+
+using json = nlohmann::json;
+
+// Decoding throws Error(invalid_argument) whose message holds every one of
+// `words`.
+template <class Decode>
+void expect_refused(Decode decode, const json& j, std::initializer_list<const char*> words) {
+  try {
+    decode(j);
+    ADD_FAILURE() << "accepted " << j.dump();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::invalid_argument) << e.what();
+    for (const char* w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+  }
+}
+
+TEST(Protocol, EveryWorkerMessageRoundTrips) {
+  Heartbeat hb;
+  hb.step = 41;
+  hb.step_done = true;
+  hal_telemetry_sample_t t{};
+  t.id = HAL_FIELD_TEMPERATURE_C;
+  t.type = HAL_VALUE_F64;
+  t.value.f64 = 71.25;
+  hal_telemetry_sample_t e{};
+  e.id = HAL_FIELD_ECC_CORRECTABLE;
+  e.type = HAL_VALUE_U64;
+  e.value.u64 = 1ull << 60;
+  hal_telemetry_sample_t p{};
+  p.id = 0x80000001u;
+  p.type = HAL_VALUE_I64;
+  p.status = HAL_ERR_NOT_SUPPORTED;
+  p.value.i64 = -5;
+  hb.telemetry = {t, e, p};
+  const Heartbeat back = std::get<Heartbeat>(decode_worker(encode(WorkerMessage{hb})));
+  EXPECT_EQ(back.step, 41);
+  EXPECT_TRUE(back.step_done);
+  ASSERT_EQ(back.telemetry.size(), 3u);
+  EXPECT_EQ(back.telemetry[0].id, HAL_FIELD_TEMPERATURE_C);
+  EXPECT_EQ(back.telemetry[0].value.f64, 71.25);
+  EXPECT_EQ(back.telemetry[1].value.u64, 1ull << 60);
+  EXPECT_EQ(back.telemetry[2].status, HAL_ERR_NOT_SUPPORTED);
+  EXPECT_EQ(back.telemetry[2].type, HAL_VALUE_I64);
+  EXPECT_EQ(back.telemetry[2].value.i64, -5);
+  EXPECT_EQ(back.telemetry_status, HAL_OK);
+
+  const Hello h = std::get<Hello>(decode_worker(encode(WorkerMessage{Hello{kVersion, 3, 77, true, "fine"}})));
+  EXPECT_EQ(h.version, kVersion);
+  EXPECT_EQ(h.device, 3u);
+  EXPECT_EQ(h.pid, 77);
+  EXPECT_TRUE(h.self_test_passed);
+  EXPECT_EQ(h.self_test_detail, "fine");
+
+  const Joined j =
+      std::get<Joined>(decode_worker(encode(WorkerMessage{Joined{4, 2, 60, "memory", 0.5, 0.25, 1.5}})));
+  EXPECT_EQ(j.generation, 4u);
+  EXPECT_EQ(j.rank, 2u);
+  EXPECT_EQ(j.index, 60u);
+  EXPECT_EQ(j.restore, "memory");
+  EXPECT_EQ(j.restore_s, 1.5);
+
+  const RecoverRequest r = std::get<RecoverRequest>(decode_worker(
+      encode(WorkerMessage{RecoverRequest{"device_lost", "device_lost: gone", 3, {5, 6}, {4}, {}}})));
+  EXPECT_EQ(r.code, "device_lost");
+  EXPECT_EQ(r.reason, "device_lost: gone");
+  EXPECT_EQ(r.own, (std::vector<uint64_t>{5, 6}));
+  EXPECT_EQ(r.replica, (std::vector<uint64_t>{4}));
+  EXPECT_TRUE(r.disk.empty());
+
+  EXPECT_EQ(std::get<StepDone>(decode_worker(encode(WorkerMessage{StepDone{9, 0.125}}))).seconds, 0.125);
+  EXPECT_EQ(std::get<Snapshotted>(decode_worker(encode(WorkerMessage{Snapshotted{10}}))).index, 10u);
+  EXPECT_EQ(std::get<Checkpointed>(decode_worker(encode(WorkerMessage{Checkpointed{20}}))).index, 20u);
+  EXPECT_EQ(std::get<Done>(decode_worker(encode(WorkerMessage{Done{160}}))).steps, 160u);
+}
+
+TEST(Protocol, AFailedTelemetryReadTravelsAsAnErrorNotASample) {
+  Heartbeat hb;
+  hb.telemetry_status = HAL_ERR_DEVICE_LOST;
+  hb.telemetry_error = "sim: device 0 is lost";
+  const json j = encode(WorkerMessage{hb});
+  EXPECT_TRUE(j["telemetry"].empty());
+  const Heartbeat back = std::get<Heartbeat>(decode_worker(j));
+  EXPECT_EQ(back.telemetry_status, HAL_ERR_DEVICE_LOST);
+  EXPECT_EQ(back.telemetry_error, "sim: device 0 is lost");
+  json bad = j;
+  bad["telemetry_error"]["status"] = 0;
+  expect_refused(decode_worker, bad, {"heartbeat.telemetry_error.status", "error status"});
+}
+
+TEST(Protocol, EveryAgentNodeAndRootMessageRoundTrips) {
+  const Assign a =
+      std::get<Assign>(decode_agent(encode(AgentMessage{Assign{1, 3, 7, "memory", 60, {{2, 1}, {0, 2}}}})));
+  EXPECT_EQ(a.rank, 1u);
+  EXPECT_EQ(a.world, 3u);
+  EXPECT_EQ(a.generation, 7u);
+  EXPECT_EQ(a.restore, "memory");
+  EXPECT_EQ(a.index, 60u);
+  EXPECT_EQ(a.handoff, (std::vector<std::pair<uint32_t, uint32_t>>{{2, 1}, {0, 2}}));
+  EXPECT_EQ(std::get<Abort>(decode_agent(encode(AgentMessage{Abort{"rank 1 died"}}))).reason, "rank 1 died");
+  EXPECT_EQ(std::get<Retire>(decode_agent(encode(AgentMessage{Retire{"cordoned"}}))).reason, "cordoned");
+  EXPECT_EQ(std::get<StopAfter>(decode_agent(encode(AgentMessage{StopAfter{12}}))).step, 12);
+  EXPECT_EQ(std::get<Goodbye>(decode_agent(encode(AgentMessage{Goodbye{"done"}}))).reason, "done");
+
+  const NodeHello n = std::get<NodeHello>(decode_node(encode(NodeMessage{NodeHello{kVersion, 2, 99}})));
+  EXPECT_EQ(n.node, 2u);
+  EXPECT_EQ(std::get<Launched>(decode_node(encode(NodeMessage{Launched{5, 1234}}))).pid, 1234);
+  EXPECT_EQ(std::get<Exited>(decode_node(encode(NodeMessage{Exited{5, "exited with status 1"}}))).status,
+            "exited with status 1");
+
+  const Spawn s =
+      std::get<Spawn>(decode_root(encode(RootMessage{Spawn{4, {{"SIGMA_DEVICE", "4"}, {"A", "b c"}}}})));
+  EXPECT_EQ(s.device, 4u);
+  ASSERT_EQ(s.env.size(), 2u);
+  EXPECT_EQ(std::get<Kill>(decode_root(encode(RootMessage{Kill{4, 19}}))).signal, 19);
+  EXPECT_EQ(std::get<NodeGoodbye>(decode_root(encode(RootMessage{NodeGoodbye{3, {}}}))).code, 3);
+}
+
+TEST(Protocol, MalformedMessagesAreRefusedNamingTheKindAndTheField) {
+  expect_refused(decode_worker, json::array({1, 2}), {"JSON object"});
+  expect_refused(decode_worker, json{{"step", 1}}, {"\"type\""});
+  expect_refused(decode_worker, json{{"type", "teleport"}}, {"teleport", "not a message a worker sends"});
+  expect_refused(decode_worker, json{{"type", "step"}, {"seconds", 1.0}}, {"step.step", "missing"});
+  expect_refused(decode_worker, json{{"type", "step"}, {"step", "nine"}, {"seconds", 1.0}},
+                 {"step.step", "integer"});
+  expect_refused(decode_worker, json{{"type", "step"}, {"step", -1}, {"seconds", 1.0}},
+                 {"step.step", "range"});
+  expect_refused(decode_worker, json{{"type", "hello"}, {"device", uint64_t{1} << 33}},
+                 {"hello.device", "range"});
+  json hb = encode(WorkerMessage{Heartbeat{}});
+  hb["telemetry"] = json::array({{1, 0, 2, 3.0}});  // version 1's positional sample
+  expect_refused(decode_worker, hb, {"heartbeat.telemetry[].field", "missing"});
+  expect_refused(decode_agent,
+                 json{{"type", "assign"},
+                      {"rank", 3},
+                      {"world", 3},
+                      {"generation", 1},
+                      {"restore", "none"},
+                      {"index", 0},
+                      {"handoff", json::array()}},
+                 {"assign.rank", "rank 3 of a world of 3"});
+  expect_refused(decode_agent,
+                 json{{"type", "assign"},
+                      {"rank", 0},
+                      {"world", 1},
+                      {"generation", 1},
+                      {"restore", "tape"},
+                      {"index", 0},
+                      {"handoff", json::array()}},
+                 {"assign.restore", "tape"});
+  expect_refused(decode_root, json{{"type", "spawn"}, {"device", 1}, {"env", {{"A", 1}}}}, {"spawn.env.A"});
+  expect_refused(decode_greeting, json{{"type", "step"}, {"step", 1}, {"seconds", 1.0}},
+                 {"must start with hello"});
+}
+
+TEST(Protocol, APeerOfAnotherVersionIsRefusedByName) {
+  EXPECT_FALSE(refusal(kVersion).has_value());
+  // Version 1 sent no version: its hello reads as version 1 and is refused.
+  const Greeting g = decode_greeting(json{{"type", "hello"}, {"device", 0}, {"pid", 5}});
+  const auto& h = std::get<Hello>(g);
+  EXPECT_EQ(h.version, 1u);
+  const auto why = refusal(h.version);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("protocol version 1"), std::string::npos) << *why;
+  EXPECT_NE(why->find("this agent speaks version " + std::to_string(kVersion)), std::string::npos) << *why;
+  EXPECT_TRUE(refusal(kVersion + 1).has_value());
+  EXPECT_EQ(std::get<NodeHello>(decode_greeting(json{{"type", "node"}, {"node", 1}})).version, 1u);
+}
+
+}  // namespace
+}  // namespace sigma::runtime::protocol
