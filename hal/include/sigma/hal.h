@@ -1,5 +1,7 @@
 /*
- * sigma/hal.h -- the libsigma hardware abstraction layer (HAL), ABI 1.0.
+ * sigma/hal.h -- the libsigma hardware abstraction layer (HAL), ABI 1.1
+ * (1.1 added the optional blocking hal_coll_run_fn at the end of
+ * hal_coll_api_t; a 1.0 plugin loads and is posted to and waited on).
  *
  * This is the whole contract between libsigma (the "host") and an accelerator
  * vendor's plugin. A plugin is a shared object that includes only this header
@@ -24,7 +26,8 @@
  *     error from the host). A field that lies past struct_size, or a function
  *     pointer that is NULL, means "not supported": never a crash. Use
  *     HAL_HAS_FIELD() for fields added after 1.0.
- *  4. Every entry marked REQUIRED must be non-NULL in ABI 1.0; the host's
+ *  4. Every entry marked REQUIRED must be non-NULL (all of them date from
+ *     1.0; later minors add only OPTIONAL ones); the host's
  *     loader refuses a plugin that leaves one NULL and names the field.
  *     Entries marked OPTIONAL may be NULL.
  *
