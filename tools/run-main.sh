@@ -51,7 +51,8 @@ echo "sigmarun: 3 ranks + 2 spares on the sim vendor's thermal_runaway scenario"
 echo "(device 1 overheats and is lost at 2.5 s), and the worker on device 0 killed at step 250"
 job=build/default/sigmarun-demo
 rm -rf "$job"
-build/default/bin/sigmarun --nproc 3 --spares 2 --scenario samples/scenarios/thermal_runaway.yaml \
-  --time-scale 40 --job-dir "$job" --no-progress -- \
+build/default/bin/sigmarun --nproc 3 --spares 2 --vendor sim --health-time-scale 40 \
+  --vendor-options "scenario=$PWD/samples/scenarios/thermal_runaway.yaml;rank={device};time_scale=40" \
+  --job-dir "$job" --no-progress -- \
   build/default/bin/runtime_worker --steps 400 --step-ms 5 --kill-at 250 --kill-device 0 || status=1
 exit $status

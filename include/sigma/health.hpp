@@ -77,6 +77,16 @@ struct Config {
 // outside (0, 1], ...) with the field's name. Throws Error(invalid_argument).
 void validate(const Config& config);
 
+// `config` for devices whose clock runs `device_seconds_per_second` times
+// faster than the wall clock (a simulated device that compresses its
+// scenario's time): the trend and rate windows, the trend horizon and the
+// clearing delay shrink by that factor, the slope and rate thresholds grow
+// by it; windows keep a floor of a few heartbeats (0.5 s for the trend, 1 s
+// for error rates). Heartbeat and straggler figures stay in wall time. 1
+// returns `config` unchanged. Throws Error(invalid_argument) for a factor
+// that is not a positive finite number. Pure; any thread.
+Config time_scaled(const Config& config, double device_seconds_per_second);
+
 // One verdict of one detector about one device.
 struct Warning {
   uint32_t device = 0;

@@ -47,6 +47,23 @@ void validate(const Config& c) {
   need(c.clear_after_s >= 0, "clear_after_s", "must not be negative");
 }
 
+Config time_scaled(const Config& config, double k) {
+  if (!(k > 0) || !std::isfinite(k))
+    throw Error(Code::invalid_argument,
+                "health config: time scale " + std::to_string(k) + " must be a positive finite number");
+  if (k == 1) return config;
+  Config c = config;
+  c.trend_window_s = std::max(0.5, config.trend_window_s / k);
+  c.trend_horizon_s = config.trend_horizon_s / k;
+  c.trend_min_slope_c_per_s = config.trend_min_slope_c_per_s * k;
+  c.ecc_window_s = std::max(1.0, config.ecc_window_s / k);
+  c.ecc_per_min_suspect = config.ecc_per_min_suspect * k;
+  c.link_window_s = std::max(1.0, config.link_window_s / k);
+  c.link_errors_per_min_suspect = config.link_errors_per_min_suspect * k;
+  c.clear_after_s = config.clear_after_s / k;
+  return c;
+}
+
 namespace {
 
 struct Point {

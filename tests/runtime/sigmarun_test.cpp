@@ -111,6 +111,26 @@ JobRun run_in(const std::string& dir, std::vector<std::string> agent_args,
   return r;
 }
 
+// The agent's arguments for the sim vendor on `scenario`, device d being the
+// scenario's device d, its clock `time_scale` times the wall clock's (0: the
+// scenario's own) and the health monitor told so.
+std::vector<std::string> on_sim(const std::string& scenario, double time_scale = 0) {
+  std::string opts = "scenario=" + scenario + ";rank={device}";
+  std::vector<std::string> args{"--vendor", "sim"};
+  if (time_scale > 0) {
+    opts += ";time_scale=" + std::to_string(time_scale);
+    args.insert(args.end(), {"--health-time-scale", std::to_string(time_scale)});
+  }
+  args.insert(args.end(), {"--vendor-options", opts});
+  return args;
+}
+
+// `a` then `b`.
+std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 JobRun sigmarun(const std::string& name, std::vector<std::string> agent_args,
                 std::vector<std::string> worker_args, const std::string& worker = RUNTIME_WORKER) {
   return run_in(job_dir(name), std::move(agent_args), std::move(worker_args), worker);
@@ -340,9 +360,8 @@ TEST_F(Sigmarun, AThermalRunawayIsMigratedBeforeTheDeviceFails) {
   const char* step_ms = "25";
 #endif
   JobRun r = sigmarun("thermal",
-                      {"--nproc", "3", "--spares", "1", "--scenario",
-                       std::string(SIGMA_SCENARIO_DIR) + "/thermal_runaway.yaml", "--time-scale",
-                       std::to_string(scale), "--heartbeat", "0.05"},
+                      std::vector<std::string>{"--nproc", "3", "--spares", "1", "--heartbeat", "0.05"} +
+                          on_sim(std::string(SIGMA_SCENARIO_DIR) + "/thermal_runaway.yaml", scale),
                       {"--steps", std::to_string(kSteps), "--step-ms", step_ms});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   const json* mig = find_event(r, "migration_started");
@@ -366,7 +385,7 @@ TEST_F(Sigmarun, ALostDeviceIsReplacedByASpare) {
   g_dirs.push_back(scenario);
   std::ofstream(scenario) << "seed: 3\nduration_s: 60\nworld_size: 4\n"
                              "faults:\n  - {kind: device_lost, device: 2, at_op: 100}\n";
-  JobRun r = sigmarun("lost", {"--nproc", "3", "--spares", "1", "--scenario", scenario},
+  JobRun r = sigmarun("lost", std::vector<std::string>{"--nproc", "3", "--spares", "1"} + on_sim(scenario),
                       {"--steps", std::to_string(kSteps), "--step-ms", "8"});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   ASSERT_GE(r.report["incidents"].size(), 1u) << logs(r);
@@ -416,9 +435,10 @@ TEST_F(Sigmarun, ACollectiveThatHangsWhileTheProcessBeatsIsFoundByTheStepWatchdo
   g_dirs.push_back(scenario);
   std::ofstream(scenario) << "seed: 5\nduration_s: 600\nworld_size: 4\n"
                              "faults:\n  - {kind: hang, device: 1, at_op: 206}\n";
-  JobRun r =
-      sigmarun("collhang", {"--nproc", "3", "--spares", "1", "--scenario", scenario, "--step-timeout", "1.5"},
-               {"--steps", std::to_string(kSteps)});
+  JobRun r = sigmarun(
+      "collhang",
+      std::vector<std::string>{"--nproc", "3", "--spares", "1", "--step-timeout", "1.5"} + on_sim(scenario),
+      {"--steps", std::to_string(kSteps)});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   const json* f = find_event(r, "fault", "device", 1);
   ASSERT_NE(f, nullptr) << logs(r);

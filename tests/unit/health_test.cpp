@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <chrono>
 #include <thread>
 
@@ -29,6 +32,30 @@ const Warning* find(const DeviceHealth& h, const std::string& rule) {
     if (w.rule == rule) return &w;
   }
   return nullptr;
+}
+
+TEST(Health, ATimeScaledConfigJudgesTrendsOnTheDevicesClock) {
+  const Config c;
+  const Config s = time_scaled(c, 20);
+  EXPECT_DOUBLE_EQ(s.trend_window_s, 1.0);  // 20 s of device time
+  EXPECT_DOUBLE_EQ(s.trend_horizon_s, 15.0);
+  EXPECT_DOUBLE_EQ(s.trend_min_slope_c_per_s, 0.4);
+  EXPECT_DOUBLE_EQ(s.ecc_window_s, 1.5);
+  EXPECT_DOUBLE_EQ(s.ecc_per_min_suspect, 600.0);
+  EXPECT_DOUBLE_EQ(s.link_window_s, 1.5);
+  EXPECT_DOUBLE_EQ(s.link_errors_per_min_suspect, 1200.0);
+  EXPECT_DOUBLE_EQ(s.clear_after_s, 1.5);
+  // Wall-clock figures stay as they are.
+  EXPECT_DOUBLE_EQ(s.heartbeat_timeout_s, c.heartbeat_timeout_s);
+  EXPECT_DOUBLE_EQ(s.straggler_ratio, c.straggler_ratio);
+  // Windows keep a floor of a few heartbeats.
+  const Config fast = time_scaled(c, 1000);
+  EXPECT_DOUBLE_EQ(fast.trend_window_s, 0.5);
+  EXPECT_DOUBLE_EQ(fast.ecc_window_s, 1.0);
+  EXPECT_NO_THROW(validate(fast));
+  EXPECT_DOUBLE_EQ(time_scaled(c, 1).trend_window_s, c.trend_window_s);
+  for (double bad : {0.0, -2.0, std::nan(""), std::numeric_limits<double>::infinity()})
+    EXPECT_THROW(time_scaled(c, bad), Error) << bad;
 }
 
 TEST(Health, ASteadyDeviceStaysHealthyWithScoreOne) {

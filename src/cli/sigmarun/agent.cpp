@@ -115,18 +115,7 @@ class Agent {
   static health::Config monitor_config(const Options& o) {
     health::Config c;
     c.heartbeat_timeout_s = o.heartbeat_timeout_s;
-    // The sim vendor compresses scenario time: trend figures are per real second.
-    if (o.time_scale > 0) {
-      c.trend_window_s = std::max(0.5, 20.0 / o.time_scale);
-      c.trend_horizon_s = 300.0 / o.time_scale;
-      c.trend_min_slope_c_per_s = 0.02 * o.time_scale;
-      c.ecc_window_s = std::max(1.0, 30.0 / o.time_scale);
-      c.ecc_per_min_suspect = 30.0 * o.time_scale;
-      c.link_window_s = std::max(1.0, 30.0 / o.time_scale);
-      c.link_errors_per_min_suspect = 60.0 * o.time_scale;
-      c.clear_after_s = 30.0 / o.time_scale;
-    }
-    return c;
+    return health::time_scaled(c, o.health_time_scale);
   }
 
   double now() const { return health::monotonic_s() - t0_; }
@@ -994,7 +983,7 @@ int Agent::run() {
                    {"vendor", o_.vendor},
                    {"store", store_uri_},
                    {"agent", tcp_addr_},
-                   {"scenario", o_.scenario},
+                   {"vendor_options", o_.vendor_options},
                    {"worker", o_.worker}});
   slots_.resize(static_cast<size_t>(o_.nnodes) * (o_.nproc + o_.spares));
   for (uint32_t d = 0; d < slots_.size(); ++d) {

@@ -20,8 +20,12 @@ struct Options {
   std::string host;        // where the root is reached (nnodes > 1); default: this host's name
   std::string job_id;      // names the job in the store; default: the job folder's name
   std::string vendor = "cpu";
-  std::string scenario;   // sim only
-  double time_scale = 0;  // sim only; 0 = the scenario's
+  // Passed to every worker's plugin as SIGMA_HAL_OPTIONS; "{device}" becomes
+  // the worker's device number.
+  std::string vendor_options;
+  // Device-time seconds per wall second, for the health monitor's windows
+  // (a simulated device that compresses time); see health::time_scaled.
+  double health_time_scale = 1;
   std::string job_dir;
   std::string store;         // empty: file store in the job dir
   double heartbeat_s = 0.1;  // worker heartbeat period

@@ -1,7 +1,7 @@
 // sigmarun: runs a training job with one worker process per device, warm
 // spares, health monitoring and failure-aware recovery.
 //
-//   sigmarun --nproc N [--spares S] [--vendor NAME] [--scenario FILE]
+//   sigmarun --nproc N [--spares S] [--vendor NAME] [--vendor-options STR]
 //            --job-dir DIR [--store redis://HOST:PORT] [options] -- WORKER ARGS...
 //
 // Several hosts: start one agent per host with the same --store, --job-id,
@@ -32,10 +32,11 @@ int main(int argc, char** argv) {
   app.add_option("--spares", o.spares, "warm spare devices kept validated and waiting")
       ->check(CLI::Range(0u, 4096u));
   app.add_option("--vendor", o.vendor, "HAL plugin name or path (cpu, sim, cuda, ...)");
-  app.add_option("--scenario", o.scenario,
-                 "sim vendor scenario file (device N of the scenario is device N here)")
-      ->check(CLI::ExistingFile);
-  app.add_option("--time-scale", o.time_scale, "sim: scenario seconds per real second")
+  app.add_option("--vendor-options", o.vendor_options,
+                 "the plugin's options, given to every worker; {device} becomes its device number");
+  app.add_option("--health-time-scale", o.health_time_scale,
+                 "device seconds per wall second for the health monitor's windows and rates "
+                 "(a simulated device that runs its clock faster)")
       ->check(CLI::PositiveNumber);
   app.add_option("--nnodes", o.nnodes,
                  "agents (hosts) in the job; each runs --nproc ranks and --spares spares")
@@ -79,7 +80,6 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (!o.scenario.empty() && o.vendor == "cpu") o.vendor = "sim";
   if (o.node_rank >= o.nnodes) {
     std::cerr << "sigmarun: --node-rank " << o.node_rank << " is not below --nnodes " << o.nnodes << "\n";
     return 2;
@@ -96,7 +96,6 @@ int main(int argc, char** argv) {
   }
   try {
     o.job_dir = std::filesystem::absolute(o.job_dir).string();
-    if (!o.scenario.empty()) o.scenario = std::filesystem::absolute(o.scenario).string();
     if (o.job_id.empty()) o.job_id = std::filesystem::path(o.job_dir).filename().string();
     if (o.host.empty()) {
       char name[256] = {};

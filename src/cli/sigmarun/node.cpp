@@ -45,6 +45,16 @@ std::string control_store_uri(const Options& o) {
   return "file://" + base + "/sigmarun-" + o.job_id;
 }
 
+std::string vendor_options_for(const std::string& options, uint32_t device) {
+  static const std::string kDevice = "{device}";
+  std::string out = options;
+  for (size_t at = out.find(kDevice); at != std::string::npos; at = out.find(kDevice, at)) {
+    out.replace(at, kDevice.size(), std::to_string(device));
+    at += std::to_string(device).size();
+  }
+  return out;
+}
+
 pid_t spawn_worker(const Options& o, uint32_t device, const EnvList& given) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
@@ -54,11 +64,8 @@ pid_t spawn_worker(const Options& o, uint32_t device, const EnvList& given) {
   for (const auto& [k, v] : given) env.push_back(k + "=" + v);
   env.push_back("SIGMA_JOB_DIR=" + o.job_dir);
   env.push_back("SIGMA_HAL_PLUGIN=" + o.vendor);
-  std::string opts;
-  if (!o.scenario.empty()) opts += "scenario=" + o.scenario + ";rank=" + std::to_string(device);
-  if (o.time_scale > 0)
-    opts += (opts.empty() ? "" : ";") + std::string("time_scale=") + std::to_string(o.time_scale);
-  if (!opts.empty()) env.push_back("SIGMA_HAL_OPTIONS=" + opts);
+  if (!o.vendor_options.empty())
+    env.push_back("SIGMA_HAL_OPTIONS=" + vendor_options_for(o.vendor_options, device));
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -20,6 +20,10 @@ using EnvList = std::vector<std::pair<std::string, std::string>>;
 // the root agent, and this host's SIGMA_JOB_DIR / SIGMA_HAL_PLUGIN /
 // SIGMA_HAL_OPTIONS; stdout and stderr go to JOB_DIR/logs/device-N.log.
 // Throws Error(invalid_argument) when the program cannot be started.
+// The plugin options of one worker: `options` with each "{device}" replaced
+// by its device number.
+std::string vendor_options_for(const std::string& options, uint32_t device);
+
 pid_t spawn_worker(const Options& o, uint32_t device, const EnvList& env);
 
 // "killed by signal Killed", "exited with status 3".
