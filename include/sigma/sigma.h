@@ -1,15 +1,24 @@
 /*
  * sigma/sigma.h -- the C API of libsigma, for callers in any language.
  *
- * C99. Every function returns a sigma_status_t with the same values as the
- * HAL's statuses (SIGMA_OK = HAL_OK, negatives are HAL_ERR_*); after a failure
- * sigma_last_error() gives the calling thread's message. Nothing is thrown
- * across this boundary.
+ * C99. Every function returns a sigma_status_t: the HAL's statuses
+ * (SIGMA_OK = HAL_OK, negatives are HAL_ERR_*) plus SIGMA_ERR_DATA_LOSS,
+ * libsigma's own; after a failure sigma_last_error() gives the calling
+ * thread's message. Nothing is thrown across this boundary: every entry
+ * catches whatever it meets and returns it as a status (an exception that
+ * is no std::exception becomes HAL_ERR_INTERNAL, said so).
+ *
+ * Functions that take many parameters take one arguments struct whose
+ * first field is struct_size, as the HAL's do: the caller sets it to
+ * sizeof the struct it compiled against; the library accepts a larger one
+ * and refuses one smaller than the struct's first version.
  */
 #ifndef SIGMA_SIGMA_H_
 #define SIGMA_SIGMA_H_
 
 #include <sigma/hal.h>
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,6 +26,18 @@ extern "C" {
 
 typedef int32_t sigma_status_t;
 #define SIGMA_OK HAL_OK
+/* Stored state is damaged, torn or missing: a checkpoint or snapshot failed
+ * its checks, or a restore found other data than it was told to expect. Not
+ * an internal error: the previous good state may still be there. Outside
+ * the HAL's range of statuses. */
+#define SIGMA_ERR_DATA_LOSS (-1000)
+
+/*
+ * The name of a status ("SIGMA_OK", "HAL_ERR_TIMEOUT", "SIGMA_ERR_DATA_LOSS"),
+ * or "undefined status" for a value that is none. Static string, never NULL.
+ * Thread-safety: any thread, concurrently. Blocks: no.
+ */
+const char* sigma_status_name(sigma_status_t status);
 
 /* A loaded, initialised HAL plugin (opaque). */
 typedef struct sigma_plugin_s sigma_plugin_t;
@@ -116,28 +137,45 @@ typedef struct sigma_guardrails_decision_t {
   int32_t check_fingerprint;
 } sigma_guardrails_decision_t;
 
+/* What a guardrails engine is created with. Zero-initialise, set
+ * struct_size = sizeof(sigma_guardrails_create_args_t), then the fields. */
+typedef struct sigma_guardrails_create_args_t {
+  uint64_t struct_size;
+  /* [in, optional] a YAML config (keys as in guardrails.hpp); NULL for the
+   * defaults. */
+  const char* config_path;
+  /* [in] the layers, copied. */
+  const sigma_guardrails_layer_t* layers;
+  uint32_t num_layers;
+  /* [in] the HAL device the exchange buffers live on. */
+  uint32_t device;
+  /* [in, optional] the communicator of the group, created by the caller
+   * through the plugin's table; borrowed, must outlive the engine. NULL/NULL
+   * for a single process. */
+  sigma_plugin_t* plugin;
+  hal_comm_t comm;
+  /* [in] this rank's place in the group (0 and 1 for a single process). */
+  int32_t rank, world;
+  /* [in] nonzero when every rank holds the same all-reduced gradients
+   * (plain data parallelism), zero for shards. */
+  int32_t replicated;
+} sigma_guardrails_create_args_t;
+
+/* The size of the struct's first version, the smallest accepted; it stays
+ * this when fields are appended. */
+#define SIGMA_GUARDRAILS_CREATE_ARGS_V1_SIZE \
+  (offsetof(sigma_guardrails_create_args_t, replicated) + sizeof(int32_t))
+
 /*
  * Creates a guardrails engine.
- * [in, optional] config_path: a YAML config (keys as in guardrails.hpp); NULL
- *   for the defaults.
- * [in] layers, num_layers: copied.
- * [in, optional] plugin, comm: the communicator of the group, created by the
- *   caller through the plugin's table; borrowed, must outlive the engine.
- *   NULL/NULL for a single process.
- * [in] device: the HAL device the exchange buffers live on.
- * [in] rank, world: this rank's place in the group.
- * [in] replicated: nonzero when every rank holds the same all-reduced
- *   gradients (plain data parallelism), zero for shards.
+ * [in] args: read during the call only.
  * [out] out: owned by the caller until sigma_guardrails_destroy.
- * Errors: INVALID_ARGUMENT (bad config, naming file:line:key; bad layers;
- *   world > 1 without a communicator), UNAVAILABLE (the journal cannot be
- *   opened).
+ * Errors: INVALID_ARGUMENT (args NULL or struct_size too small; bad config,
+ *   naming file:line:key; bad layers; world > 1 without a communicator),
+ *   UNAVAILABLE (the journal cannot be opened).
  * Thread-safety: any thread. Blocks: no.
  */
-sigma_status_t sigma_guardrails_create(const char* config_path, const sigma_guardrails_layer_t* layers,
-                                       uint32_t num_layers, sigma_plugin_t* plugin, hal_comm_t comm,
-                                       uint32_t device, int32_t rank, int32_t world, int32_t replicated,
-                                       sigma_guardrails_t** out);
+sigma_status_t sigma_guardrails_create(const sigma_guardrails_create_args_t* args, sigma_guardrails_t** out);
 
 /* Destroys the engine (closes its journal). NULL is accepted. */
 void sigma_guardrails_destroy(sigma_guardrails_t* g);

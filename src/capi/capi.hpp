@@ -22,17 +22,25 @@ inline hal::PluginPtr plugin_ptr(sigma_plugin_t* p) {
   return p->plugin;
 }
 
-// Runs body; turns what it throws into a status and "who: message".
+// The C API's status of a code: the HAL's, and SIGMA_ERR_DATA_LOSS for
+// damaged or missing state (the HAL has no such status).
+inline sigma_status_t status_of(Code code) {
+  return code == Code::data_loss ? SIGMA_ERR_DATA_LOSS : to_hal_status(code);
+}
+
+// Runs body; turns whatever it throws into a status and "who: message".
 template <typename F>
-sigma_status_t guarded(const char* who, F&& body) {
+sigma_status_t guarded(const char* who, F&& body) noexcept {
   try {
     body();
     clear_error();
     return SIGMA_OK;
   } catch (const Error& e) {
-    return set_error(to_hal_status(e.code()), std::string(who) + ": " + e.what());
+    return set_error(status_of(e.code()), std::string(who) + ": " + e.what());
   } catch (const std::exception& e) {
     return set_error(HAL_ERR_INTERNAL, std::string(who) + ": " + e.what());
+  } catch (...) {
+    return set_error(HAL_ERR_INTERNAL, std::string(who) + ": an exception that is not a std::exception");
   }
 }
 

@@ -43,26 +43,30 @@ std::vector<guardrails::BufferView> flat_views(const sigma_buffer_view_t* views,
 
 extern "C" {
 
-sigma_status_t sigma_guardrails_create(const char* config_path, const sigma_guardrails_layer_t* layers,
-                                       uint32_t num_layers, sigma_plugin_t* plugin, hal_comm_t comm,
-                                       uint32_t device, int32_t rank, int32_t world, int32_t replicated,
-                                       sigma_guardrails_t** out) {
+sigma_status_t sigma_guardrails_create(const sigma_guardrails_create_args_t* args, sigma_guardrails_t** out) {
   return capi::guarded("sigma_guardrails_create", [&] {
-    if (out == nullptr || (num_layers > 0 && layers == nullptr))
-      throw Error(Code::invalid_argument, "out or layers is NULL");
-    if ((plugin == nullptr) != (comm == nullptr))
+    if (args == nullptr || out == nullptr) throw Error(Code::invalid_argument, "args or out is NULL");
+    if (args->struct_size < SIGMA_GUARDRAILS_CREATE_ARGS_V1_SIZE)
+      throw Error(Code::invalid_argument,
+                  "args->struct_size " + std::to_string(args->struct_size) +
+                      " is smaller than sigma_guardrails_create_args_t's first version (" +
+                      std::to_string(SIGMA_GUARDRAILS_CREATE_ARGS_V1_SIZE) + ")");
+    const sigma_guardrails_create_args_t& a = *args;
+    if (a.num_layers > 0 && a.layers == nullptr) throw Error(Code::invalid_argument, "layers is NULL");
+    if ((a.plugin == nullptr) != (a.comm == nullptr))
       throw Error(Code::invalid_argument, "give both plugin and comm, or neither");
-    auto cfg = config_path ? guardrails::Config::from_yaml_file(config_path) : guardrails::Config{};
+    auto cfg = a.config_path ? guardrails::Config::from_yaml_file(a.config_path) : guardrails::Config{};
     std::vector<guardrails::LayerInfo> ls;
-    for (uint32_t i = 0; i < num_layers; ++i) {
-      if (layers[i].name == nullptr)
+    for (uint32_t i = 0; i < a.num_layers; ++i) {
+      if (a.layers[i].name == nullptr)
         throw Error(Code::invalid_argument, "layer " + std::to_string(i) + " has no name");
-      ls.push_back({layers[i].name, layers[i].dtype});
+      ls.push_back({a.layers[i].name, a.layers[i].dtype});
     }
     auto h = std::make_unique<sigma_guardrails_s>();
-    if (comm) h->comm = hal::Communicator::borrow(capi::plugin_ptr(plugin), comm);
-    guardrails::Group grp{h->comm.get(), device, rank, world,
-                          replicated ? guardrails::GradLayout::replicated : guardrails::GradLayout::sharded};
+    if (a.comm) h->comm = hal::Communicator::borrow(capi::plugin_ptr(a.plugin), a.comm);
+    guardrails::Group grp{
+        h->comm.get(), a.device, a.rank, a.world,
+        a.replicated ? guardrails::GradLayout::replicated : guardrails::GradLayout::sharded};
     h->g = std::make_unique<guardrails::Guardrails>(std::move(cfg), std::move(ls), grp);
     *out = h.release();
   });

@@ -23,22 +23,45 @@ const char* sigma_version(void) { return SIGMA_VERSION_STRING; }
 
 const char* sigma_last_error(void) { return t_error.c_str(); }
 
-sigma_status_t sigma_plugin_load(const char* name_or_path, const char* options, sigma_plugin_t** plugin) {
-  if (name_or_path == nullptr || plugin == nullptr) {
-    return set_error(HAL_ERR_INVALID_ARGUMENT, "sigma_plugin_load: name_or_path or plugin is NULL");
+const char* sigma_status_name(sigma_status_t status) {
+  if (status == SIGMA_ERR_DATA_LOSS) return "SIGMA_ERR_DATA_LOSS";
+  switch (status) {
+    case HAL_OK:
+      return "SIGMA_OK";
+    case HAL_IN_PROGRESS:
+      return "HAL_IN_PROGRESS";
+    case HAL_ERR_INVALID_ARGUMENT:
+      return "HAL_ERR_INVALID_ARGUMENT";
+    case HAL_ERR_NOT_SUPPORTED:
+      return "HAL_ERR_NOT_SUPPORTED";
+    case HAL_ERR_UNAVAILABLE:
+      return "HAL_ERR_UNAVAILABLE";
+    case HAL_ERR_DEVICE_LOST:
+      return "HAL_ERR_DEVICE_LOST";
+    case HAL_ERR_TIMEOUT:
+      return "HAL_ERR_TIMEOUT";
+    case HAL_ERR_ABORTED:
+      return "HAL_ERR_ABORTED";
+    case HAL_ERR_REMOTE_ERROR:
+      return "HAL_ERR_REMOTE_ERROR";
+    case HAL_ERR_OUT_OF_MEMORY:
+      return "HAL_ERR_OUT_OF_MEMORY";
+    case HAL_ERR_INTERNAL:
+      return "HAL_ERR_INTERNAL";
+    default:
+      return "undefined status";
   }
-  try {
+}
+
+sigma_status_t sigma_plugin_load(const char* name_or_path, const char* options, sigma_plugin_t** plugin) {
+  return sigma::capi::guarded("sigma_plugin_load", [&] {
+    if (name_or_path == nullptr || plugin == nullptr)
+      throw sigma::Error(sigma::Code::invalid_argument, "name_or_path or plugin is NULL");
     sigma::hal::LoadOptions opts;
     if (options != nullptr) opts.options = options;
     auto p = sigma::hal::Plugin::load(name_or_path, opts);
     *plugin = new sigma_plugin_s{std::move(p)};
-    t_error.clear();
-    return SIGMA_OK;
-  } catch (const sigma::Error& e) {
-    return set_error(sigma::to_hal_status(e.code()), e.what());
-  } catch (const std::exception& e) {
-    return set_error(HAL_ERR_INTERNAL, e.what());
-  }
+  });
 }
 
 void sigma_plugin_unload(sigma_plugin_t* plugin) { delete plugin; }

@@ -22,6 +22,7 @@ static void check_guardrails(void) {
   float a[64], b[32];
   sigma_buffer_view_t views[2];
   sigma_guardrails_decision_t d;
+  sigma_guardrails_create_args_t args;
   uint64_t fp = 0;
   int i;
   for (i = 0; i < 64; ++i) a[i] = 0.01f;
@@ -29,7 +30,12 @@ static void check_guardrails(void) {
   views[0].data = a, views[0].count = 64, views[0].dtype = HAL_DTYPE_F32, views[0].layer = 0;
   views[1].data = b, views[1].count = 32, views[1].dtype = HAL_DTYPE_F32, views[1].layer = 1;
 
-  CHECK(sigma_guardrails_create(NULL, layers, 2, NULL, NULL, 0, 0, 1, 0, &g) == SIGMA_OK);
+  memset(&args, 0, sizeof args);
+  args.struct_size = sizeof args;
+  args.layers = layers;
+  args.num_layers = 2;
+  args.world = 1;
+  CHECK(sigma_guardrails_create(&args, &g) == SIGMA_OK);
   memset(&d, 0, sizeof d);
   d.struct_size = sizeof d;
   CHECK(sigma_guardrails_step(g, 1, 2.5, views, 2, &d) == SIGMA_OK);
@@ -45,10 +51,17 @@ static void check_guardrails(void) {
   CHECK(sigma_fingerprint(views, 1, &fp) == SIGMA_OK && fp != 0);
   sigma_guardrails_destroy(g);
   sigma_guardrails_destroy(NULL);
-  CHECK(sigma_guardrails_create("/nonexistent/g.yaml", layers, 2, NULL, NULL, 0, 0, 1, 0, &g) ==
-        HAL_ERR_INVALID_ARGUMENT);
+  args.config_path = "/nonexistent/g.yaml";
+  CHECK(sigma_guardrails_create(&args, &g) == HAL_ERR_INVALID_ARGUMENT);
   CHECK(strstr(sigma_last_error(), "/nonexistent/g.yaml:0") != NULL);
-  CHECK(sigma_guardrails_create(NULL, layers, 2, NULL, NULL, 0, 0, 2, 0, &g) == HAL_ERR_INVALID_ARGUMENT);
+  args.config_path = NULL;
+  args.world = 2; /* no communicator */
+  CHECK(sigma_guardrails_create(&args, &g) == HAL_ERR_INVALID_ARGUMENT);
+  args.world = 1;
+  args.struct_size = 8; /* a caller built against nothing this library knows */
+  CHECK(sigma_guardrails_create(&args, &g) == HAL_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(sigma_last_error(), "struct_size 8") != NULL);
+  CHECK(sigma_guardrails_create(NULL, &g) == HAL_ERR_INVALID_ARGUMENT);
 }
 
 int main(void) {
@@ -58,6 +71,9 @@ int main(void) {
   uint32_t n = 0;
 
   CHECK(strlen(sigma_version()) > 0);
+  CHECK(strcmp(sigma_status_name(SIGMA_ERR_DATA_LOSS), "SIGMA_ERR_DATA_LOSS") == 0);
+  CHECK(strcmp(sigma_status_name(HAL_ERR_TIMEOUT), "HAL_ERR_TIMEOUT") == 0);
+  CHECK(strcmp(sigma_status_name(12345), "undefined status") == 0);
   /* HAL_HAS_FIELD: a table whose struct_size stops before a field lacks it. */
   memset(&small_table, 0, sizeof small_table);
   small_table.struct_size = offsetof(hal_device_api_t, self_test);
