@@ -231,8 +231,21 @@ struct StepInfo {
   uint32_t world = 0;           // from the global manifest, else from a shard
   std::vector<uint32_t> ranks;  // shards present
 };
-// The step folders of a job folder, newest first.
+// The step folders of a job folder, newest first. A folder that does not
+// exist has none.
 std::vector<StepInfo> list_steps(const std::string& job_dir);
+
+// What a path is in the checkpoint layout, JOB/step-<20 digits>/rank-<5
+// digits>/: a shard (a rank folder, or a folder holding a shard's files), a
+// step folder, a job folder (one holding step folders), or none of them.
+// Reads folder names only. Thread-safety: any thread.
+enum class PathKind { shard, step, job, other };
+PathKind classify(const std::string& path);
+// The job folders a path names: itself when it is one, else its children
+// that are, sorted. Thread-safety: any thread.
+std::vector<std::string> list_jobs(const std::string& dir);
+// The shard (rank) folders of a step folder, by rank. Thread-safety: any.
+std::vector<std::string> list_step_shards(const std::string& step_path);
 // Writes the step's global manifest when every rank's shard of it is
 // committed (durably: temporary file, fsync, rename, fsync of the folder;
 // ranks racing to write it write the same thing). Returns whether the step

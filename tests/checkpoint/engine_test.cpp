@@ -149,6 +149,32 @@ TEST(Checkpoint, AnOverlappedSnapshotCopiesWhileTheCallerReadsAndHoldsTheStateOf
   }
 }
 
+TEST(Checkpoint, TheLayoutIsReadThroughTheLibraryNotByHand) {
+  const std::string dir = fresh_dir("layout");
+  Options o = options(dir);
+  for (uint32_t rank : {1u, 0u}) {
+    o.rank = rank;
+    o.world = 2;
+    Engine e(o);
+    e.save(State(rank).views(), meta_for(7));
+  }
+  const std::string job = dir + "/" + o.job;
+  const std::string step = job + "/step-00000000000000000007";
+  EXPECT_EQ(classify(dir), PathKind::other);
+  EXPECT_EQ(classify(job), PathKind::job);
+  EXPECT_EQ(classify(step), PathKind::step);
+  EXPECT_EQ(classify(step + "/rank-00001"), PathKind::shard);
+  EXPECT_EQ(list_jobs(dir), std::vector<std::string>{job});
+  EXPECT_EQ(list_jobs(job), std::vector<std::string>{job});
+  EXPECT_EQ(list_step_shards(step), (std::vector<std::string>{step + "/rank-00000", step + "/rank-00001"}));
+  const auto steps = list_steps(job);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(steps[0].complete) << steps[0].problem;
+  EXPECT_EQ(steps[0].ranks, (std::vector<uint32_t>{0, 1}));
+  EXPECT_TRUE(list_steps(dir + "/no-such-job").empty());
+  EXPECT_TRUE(list_jobs(dir + "/no-such-folder").empty());
+}
+
 TEST(Checkpoint, WithoutDirectIoTheDataIsWrittenBufferedAndRoundTrips) {
   // Buffered writes with streaming writeback: the path taken where the file
   // system refuses O_DIRECT, forced here (tmpfs and most disks take it).

@@ -41,44 +41,43 @@ std::string human(double bytes) {
   return b;
 }
 
-bool is_job(const fs::path& p) {
-  for (const auto& e : fs::directory_iterator(p))
-    if (e.path().filename().string().rfind("step-", 0) == 0) return true;
-  return false;
-}
-
 std::vector<fs::path> jobs_below(const fs::path& dir) {
-  if (is_job(dir)) return {dir};
   std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_directory() && is_job(e.path())) out.push_back(e.path());
-  std::sort(out.begin(), out.end());
+  for (const auto& j : ck::list_jobs(dir.string())) out.emplace_back(j);
   return out;
 }
 
 // Every shard a PATH names: a shard, a step folder (its ranks) or a job.
 std::vector<std::string> shards_of(const fs::path& p) {
-  if (fs::exists(p / "manifest.sgck") || fs::exists(p / "data.bin")) return {p.string()};
-  std::vector<std::string> out;
-  if (p.filename().string().rfind("step-", 0) == 0) {
-    for (const auto& e : fs::directory_iterator(p))
-      if (e.path().filename().string().rfind("rank-", 0) == 0) out.push_back(e.path().string());
-  } else {
-    for (const auto& j : jobs_below(p))
-      for (const auto& s : ck::list_shards(j.string())) out.push_back(s.path);
+  switch (ck::classify(p.string())) {
+    case ck::PathKind::shard:
+      return {p.string()};
+    case ck::PathKind::step:
+      return ck::list_step_shards(p.string());
+    default: {
+      std::vector<std::string> out;
+      for (const auto& j : jobs_below(p))
+        for (const auto& s : ck::list_shards(j.string())) out.push_back(s.path);
+      std::sort(out.begin(), out.end());
+      return out;
+    }
   }
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 // The step folders a PATH names: itself, or those of the jobs below it.
 std::vector<fs::path> steps_of(const fs::path& p) {
-  if (fs::exists(p / "manifest.sgck") || fs::exists(p / "data.bin")) return {};
-  if (p.filename().string().rfind("step-", 0) == 0) return {p};
-  std::vector<fs::path> out;
-  for (const auto& j : jobs_below(p))
-    for (const auto& s : ck::list_steps(j.string())) out.push_back(s.path);
-  return out;
+  switch (ck::classify(p.string())) {
+    case ck::PathKind::shard:
+      return {};
+    case ck::PathKind::step:
+      return {p};
+    default: {
+      std::vector<fs::path> out;
+      for (const auto& j : jobs_below(p))
+        for (const auto& s : ck::list_steps(j.string())) out.push_back(s.path);
+      return out;
+    }
+  }
 }
 
 int cmd_ls(const std::string& dir) {

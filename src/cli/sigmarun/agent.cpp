@@ -14,6 +14,7 @@
 #include "runtime/protocol.hpp"
 
 #include <sigma/bootstrap.hpp>
+#include <sigma/checkpoint.hpp>
 #include <sigma/error.hpp>
 
 #include <fcntl.h>
@@ -793,19 +794,10 @@ void Agent::watchdog() {
 }
 
 uint64_t Agent::find_disk_checkpoints() {
-  // DIR/checkpoints/sigmarun/step-<20 digits>/rank-<5 digits>/manifest.sgck
-  const fs::path root = fs::path(o_.job_dir) / "checkpoints" / "sigmarun";
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) return 0;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() != 25 || name.rfind("step-", 0) != 0) continue;
-    const uint64_t step = std::strtoull(name.c_str() + 5, nullptr, 10);
-    for (uint32_t r = 0; r < world_; ++r) {
-      char rank_dir[16];
-      std::snprintf(rank_dir, sizeof rank_dir, "rank-%05u", r);
-      if (fs::exists(e.path() / rank_dir / "manifest.sgck", ec)) disk_[r].insert(step);
-    }
+  // The workers' checkpoint engines save below DIR/checkpoints, job "sigmarun".
+  for (const auto& st : checkpoint::list_steps(o_.job_dir + "/checkpoints/sigmarun")) {
+    for (uint32_t r : st.ranks)
+      if (r < world_) disk_[r].insert(st.step);
   }
   std::set<uint64_t> common = disk_[0];
   for (uint32_t r = 1; r < world_; ++r) {
