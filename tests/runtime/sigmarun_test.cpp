@@ -287,6 +287,9 @@ TEST_F(Sigmarun, WithNoSpareLeftTheJobPausesAndSaysWhy) {
   EXPECT_EQ(r.exit_code, 3) << logs(r);
   EXPECT_EQ(r.report["status"], "paused");
   EXPECT_NE(r.report["reason"].get<std::string>().find("no spare"), std::string::npos);
+  EXPECT_NE(r.report["reason"].get<std::string>().find("the disk checkpoint of step 40 is kept"),
+            std::string::npos)
+      << r.report["reason"];
   ASSERT_NE(find_event(r, "paused"), nullptr);
   // Nothing lost: every rank's checkpoint of step 40 is on disk ...
   for (int k = 0; k < 3; ++k) {
@@ -326,6 +329,10 @@ TEST_F(Sigmarun, AJobThatAllowsItShrinksWhenNoSpareIsLeftAndNeverBelowItsFloor) 
                       {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "1"});
   EXPECT_EQ(p.exit_code, 3) << logs(p);
   EXPECT_EQ(p.report["status"], "paused");
+  // It took no disk checkpoint, and says so instead of promising one.
+  EXPECT_NE(p.report["reason"].get<std::string>().find("no disk checkpoint common to every rank was taken"),
+            std::string::npos)
+      << p.report["reason"];
 }
 
 TEST_F(Sigmarun, APausedJobResumesOnFewerRanksFromItsDiskCheckpoints) {
@@ -395,6 +402,27 @@ TEST_F(Sigmarun, ALostDeviceIsReplacedByASpare) {
   ASSERT_NE(replace, nullptr);
   EXPECT_EQ((*replace)["device"], 2);
   EXPECT_EQ((*replace)["to_device"], 3);
+  expect_exact(r);
+}
+
+TEST_F(Sigmarun, ACrashBeforeTheFirstSnapshotIsRecoveredByAFreshStart) {
+  // Device 1's process crashes in its fourth collective: the admission probe
+  // (op 0) and the join's probe (1) passed, the first snapshot's ring
+  // exchange (2-5) is under way. No state exists anywhere yet and no step
+  // has run: the restore is a fresh start, on the spare.
+  const std::string scenario = ::testing::TempDir() + "early-" + std::to_string(::getpid()) + ".yaml";
+  g_dirs.push_back(scenario);
+  std::ofstream(scenario) << "seed: 4\nduration_s: 600\nworld_size: 4\n"
+                             "faults:\n  - {kind: crash, device: 1, at_op: 3}\n";
+  JobRun r = sigmarun("early", std::vector<std::string>{"--nproc", "3", "--spares", "1"} + on_sim(scenario),
+                      {"--steps", std::to_string(kSteps)});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  EXPECT_EQ(r.report["incidents"][0]["restore"], "none") << logs(r);
+  EXPECT_EQ(r.report["incidents"][0]["index"], 0) << logs(r);
+  const json* replace = find_event(r, "scheduler", "action", "replace");
+  ASSERT_NE(replace, nullptr) << logs(r);
+  EXPECT_EQ((*replace)["device"], 1);
   expect_exact(r);
 }
 

@@ -10,6 +10,7 @@
 #include "journal.hpp"
 #include "metrics.hpp"
 #include "node.hpp"
+#include "runtime/agent/restore_plan.hpp"
 #include "runtime/channel.hpp"
 #include "runtime/protocol.hpp"
 
@@ -33,6 +34,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 extern char** environ;
@@ -135,11 +137,13 @@ class Agent {
   void fault(Slot& s, const std::string& cause, double fault_s);
   void start_round(const std::string& cause, double fault_s);
   void advance_round();
-  bool choose_restore(uint64_t& index, std::string& tier, std::vector<std::pair<uint32_t, uint32_t>>& pairs);
+  std::optional<runtime::recovery::RestorePlan> plan_restore();
   void health_tick();
   void maybe_migrate();
   void watchdog();
   uint64_t find_disk_checkpoints();
+  // The newest disk checkpoint ranks 0..world-1 all committed; 0 if none.
+  uint64_t newest_common_disk(uint32_t world);
   uint64_t watched_progress_ = 0;
   double progress_since_ = 0;
   void finish_job();
@@ -523,64 +527,19 @@ void Agent::reap() {
   }
 }
 
-bool Agent::choose_restore(uint64_t& index, std::string& tier,
-                           std::vector<std::pair<uint32_t, uint32_t>>& pairs) {
-  const uint32_t world = scheduler_.world_size();
-  std::vector<uint32_t> replaced;
-  std::set<uint64_t> candidates;
-  bool first = true;
-  for (uint32_t r = 0; r < world; ++r) {
-    Slot* s = slot_of_rank(r);
-    if (s == nullptr) return false;
-    if (s->phase != Phase::active) {
-      replaced.push_back(r);
-      continue;
+std::optional<runtime::recovery::RestorePlan> Agent::plan_restore() {
+  std::vector<runtime::recovery::RankHoldings> ranks(scheduler_.world_size());
+  for (uint32_t r = 0; r < ranks.size(); ++r) {
+    const Slot* s = slot_of_rank(r);
+    if (s == nullptr) return std::nullopt;
+    ranks[r].survived = s->phase == Phase::active;
+    if (ranks[r].survived) {
+      ranks[r].own = s->own;
+      ranks[r].replica = s->replica;
     }
-    if (first)
-      candidates = s->own;
-    else {
-      std::set<uint64_t> keep;
-      for (uint64_t i : candidates)
-        if (s->own.count(i)) keep.insert(i);
-      candidates = std::move(keep);
-    }
-    first = false;
+    if (auto d = disk_.find(r); d != disk_.end()) ranks[r].disk = d->second;
   }
-  if (first) candidates.clear();  // no survivor holds anything
-  for (uint32_t r : replaced) {
-    Slot* h = world > 1 ? slot_of_rank((r + 1) % world) : nullptr;
-    std::set<uint64_t> keep;
-    if (h != nullptr && h->phase == Phase::active) {
-      for (uint64_t i : candidates)
-        if (h->replica.count(i)) keep.insert(i);
-    }
-    candidates = std::move(keep);
-    pairs.emplace_back((r + 1) % world, r);
-  }
-  if (!candidates.empty()) {
-    index = *candidates.rbegin();
-    tier = "memory";
-    return true;
-  }
-  pairs.clear();
-  std::set<uint64_t> disk;
-  for (uint32_t r = 0; r < world; ++r) {
-    const auto& d = disk_[r];
-    if (r == 0)
-      disk = d;
-    else {
-      std::set<uint64_t> keep;
-      for (uint64_t i : disk)
-        if (d.count(i)) keep.insert(i);
-      disk = std::move(keep);
-    }
-  }
-  if (!disk.empty()) {
-    index = *disk.rbegin();
-    tier = "disk";
-    return true;
-  }
-  return false;
+  return runtime::recovery::plan_restore(ranks, reached());
 }
 
 void Agent::advance_round() {
@@ -602,19 +561,21 @@ void Agent::advance_round() {
     }
     if (round_.paused) {
       end_status_ = "paused";
+      const uint64_t kept = newest_common_disk(scheduler_.world_size());
       end_why_ =
           round_.pause_reason +
-          "; the ranks' last disk checkpoints are kept (--checkpoint-every), rerun sigmarun when a device "
-          "is repaired";
+          (kept > 0 ? "; the disk checkpoint of step " + std::to_string(kept) +
+                          " is kept, rerun sigmarun in this folder when a device is repaired to resume "
+                          "from it"
+                    : "; no disk checkpoint common to every rank was taken (--checkpoint-every), so a "
+                      "rerun starts from step 0");
       exit_code_ = 3;
       journal_->write({{"event", "paused"}, {"reason", end_why_}});
       end_all(end_why_);
       return;
     }
-    uint64_t index = 0;
-    std::string tier;
-    std::vector<std::pair<uint32_t, uint32_t>> pairs;
-    if (!choose_restore(index, tier, pairs)) {
+    const auto plan = plan_restore();
+    if (!plan) {
       end_status_ = "unrecoverable";
       end_why_ =
           "no state to restore: the memory replicas of the lost ranks died with them and no disk "
@@ -624,6 +585,9 @@ void Agent::advance_round() {
       end_all(end_why_);
       return;
     }
+    const uint64_t index = plan->index;
+    const std::string& tier = plan->tier;
+    const auto& pairs = plan->handoff;
     ++generation_;
     json handoff = json::array();
     for (auto [h, r] : pairs) handoff.push_back({h, r});
@@ -799,8 +763,12 @@ uint64_t Agent::find_disk_checkpoints() {
     for (uint32_t r : st.ranks)
       if (r < world_) disk_[r].insert(st.step);
   }
+  return newest_common_disk(world_);
+}
+
+uint64_t Agent::newest_common_disk(uint32_t world) {
   std::set<uint64_t> common = disk_[0];
-  for (uint32_t r = 1; r < world_; ++r) {
+  for (uint32_t r = 1; r < world; ++r) {
     std::set<uint64_t> keep;
     for (uint64_t i : common)
       if (disk_[r].count(i)) keep.insert(i);

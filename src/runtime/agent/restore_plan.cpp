@@ -1,0 +1,53 @@
+#include "restore_plan.hpp"
+
+#include <algorithm>
+#include <iterator>
+
+namespace sigma::runtime::recovery {
+namespace {
+
+std::set<uint64_t> common(const std::set<uint64_t>& a, const std::set<uint64_t>& b) {
+  std::set<uint64_t> out;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::inserter(out, out.end()));
+  return out;
+}
+
+std::optional<RestorePlan> from_memory(const std::vector<RankHoldings>& ranks) {
+  const uint32_t world = static_cast<uint32_t>(ranks.size());
+  std::optional<std::set<uint64_t>> candidates;  // unset until a survivor is seen
+  RestorePlan plan{"memory", 0, {}};
+  for (uint32_t r = 0; r < world; ++r) {
+    if (!ranks[r].survived) continue;
+    candidates = candidates ? common(*candidates, ranks[r].own) : ranks[r].own;
+  }
+  if (!candidates) return std::nullopt;  // no survivor holds anything
+  for (uint32_t r = 0; r < world; ++r) {
+    if (ranks[r].survived) continue;
+    const uint32_t holder = (r + 1) % world;
+    if (holder == r || !ranks[holder].survived) return std::nullopt;
+    candidates = common(*candidates, ranks[holder].replica);
+    plan.handoff.emplace_back(holder, r);
+  }
+  if (candidates->empty()) return std::nullopt;
+  plan.index = *candidates->rbegin();
+  return plan;
+}
+
+std::optional<RestorePlan> from_disk(const std::vector<RankHoldings>& ranks) {
+  std::set<uint64_t> all = ranks.front().disk;
+  for (const RankHoldings& r : ranks) all = common(all, r.disk);
+  if (all.empty()) return std::nullopt;
+  return RestorePlan{"disk", *all.rbegin(), {}};
+}
+
+}  // namespace
+
+std::optional<RestorePlan> plan_restore(const std::vector<RankHoldings>& ranks, uint64_t steps_done) {
+  if (ranks.empty()) return std::nullopt;
+  if (auto p = from_memory(ranks)) return p;
+  if (auto p = from_disk(ranks)) return p;
+  if (steps_done == 0) return RestorePlan{"none", 0, {}};
+  return std::nullopt;
+}
+
+}  // namespace sigma::runtime::recovery

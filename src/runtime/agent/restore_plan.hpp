@@ -1,0 +1,43 @@
+// Which state a recovery restores, decided from what each rank holds: pure
+// (holdings in, a plan out), so the agent, the cluster simulator and the
+// tests decide it the same way. Part of the agent's recovery logic.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sigma::runtime::recovery {
+
+// What one rank of the next generation's world holds, as it reported.
+struct RankHoldings {
+  // It survived the fault: its own memory-tier snapshots are still there.
+  // A rank being replaced (false) holds nothing in memory; its state comes
+  // from the replica its ring successor (rank + 1) keeps of it.
+  bool survived = false;
+  std::set<uint64_t> own;      // its own memory-tier snapshots (step indices)
+  std::set<uint64_t> replica;  // the replicas it keeps of its predecessor's
+  std::set<uint64_t> disk;     // its committed disk checkpoints
+};
+
+struct RestorePlan {
+  std::string tier;  // "memory", "disk" or "none" (a fresh start)
+  uint64_t index = 0;
+  // memory only: (holder, receiver) of each replaced rank's replica.
+  std::vector<std::pair<uint32_t, uint32_t>> handoff;
+};
+
+// The newest state every rank can restore:
+//  1. memory: an index every survivor holds itself and every replaced rank's
+//     successor holds as a replica (and survived);
+//  2. disk: the newest checkpoint every rank committed;
+//  3. none: when no rank has finished a step yet (`steps_done` == 0: the
+//     fault came before the first snapshot was complete), a fresh start is
+//     the restore.
+// nullopt when none of these exists: the state is lost.
+std::optional<RestorePlan> plan_restore(const std::vector<RankHoldings>& ranks, uint64_t steps_done);
+
+}  // namespace sigma::runtime::recovery

@@ -1,0 +1,74 @@
+// The recovery's choice of state, without processes: what each rank holds
+// in, the tier, index and hand-offs out.
+#include "runtime/agent/restore_plan.hpp"
+
+#include <gtest/gtest.h>
+
+namespace sigma::runtime::recovery {
+namespace {
+
+using Pairs = std::vector<std::pair<uint32_t, uint32_t>>;
+
+RankHoldings survivor(std::set<uint64_t> own, std::set<uint64_t> replica, std::set<uint64_t> disk = {}) {
+  return {true, std::move(own), std::move(replica), std::move(disk)};
+}
+RankHoldings replaced(std::set<uint64_t> disk = {}) { return {false, {}, {}, std::move(disk)}; }
+
+TEST(RestorePlan, AKilledRankComesBackFromItsSuccessorsReplica) {
+  // Rank 1 of 3 died after every rank snapshotted 59 and 60; rank 2 holds
+  // rank 1's replicas.
+  const auto p = plan_restore({survivor({59, 60}, {59, 60}), replaced(), survivor({59, 60}, {59, 60})}, 61);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tier, "memory");
+  EXPECT_EQ(p->index, 60u);
+  EXPECT_EQ(p->handoff, (Pairs{{2, 1}}));
+}
+
+TEST(RestorePlan, TheNewestIndexEveryoneHoldsWinsWhenOneRankIsBehind) {
+  // Rank 0 had not snapshotted 60 yet when rank 2 died.
+  const auto p = plan_restore({survivor({59}, {59, 60}), survivor({59, 60}, {59, 60}), replaced()}, 61);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tier, "memory");
+  EXPECT_EQ(p->index, 59u);
+  EXPECT_EQ(p->handoff, (Pairs{{0, 2}}));
+}
+
+TEST(RestorePlan, TwoNeighboursLostTogetherFallBackToDisk) {
+  // Ranks 1 and 2 died: rank 1's replica died with rank 2.
+  const auto p = plan_restore(
+      {survivor({69, 70}, {69, 70}, {20, 40, 60}), replaced({20, 40, 60}), replaced({20, 40})}, 71);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tier, "disk");
+  EXPECT_EQ(p->index, 40u);  // the newest every rank committed
+  EXPECT_TRUE(p->handoff.empty());
+}
+
+TEST(RestorePlan, AFaultBeforeTheFirstSnapshotIsAFreshStart) {
+  // A rank died while the job was joining: nobody has a snapshot, nobody
+  // finished a step, there is no checkpoint: start from step 0.
+  const auto p = plan_restore({survivor({}, {}), replaced(), survivor({}, {})}, 0);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tier, "none");
+  EXPECT_EQ(p->index, 0u);
+}
+
+TEST(RestorePlan, StateThatExistsNowhereIsLostNotRestartedFromZero) {
+  // Steps were done, but no state is common to every rank.
+  EXPECT_FALSE(plan_restore({survivor({50}, {}), replaced(), replaced()}, 51).has_value());
+  EXPECT_FALSE(plan_restore({replaced()}, 10).has_value());  // a world of one has no replica
+  EXPECT_FALSE(plan_restore({}, 0).has_value());
+}
+
+TEST(RestorePlan, AWorldOfOneRestoresItsOwnSnapshotOrDisk) {
+  auto p = plan_restore({survivor({7}, {})}, 8);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tier, "memory");
+  EXPECT_EQ(p->index, 7u);
+  p = plan_restore({replaced({5})}, 8);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tier, "disk");
+  EXPECT_EQ(p->index, 5u);
+}
+
+}  // namespace
+}  // namespace sigma::runtime::recovery
