@@ -2,6 +2,8 @@
 // (SIGKILL), hung (SIGSTOP), moved off a device that the sim vendor heats
 // toward failure, and run out of spares. Every recovered run must end with
 // exactly the bytes of a fault-free run.
+#include <sigma/checkpoint.hpp>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -424,6 +426,45 @@ TEST_F(Sigmarun, ACrashBeforeTheFirstSnapshotIsRecoveredByAFreshStart) {
   ASSERT_NE(replace, nullptr) << logs(r);
   EXPECT_EQ((*replace)["device"], 1);
   expect_exact(r);
+}
+
+TEST_F(Sigmarun, SigtermStopsAtAStepBoundaryWritesTheReportAndLeavesAResumableJob) {
+  const std::string dir = job_dir("sigterm");
+  g_dirs.push_back(dir);
+  const std::vector<std::string> agent{"--nproc", "3", "--spares", "1", "--checkpoint-every", "20"};
+  std::vector<std::string> args{SIGMARUN, "--job-dir", dir, "--no-progress"};
+  args.insert(args.end(), agent.begin(), agent.end());
+  args.insert(args.end(), {"--", RUNTIME_WORKER, "--steps", std::to_string(kSteps), "--step-ms", "20"});
+  const pid_t pid = spawn(args);
+  // Stop it once the checkpoint of step 20 is complete.
+  bool saved = false;
+  for (int i = 0; i < 3000 && !saved; ++i) {
+    for (const auto& st : sigma::checkpoint::list_steps(dir + "/checkpoints/sigmarun"))
+      saved |= st.step == 20 && st.complete;
+    if (!saved) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(saved) << "no checkpoint of step 20 within 30 s";
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "sigmarun died of a signal";
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  const json report = json::parse(read_file(dir + "/report.json"));
+  EXPECT_EQ(report["status"], "stopped");
+  const std::string why = report["reason"];
+  EXPECT_NE(why.find("stopped by SIGTERM"), std::string::npos) << why;
+  EXPECT_NE(why.find("resume from the disk checkpoint of step"), std::string::npos) << why;
+  EXPECT_LT(report["steps"].get<uint64_t>(), kSteps);
+  const std::string journal = read_file(dir + "/incidents.jsonl");
+  EXPECT_NE(journal.find("\"event\":\"stop_requested\""), std::string::npos);
+  EXPECT_NE(journal.find("\"event\":\"end\""), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir + "/agent.sock")) << "a stale socket was left";
+  EXPECT_TRUE(report["incidents"].empty()) << "a requested stop is not an incident: " << report.dump();
+  // A rerun in the folder resumes from the newest checkpoint and ends exact.
+  const JobRun again = run_in(dir, agent, {"--steps", std::to_string(kSteps)});
+  ASSERT_EQ(again.exit_code, 0) << logs(again);
+  EXPECT_NE(read_file(dir + "/incidents.jsonl").find("\"event\":\"resumed\""), std::string::npos);
+  expect_exact(again);
 }
 
 TEST(SigmarunC, AWorkerWrittenInCRecoversFromAKillExactly) {

@@ -142,6 +142,12 @@ class Agent {
   void maybe_migrate();
   void watchdog();
   uint64_t find_disk_checkpoints();
+  void begin_stop(int sig);
+  void finish_stop();
+  void stop_now();
+  std::string stop_why();
+  int stop_signal_ = 0;  // SIGTERM / SIGINT received: the job is stopping
+  double stop_deadline_ = -1;
   // The newest disk checkpoint ranks 0..world-1 all committed; 0 if none.
   uint64_t newest_common_disk(uint32_t world);
   uint64_t watched_progress_ = 0;
@@ -381,6 +387,12 @@ void Agent::handle(Slot& s, const protocol::WorkerMessage& message) {
     s.restore_s = m->restore_s;
     s.last_step = static_cast<int64_t>(m->index) - 1;
   } else if (const auto* m = std::get_if<protocol::RecoverRequest>(&message)) {
+    if (stop_signal_ != 0 && s.phase == Phase::active) {
+      // Stopped at the boundary the agent asked for: this rank is through.
+      s.phase = Phase::done;
+      s.ch->send(protocol::encode(protocol::Goodbye{"the job is stopping: " + stop_why()}));
+      return;
+    }
     s.reported = true;
     s.own = std::set<uint64_t>(m->own.begin(), m->own.end());
     s.replica = std::set<uint64_t>(m->replica.begin(), m->replica.end());
@@ -777,6 +789,51 @@ uint64_t Agent::newest_common_disk(uint32_t world) {
   return common.empty() ? 0 : *common.rbegin();
 }
 
+// SIGTERM or SIGINT: every rank stops after a step none has begun (the
+// disk checkpoints taken so far stay, and a rerun in the folder resumes from
+// the newest); a second signal, or a job that is not training, stops now.
+void Agent::begin_stop(int sig) {
+  const bool again = stop_signal_ != 0;
+  stop_signal_ = sig;
+  journal_->write({{"event", "stop_requested"}, {"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
+  if (again || !started_ || round_.active || finished_) {
+    stop_now();
+    return;
+  }
+  const uint64_t boundary = progress() + 1;
+  stop_deadline_ = now() + 10;
+  for (Slot* m : members()) {
+    if (m->ch) m->ch->send(protocol::encode(protocol::StopAfter{static_cast<int64_t>(boundary)}));
+  }
+}
+
+// Stopping: done when every rank has stopped (or finished), or the deadline
+// for that has passed.
+void Agent::finish_stop() {
+  bool all = true;
+  for (Slot* m : members()) all &= m->phase == Phase::done || !m->alive;
+  if (all || now() > stop_deadline_) stop_now();
+}
+
+void Agent::stop_now() {
+  if (finished_) return;
+  end_status_ = "stopped";
+  end_why_ = stop_why();
+  exit_code_ = 128 + stop_signal_;
+  journal_->write({{"event", "stopped"}, {"reason", end_why_}});
+  end_all(end_why_);
+}
+
+std::string Agent::stop_why() {
+  const uint64_t kept = newest_common_disk(scheduler_.world_size());
+  return std::string("stopped by ") + (stop_signal_ == SIGINT ? "SIGINT" : "SIGTERM") + " after " +
+         std::to_string(reached()) + " steps; " +
+         (kept > 0 ? "rerun sigmarun in this folder to resume from the disk checkpoint of step " +
+                         std::to_string(kept)
+                   : "no disk checkpoint common to every rank was taken (--checkpoint-every), so a rerun "
+                     "starts from step 0");
+}
+
 void Agent::end_all(const std::string& why) {
   finished_ = true;
   for (Slot& s : slots_) {
@@ -914,6 +971,7 @@ int Agent::run() {
   }
   journal_ = std::make_unique<Journal>(o_.job_dir + "/incidents.jsonl", t0_);
   const int wake = sigchld_pipe();
+  catch_stop_signals();
   listen_fd_ = runtime::listen_unix(o_.job_dir + "/agent.sock");
   ::fcntl(listen_fd_, F_SETFL, O_NONBLOCK);
   nodes_.resize(o_.nnodes);
@@ -967,6 +1025,7 @@ int Agent::run() {
     }
     ::poll(fds.data(), fds.size(), 20);
     drain_sigchld_pipe();
+    if (const int sig = stop_signal(); sig != 0 && sig != stop_signal_) begin_stop(sig);
     accept_new();
     // Greetings: the first message names the device.
     for (auto it = pending_.begin(); it != pending_.end();) {
@@ -1037,6 +1096,7 @@ int Agent::run() {
         }
       }
     }
+    if (stop_signal_ != 0 && !finished_) finish_stop();
     if (!finished_) {
       health_tick();
       maybe_migrate();

@@ -48,7 +48,8 @@ struct Options {
 };
 
 // Runs the job to its end. Exit status: 0 done; 3 paused (degraded, state
-// persisted); 4 unrecoverable (said why); 2 bad usage / could not start.
+// persisted); 4 unrecoverable (said why); 2 bad usage / could not start;
+// 128 + N stopped by signal N (SIGTERM, SIGINT).
 int run(const Options& options);
 
 }  // namespace sigma::sigmarun

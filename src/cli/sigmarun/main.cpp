@@ -11,7 +11,8 @@
 // Writes DIR/incidents.jsonl (the incident journal), DIR/report.json (status,
 // incidents, goodput ledger, devices) and DIR/logs/device-N.log (each
 // worker's output). Exit status: 0 done, 2 bad usage or could not start,
-// 3 paused (no spare left), 4 unrecoverable (the report says why).
+// 3 paused (no spare left), 4 unrecoverable (the report says why), 128 + N
+// stopped by signal N (SIGTERM, SIGINT: at a step boundary, resumable).
 #include "agent.hpp"
 #include "node.hpp"
 

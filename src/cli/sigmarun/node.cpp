@@ -89,12 +89,18 @@ pid_t spawn_worker(const Options& o, uint32_t device, const EnvList& given) {
 namespace {
 
 int g_pipe[2] = {-1, -1};
+volatile sig_atomic_t g_stop_signal = 0;
 
 void on_sigchld(int) {
   const int saved = errno;
   const char c = 1;
   (void)!::write(g_pipe[1], &c, 1);
   errno = saved;
+}
+
+void on_stop(int sig) {
+  g_stop_signal = sig;
+  on_sigchld(sig);
 }
 
 }  // namespace
@@ -110,6 +116,17 @@ int sigchld_pipe() {
   ::sigaction(SIGCHLD, &sa, nullptr);
   return g_pipe[0];
 }
+
+void catch_stop_signals() {
+  sigchld_pipe();
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+}
+
+int stop_signal() { return g_stop_signal; }
 
 void drain_sigchld_pipe() {
   char drain[64];

@@ -37,6 +37,10 @@ std::string control_store_uri(const Options& o);
 int sigchld_pipe();
 // Empties that pipe (call after poll() returns).
 void drain_sigchld_pipe();
+// Makes SIGTERM and SIGINT wake the same pipe and be remembered instead of
+// ending the process; stop_signal() is the last one received (0: none).
+void catch_stop_signals();
+int stop_signal();
 
 // Runs a follower agent (node_rank >= 1). Exit status: the root's.
 int run_follower(const Options& o);
