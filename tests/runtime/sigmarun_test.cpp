@@ -664,6 +664,15 @@ TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {
   const json rep = json::parse(read_file(dir + "/report.json"));
   EXPECT_EQ(rep["status"], "unrecoverable");
   EXPECT_NE(read_file(dir + "/incidents.jsonl").find("exited with status 7"), std::string::npos);
+  // A plain program that runs to its end is done, not a fault.
+  const std::string ok_dir = job_dir("usage-ok");
+  g_dirs.push_back(ok_dir);
+  cmd = std::string(SIGMARUN) + " --nproc 2 --spares 1 --no-progress --job-dir " + ok_dir +
+        " -- /bin/sh -c 'exit 0' 2>/dev/null";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0);
+  const json done = json::parse(read_file(ok_dir + "/report.json"));
+  EXPECT_EQ(done["status"], "done") << done.dump();
+  EXPECT_TRUE(done["incidents"].empty()) << done.dump();
 }
 
 }  // namespace

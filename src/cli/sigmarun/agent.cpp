@@ -81,6 +81,7 @@ struct Slot {
   int64_t last_step = -1;
   int64_t current_step = -1;  // from heartbeats: the step in progress
   bool reported = false;
+  bool plain_done = false;  // exited 0 without ever greeting: a plain program that finished
   std::set<uint64_t> own, replica;
   uint64_t joined_gen = 0;
   double comm_s = 0, restore_s = 0;
@@ -237,6 +238,13 @@ void Agent::exited(Slot& s, const std::string& how) {
     // An expected exit: the job ended, or the worker was let go.
     if (s.phase == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += now() - s.spare_since;
     s.phase = Phase::dead;
+    return;
+  }
+  if (s.phase == Phase::starting && !s.ch && how == describe_status(0)) {
+    // A program without the session that ran to its end: not a fault.
+    s.phase = Phase::dead;
+    s.plain_done = true;
+    journal_->write({{"event", "exited_without_session"}, {"device", s.device}, {"status", how}});
     return;
   }
   // Whatever it had sent before it died still counts.
@@ -1077,8 +1085,22 @@ int Agent::run() {
         generation_ = 1;
         started_ = true;
       } else {
-        uint32_t out = 0;
-        for (Slot& s : slots_) out += s.phase == Phase::dead || s.phase == Phase::retiring;
+        uint32_t out = 0, plain = 0;
+        bool running = false;
+        for (Slot& s : slots_) {
+          out += (s.phase == Phase::dead && !s.plain_done) || s.phase == Phase::retiring;
+          plain += s.plain_done;
+          running |= s.alive;
+        }
+        if (!running && out == 0 && plain >= world_) {
+          end_status_ = "done";
+          end_why_ =
+              "every worker exited 0 without a sigma session: a plain program ran to its end (sigmarun "
+              "watched it for crashes; recovery needs the session)";
+          exit_code_ = 0;
+          journal_->write({{"event", "done_without_session"}, {"reason", end_why_}});
+          end_all(end_why_);
+        }
         if (now() > o_.validate_timeout_s && !all_heard) {
           for (Slot& s : slots_) {
             if (s.phase == Phase::starting) {
