@@ -2,6 +2,7 @@
 #include "capi.hpp"
 
 #include <string>
+#include <vector>
 
 namespace {
 thread_local std::string t_error;
@@ -25,32 +26,16 @@ const char* sigma_last_error(void) { return t_error.c_str(); }
 
 const char* sigma_status_name(sigma_status_t status) {
   if (status == SIGMA_ERR_DATA_LOSS) return "SIGMA_ERR_DATA_LOSS";
-  switch (status) {
-    case HAL_OK:
-      return "SIGMA_OK";
-    case HAL_IN_PROGRESS:
-      return "HAL_IN_PROGRESS";
-    case HAL_ERR_INVALID_ARGUMENT:
-      return "HAL_ERR_INVALID_ARGUMENT";
-    case HAL_ERR_NOT_SUPPORTED:
-      return "HAL_ERR_NOT_SUPPORTED";
-    case HAL_ERR_UNAVAILABLE:
-      return "HAL_ERR_UNAVAILABLE";
-    case HAL_ERR_DEVICE_LOST:
-      return "HAL_ERR_DEVICE_LOST";
-    case HAL_ERR_TIMEOUT:
-      return "HAL_ERR_TIMEOUT";
-    case HAL_ERR_ABORTED:
-      return "HAL_ERR_ABORTED";
-    case HAL_ERR_REMOTE_ERROR:
-      return "HAL_ERR_REMOTE_ERROR";
-    case HAL_ERR_OUT_OF_MEMORY:
-      return "HAL_ERR_OUT_OF_MEMORY";
-    case HAL_ERR_INTERNAL:
-      return "HAL_ERR_INTERNAL";
-    default:
-      return "undefined status";
-  }
+  if (status == SIGMA_OK) return "SIGMA_OK";
+  if (status < HAL_ERR_MIN_V1 || status > HAL_IN_PROGRESS) return "undefined status";
+  // The HAL's own names, kept for the life of the process.
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (hal_status_t st = HAL_ERR_MIN_V1; st <= HAL_IN_PROGRESS; ++st)
+      v.push_back(sigma::hal_status_name(st));
+    return v;
+  }();
+  return names[static_cast<size_t>(status - HAL_ERR_MIN_V1)].c_str();
 }
 
 sigma_status_t sigma_plugin_load(const char* name_or_path, const char* options, sigma_plugin_t** plugin) {
