@@ -192,6 +192,9 @@ json encode(const WorkerMessage& m) {
           [](const Done& x) -> json {
             return {{"type", "done"}, {"steps", x.steps}};
           },
+          [](const StorageFailed& x) -> json {
+            return {{"type", "storage_failed"}, {"index", x.index}, {"reason", x.reason}};
+          },
       },
       m);
 }
@@ -290,6 +293,7 @@ WorkerMessage decode_worker(const json& j) {
                           f.integers<uint64_t>("replica"),
                           f.integers<uint64_t>("disk")};
   if (type == "done") return Done{f.integer<uint64_t>("steps")};
+  if (type == "storage_failed") return StorageFailed{f.integer<uint64_t>("index"), f.text("reason")};
   bad(type, "not a message a worker sends");
 }
 

@@ -96,8 +96,16 @@ struct Done {
   uint64_t steps = 0;
 };
 
-using WorkerMessage =
-    std::variant<Hello, Heartbeat, Joined, StepDone, Snapshotted, Checkpointed, RecoverRequest, Done>;
+// The disk checkpoint of `index` could not be written (a full, read-only or
+// missing folder): a storage incident, not a device fault; training goes on
+// with the memory tier.
+struct StorageFailed {
+  uint64_t index = 0;
+  std::string reason;
+};
+
+using WorkerMessage = std::variant<Hello, Heartbeat, Joined, StepDone, Snapshotted, Checkpointed,
+                                   RecoverRequest, Done, StorageFailed>;
 
 // ---- agent -> worker -------------------------------------------------------
 

@@ -426,9 +426,17 @@ void Session::step_end(uint64_t step) {
   if (should_checkpoint(step)) {
     checkpoint::Metadata meta;
     meta.step = index;
-    m.disk().save(m.views, meta);
-    m.disk_indices.push_back(index);
-    m.ch->send(protocol::encode(protocol::Checkpointed{index}));
+    try {
+      m.disk().save(m.views, meta);
+      m.disk_indices.push_back(index);
+      m.ch->send(protocol::encode(protocol::Checkpointed{index}));
+    } catch (const Error& e) {
+      // The disk failed, not the device: the memory tier still holds the
+      // state, so training goes on and the agent is told. The engine is
+      // made again at the next checkpoint (the folder may come back).
+      m.engine.reset();
+      m.ch->send(protocol::encode(protocol::StorageFailed{index, e.what()}));
+    }
   }
   const int64_t stop = m.stop_after.load();
   if (stop >= 0 && static_cast<int64_t>(step) >= stop) {

@@ -453,7 +453,7 @@ TEST_F(Sigmarun, SigtermStopsAtAStepBoundaryWritesTheReportAndLeavesAResumableJo
   EXPECT_EQ(report["status"], "stopped");
   const std::string why = report["reason"];
   EXPECT_NE(why.find("stopped by SIGTERM"), std::string::npos) << why;
-  EXPECT_NE(why.find("resume from the disk checkpoint of step"), std::string::npos) << why;
+  EXPECT_NE(why.find("is kept: rerun sigmarun in this folder to resume from it"), std::string::npos) << why;
   EXPECT_LT(report["steps"].get<uint64_t>(), kSteps);
   const std::string journal = read_file(dir + "/incidents.jsonl");
   EXPECT_NE(journal.find("\"event\":\"stop_requested\""), std::string::npos);
@@ -465,6 +465,26 @@ TEST_F(Sigmarun, SigtermStopsAtAStepBoundaryWritesTheReportAndLeavesAResumableJo
   ASSERT_EQ(again.exit_code, 0) << logs(again);
   EXPECT_NE(read_file(dir + "/incidents.jsonl").find("\"event\":\"resumed\""), std::string::npos);
   expect_exact(again);
+}
+
+TEST_F(Sigmarun, AFailingDiskIsAStorageIncidentAndTheJobGoesOnFromTheMemoryTier) {
+  // The checkpoint folder cannot be made: a regular file stands where it
+  // would go, as a read-only or vanished mount would refuse it.
+  const std::string dir = job_dir("storage");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/checkpoints") << "not a folder\n";
+  JobRun r = run_in(dir, {"--nproc", "3", "--spares", "1", "--checkpoint-every", "20"},
+                    {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "1"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  // One incident, the kill, recovered from memory: the failed saves were
+  // no device fault and started no recovery.
+  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  EXPECT_EQ(r.report["incidents"][0]["restore"], "memory");
+  EXPECT_GE(r.report["storage"]["failed_saves"].get<uint64_t>(), 3u * (kSteps / 20 - 1)) << r.report.dump();
+  EXPECT_NE(r.report["storage"]["last_error"].get<std::string>().find("checkpoints"), std::string::npos)
+      << r.report.dump();
+  ASSERT_NE(find_event(r, "storage_failed"), nullptr);
+  expect_exact(r);
 }
 
 TEST(SigmarunC, AWorkerWrittenInCRecoversFromAKillExactly) {

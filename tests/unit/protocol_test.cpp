@@ -84,6 +84,10 @@ TEST(Protocol, EveryWorkerMessageRoundTrips) {
   EXPECT_EQ(std::get<Snapshotted>(decode_worker(encode(WorkerMessage{Snapshotted{10}}))).index, 10u);
   EXPECT_EQ(std::get<Checkpointed>(decode_worker(encode(WorkerMessage{Checkpointed{20}}))).index, 20u);
   EXPECT_EQ(std::get<Done>(decode_worker(encode(WorkerMessage{Done{160}}))).steps, 160u);
+  const StorageFailed sf =
+      std::get<StorageFailed>(decode_worker(encode(WorkerMessage{StorageFailed{40, "disk full"}})));
+  EXPECT_EQ(sf.index, 40u);
+  EXPECT_EQ(sf.reason, "disk full");
 }
 
 TEST(Protocol, AFailedTelemetryReadTravelsAsAnErrorNotASample) {

@@ -147,7 +147,10 @@ class Agent {
   void finish_stop();
   void stop_now();
   std::string stop_why();
-  int stop_signal_ = 0;  // SIGTERM / SIGINT received: the job is stopping
+  std::string resume_hint(const std::string& when);
+  int stop_signal_ = 0;            // SIGTERM / SIGINT received: the job is stopping
+  uint64_t storage_failures_ = 0;  // disk checkpoints that could not be written
+  std::string storage_error_;      // the last one's reason
   double stop_deadline_ = -1;
   // The newest disk checkpoint ranks 0..world-1 all committed; 0 if none.
   uint64_t newest_common_disk(uint32_t world);
@@ -419,6 +422,14 @@ void Agent::handle(Slot& s, const protocol::WorkerMessage& message) {
           "rank " + std::to_string(s.rank) + " reported: " + (m->reason.empty() ? "an error" : m->reason), t);
       s.reported = true;
     }
+  } else if (const auto* m = std::get_if<protocol::StorageFailed>(&message)) {
+    ++storage_failures_;
+    storage_error_ = m->reason;
+    journal_->write({{"event", "storage_failed"},
+                     {"device", s.device},
+                     {"rank", s.rank},
+                     {"index", m->index},
+                     {"reason", m->reason}});
   } else if (const auto* m = std::get_if<protocol::Done>(&message)) {
     s.phase = Phase::done;
     s.last_step = static_cast<int64_t>(m->steps) - 1;
@@ -581,14 +592,7 @@ void Agent::advance_round() {
     }
     if (round_.paused) {
       end_status_ = "paused";
-      const uint64_t kept = newest_common_disk(scheduler_.world_size());
-      end_why_ =
-          round_.pause_reason +
-          (kept > 0 ? "; the disk checkpoint of step " + std::to_string(kept) +
-                          " is kept, rerun sigmarun in this folder when a device is repaired to resume "
-                          "from it"
-                    : "; no disk checkpoint common to every rank was taken (--checkpoint-every), so a "
-                      "rerun starts from step 0");
+      end_why_ = round_.pause_reason + "; " + resume_hint("when a device is repaired");
       exit_code_ = 3;
       journal_->write({{"event", "paused"}, {"reason", end_why_}});
       end_all(end_why_);
@@ -833,13 +837,23 @@ void Agent::stop_now() {
 }
 
 std::string Agent::stop_why() {
-  const uint64_t kept = newest_common_disk(scheduler_.world_size());
   return std::string("stopped by ") + (stop_signal_ == SIGINT ? "SIGINT" : "SIGTERM") + " after " +
-         std::to_string(reached()) + " steps; " +
-         (kept > 0 ? "rerun sigmarun in this folder to resume from the disk checkpoint of step " +
-                         std::to_string(kept)
-                   : "no disk checkpoint common to every rank was taken (--checkpoint-every), so a rerun "
-                     "starts from step 0");
+         std::to_string(reached()) + " steps; " + resume_hint("");
+}
+
+// What a rerun in this folder resumes from: the newest disk checkpoint every
+// rank committed, or why there is none (none was asked for, or the disk
+// tier failed).
+std::string Agent::resume_hint(const std::string& when) {
+  const uint64_t kept = newest_common_disk(scheduler_.world_size());
+  if (kept > 0)
+    return "the disk checkpoint of step " + std::to_string(kept) + " is kept: rerun sigmarun in this folder" +
+           (when.empty() ? "" : " " + when) + " to resume from it";
+  if (storage_failures_ > 0)
+    return "no disk checkpoint could be written (the disk tier failed " + std::to_string(storage_failures_) +
+           " time(s), the last: " + storage_error_ + "), so a rerun starts from step 0";
+  return "no disk checkpoint common to every rank was taken (--checkpoint-every), so a rerun starts from "
+         "step 0";
 }
 
 void Agent::end_all(const std::string& why) {
@@ -942,8 +956,12 @@ void Agent::write_report(const std::string& status, const std::string& why) {
               {"incidents", incidents_},
               {"ledger", ledger_.to_json(wall)},
               {"spare_advice", advice},
+              {"storage", {{"failed_saves", storage_failures_}, {"last_error", storage_error_}}},
               {"devices", devices}};
   write_json_file(o_.job_dir + "/report.json", report);
+  if (storage_failures_ > 0)
+    std::fprintf(stderr, "sigmarun: the disk tier is failing: %llu checkpoint save(s) failed, the last: %s\n",
+                 static_cast<unsigned long long>(storage_failures_), storage_error_.c_str());
   std::fprintf(stderr, "sigmarun: %s after %llu steps in %.2f s%s%s; goodput %.3f; report: %s/report.json\n",
                status.c_str(), static_cast<unsigned long long>(reached()), wall, why.empty() ? "" : ": ",
                why.c_str(), report["ledger"]["goodput"].get<double>(), o_.job_dir.c_str());
