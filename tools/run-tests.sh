@@ -4,7 +4,7 @@
 # over its corpus (the checkpoint reader longest). Fails when any test fails
 # or any fuzzer finds a crash.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-sigma_ensure_packages clang-format
+sigma_ensure_packages clang-format clang-tidy
 
 # Every C and C++ file is in .clang-format's style: formatting is the
 # tool's, never a reviewer's.
@@ -16,6 +16,13 @@ fi
 for preset in default asan tsan; do
   echo "==== $preset: build"
   sigma_build "$preset"
+  if [ "$preset" = default ]; then
+    # .clang-tidy's bug-finding checks over the library's sources, on the
+    # Release build's compile commands; any finding fails the run.
+    echo "==== clang-tidy: the library"
+    git ls-files -z 'src/*.cpp' 'kernels/cpu/*.cpp' | grep -zv '^src/cli/' |
+      xargs -0 -P "$(nproc)" -n 4 clang-tidy -p build/default --quiet --extra-arg=-Wno-unknown-warning-option
+  fi
   echo "==== $preset: test"
   ctest --preset "$preset" -j "$(nproc)"
   # Sanitizer builds run each test through tests/tools/sanitizer_run.sh,

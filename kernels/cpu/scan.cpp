@@ -59,7 +59,7 @@ template <bool kExact>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void f32_step(const uint8_t* p, __m256i& bad,
                                                                              __m256i& amax, __m256d s[4]) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
-  for (int k = 0; k < 2; ++k) {
+  for (size_t k = 0; k < 2; ++k) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * k));
     __m256i v = _mm256_and_si256(x, abs_mask);
     if constexpr (kExact) {
@@ -74,7 +74,7 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void f32_step(con
 }
 
 __attribute__((target("avx2,fma,f16c"))) ScanResult scan_f32_avx2(const uint8_t* p, uint64_t count) {
-  constexpr uint64_t kBlock = 16 * 16384;
+  constexpr uint64_t kBlock = uint64_t{16} * 16384;
   __m256d total[4];
   for (auto& t : total) t = _mm256_setzero_pd();
   ScanResult r;
@@ -101,7 +101,7 @@ __attribute__((target("avx2,fma,f16c"))) ScanResult scan_f32_avx2(const uint8_t*
       block_top = *std::max_element(m, m + 8);
     }
     top = std::max(top, block_top);
-    for (int k = 0; k < 4; ++k) total[k] = _mm256_add_pd(total[k], s[k]);
+    for (size_t k = 0; k < 4; ++k) total[k] = _mm256_add_pd(total[k], s[k]);
   }
   r.sum_squares = hsum(_mm256_add_pd(_mm256_add_pd(total[0], total[1]), _mm256_add_pd(total[2], total[3])));
   float amax;
@@ -189,7 +189,7 @@ __attribute__((target("avx2,fma,f16c"))) ScanResult scan_half_avx2(const uint8_t
   // 2^-50). f16 squares always fit.
   constexpr uint16_t kBig = kBf16 ? 190u << 7 : 0x7C00u;  // bf16 2^63; f16 Inf
   constexpr uint16_t kTiny = kBf16 ? 77u << 7 : 0u;       // bf16 2^-50
-  constexpr uint64_t kBlock = 32 * 8192;                  // 16-bit lane counters cannot wrap
+  constexpr uint64_t kBlock = uint64_t{32} * 8192;        // 16-bit lane counters cannot wrap
   __m256d total[4];
   for (auto& t : total) t = _mm256_setzero_pd();
   ScanResult r;
@@ -208,7 +208,7 @@ __attribute__((target("avx2,fma,f16c"))) ScanResult scan_half_avx2(const uint8_t
     }
     r.non_finite += bad;
     top = std::max(top, block_top);
-    for (int k = 0; k < 4; ++k) total[k] = _mm256_add_pd(total[k], s[k]);
+    for (size_t k = 0; k < 4; ++k) total[k] = _mm256_add_pd(total[k], s[k]);
   }
   r.sum_squares = hsum(_mm256_add_pd(_mm256_add_pd(total[0], total[1]), _mm256_add_pd(total[2], total[3])));
   r.amax = kBf16 ? bf16_to_f32(top) : f16_to_f32(top);

@@ -47,7 +47,7 @@ __attribute__((target("avx2"))) uint64_t shuffle4(const uint8_t* s, const uint8_
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     __m256i a[4];
-    for (int k = 0; k < 4; ++k) {
+    for (size_t k = 0; k < 4; ++k) {
       // After this, qword q of a[k] holds byte q of elements i+8k .. i+8k+7.
       a[k] = _mm256_permutevar8x32_epi32(
           _mm256_shuffle_epi8(load<kXor>(s + 4 * i + 32 * k, at(base, 4 * i + 32 * k)), group), spread);
@@ -74,7 +74,7 @@ __attribute__((target("avx2"))) uint64_t unshuffle4(const uint8_t* s, const uint
     const __m256i t1 = _mm256_permute2x128_si256(p1, p3, 0x20), t3 = _mm256_permute2x128_si256(p1, p3, 0x31);
     const __m256i a[4] = {_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1),
                           _mm256_unpacklo_epi64(t2, t3), _mm256_unpackhi_epi64(t2, t3)};
-    for (int k = 0; k < 4; ++k) {
+    for (size_t k = 0; k < 4; ++k) {
       store<kXor, kStream>(d + 4 * i + 32 * k,
                            _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(a[k], gather), group),
                            at(base, 4 * i + 32 * k));
