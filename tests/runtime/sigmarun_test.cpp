@@ -487,6 +487,30 @@ TEST_F(Sigmarun, AFailingDiskIsAStorageIncidentAndTheJobGoesOnFromTheMemoryTier)
   expect_exact(r);
 }
 
+TEST_F(Sigmarun, ASpareThatDiesDuringItsHandOffIsReplacedAndNoSurvivorIsKilled) {
+  // Device 1 is killed at step 60; the first spare (device 3) crashes in
+  // its first collective of the job, the new communicator's probe. The
+  // survivors' probe fails with it, and they report before or after its
+  // exit is reaped; either way they wait for the next assignment and the
+  // second spare (device 4) takes the rank.
+  const std::string scenario = ::testing::TempDir() + "spare-dies-" + std::to_string(::getpid()) + ".yaml";
+  g_dirs.push_back(scenario);
+  std::ofstream(scenario) << "seed: 6\nduration_s: 600\nworld_size: 5\n"
+                             "faults:\n  - {kind: crash, device: 3, at_op: 1}\n";
+  JobRun r =
+      sigmarun("spare-dies", std::vector<std::string>{"--nproc", "3", "--spares", "2"} + on_sim(scenario),
+               {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "1"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  for (const json& j : r.journal) {
+    if (j.value("event", "") != "fault") continue;
+    EXPECT_TRUE(j["device"] == 1 || j["device"] == 3) << "a healthy rank was treated as faulty: " << j.dump();
+  }
+  const json* to4 = find_event(r, "scheduler", "to_device", 4);
+  ASSERT_NE(to4, nullptr) << logs(r);
+  EXPECT_EQ((*to4)["action"], "replace");
+  expect_exact(r);
+}
+
 TEST(SigmarunC, AWorkerWrittenInCRecoversFromAKillExactly) {
   JobRun clean = sigmarun("c-clean", {"--nproc", "2", "--spares", "1"}, {"120"}, RUNTIME_C_WORKER);
   ASSERT_EQ(clean.exit_code, 0) << logs(clean);

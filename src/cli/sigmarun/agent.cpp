@@ -100,8 +100,13 @@ struct Round {
   std::string tier;
   bool rejoined = false;
   double rejoined_s = 0;
+  uint32_t failed_assignments = 0;  // assignments a rank could not carry out
   json record;
 };
+
+// Assignments that may fail (a rank cannot build the communicator or restore)
+// before the job pauses with the reason instead of trying for ever.
+constexpr uint32_t kMaxFailedAssignments = 3;
 
 class Agent {
  public:
@@ -398,6 +403,23 @@ void Agent::handle(Slot& s, const protocol::WorkerMessage& message) {
     s.restore_s = m->restore_s;
     s.last_step = static_cast<int64_t>(m->index) - 1;
   } else if (const auto* m = std::get_if<protocol::RecoverRequest>(&message)) {
+    if (s.phase == Phase::active && round_.active && round_.assigned && !round_.rejoined &&
+        s.joined_gen != generation_) {
+      // It could not carry out the assignment (its communicator, probe or
+      // restore failed): the round starts over, a bounded number of times.
+      s.own = std::set<uint64_t>(m->own.begin(), m->own.end());
+      s.replica = std::set<uint64_t>(m->replica.begin(), m->replica.end());
+      const std::string why = "rank " + std::to_string(s.rank) + " could not join generation " +
+                              std::to_string(generation_) + ": " + m->reason;
+      if (++round_.failed_assignments >= kMaxFailedAssignments) {
+        round_.paused = true;
+        round_.pause_reason =
+            "recovery failed " + std::to_string(round_.failed_assignments) + " times; the last: " + why;
+      }
+      start_round(why, round_.fault_s);
+      s.reported = true;
+      return;
+    }
     if (stop_signal_ != 0 && s.phase == Phase::active) {
       // Stopped at the boundary the agent asked for: this rank is through.
       s.phase = Phase::done;
@@ -467,7 +489,11 @@ void Agent::start_round(const std::string& cause, double fault_s) {
       round_.cause += "; then " + cause;
     }
     round_.record["cause"] = round_.cause;
-    reset_reports = round_.assigned;
+    // Reports are never reset here: one made after the assignment went out
+    // (a survivor whose new communicator failed with the spare) is the
+    // report of what it holds now, and it will not send another: resetting
+    // it had the agent kill a healthy rank for waiting.
+    reset_reports = false;
     round_.assigned = false;
   } else {
     if (round_.active) {
