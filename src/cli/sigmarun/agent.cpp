@@ -403,23 +403,6 @@ void Agent::handle(Slot& s, const protocol::WorkerMessage& message) {
     s.restore_s = m->restore_s;
     s.last_step = static_cast<int64_t>(m->index) - 1;
   } else if (const auto* m = std::get_if<protocol::RecoverRequest>(&message)) {
-    if (s.phase == Phase::active && round_.active && round_.assigned && !round_.rejoined &&
-        s.joined_gen != generation_) {
-      // It could not carry out the assignment (its communicator, probe or
-      // restore failed): the round starts over, a bounded number of times.
-      s.own = std::set<uint64_t>(m->own.begin(), m->own.end());
-      s.replica = std::set<uint64_t>(m->replica.begin(), m->replica.end());
-      const std::string why = "rank " + std::to_string(s.rank) + " could not join generation " +
-                              std::to_string(generation_) + ": " + m->reason;
-      if (++round_.failed_assignments >= kMaxFailedAssignments) {
-        round_.paused = true;
-        round_.pause_reason =
-            "recovery failed " + std::to_string(round_.failed_assignments) + " times; the last: " + why;
-      }
-      start_round(why, round_.fault_s);
-      s.reported = true;
-      return;
-    }
     if (stop_signal_ != 0 && s.phase == Phase::active) {
       // Stopped at the boundary the agent asked for: this rank is through.
       s.phase = Phase::done;
@@ -439,11 +422,23 @@ void Agent::handle(Slot& s, const protocol::WorkerMessage& message) {
       fault(s, "the device reports itself lost: " + m->reason, t);
       return;
     }
-    if (s.phase == Phase::active && !round_.active) {
+    if (s.phase != Phase::active) return;
+    if (!round_.active) {
       start_round(
           "rank " + std::to_string(s.rank) + " reported: " + (m->reason.empty() ? "an error" : m->reason), t);
-      s.reported = true;
+    } else if (round_.assigned && !round_.rejoined && s.joined_gen != generation_) {
+      // It could not carry out the assignment (its communicator, probe or
+      // restore failed): the round starts over, a bounded number of times.
+      const std::string why = "rank " + std::to_string(s.rank) + " could not join generation " +
+                              std::to_string(generation_) + ": " + m->reason;
+      if (++round_.failed_assignments >= kMaxFailedAssignments) {
+        round_.paused = true;
+        round_.pause_reason =
+            "recovery failed " + std::to_string(round_.failed_assignments) + " times; the last: " + why;
+      }
+      start_round(why, round_.fault_s);
     }
+    s.reported = true;  // its report stands for the next assignment
   } else if (const auto* m = std::get_if<protocol::StorageFailed>(&message)) {
     ++storage_failures_;
     storage_error_ = m->reason;
