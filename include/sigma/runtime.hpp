@@ -118,6 +118,10 @@ class Session {
   // the agent's loss propagate.
   std::optional<uint64_t> run(uint64_t total_steps, const std::function<void(uint64_t)>& step_fn);
   // Reports the job done on this rank and waits for the agent's goodbye.
+  // Throws Error(aborted) when a peer fails before every rank has finished:
+  // this rank's state is then needed to restore the peer's, so call
+  // recover() and run the steps from the step it returns, then finish again
+  // (run() does).
   void finish(uint64_t steps_done);
 
  private:

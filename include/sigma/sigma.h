@@ -290,7 +290,10 @@ int32_t sigma_session_ended(const sigma_session_t* s);
  */
 sigma_status_t sigma_session_recover(sigma_session_t* s, const char* reason, uint64_t* next_step);
 
-/* Reports the job done on this rank and waits for the agent's goodbye. */
+/* Reports the job done on this rank and waits for the agent's goodbye.
+ * HAL_ERR_ABORTED: a peer failed before every rank had finished, and this
+ * rank's state is needed to restore it: call sigma_session_recover, run the
+ * steps from the one it returns, then finish again. */
 sigma_status_t sigma_session_finish(sigma_session_t* s, uint64_t steps_done);
 
 #ifdef __cplusplus

@@ -97,6 +97,7 @@ struct Session::Impl {
   std::atomic<bool> in_step_end{false};  // inside step_end: the step's own work is done
   std::atomic<int64_t> stop_after{-1};
   std::atomic<uint64_t> abort_seq{0};  // aborts received so far
+  uint64_t assigned_aborts = 0;        // ... when the assignment in force arrived
   // An assignment, retirement or goodbye from the agent, with the number of
   // aborts received before it (a later abort makes an assignment stale).
   struct Command {
@@ -142,7 +143,10 @@ struct Session::Impl {
       const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now());
       auto msg = ch->receive(std::max(std::chrono::milliseconds(0), wait));
       if (ch->closed()) {
-        agent_gone = true;
+        {
+          std::lock_guard<std::mutex> lk(inbox_mu);  // waiters read it under the lock
+          agent_gone = true;
+        }
         abort_comm();
         inbox_cv.notify_all();
         return;
@@ -168,8 +172,13 @@ struct Session::Impl {
       m = protocol::Goodbye{e.what()};
     }
     if (std::holds_alternative<protocol::Abort>(m)) {
-      ++abort_seq;
+      {
+        // Under the inbox's lock: finish() waits for an abort there too.
+        std::lock_guard<std::mutex> lk(inbox_mu);
+        ++abort_seq;
+      }
       abort_comm();
+      inbox_cv.notify_all();
       return;
     }
     if (const auto* stop = std::get_if<protocol::StopAfter>(&m)) {
@@ -178,14 +187,15 @@ struct Session::Impl {
       if (current_step.load() > stop->step) abort_comm();
       return;
     }
-    if (!std::holds_alternative<protocol::Assign>(m)) {  // retire, goodbye
-      ++abort_seq;
-      abort_comm();
-    }
+    const bool leaving = !std::holds_alternative<protocol::Assign>(m);  // retire, goodbye
     {
+      // The count and the command change together: finish() reads a
+      // goodbye's abort as the goodbye, never as a peer's failure.
       std::lock_guard<std::mutex> lk(inbox_mu);
+      if (leaving) ++abort_seq;
       inbox.push_back({std::move(m), abort_seq.load()});
     }
+    if (leaving) abort_comm();
     inbox_cv.notify_all();
   }
 
@@ -292,6 +302,7 @@ struct Session::Impl {
       tier.snapshot(index, views, *comm, rank, world);
     }
     stop_after = -1;
+    assigned_aborts = aborts_before;
     current_step = static_cast<int64_t>(index);
     ch->send(protocol::encode(protocol::Joined{generation, rank, index, how,
                                                std::chrono::duration<double>(t1 - t0).count(), probe_s,
@@ -461,13 +472,28 @@ uint64_t Session::recover(const std::string& reason) {
 
 void Session::finish(uint64_t steps_done) {
   Impl& m = *impl_;
-  m.ch->send(protocol::encode(protocol::Done{steps_done}));
-  try {
-    for (;;) {
-      if (std::holds_alternative<protocol::Goodbye>(m.next_command().message)) break;
+  // An abort since the assignment in force (a peer failed while this rank
+  // ran its last steps) is answered with a report, not with Done.
+  const uint64_t aborts = m.assigned_aborts;
+  bool told = false;
+  std::unique_lock<std::mutex> lk(m.inbox_mu);
+  for (;;) {
+    while (!m.inbox.empty()) {
+      const bool leaving = !std::holds_alternative<protocol::Assign>(m.inbox.front().message);
+      m.inbox.pop_front();
+      if (leaving) return;  // the goodbye (or a retirement): the job is over here
     }
-  } catch (const Error&) {
-    // The agent left first: the job is over either way.
+    if (m.agent_gone.load()) return;  // the agent left first: over either way
+    if (m.abort_seq.load() != aborts)
+      throw Error(Code::aborted, "runtime: a peer failed before the job ended; recover and finish again");
+    if (!told) {
+      lk.unlock();
+      m.ch->send(protocol::encode(protocol::Done{steps_done}));
+      lk.lock();
+      told = true;
+      continue;
+    }
+    m.inbox_cv.wait(lk);
   }
 }
 
@@ -480,41 +506,50 @@ bool Session::ended() const noexcept { return impl_->ended.load(); }
 std::optional<uint64_t> Session::run(uint64_t total_steps, const std::function<void(uint64_t)>& step_fn) {
   uint64_t step = 0;
   std::optional<std::string> failed;
+  auto note = [&](const Error& e) {
+    if (impl_->agent_gone) throw e;
+    failed = std::string(code_name(e.code())) + ": " + e.what();
+  };
   try {
     step = join();
   } catch (const Error& e) {
     if (ended()) return std::nullopt;
-    if (impl_->agent_gone) throw;
-    failed = std::string(code_name(e.code())) + ": " + e.what();
+    note(e);
   }
-  while (step < total_steps || failed) {
-    if (failed) {
-      // Recover until an assignment works out (a peer may die meanwhile).
-      std::string why = *failed;
-      for (;;) {
-        try {
-          step = recover(why);
-          break;
-        } catch (const Error& again) {
-          if (ended()) return std::nullopt;
-          if (impl_->agent_gone) throw;
-          why = std::string(code_name(again.code())) + ": " + again.what();
+  for (;;) {
+    while (step < total_steps || failed) {
+      if (failed) {
+        // Recover until an assignment works out (a peer may die meanwhile).
+        std::string why = *failed;
+        for (;;) {
+          try {
+            step = recover(why);
+            break;
+          } catch (const Error& again) {
+            if (ended()) return std::nullopt;
+            if (impl_->agent_gone) throw;
+            why = std::string(code_name(again.code())) + ": " + again.what();
+          }
         }
+        failed.reset();
+        continue;
       }
-      failed.reset();
-      continue;
+      try {
+        step_begin(step);
+        step_fn(step);
+        step_end(step);
+        ++step;
+      } catch (const Error& e) {
+        note(e);
+      }
     }
     try {
-      step_begin(step);
-      step_fn(step);
-      step_end(step);
-      ++step;
+      finish(step);
+      return step;
     } catch (const Error& e) {
-      failed = std::string(code_name(e.code())) + ": " + e.what();
+      note(e);  // a peer failed in the last steps: recover, run them again
     }
   }
-  finish(step);
-  return step;
 }
 
 }  // namespace sigma::runtime

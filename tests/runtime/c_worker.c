@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
     sigma_session_destroy(s);
     return ended ? 0 : 1;
   }
+again:
   while (step < steps) {
     hal_status_t st;
     if (step == kill_step && dev_env != NULL && (uint32_t)atoi(dev_env) == kill_device) raise(SIGKILL);
@@ -110,7 +111,16 @@ int main(int argc, char** argv) {
   f = fopen(path, "wb");
   if (f == NULL || fwrite(params, sizeof params, 1, f) != 1) return 1;
   fclose(f);
-  sigma_session_finish(s, step);
+  if (sigma_session_finish(s, step) == HAL_ERR_ABORTED && !sigma_session_ended(s)) {
+    /* A peer failed in the last steps: this rank's state restores it. */
+    while (sigma_session_recover(s, sigma_last_error(), &step) != SIGMA_OK) {
+      if (sigma_session_ended(s)) {
+        sigma_session_destroy(s);
+        return 0;
+      }
+    }
+    goto again;
+  }
   sigma_session_api(s)->device->mem_free(0, dev);
   sigma_session_destroy(s);
   return 0;
