@@ -5,11 +5,15 @@
 // the way, as long as recovery is exact.
 //
 //   runtime_worker --steps N [--size K] [--step-ms MS]
-//                  [--kill-at STEP --kill-device D [--kill-signal KILL|STOP]]...
+//                  [--kill-at STEP --kill-device D [--kill-signal KILL|STOP]
+//                   [--kill-after-reduce] [--kill-delay-ms MS]]...
 //                  [--log PREFIX]
 //
 // --kill-at: the process on device D sends itself the signal when it starts
-// step STEP (the first time only: a replacement on another device does not).
+// step STEP (the first time only: a replacement on another device does not),
+// or with --kill-after-reduce once that step's all-reduce and update are
+// done (its peers can then finish the step without it); --kill-delay-ms
+// waits that long first.
 // At the end each rank writes JOB_DIR/final-rank-R.bin (parameters then
 // momentum). --log: each process appends "step N T" after each step and
 // "kill T" before signalling itself to PREFIX.dDEVICE (T: CLOCK_MONOTONIC
@@ -36,6 +40,8 @@ struct Kill {
   uint64_t step;
   uint32_t device;
   int signal;
+  bool after_reduce = false;  // at the end of the step's compute, after its all-reduce
+  double delay_ms = 0;        // ... and this long after
 };
 
 }  // namespace
@@ -66,6 +72,10 @@ int main(int argc, char** argv) {
       kills.push_back({std::stoull(next()), 0, SIGKILL});
     else if (a == "--kill-device" && !kills.empty())
       kills.back().device = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--kill-after-reduce" && !kills.empty())
+      kills.back().after_reduce = true;
+    else if (a == "--kill-delay-ms" && !kills.empty())
+      kills.back().delay_ms = std::stod(next());
     else if (a == "--kill-signal" && !kills.empty())
       kills.back().signal = next() == "STOP" ? SIGSTOP : SIGKILL;
     else {
@@ -89,9 +99,10 @@ int main(int argc, char** argv) {
       ::clock_gettime(CLOCK_MONOTONIC, &ts);
       return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
     };
-    auto done = s.run(steps, [&](uint64_t step) {
+    auto fire = [&](uint64_t step, bool after_reduce) {
       for (const Kill& k : kills) {
-        if (k.step == step && k.device == device) {
+        if (k.step == step && k.device == device && k.after_reduce == after_reduce) {
+          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(k.delay_ms));
           std::fprintf(stderr, "runtime_worker: device %u sends itself signal %d at step %llu\n", device,
                        k.signal, static_cast<unsigned long long>(step));
           std::fflush(stderr);
@@ -102,6 +113,9 @@ int main(int argc, char** argv) {
           ::kill(::getpid(), k.signal);
         }
       }
+    };
+    auto done = s.run(steps, [&](uint64_t step) {
+      fire(step, false);
       const float r = static_cast<float>(s.rank());
       for (uint64_t i = 0; i < size; ++i) {
         grad[i] = 0.01f * std::sin(params[i] * 3.0f + 0.01f * static_cast<float>(step) + 0.1f * r);
@@ -116,6 +130,7 @@ int main(int argc, char** argv) {
         momentum[i] = 0.9f * momentum[i] + grad[i] * inv;
         params[i] -= 0.1f * momentum[i];
       }
+      fire(step, true);
       if (log) {
         std::fprintf(log, "step %llu %.6f\n", static_cast<unsigned long long>(step), mono());
         std::fflush(log);

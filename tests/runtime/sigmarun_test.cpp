@@ -511,6 +511,59 @@ TEST_F(Sigmarun, ASpareThatDiesDuringItsHandOffIsReplacedAndNoSurvivorIsKilled) 
   expect_exact(r);
 }
 
+TEST_F(Sigmarun, ASpareThatHangsInItsHandOffIsReplacedAfterTheRecoveryTimeout) {
+  // Device 1 is killed at step 60; the first spare (device 3) hangs in its
+  // first hand-off operation and keeps beating. Rank 0 joins the new
+  // generation; the spare never does: after --recovery-timeout it is
+  // replaced by the second spare, and no survivor is killed.
+  const std::string scenario = ::testing::TempDir() + "spare-hangs-" + std::to_string(::getpid()) + ".yaml";
+  g_dirs.push_back(scenario);
+  std::ofstream(scenario) << "seed: 6\nduration_s: 600\nworld_size: 5\n"
+                             "faults:\n  - {kind: hang, device: 3, at_op: 2}\n";
+  JobRun r = sigmarun(
+      "spare-hangs",
+      std::vector<std::string>{"--nproc", "3", "--spares", "2", "--recovery-timeout", "3"} + on_sim(scenario),
+      {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "1"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_NE(find_event(r, "recovery_overdue"), nullptr) << logs(r);
+  for (const json& j : r.journal) {
+    if (j.value("event", "") != "fault") continue;
+    EXPECT_TRUE(j["device"] == 1 || j["device"] == 3) << "a healthy rank was treated as faulty: " << j.dump();
+    if (j["device"] == 3) {
+      EXPECT_NE(j["cause"].get<std::string>().find("did not join generation"), std::string::npos) << j.dump();
+    }
+  }
+  const json* to4 = find_event(r, "scheduler", "to_device", 4);
+  ASSERT_NE(to4, nullptr) << logs(r);
+  expect_exact(r);
+}
+
+TEST_F(Sigmarun, ACrashInTheLastStepAfterItsPeersFinishedIsRecoveredExactly) {
+  // Device 1 dies after the all-reduce of the last step: its peers finish
+  // that step, report done and wait for the goodbye. They are asked back,
+  // the spare takes rank 1 from the memory tier, and the last steps since
+  // the snapshot are run again; nobody is counted lost but device 1.
+  // It dies 1 s after the reduce, when its peers have surely received all
+  // of it: killed at once, a peer may still be waiting on it inside Gloo's
+  // send, which the cpu vendor's abort does not wake (the agent then
+  // replaces that peer after the abort grace, as it should, which would take
+  // a second spare and a disk checkpoint).
+  JobRun r = sigmarun("last-step", {"--nproc", "3", "--spares", "1", "--snapshot-every", "7"},
+                      {"--steps", std::to_string(kSteps), "--kill-at", std::to_string(kSteps - 1),
+                       "--kill-device", "1", "--kill-after-reduce", "--kill-delay-ms", "1000"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  EXPECT_EQ(r.report["status"], "done");
+  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  EXPECT_EQ(r.report["incidents"][0]["restore"], "memory");
+  EXPECT_EQ(r.report["incidents"][0]["index"], kSteps / 7 * 7) << logs(r);
+  for (const json& j : r.journal) {
+    if (j.value("event", "") == "fault") {
+      EXPECT_EQ(j["device"], 1) << j.dump();
+    }
+  }
+  expect_exact(r);
+}
+
 TEST(SigmarunC, AWorkerWrittenInCRecoversFromAKillExactly) {
   JobRun clean = sigmarun("c-clean", {"--nproc", "2", "--spares", "1"}, {"120"}, RUNTIME_C_WORKER);
   ASSERT_EQ(clean.exit_code, 0) << logs(clean);

@@ -13,9 +13,7 @@
 // worker's output). Exit status: 0 done, 2 bad usage or could not start,
 // 3 paused (no spare left), 4 unrecoverable (the report says why), 128 + N
 // stopped by signal N (SIGTERM, SIGINT: at a step boundary, resumable).
-#include "agent.hpp"
-#include "node.hpp"
-
+#include <sigma/agent.hpp>
 #include <sigma/error.hpp>
 
 #include <CLI/CLI.hpp>
@@ -25,7 +23,7 @@
 #include <iostream>
 
 int main(int argc, char** argv) {
-  sigma::sigmarun::Options o;
+  sigma::runtime::AgentOptions o;
   CLI::App app{"sigmarun: failure-aware launcher for training jobs on early-life accelerators"};
   app.add_option("--nproc", o.nproc, "worker processes (ranks), one per device")
       ->required()
@@ -56,6 +54,13 @@ int main(int argc, char** argv) {
   app.add_option("--step-timeout", o.step_timeout_s,
                  "no step completed for this long while workers still beat: a stuck collective (0: off)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--abort-grace", o.abort_grace_s,
+                 "survivors must report within this after a recovery's abort, or are replaced as hung")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--recovery-timeout", o.recovery_timeout_s,
+                 "a rank that has not joined the new generation this long after a recovery's assignment "
+                 "is replaced")
+      ->check(CLI::PositiveNumber);
   app.add_option("--snapshot-every", o.snapshot_every, "memory-tier snapshot period in steps")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--checkpoint-every", o.checkpoint_every, "disk checkpoint period in steps (0: none)");
@@ -102,8 +107,10 @@ int main(int argc, char** argv) {
       char name[256] = {};
       o.host = o.nnodes > 1 && ::gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
     }
-    if (o.node_rank > 0) return sigma::sigmarun::run_follower(o);
-    return sigma::sigmarun::run(o);
+    if (o.node_rank > 0) return sigma::runtime::run_follower(o);
+    sigma::runtime::Agent agent(o);
+    sigma::runtime::stop_agent_on_signals(agent);
+    return agent.run();
   } catch (const sigma::Error& e) {
     std::cerr << "sigmarun: " << e.what() << "\n";
     return 2;

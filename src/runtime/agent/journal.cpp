@@ -1,72 +1,31 @@
-#include "journal.hpp"
+#include "runtime/agent/journal.hpp"
 
 #include <sigma/error.hpp>
+#include <sigma/health.hpp>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 
-namespace sigma::sigmarun {
+namespace sigma::runtime::agent {
 
-Journal::Journal(const std::string& path, double t0) : f_(std::fopen(path.c_str(), "a")), t0_(t0) {
+Journal::Journal(const std::string& path, double t0, AgentObserver observer)
+    : f_(std::fopen(path.c_str(), "a")), t0_(t0), observer_(std::move(observer)) {
   if (f_ == nullptr)
-    throw Error(Code::unavailable, "sigmarun: cannot open the journal " + path + ": " + std::strerror(errno));
+    throw Error(Code::unavailable, "agent: cannot open the journal " + path + ": " + std::strerror(errno));
 }
 
 Journal::~Journal() { std::fclose(f_); }
 
-void Journal::write(nlohmann::json record) {
-  nlohmann::json line{{"t", health::monotonic_s() - t0_}};
+void Journal::write(const nlohmann::json& record) {
+  const double t = health::monotonic_s() - t0_;
+  nlohmann::json line{{"t", t}};
   line.update(record);
-  const std::string s = line.dump() + "\n";
+  const std::string s = line.dump();
   std::fwrite(s.data(), 1, s.size(), f_);
+  std::fputc('\n', f_);
   std::fflush(f_);
-}
-
-void Journal::action(const scheduler::Action& a) {
-  nlohmann::json j{{"event", "scheduler"}, {"action", scheduler::action_name(a.kind)}, {"reason", a.reason}};
-  if (a.device != scheduler::kNone) j["device"] = a.device;
-  if (a.rank != scheduler::kNone) j["rank"] = a.rank;
-  if (a.to_device != scheduler::kNone) j["to_device"] = a.to_device;
-  if (!a.tier.empty()) j["tier"] = a.tier;
-  if (a.world_size) j["world_size"] = a.world_size;
-  write(j);
-}
-
-void Journal::health(const health::Event& e) {
-  const char* kind = e.kind == health::Event::Kind::warning_raised    ? "warning"
-                     : e.kind == health::Event::Kind::warning_cleared ? "warning_cleared"
-                                                                      : "health_state";
-  nlohmann::json j{{"event", kind}, {"device", e.device}};
-  if (e.kind == health::Event::Kind::state_changed) {
-    j["from"] = health::state_name(e.from);
-    j["to"] = health::state_name(e.to);
-  }
-  if (!e.warning.rule.empty()) {
-    j["signal"] = e.warning.signal;
-    j["rule"] = e.warning.rule;
-    j["severity"] = health::state_name(e.warning.severity);
-    j["value"] = e.warning.value;
-    j["threshold"] = e.warning.threshold;
-    if (e.warning.eta_s >= 0) j["eta_s"] = e.warning.eta_s;
-    j["message"] = e.warning.message;
-  }
-  write(j);
-}
-
-nlohmann::json Ledger::to_json(double wall_s) const {
-  const double lost = detection_s + restart_s + restore_s + recompute_s + slow_steps_s;
-  return {{"wall_s", wall_s},
-          {"lost_s",
-           {{"detection", detection_s},
-            {"restart", restart_s},
-            {"restore", restore_s},
-            {"recomputation", recompute_s},
-            {"slow_steps", slow_steps_s}}},
-          {"recomputed_steps", recomputed_steps},
-          {"idle_spares_device_s", idle_spares_s},
-          {"steps_run", steps_run},
-          {"goodput", wall_s > 0 ? std::max(0.0, 1.0 - lost / wall_s) : 0.0}};
+  if (observer_) observer_(AgentEvent{t, line.value("event", std::string()), s});
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& j) {
@@ -74,11 +33,11 @@ void write_json_file(const std::string& path, const nlohmann::json& j) {
   {
     std::ofstream f(tmp);
     f << j.dump(2) << "\n";
-    if (!f) throw Error(Code::unavailable, "sigmarun: cannot write " + tmp);
+    if (!f) throw Error(Code::unavailable, "agent: cannot write " + tmp);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw Error(Code::unavailable, "sigmarun: cannot rename " + tmp + ": " + std::strerror(errno));
+    throw Error(Code::unavailable, "agent: cannot rename " + tmp + ": " + std::strerror(errno));
   }
 }
 
-}  // namespace sigma::sigmarun
+}  // namespace sigma::runtime::agent

@@ -1,6 +1,6 @@
-#include "node.hpp"
+#include "runtime/agent/launcher.hpp"
 
-#include "journal.hpp"
+#include "runtime/agent/journal.hpp"
 #include "runtime/channel.hpp"
 #include "runtime/protocol.hpp"
 
@@ -22,10 +22,9 @@
 
 extern char** environ;
 
-namespace sigma::sigmarun {
+namespace sigma::runtime::agent {
 
 using json = nlohmann::json;
-namespace protocol = runtime::protocol;
 
 std::string describe_status(int status) {
   if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
@@ -33,7 +32,7 @@ std::string describe_status(int status) {
   return "ended";
 }
 
-std::string control_store_uri(const Options& o) {
+std::string control_store_uri(const AgentOptions& o) {
   std::string base = o.store;
   if (base.rfind("redis://", 0) == 0) {
     // redis://host:port[/prefix] -> redis://host:port/prefix-sigmarun-ID
@@ -55,7 +54,7 @@ std::string vendor_options_for(const std::string& options, uint32_t device) {
   return out;
 }
 
-pid_t spawn_worker(const Options& o, uint32_t device, const EnvList& given) {
+pid_t spawn_worker(const AgentOptions& o, uint32_t device, const EnvList& given) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     if (std::strncmp(*e, "SIGMA_", 6) != 0 || std::strncmp(*e, "SIGMA_HAL_PLUGIN_PATH=", 22) == 0)
@@ -89,26 +88,23 @@ pid_t spawn_worker(const Options& o, uint32_t device, const EnvList& given) {
 namespace {
 
 int g_pipe[2] = {-1, -1};
-volatile sig_atomic_t g_stop_signal = 0;
 
-void on_sigchld(int) {
+void on_sigchld(int) { wake(); }
+
+}  // namespace
+
+void wake() noexcept {
+  if (g_pipe[1] < 0) return;
   const int saved = errno;
   const char c = 1;
   (void)!::write(g_pipe[1], &c, 1);
   errno = saved;
 }
 
-void on_stop(int sig) {
-  g_stop_signal = sig;
-  on_sigchld(sig);
-}
-
-}  // namespace
-
-int sigchld_pipe() {
+int wake_pipe() {
   if (g_pipe[0] >= 0) return g_pipe[0];
   if (::pipe2(g_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-    throw Error(Code::internal, std::string("sigmarun: pipe: ") + std::strerror(errno));
+    throw Error(Code::internal, std::string("agent: pipe: ") + std::strerror(errno));
   }
   struct sigaction sa {};
   sa.sa_handler = on_sigchld;
@@ -117,18 +113,7 @@ int sigchld_pipe() {
   return g_pipe[0];
 }
 
-void catch_stop_signals() {
-  sigchld_pipe();
-  struct sigaction sa {};
-  sa.sa_handler = on_stop;
-  sa.sa_flags = SA_RESTART;
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
-}
-
-int stop_signal() { return g_stop_signal; }
-
-void drain_sigchld_pipe() {
+void drain_wake_pipe() {
   char drain[64];
   while (::read(g_pipe[0], drain, sizeof drain) > 0) {
   }
@@ -138,7 +123,7 @@ namespace {
 
 // Finds the root's address in the control store and connects; a key left by
 // an earlier run of the same job id points nowhere and is read again.
-std::unique_ptr<runtime::Channel> reach_root(const Options& o, double timeout_s) {
+std::unique_ptr<Channel> reach_root(const AgentOptions& o, double timeout_s) {
   auto store = bootstrap::open_store(control_store_uri(o));
   const double t0 = health::monotonic_s();
   std::string last;
@@ -149,7 +134,7 @@ std::unique_ptr<runtime::Channel> reach_root(const Options& o, double timeout_s)
     if (j.is_discarded() || !j.contains("addr")) continue;
     last = j["addr"].get<std::string>();
     try {
-      return runtime::Channel::connect(last);
+      return Channel::connect(last);
     } catch (const Error&) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
@@ -162,10 +147,16 @@ std::unique_ptr<runtime::Channel> reach_root(const Options& o, double timeout_s)
 
 }  // namespace
 
-int run_follower(const Options& o) {
+}  // namespace sigma::runtime::agent
+
+namespace sigma::runtime {
+
+using namespace agent;
+
+int run_follower(const AgentOptions& o) {
   std::filesystem::create_directories(o.job_dir + "/logs");
   Journal journal(o.job_dir + "/node.jsonl", health::monotonic_s());
-  const int wake = sigchld_pipe();
+  const int wake = wake_pipe();
   auto root = reach_root(o, o.validate_timeout_s * 2);
   root->send(protocol::encode(protocol::NodeHello{protocol::kVersion, o.node_rank, ::getpid()}));
   journal.write({{"event", "joined_root"}, {"node", o.node_rank}});
@@ -175,7 +166,7 @@ int run_follower(const Options& o) {
   for (;;) {
     pollfd p[2] = {{root->fd(), POLLIN, 0}, {wake, POLLIN, 0}};
     ::poll(p, 2, 50);
-    drain_sigchld_pipe();
+    drain_wake_pipe();
     for (;;) {
       int status = 0;
       const pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -233,4 +224,4 @@ int run_follower(const Options& o) {
   return code;
 }
 
-}  // namespace sigma::sigmarun
+}  // namespace sigma::runtime

@@ -1,4 +1,4 @@
-#include "metrics.hpp"
+#include "runtime/agent/metrics.hpp"
 
 #include <sigma/error.hpp>
 
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <sstream>
 
-namespace sigma::sigmarun {
+namespace sigma::runtime::agent {
 
 std::string render_metrics(const MetricsSnapshot& s) {
   std::ostringstream o;
@@ -42,8 +42,7 @@ std::string render_metrics(const MetricsSnapshot& s) {
 
 MetricsServer::MetricsServer(int port) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0)
-    throw Error(Code::unavailable, std::string("sigmarun: metrics socket: ") + std::strerror(errno));
+  if (fd_ < 0) throw Error(Code::unavailable, std::string("agent: metrics socket: ") + std::strerror(errno));
   const int one = 1;
   ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
@@ -53,8 +52,8 @@ MetricsServer::MetricsServer(int port) {
   if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) {
     const int e = errno;
     ::close(fd_);
-    throw Error(Code::unavailable, "sigmarun: cannot serve metrics on 127.0.0.1:" + std::to_string(port) +
-                                       ": " + std::strerror(e));
+    throw Error(Code::unavailable,
+                "agent: cannot serve metrics on 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(e));
   }
   socklen_t len = sizeof a;
   ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
@@ -106,4 +105,4 @@ void MetricsServer::serve() {
   }
 }
 
-}  // namespace sigma::sigmarun
+}  // namespace sigma::runtime::agent

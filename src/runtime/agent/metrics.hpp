@@ -2,7 +2,7 @@
 // the last published snapshot; the agent loop publishes about once a second.
 #pragma once
 
-#include "journal.hpp"
+#include "runtime/agent/records.hpp"
 
 #include <atomic>
 #include <mutex>
@@ -10,22 +10,7 @@
 #include <thread>
 #include <vector>
 
-namespace sigma::sigmarun {
-
-struct MetricsSnapshot {
-  uint64_t steps = 0;
-  double wall_s = 0;
-  size_t incidents = 0;
-  size_t spares = 0;
-  Ledger ledger;
-  struct Device {
-    uint32_t device;
-    double score;
-    std::string health;
-    std::string state;
-  };
-  std::vector<Device> devices;
-};
+namespace sigma::runtime::agent {
 
 // The exposition text of a snapshot (also used by the tests).
 std::string render_metrics(const MetricsSnapshot& s);
@@ -50,4 +35,4 @@ class MetricsServer {
   std::thread thread_;
 };
 
-}  // namespace sigma::sigmarun
+}  // namespace sigma::runtime::agent

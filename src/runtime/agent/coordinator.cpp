@@ -1,0 +1,550 @@
+// The coordinator's events and its recovery rounds. Start, health,
+// migration, the watchdog, stopping and the report are in
+// coordinator_tick.cpp.
+#include "runtime/agent/coordinator.hpp"
+
+#include <sigma/error.hpp>
+
+#include <algorithm>
+#include <csignal>
+
+namespace sigma::runtime::agent {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Assignments that may fail (no rank could build the communicator or
+// restore) before the job pauses with the reason instead of trying for ever.
+constexpr uint32_t kMaxFailedAssignments = 3;
+
+health::Config monitor_config(const AgentOptions& o) {
+  health::Config c;
+  c.heartbeat_timeout_s = o.heartbeat_timeout_s;
+  return health::time_scaled(c, o.health_time_scale);
+}
+
+scheduler::Config scheduler_config(const AgentOptions& o) {
+  const uint32_t world = o.nproc * o.nnodes;
+  return {world, o.proactive_migration, o.allow_shrink, o.allow_shrink ? std::max(1u, o.min_world) : world};
+}
+
+}  // namespace
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::starting:
+      return "starting";
+    case Phase::spare:
+      return "spare";
+    case Phase::active:
+      return "active";
+    case Phase::retiring:
+      return "retiring";
+    case Phase::done:
+      return "done";
+    case Phase::dead:
+      return "dead";
+  }
+  return "?";
+}
+
+Coordinator::Coordinator(const AgentOptions& o, DiskHoldings disk, double t)
+    : o_(o), world_(o.nproc * o.nnodes), scheduler_(scheduler_config(o)), monitor_(monitor_config(o)), t_(t) {
+  for (auto& [rank, steps] : disk) {
+    if (rank < world_) disk_[rank] = std::move(steps);
+  }
+  // Devices 0..world-1 are every node's ranks, then every node's spares, so
+  // the lowest ids (which get the ranks) are spread over the nodes.
+  slots_.resize(static_cast<size_t>(o.nnodes) * (o.nproc + o.spares));
+  for (uint32_t d = 0; d < slots_.size(); ++d) {
+    slots_[d].device = d;
+    slots_[d].node = d < world_ ? d / o.nproc : (d - world_) / std::max(1u, o.spares);
+  }
+}
+
+Commands Coordinator::take() {
+  Commands c;
+  c.swap(out_);
+  return c;
+}
+
+void Coordinator::send(const Slot& s, protocol::AgentMessage m) {
+  if (!s.connected) return;
+  out_.emplace_back(std::in_place_type<SendTo>);
+  auto& to = std::get<SendTo>(out_.back());
+  to.device = s.device;
+  to.message = std::move(m);
+}
+
+void Coordinator::kill(Slot& s) {
+  if (s.alive) out_.push_back(SignalWorker{s.device, SIGKILL});
+}
+
+void Coordinator::spawn(Slot& s) {
+  s.phase = Phase::starting;
+  s.alive = true;
+  out_.push_back(SpawnWorker{s.device});
+}
+
+void Coordinator::act(const std::vector<scheduler::Action>& actions) {
+  for (const auto& a : actions) record(record_of(a));
+}
+
+Commands Coordinator::start(double t) {
+  t_ = t;
+  progress_since_ = t;
+  for (Slot& s : slots_) {
+    monitor_.add_device(s.device);
+    act(scheduler_.add_device(s.device, t));
+    if (s.node == 0) spawn(s);
+  }
+  return take();
+}
+
+Commands Coordinator::node_joined(uint32_t node, double t) {
+  t_ = t;
+  for (Slot& s : slots_) {
+    if (s.node == node && !s.alive && s.phase == Phase::starting) spawn(s);
+  }
+  return take();
+}
+
+bool Coordinator::expects_hello(uint32_t device) const {
+  return device < slots_.size() && slots_[device].phase == Phase::starting && !slots_[device].connected;
+}
+
+Commands Coordinator::hello(const protocol::Hello& h, double t) {
+  t_ = t;
+  if (!expects_hello(h.device)) return take();
+  Slot& s = slots_[h.device];
+  s.connected = true;
+  record({{"event", "validated"},
+          {"device", s.device},
+          {"passed", h.self_test_passed},
+          {"detail", h.self_test_detail}});
+  act(scheduler_.validation_done(s.device, h.self_test_passed, h.self_test_detail, t));
+  s.phase = h.self_test_passed ? Phase::spare : Phase::retiring;
+  s.spare_since = t;
+  monitor_.observe_heartbeat(s.device, t);
+  return take();
+}
+
+Commands Coordinator::message(uint32_t device, const protocol::WorkerMessage& message, double t) {
+  t_ = t;
+  if (device >= slots_.size() || !slots_[device].connected) return take();
+  Slot& s = slots_[device];
+  if (const auto* m = std::get_if<protocol::Heartbeat>(&message)) {
+    // Progress as 2 x step + 1 once the step's own work is done (in
+    // step_end): a rank stuck inside a step's collective is behind its peers.
+    s.current_step = 2 * m->step + (m->step_done ? 1 : 0);
+    monitor_.observe_heartbeat(s.device, t);
+    monitor_.observe_telemetry(s.device, t, m->telemetry.data(), m->telemetry.size());
+    if (m->telemetry_status != HAL_OK)
+      monitor_.observe_error(s.device, from_hal_status(m->telemetry_status),
+                             "telemetry: " + m->telemetry_error, t);
+  } else if (const auto* m = std::get_if<protocol::StepDone>(&message)) {
+    s.last_step = std::max<int64_t>(s.last_step, static_cast<int64_t>(m->step));
+    steps_reached_ = std::max(steps_reached_, m->step + 1);
+    monitor_.observe_step(s.device, m->step, m->seconds, t);
+    double& slowest = step_times_[m->step];
+    slowest = std::max(slowest, m->seconds);
+    settle_steps(64);
+    ledger_.steps_run += s.rank == 0 ? 1 : 0;
+  } else if (const auto* m = std::get_if<protocol::Checkpointed>(&message)) {
+    if (s.rank >= 0) disk_[static_cast<uint32_t>(s.rank)].insert(m->index);
+  } else if (const auto* m = std::get_if<protocol::Joined>(&message)) {
+    s.joined_gen = m->generation;
+    s.newcomer = false;
+    s.comm_s = m->comm_s;
+    s.restore_s = m->restore_s;
+    s.last_step = static_cast<int64_t>(m->index) - 1;
+  } else if (const auto* m = std::get_if<protocol::RecoverRequest>(&message)) {
+    recover_request(s, *m);
+  } else if (const auto* m = std::get_if<protocol::StorageFailed>(&message)) {
+    ++storage_failures_;
+    storage_error_ = m->reason;
+    record({{"event", "storage_failed"},
+            {"device", s.device},
+            {"rank", s.rank},
+            {"index", m->index},
+            {"reason", m->reason}});
+  } else if (const auto* m = std::get_if<protocol::Done>(&message)) {
+    // Sent before our abort reached it: its session answers the abort with
+    // a report, and it stays in the round.
+    if (!s.abort_sent) s.phase = Phase::done;
+    s.last_step = static_cast<int64_t>(m->steps) - 1;
+    steps_reached_ = std::max(steps_reached_, m->steps);
+  }
+  // Snapshotted: the memory tier's holdings are reported with a recovery
+  // request, when they matter; a hello after the greeting is ignored.
+  return take();
+}
+
+void Coordinator::recover_request(Slot& s, const protocol::RecoverRequest& m) {
+  if (stop_signal_ != 0 && s.phase == Phase::active) {
+    // Stopped at the boundary the agent asked for: this rank is through.
+    s.phase = Phase::done;
+    send(s, protocol::Goodbye{"the job is stopping: " + stop_why()});
+    return;
+  }
+  s.reported = true;
+  s.abort_sent = false;
+  s.own = std::set<uint64_t>(m.own.begin(), m.own.end());
+  s.replica = std::set<uint64_t>(m.replica.begin(), m.replica.end());
+  // A C worker passes its last error's text, whose code is only named
+  // inside it ("... HAL_ERR_DEVICE_LOST ...").
+  const bool lost = m.code == "device_lost" ||
+                    (m.code == "unknown" && m.reason.find("HAL_ERR_DEVICE_LOST") != std::string::npos);
+  if (lost && (s.phase == Phase::active || s.phase == Phase::spare)) {
+    // Its own device is gone: no use waiting for it in the next generation.
+    kill(s);
+    fault(s, "the device reports itself lost: " + m.reason, t_);
+    return;
+  }
+  if (s.phase != Phase::active) return;
+  if (!round_.active) {
+    start_round("rank " + std::to_string(s.rank) + " reported: " + (m.reason.empty() ? "an error" : m.reason),
+                t_);
+  } else if (round_.assigned && !round_.rejoined && s.joined_gen != generation_) {
+    // It could not carry out the assignment (its communicator, probe or
+    // restore failed): the round starts over, a bounded number of times.
+    fail_assignment("rank " + std::to_string(s.rank) + " could not join generation " +
+                    std::to_string(generation_) + ": " + m.reason);
+  }
+  s.reported = true;  // its report stands for the next assignment
+}
+
+Commands Coordinator::exited(uint32_t device, const std::string& how, double t) {
+  t_ = t;
+  if (device >= slots_.size()) return take();
+  Slot& s = slots_[device];
+  s.alive = false;
+  s.connected = false;
+  if (s.phase == Phase::dead) return take();
+  if (s.phase == Phase::done && !finished_) {
+    // It finished its steps and left before the goodbye: expected, unless a
+    // peer fails in its last steps (then start_round replaces it).
+    return take();
+  }
+  if (s.phase == Phase::done || s.phase == Phase::retiring || finished_) {
+    // An expected exit: the job ended, or the worker was let go.
+    if (s.phase == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += t - s.spare_since;
+    s.phase = Phase::dead;
+    return take();
+  }
+  if (s.phase == Phase::starting && how == "exited with status 0") {
+    // A program without the session that ran to its end: not a fault.
+    s.phase = Phase::dead;
+    s.plain_done = true;
+    record({{"event", "exited_without_session"}, {"device", s.device}, {"status", how}});
+    return take();
+  }
+  fault(s, "process " + how, t);
+  return take();
+}
+
+void Coordinator::fault(Slot& s, const std::string& cause, double fault_s) {
+  const Phase was = s.phase;
+  if (was == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += t_ - s.spare_since;
+  s.phase = Phase::dead;
+  if (s.connected) out_.push_back(Disconnect{s.device});
+  s.connected = false;
+  // The health record says which kind of loss: the device itself, or the
+  // process on it (crashed, hung, stuck).
+  const bool device_said = cause.find("lost") != std::string::npos;
+  monitor_.observe_error(s.device, device_said ? Code::device_lost : Code::internal, cause, t_);
+  record({{"event", "fault"},
+          {"device", s.device},
+          {"rank", s.rank},
+          {"phase", phase_name(was)},
+          {"cause", cause},
+          {"detected_after_s", t_ - fault_s}});
+  if (was == Phase::retiring && round_.active && !round_.assigned) {
+    // The device being migrated away died before the boundary: the others
+    // may be waiting for it inside a collective.
+    for (Slot* m : members()) {
+      if (m->phase == Phase::active) send(*m, protocol::Abort{cause});
+    }
+  }
+  if (was == Phase::retiring || was == Phase::done || finished_) return;
+  if (was == Phase::spare || was == Phase::starting) {
+    if (scheduler_.state(s.device) != scheduler::DeviceState::cordoned)
+      act(scheduler_.on_fault(s.device, cause, true, t_));
+    return;
+  }
+  const uint32_t world = scheduler_.world_size();
+  const uint32_t rank = static_cast<uint32_t>(s.rank);
+  bool holder_alive = false;
+  if (world > 1) {
+    Slot* h = slot_of_rank((rank + 1) % world);
+    holder_alive = h && (h->phase == Phase::active || h->phase == Phase::done);
+  }
+  start_round("device " + std::to_string(s.device) + " (rank " + std::to_string(rank) + "): " + cause,
+              fault_s);
+  for (const auto& a : scheduler_.on_fault(s.device, cause, holder_alive, t_)) {
+    record(record_of(a));
+    if (a.kind == scheduler::Action::Kind::pause) {
+      round_.paused = true;
+      round_.pause_reason = a.reason;
+    }
+  }
+}
+
+void Coordinator::start_round(const std::string& cause, double fault_s) {
+  bool reset_reports = true;
+  if (round_.active && !round_.rejoined) {
+    // A second fault before the first recovery finished: the same round goes
+    // on with one more casualty. A survivor's report often arrives before
+    // the exit is reaped: the fault itself is the better headline.
+    if (round_.cause.rfind("rank ", 0) == 0 && round_.cause.find(" reported: ") != std::string::npos) {
+      round_.cause = cause + " (first seen as: " + round_.cause + ")";
+    } else {
+      round_.cause += "; then " + cause;
+    }
+    incident_["cause"] = round_.cause;
+    // Reports are never reset here: one made after the assignment went out
+    // (a survivor whose new communicator failed with the spare) is the
+    // report of what it holds now, and it will not send another: resetting
+    // it would have the agent kill a healthy rank for waiting.
+    reset_reports = false;
+    round_.assigned = false;
+  } else {
+    if (round_.active) {
+      incident_["back_at_reached_step_s"] = nullptr;
+      incidents_.push_back(incident_);
+    }
+    round_ = Round{};
+    round_.active = true;
+    round_.cause = cause;
+    round_.fault_s = fault_s;
+    round_.detected_s = t_;
+    round_.reached = reached();
+    incident_ = {
+        {"cause", cause}, {"fault_s", fault_s}, {"detected_s", t_}, {"reached_step", round_.reached}};
+  }
+  round_.abort_s = t_;
+  std::vector<Slot*> gone;
+  for (Slot* m : members()) {
+    if (m->phase == Phase::done) {
+      // It finished its steps, but a peer did not: it rejoins (its session
+      // waits for the goodbye and recovers on this abort), or, when it is
+      // no longer there, it is replaced like any lost rank.
+      m->phase = Phase::active;
+      if (!m->alive || !m->connected) gone.push_back(m);
+      m->reported = false;
+    }
+    if (m->phase == Phase::active) {
+      if (reset_reports) m->reported = false;
+      m->abort_sent = !m->reported;
+      send(*m, protocol::Abort{cause});
+    }
+  }
+  for (Slot& s : slots_) {
+    if (s.phase == Phase::retiring) send(s, protocol::Abort{cause});
+  }
+  record({{"event", "recovery_started"}, {"cause", cause}, {"reached_step", round_.reached}});
+  for (Slot* m : gone) fault(*m, "it had finished and left before a peer failed in the last steps", t_);
+}
+
+void Coordinator::fail_assignment(const std::string& why) {
+  if (++round_.failed_assignments >= kMaxFailedAssignments) {
+    round_.paused = true;
+    round_.pause_reason =
+        "recovery failed " + std::to_string(round_.failed_assignments) + " times; the last: " + why;
+  }
+  start_round(why, round_.fault_s);
+}
+
+std::optional<recovery::RestorePlan> Coordinator::plan_restore() {
+  std::vector<recovery::RankHoldings> ranks(scheduler_.world_size());
+  for (uint32_t r = 0; r < ranks.size(); ++r) {
+    const Slot* s = slot_of_rank(r);
+    if (s == nullptr) return std::nullopt;
+    // Only a rank that has joined a generation holds a state of its own; a
+    // spare whose hand-off failed is still waiting for its neighbour's.
+    ranks[r].survived = s->phase == Phase::active && s->joined_gen > 0;
+    if (ranks[r].survived) {
+      ranks[r].own = s->own;
+      ranks[r].replica = s->replica;
+    }
+    if (auto d = disk_.find(r); d != disk_.end()) ranks[r].disk = d->second;
+  }
+  return recovery::plan_restore(ranks, reached());
+}
+
+void Coordinator::advance_round() {
+  if (!round_.active) return;
+  if (!round_.assigned) {
+    auto ms = members();
+    for (Slot* m : ms) {
+      if (m->phase == Phase::active && !m->reported && t_ - round_.abort_s > o_.abort_grace_s) {
+        // A survivor that cannot leave its collective is as good as hung.
+        kill(*m);
+        fault(*m, "did not answer the abort within " + std::to_string(o_.abort_grace_s) + " s", t_);
+        return;
+      }
+    }
+    for (Slot* m : ms) {
+      if (m->phase == Phase::active && !m->reported) return;
+      if (m->phase == Phase::starting) return;
+    }
+    assign_generation();
+    return;
+  }
+  if (!round_.rejoined) {
+    if (t_ - round_.assigned_s > o_.recovery_timeout_s) return assignment_overdue();
+    for (Slot* m : members()) {
+      if (m->joined_gen != generation_) return;
+    }
+    rejoined();
+  }
+  if (progress() >= round_.reached) {
+    incident_["back_at_reached_step_s"] = t_ - round_.fault_s;
+    record(
+        {{"event", "recovered"}, {"back_at_step", round_.reached}, {"after_fault_s", t_ - round_.fault_s}});
+    incidents_.push_back(incident_);
+    round_.active = false;
+  }
+}
+
+void Coordinator::assign_generation() {
+  if (round_.paused) {
+    end("paused", round_.pause_reason + "; " + resume_hint("when a device is repaired"), 3, "paused");
+    return;
+  }
+  const auto plan = plan_restore();
+  if (!plan) {
+    end("unrecoverable",
+        "no state to restore: the memory replicas of the lost ranks died with them and no disk checkpoint is "
+        "common to every rank (set --checkpoint-every)",
+        4, "unrecoverable");
+    return;
+  }
+  ++generation_;
+  json handoff = json::array(), devices = json::array();
+  for (auto [h, r] : plan->handoff) handoff.push_back({h, r});
+  for (uint32_t r = 0; r < scheduler_.world_size(); ++r) {
+    Slot* s = slot_of_rank(r);
+    if (s->phase == Phase::spare) {
+      ledger_.idle_spares_s += t_ - s->spare_since;
+      s->phase = Phase::active;
+      s->newcomer = true;
+    }
+    s->rank = r;
+    s->reported = false;
+    s->abort_sent = false;
+    devices.push_back(s->device);
+    send(*s,
+         protocol::Assign{r, scheduler_.world_size(), generation_, plan->tier, plan->index, plan->handoff});
+  }
+  for (Slot& s : slots_) {
+    if (s.phase == Phase::retiring) send(s, protocol::Retire{"moved off a suspect device"});
+  }
+  round_.assigned = true;
+  round_.assigned_s = t_;
+  round_.index = plan->index;
+  round_.tier = plan->tier;
+  record({{"event", "assigned"},
+          {"generation", generation_},
+          {"restore", plan->tier},
+          {"index", plan->index},
+          {"handoff", handoff},
+          {"devices", devices}});
+}
+
+// The assignment went out recovery_timeout_s ago and not every rank has
+// joined. A spare that took a rank and did not join while others did is
+// the culprit (stuck in its hand-off or its communicator): it is replaced.
+// Otherwise nobody stands out (a survivor may be stuck waiting on a hung
+// peer): the assignment failed, everyone is aborted and reports again, and
+// whoever cannot leave within abort_grace_s is replaced then.
+void Coordinator::assignment_overdue() {
+  std::vector<Slot*> late_newcomers;
+  bool any_joined = false;
+  size_t late = 0;
+  for (Slot* m : members()) {
+    if (m->joined_gen == generation_) {
+      any_joined = true;
+    } else if (!m->reported) {
+      ++late;
+      if (m->newcomer) late_newcomers.push_back(m);
+    }
+  }
+  const std::string within =
+      "generation " + std::to_string(generation_) + " within " + std::to_string(o_.recovery_timeout_s) + " s";
+  record({{"event", "recovery_overdue"}, {"generation", generation_}, {"late", late}});
+  if (!any_joined || late_newcomers.empty()) {
+    fail_assignment((any_joined ? std::to_string(late) + " rank(s) did not join " : "no rank joined ") +
+                    within);
+    return;
+  }
+  for (Slot* m : late_newcomers) {
+    kill(*m);
+    fault(*m, "did not join " + within + " (stuck in its hand-off, communicator or probe)",
+          round_.assigned_s);
+  }
+}
+
+void Coordinator::rejoined() {
+  double comm_s = 0, restore_s = 0;
+  for (Slot* m : members()) {
+    comm_s = std::max(comm_s, m->comm_s);
+    restore_s = std::max(restore_s, m->restore_s);
+  }
+  round_.rejoined = true;
+  round_.rejoined_s = t_;
+  const uint64_t redo = round_.reached > round_.index ? round_.reached - round_.index : 0;
+  ledger_.detection_s += round_.detected_s - round_.fault_s;
+  ledger_.restart_s += std::max(0.0, t_ - round_.detected_s - restore_s);
+  ledger_.restore_s += restore_s;
+  ledger_.recomputed_steps += redo;
+  incident_.update({{"generation", generation_},
+                    {"restore", round_.tier},
+                    {"index", round_.index},
+                    {"recomputed_steps", redo},
+                    {"rejoined_s", t_},
+                    {"comm_s", comm_s},
+                    {"restore_s", restore_s}});
+  record({{"event", "rejoined"},
+          {"generation", generation_},
+          {"after_fault_s", t_ - round_.fault_s},
+          {"recomputed_steps", redo}});
+}
+
+void Coordinator::end(const std::string& status, const std::string& why, int code, const char* event,
+                      const std::string& goodbye) {
+  end_status_ = status;
+  end_why_ = why;
+  exit_code_ = code;
+  if (event != nullptr) record({{"event", event}, {"reason", why}});
+  finished_ = true;
+  finished_at_ = t_;
+  for (Slot& s : slots_) send(s, protocol::Goodbye{goodbye.empty() ? why : goodbye});
+}
+
+uint64_t Coordinator::reached() const { return std::max(progress(), steps_reached_); }
+
+uint64_t Coordinator::progress() const {
+  int64_t best = 0;
+  for (const Slot& s : slots_) {
+    if (s.rank >= 0 && (s.phase == Phase::active || s.phase == Phase::done))
+      best = std::max(best, s.last_step + 1);
+  }
+  return static_cast<uint64_t>(best);
+}
+
+Coordinator::Slot* Coordinator::slot_of_rank(uint32_t rank) {
+  auto d = scheduler_.device_of(rank);
+  return d ? &slots_[*d] : nullptr;
+}
+
+std::vector<Coordinator::Slot*> Coordinator::members() {
+  std::vector<Slot*> out;
+  for (uint32_t r = 0; r < scheduler_.world_size(); ++r) {
+    if (Slot* s = slot_of_rank(r)) out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace sigma::runtime::agent

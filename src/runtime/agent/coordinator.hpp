@@ -1,0 +1,237 @@
+// The agent's decisions as pure logic: events and a clock in, commands out.
+// It admits devices, starts the job (resuming from the job folder's disk
+// checkpoints), watches health, heartbeats and step progress, runs recovery
+// rounds (abort the survivors, collect what each holds, choose the restore,
+// assign the next generation, watch it get back to the step it had
+// reached), migrates ranks off suspect devices, stops on request, and keeps
+// the ledger, the incidents and the report.
+//
+// A recovery round and its bounds:
+//   reporting  survivors report within abort_grace_s, or are killed and
+//              replaced (a rank that cannot leave its collective is hung);
+//   assigned   every rank joins the new generation within
+//              recovery_timeout_s: one that did not is replaced; when none
+//              did, the assignment failed, and after a few the job pauses;
+//   rejoined   the job gets back to the step it had reached; the step
+//              watchdog bounds this like any other step.
+// A second fault during a round joins the round: survivors that already
+// reported keep their reports, and are never killed for waiting.
+//
+// The host (Agent, in host.cpp) owns processes, sockets and files: it feeds
+// the events in, carries out the commands in order and writes the Record
+// commands to the journal. The cluster simulator and the unit tests drive
+// the same class with a clock of their own.
+//
+// Thread-safety: one thread at a time.
+#pragma once
+
+// GCC 12 reports the moves of a variant nested in a variant (SendTo's
+// message inside Command) as "may be used uninitialized"; every alternative
+// here has its members initialised.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include "runtime/agent/records.hpp"
+#include "runtime/agent/restore_plan.hpp"
+#include "runtime/protocol.hpp"
+
+#include <sigma/agent.hpp>
+#include <sigma/health.hpp>
+#include <sigma/scheduler.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace sigma::runtime::agent {
+
+// ---- commands --------------------------------------------------------------
+
+struct SpawnWorker {  // start the worker process for `device` on its node
+  uint32_t device = 0;
+};
+struct SendTo {  // send `message` to the worker on `device` (dropped if unconnected)
+  uint32_t device = 0;
+  protocol::AgentMessage message;
+};
+struct SignalWorker {  // signal the worker process on `device`
+  uint32_t device = 0;
+  int signal = 9;
+};
+struct Disconnect {  // forget `device`'s connection: nothing it sends counts now
+  uint32_t device = 0;
+};
+struct Record {  // one journal line (the host adds the time)
+  nlohmann::json entry;
+};
+using Command = std::variant<SpawnWorker, SendTo, SignalWorker, Disconnect, Record>;
+using Commands = std::vector<Command>;
+
+enum class Phase { starting, spare, active, retiring, done, dead };
+const char* phase_name(Phase p);
+
+// The disk checkpoints found in the job folder before the start: rank ->
+// committed step indices.
+using DiskHoldings = std::map<uint32_t, std::set<uint64_t>>;
+
+class Coordinator {
+ public:
+  // `t` is the clock's reading at the agent's start (usually 0).
+  Coordinator(const AgentOptions& options, DiskHoldings disk, double t);
+
+  // Devices in all, node of each device.
+  uint32_t devices() const { return static_cast<uint32_t>(slots_.size()); }
+  uint32_t node_of(uint32_t device) const { return slots_.at(device).node; }
+  uint32_t world() const { return world_; }
+
+  // ---- events ----
+  // The agent is up: launch node 0's workers.
+  Commands start(double t);
+  // A node agent connected: launch its workers.
+  Commands node_joined(uint32_t node, double t);
+  // Whether a hello from `device` is expected (else the host refuses it).
+  bool expects_hello(uint32_t device) const;
+  Commands hello(const protocol::Hello& h, double t);
+  Commands message(uint32_t device, const protocol::WorkerMessage& m, double t);
+  // The worker process on `device` ended; `how`: "exited with status 0",
+  // "killed by signal Killed", ... (describe_status()).
+  Commands exited(uint32_t device, const std::string& how, double t);
+  Commands stop_requested(int signal, double t);
+  // Health, migration, watchdog, rounds, start and end: call often (the
+  // agent does every 20 ms or on each event).
+  Commands tick(double t);
+
+  // ---- state ----
+  bool finished() const { return finished_; }  // goodbyes sent
+  // finished and every process gone: the host may write the report and leave.
+  bool over() const;
+  bool alive(uint32_t device) const { return slots_.at(device).alive; }
+  Phase phase(uint32_t device) const { return slots_.at(device).phase; }
+  int64_t rank(uint32_t device) const { return slots_.at(device).rank; }
+  int exit_code() const { return exit_code_; }
+  const std::string& status() const { return end_status_; }
+  const std::string& reason() const { return end_why_; }
+  uint64_t generation() const { return generation_; }
+  bool recovering() const { return round_.active; }
+  uint64_t reached() const;
+  uint32_t world_size() const { return scheduler_.world_size(); }
+  size_t spares() const { return scheduler_.spares().size(); }
+  const std::vector<nlohmann::json>& incidents() const { return incidents_; }
+  const health::Monitor& monitor() const { return monitor_; }
+
+  // The final report (settles the ledger: call once, at the end).
+  nlohmann::json report(double t);
+  MetricsSnapshot metrics(double t) const;
+
+ private:
+  struct Slot {
+    uint32_t device = 0;
+    uint32_t node = 0;
+    bool alive = false;      // a process exists (or is being started) for it
+    bool connected = false;  // its hello was heard and the connection stands
+    Phase phase = Phase::starting;
+    int64_t rank = -1;
+    double spare_since = -1;
+    int64_t last_step = -1;
+    int64_t current_step = -1;  // from heartbeats: 2 x step (+1 once its work is done)
+    bool reported = false;
+    bool plain_done = false;  // exited 0 without ever greeting: a plain program that finished
+    std::set<uint64_t> own, replica;
+    uint64_t joined_gen = 0;
+    bool newcomer = false;    // a spare given a rank, not yet joined
+    bool abort_sent = false;  // aborted in this round, its report still to come
+    double comm_s = 0, restore_s = 0;
+  };
+  struct Round {
+    bool active = false;
+    std::string cause;
+    double fault_s = 0, detected_s = 0, abort_s = 0;
+    uint64_t reached = 0;
+    bool paused = false;
+    std::string pause_reason;
+    bool assigned = false;
+    double assigned_s = 0;
+    uint64_t index = 0;
+    std::string tier;
+    bool rejoined = false;
+    double rejoined_s = 0;
+    uint32_t failed_assignments = 0;  // assignments no rank could carry out
+  };
+
+  // Everything below appends to out_.
+  void record(nlohmann::json entry) { out_.push_back(Record{std::move(entry)}); }
+  void send(const Slot& s, protocol::AgentMessage m);
+  void kill(Slot& s);
+  void spawn(Slot& s);
+  void act(const std::vector<scheduler::Action>& actions);
+  Commands take();
+
+  void recover_request(Slot& s, const protocol::RecoverRequest& m);
+  void fault(Slot& s, const std::string& cause, double fault_s);
+  void start_round(const std::string& cause, double fault_s);
+  void advance_round();
+  void assign_generation();
+  void assignment_overdue();
+  void rejoined();
+  void fail_assignment(const std::string& why);
+  std::optional<recovery::RestorePlan> plan_restore();
+  // Ends the job: every worker is told `goodbye` (default: `why`).
+  void end(const std::string& status, const std::string& why, int code, const char* event,
+           const std::string& goodbye = {});
+  void maybe_start();
+  void health_tick();
+  void maybe_migrate();
+  void watchdog();
+  void finish_stop();
+  void stop_now();
+  void finish_job();
+  std::string stop_why() const;
+  std::string resume_hint(const std::string& when) const;
+  uint64_t newest_common_disk(uint32_t world) const;
+  uint64_t progress() const;
+  Slot* slot_of_rank(uint32_t rank);
+  std::vector<Slot*> members();
+  void settle_steps(size_t keep);
+  double median_step() const;
+
+  AgentOptions o_;
+  uint32_t world_;
+  scheduler::Scheduler scheduler_;
+  health::Monitor monitor_;
+  double t_ = 0;  // the clock at the event being handled
+  std::vector<Slot> slots_;
+  Commands out_;
+  bool started_ = false;
+  uint64_t generation_ = 0;
+  Round round_;
+  nlohmann::json incident_;  // the round's record, for the report
+  std::vector<nlohmann::json> incidents_;
+  Ledger ledger_;
+  uint64_t steps_reached_ = 0;
+  // Step times in bounded memory: the last few steps by index (slowest rank
+  // wins), then a window of finished ones for the median; slow steps are
+  // charged to the ledger as they leave the first map.
+  std::map<uint64_t, double> step_times_;
+  std::deque<double> step_window_;
+  uint64_t watched_progress_ = 0;
+  double progress_since_ = 0;
+  int stop_signal_ = 0;            // a stop was requested: the job is stopping
+  double stop_deadline_ = -1;      // ... and must have stopped by then
+  uint64_t storage_failures_ = 0;  // disk checkpoints that could not be written
+  std::string storage_error_;      // the last one's reason
+  bool finished_ = false;
+  double finished_at_ = -1;  // when the last workers were told to go
+  int exit_code_ = 0;
+  std::string end_status_ = "done", end_why_;
+  DiskHoldings disk_;  // rank -> committed disk indices
+};
+
+}  // namespace sigma::runtime::agent

@@ -1,0 +1,343 @@
+// The coordinator's clock: the start, health, proactive migration, the step
+// watchdog, stopping, the end of the job, and the report.
+#include "runtime/agent/coordinator.hpp"
+
+#include <algorithm>
+#include <csignal>
+
+namespace sigma::runtime::agent {
+
+using json = nlohmann::json;
+
+Commands Coordinator::tick(double t) {
+  t_ = t;
+  if (!started_ && !finished_) maybe_start();
+  if (stop_signal_ != 0 && !finished_) finish_stop();
+  if (!finished_) {
+    health_tick();
+    maybe_migrate();
+    watchdog();
+    advance_round();
+    finish_job();
+  }
+  if (finished_ && !over() && t_ - finished_at_ > 10) {
+    // Told to go 10 s ago and still there.
+    for (Slot& s : slots_) kill(s);
+    finished_at_ = t_;
+  }
+  return take();
+}
+
+bool Coordinator::over() const {
+  if (!finished_) return false;
+  for (const Slot& s : slots_) {
+    if (s.alive) return false;
+  }
+  return true;
+}
+
+// Ranks go to the lowest device ids that passed, so a job maps the same way
+// every time; a device slow to validate is waited for a while.
+void Coordinator::maybe_start() {
+  bool all_heard = true;
+  for (const Slot& s : slots_) all_heard &= s.phase != Phase::starting;
+  const bool waited = t_ > o_.validate_timeout_s;
+  if (scheduler_.spares().size() >= world_ && (all_heard || waited)) {
+    // A job folder with disk checkpoints of every rank (a paused or
+    // interrupted run): resume from the newest step they all hold.
+    const uint64_t resume = newest_common_disk(world_);
+    for (const auto& a : scheduler_.start(t_)) {
+      record(record_of(a));
+      Slot& s = slots_[a.device];
+      s.rank = a.rank;
+      s.phase = Phase::active;
+      send(s, protocol::Assign{a.rank, world_, 1, resume > 0 ? "disk" : "none", resume, {}});
+    }
+    if (resume > 0) {
+      record({{"event", "resumed"}, {"index", resume}, {"from", o_.job_dir + "/checkpoints"}});
+      steps_reached_ = resume;
+    }
+    generation_ = 1;
+    started_ = true;
+    return;
+  }
+  uint32_t out = 0, plain = 0;
+  bool running = false;
+  for (const Slot& s : slots_) {
+    out += (s.phase == Phase::dead && !s.plain_done) || s.phase == Phase::retiring;
+    plain += s.plain_done;
+    running |= s.alive;
+  }
+  if (!running && out == 0 && plain >= world_) {
+    end("done",
+        "every worker exited 0 without a sigma session: a plain program ran to its end (sigmarun watched it "
+        "for "
+        "crashes; recovery needs the session)",
+        0, "done_without_session");
+    return;
+  }
+  if (waited && !all_heard) {
+    for (Slot& s : slots_) {
+      if (s.phase == Phase::starting) {
+        kill(s);
+        fault(s, "never said hello within " + std::to_string(o_.validate_timeout_s) + " s", t_);
+        ++out;
+      }
+    }
+  }
+  if (slots_.size() - out < world_) {
+    end("unrecoverable",
+        "only " + std::to_string(slots_.size() - out) + " device(s) passed validation; the job needs " +
+            std::to_string(world_),
+        4, nullptr);
+  }
+}
+
+void Coordinator::health_tick() {
+  for (const health::Event& e : monitor_.evaluate(t_)) {
+    record(record_of(e));
+    if (e.kind != health::Event::Kind::state_changed) continue;
+    Slot& s = slots_[e.device];
+    const bool serving = s.phase == Phase::active || s.phase == Phase::spare;
+    if (e.to == health::State::failed && e.warning.rule == "heartbeat" && serving) {
+      // Hung: make sure it cannot come back, then treat it as lost.
+      kill(s);
+      fault(s, "no heartbeat for " + std::to_string(e.warning.value) + " s (hung)", t_ - e.warning.value);
+      continue;
+    }
+    if (e.to >= health::State::suspect && e.to != health::State::failed && serving) {
+      act(scheduler_.on_warning(s.device, e.warning.message, t_));
+      if (s.phase == Phase::spare && scheduler_.state(s.device) == scheduler::DeviceState::cordoned) {
+        ledger_.idle_spares_s += t_ - s.spare_since;
+        s.phase = Phase::retiring;
+        send(s, protocol::Retire{"cordoned: " + e.warning.message});
+      }
+    } else if (e.to == health::State::healthy && s.phase == Phase::active) {
+      scheduler_.on_calm(s.device, t_);
+    }
+  }
+}
+
+void Coordinator::maybe_migrate() {
+  if (round_.active || !started_) return;
+  for (Slot& s : slots_) {
+    if (s.phase != Phase::active || !scheduler_.pending_migration(s.device)) continue;
+    // Stop every rank after a step none has begun yet; the spare takes the
+    // suspect's rank from the memory tier with nothing recomputed.
+    const uint64_t boundary = progress() + 1;
+    for (Slot* m : members()) send(*m, protocol::StopAfter{static_cast<int64_t>(boundary)});
+    act(scheduler_.at_step_boundary(boundary, t_));
+    s.phase = Phase::retiring;
+    round_ = Round{};
+    round_.active = true;
+    round_.cause = "migration of device " + std::to_string(s.device) + " (rank " + std::to_string(s.rank) +
+                   ") before it fails";
+    round_.fault_s = round_.detected_s = round_.abort_s = t_;
+    round_.reached = boundary + 1;
+    const auto& warnings = monitor_.device(s.device).warnings;
+    incident_ = {
+        {"cause", round_.cause}, {"fault_s", t_},
+        {"detected_s", t_},      {"reached_step", round_.reached},
+        {"proactive", true},     {"warning", warnings.empty() ? json() : json(warnings.front().message)}};
+    for (Slot* m : members()) m->reported = false;
+    record({{"event", "migration_started"},
+            {"device", s.device},
+            {"rank", s.rank},
+            {"boundary_step", boundary}});
+    return;
+  }
+}
+
+// No step completed for step_timeout_s while every process still beats: a
+// collective is stuck. The rank(s) behind the others are the hung ones. It
+// watches training and the recomputation after a recovery alike.
+void Coordinator::watchdog() {
+  const uint64_t p = progress();
+  if (!started_ || (round_.active && !round_.rejoined) || p != watched_progress_) {
+    watched_progress_ = p;
+    progress_since_ = t_;
+    return;
+  }
+  if (o_.step_timeout_s <= 0 || t_ - progress_since_ < o_.step_timeout_s) return;
+  int64_t lowest = INT64_MAX, highest = INT64_MIN;
+  for (Slot* m : members()) {
+    if (m->phase == Phase::done) continue;
+    lowest = std::min(lowest, m->current_step);
+    highest = std::max(highest, m->current_step);
+  }
+  progress_since_ = t_;
+  if (lowest == INT64_MAX) return;
+  const std::string step = std::to_string(lowest / 2);
+  const std::string secs = std::to_string(o_.step_timeout_s);
+  if (lowest == highest) {
+    record({{"event", "stalled"},
+            {"step", lowest / 2},
+            {"seconds", o_.step_timeout_s},
+            {"note",
+             "every rank is in the same step; no rank stands out, aborting the collective and retrying"}});
+    start_round("every rank stalled in step " + step + " for " + secs + " s", t_ - o_.step_timeout_s);
+    return;
+  }
+  for (Slot* m : members()) {
+    if (m->current_step != lowest || m->phase == Phase::done) continue;
+    monitor_.observe_error(m->device, Code::timeout, "collective stalled in step " + step, t_);
+    kill(*m);
+    fault(*m, "stuck in a collective of step " + step + " for " + secs + " s while its peers had finished it",
+          t_ - o_.step_timeout_s);
+  }
+}
+
+uint64_t Coordinator::newest_common_disk(uint32_t world) const {
+  auto held = [&](uint32_t r) -> const std::set<uint64_t>* {
+    auto it = disk_.find(r);
+    return it == disk_.end() ? nullptr : &it->second;
+  };
+  if (held(0) == nullptr) return 0;
+  std::set<uint64_t> common = *held(0);
+  for (uint32_t r = 1; r < world; ++r) {
+    const auto* h = held(r);
+    std::set<uint64_t> keep;
+    for (uint64_t i : common)
+      if (h != nullptr && h->count(i)) keep.insert(i);
+    common = std::move(keep);
+  }
+  return common.empty() ? 0 : *common.rbegin();
+}
+
+// A stop: every rank stops after a step none has begun (the disk
+// checkpoints taken so far stay, and a rerun in the folder resumes from the
+// newest); a second request, or a job that is not training, stops now.
+Commands Coordinator::stop_requested(int sig, double t) {
+  t_ = t;
+  const bool again = stop_signal_ != 0;
+  stop_signal_ = sig;
+  record({{"event", "stop_requested"}, {"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
+  if (again || !started_ || round_.active || finished_) {
+    stop_now();
+    return take();
+  }
+  const uint64_t boundary = progress() + 1;
+  stop_deadline_ = t_ + 10;
+  for (Slot* m : members()) send(*m, protocol::StopAfter{static_cast<int64_t>(boundary)});
+  return take();
+}
+
+// Stopping: done when every rank has stopped (or finished), or the deadline
+// for that has passed.
+void Coordinator::finish_stop() {
+  bool all = true;
+  for (Slot* m : members()) all &= m->phase == Phase::done || !m->alive;
+  if (all || t_ > stop_deadline_) stop_now();
+}
+
+void Coordinator::stop_now() {
+  if (finished_) return;
+  end("stopped", stop_why(), 128 + stop_signal_, "stopped");
+}
+
+std::string Coordinator::stop_why() const {
+  return std::string("stopped by ") + (stop_signal_ == SIGINT ? "SIGINT" : "SIGTERM") + " after " +
+         std::to_string(reached()) + " steps; " + resume_hint("");
+}
+
+// What a rerun in this folder resumes from: the newest disk checkpoint every
+// rank committed, or why there is none (none was asked for, or the disk
+// tier failed).
+std::string Coordinator::resume_hint(const std::string& when) const {
+  const uint64_t kept = newest_common_disk(scheduler_.world_size());
+  if (kept > 0)
+    return "the disk checkpoint of step " + std::to_string(kept) + " is kept: rerun sigmarun in this folder" +
+           (when.empty() ? "" : " " + when) + " to resume from it";
+  if (storage_failures_ > 0)
+    return "no disk checkpoint could be written (the disk tier failed " + std::to_string(storage_failures_) +
+           " time(s), the last: " + storage_error_ + "), so a rerun starts from step 0";
+  return "no disk checkpoint common to every rank was taken (--checkpoint-every), so a rerun starts from "
+         "step 0";
+}
+
+void Coordinator::finish_job() {
+  if (finished_ || !started_ || round_.active) return;
+  for (Slot* m : members()) {
+    if (m->phase != Phase::done) return;
+  }
+  end("done", "", 0, nullptr, "the job is done");
+}
+
+double Coordinator::median_step() const {
+  if (step_window_.empty()) return 0;
+  std::vector<double> v(step_window_.begin(), step_window_.end());
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+void Coordinator::settle_steps(size_t keep) {
+  while (step_times_.size() > keep) {
+    const double x = step_times_.begin()->second;
+    step_times_.erase(step_times_.begin());
+    step_window_.push_back(x);
+    if (step_window_.size() > 1001) step_window_.pop_front();
+    const double median = median_step();
+    if (step_window_.size() >= 10 && x > 1.5 * median) ledger_.slow_steps_s += x - median;
+  }
+}
+
+MetricsSnapshot Coordinator::metrics(double t) const {
+  MetricsSnapshot snap;
+  snap.steps = reached();
+  snap.wall_s = t;
+  snap.incidents = incidents_.size() + (round_.active ? 1 : 0);
+  snap.ledger = ledger_;
+  snap.spares = scheduler_.spares().size();
+  for (const auto& h : monitor_.devices()) {
+    snap.devices.push_back(
+        {h.device, h.score, health::state_name(h.state), scheduler::state_name(scheduler_.state(h.device))});
+  }
+  return snap;
+}
+
+json Coordinator::report(double t) {
+  t_ = t;
+  if (round_.active) {
+    incidents_.push_back(incident_);
+    round_.active = false;
+  }
+  settle_steps(0);
+  const double median = median_step();
+  for (Slot& s : slots_) {
+    if (s.phase == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += t - s.spare_since;
+    s.spare_since = -1;
+  }
+  ledger_.recompute_s = static_cast<double>(ledger_.recomputed_steps) * median;
+  json devices = json::array();
+  for (const Slot& s : slots_) {
+    const auto h = monitor_.device(s.device);
+    json w = json::array();
+    for (const auto& x : h.warnings) w.push_back(x.signal + "/" + x.rule + ": " + x.message);
+    devices.push_back({{"device", s.device},
+                       {"scheduler_state", scheduler::state_name(scheduler_.state(s.device))},
+                       {"health", health::state_name(h.state)},
+                       {"score", h.score},
+                       {"warnings", w}});
+  }
+  json advice;
+  if (o_.failure_rate_per_device_hour > 0) {
+    scheduler::FailureModel fm{o_.failure_rate_per_device_hour, o_.repair_hours, o_.job_hours, 0.01};
+    const auto plan = scheduler::size_spares(world_, fm);
+    advice = {{"spares", plan.spares}, {"risk", plan.risk}, {"rule", plan.rule}, {"given", o_.spares}};
+  }
+  return {{"status", end_status_},
+          {"reason", end_why_},
+          {"world", scheduler_.world_size()},
+          {"spares", o_.spares},
+          {"steps", reached()},
+          {"generations", generation_},
+          {"wall_s", t},
+          {"median_step_s", median},
+          {"incidents", incidents_},
+          {"ledger", ledger_.to_json(t)},
+          {"spare_advice", advice},
+          {"storage", {{"failed_saves", storage_failures_}, {"last_error", storage_error_}}},
+          {"devices", devices}};
+}
+
+}  // namespace sigma::runtime::agent

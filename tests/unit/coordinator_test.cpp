@@ -1,0 +1,590 @@
+// The agent's recovery logic without processes: events and a clock go in,
+// the commands that come out are checked. Every incident kind the
+// multi-process sigmarun tests cover is here, each with the actions it
+// must produce, and the faults at the edges the old agent got wrong.
+#include "runtime/agent/coordinator.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+namespace {
+
+using namespace sigma::runtime;
+using namespace sigma::runtime::agent;
+namespace protocol = sigma::runtime::protocol;
+
+AgentOptions options(uint32_t nproc, uint32_t spares) {
+  AgentOptions o;
+  o.nproc = nproc;
+  o.spares = spares;
+  o.job_dir = "/nonexistent/job";
+  o.worker = {"worker"};
+  o.heartbeat_timeout_s = 3;
+  o.abort_grace_s = 5;
+  o.step_timeout_s = 60;
+  o.recovery_timeout_s = 20;
+  return o;
+}
+
+// Drives a Coordinator the way the agent's host does, keeping every command
+// it gave, and plays the workers' side where a test needs it.
+class Job {
+ public:
+  explicit Job(const AgentOptions& o, DiskHoldings disk = {}) : c(o, std::move(disk), 0) { take(c.start(0)); }
+
+  Coordinator c;
+  double t = 0;
+  Commands log;  // everything since the last clear()
+
+  void take(Commands cs) {
+    for (auto& x : cs) log.push_back(std::move(x));
+  }
+  void clear() { log.clear(); }
+  void at(double when) {
+    t = when;
+    take(c.tick(t));
+  }
+  void hello_all() {
+    for (uint32_t d = 0; d < c.devices(); ++d) {
+      protocol::Hello h;
+      h.device = d;
+      h.self_test_passed = true;
+      take(c.hello(h, t));
+    }
+  }
+  void msg(uint32_t d, protocol::WorkerMessage m) { take(c.message(d, m, t)); }
+  void exit(uint32_t d, const std::string& how = "killed by signal Killed") { take(c.exited(d, how, t)); }
+
+  // The messages of kind M sent to `device`.
+  template <class M>
+  std::vector<M> sent(uint32_t device) const {
+    std::vector<M> out;
+    for (const auto& x : log) {
+      const auto* s = std::get_if<SendTo>(&x);
+      if (s && s->device == device)
+        if (const auto* m = std::get_if<M>(&s->message)) out.push_back(*m);
+    }
+    return out;
+  }
+  bool killed(uint32_t device) const {
+    for (const auto& x : log) {
+      const auto* k = std::get_if<SignalWorker>(&x);
+      if (k && k->device == device && k->signal == SIGKILL) return true;
+    }
+    return false;
+  }
+  // The journal lines of `event`.
+  std::vector<nlohmann::json> records(const std::string& event) const {
+    std::vector<nlohmann::json> out;
+    for (const auto& x : log) {
+      const auto* r = std::get_if<Record>(&x);
+      if (r && r->entry.value("event", "") == event) out.push_back(r->entry);
+    }
+    return out;
+  }
+
+  // Every device greets, the job starts; the ranks join generation 1.
+  void start() {
+    hello_all();
+    at(t + 0.1);
+    for (uint32_t d = 0; d < c.devices(); ++d) {
+      if (c.phase(d) == Phase::active)
+        msg(d, protocol::Joined{1, static_cast<uint32_t>(c.rank(d)), 0, "none"});
+    }
+  }
+  // Each device in `ranks` finishes steps [from, to), with a heartbeat and a
+  // snapshot of each; the clock moves 0.1 s per step.
+  void steps(const std::vector<uint32_t>& devices, uint64_t from, uint64_t to) {
+    for (uint64_t s = from; s < to; ++s) {
+      t += 0.1;
+      for (uint32_t d : devices) {
+        msg(d, protocol::Heartbeat{static_cast<int64_t>(s), true, {}, HAL_OK, {}});
+        msg(d, protocol::StepDone{s, 0.1});
+      }
+      take(c.tick(t));
+    }
+  }
+  void beat(const std::vector<uint32_t>& devices, int64_t step, bool done) {
+    for (uint32_t d : devices) msg(d, protocol::Heartbeat{step, done, {}, HAL_OK, {}});
+  }
+  // `d` asks for a recovery holding own and replica snapshots `held`.
+  void report(uint32_t d, std::vector<uint64_t> own, std::vector<uint64_t> replica,
+              const std::string& code = "aborted") {
+    protocol::RecoverRequest r;
+    r.code = code;
+    r.reason = code + ": the communicator was aborted";
+    r.generation = c.generation();
+    r.own = std::move(own);
+    r.replica = std::move(replica);
+    msg(d, r);
+  }
+  void join(uint32_t d, const protocol::Assign& a) {
+    msg(d, protocol::Joined{a.generation, a.rank, a.index, a.restore});
+  }
+};
+
+TEST(Coordinator, AFaultFreeJobAssignsTheLowestDevicesAndEndsDone) {
+  Job j(options(2, 1));
+  EXPECT_EQ(j.log.size() - j.records("scheduler").size(), 3u) << "one spawn per device";
+  j.start();
+  ASSERT_EQ(j.sent<protocol::Assign>(0).size(), 1u);
+  ASSERT_EQ(j.sent<protocol::Assign>(1).size(), 1u);
+  EXPECT_TRUE(j.sent<protocol::Assign>(2).empty()) << "device 2 is the spare";
+  EXPECT_EQ(j.sent<protocol::Assign>(1)[0].rank, 1u);
+  EXPECT_EQ(j.sent<protocol::Assign>(1)[0].restore, "none");
+  j.steps({0, 1}, 0, 10);
+  j.msg(0, protocol::Done{10});
+  j.msg(1, protocol::Done{10});
+  j.at(j.t + 0.1);
+  EXPECT_TRUE(j.c.finished());
+  EXPECT_EQ(j.c.status(), "done");
+  EXPECT_EQ(j.sent<protocol::Goodbye>(2).size(), 1u) << "the spare is let go too";
+  EXPECT_FALSE(j.c.over()) << "the processes are still there";
+  for (uint32_t d = 0; d < 3; ++d) j.exit(d, "exited with status 0");
+  EXPECT_TRUE(j.c.over());
+  const auto rep = j.c.report(j.t);
+  EXPECT_EQ(rep["steps"], 10);
+  EXPECT_TRUE(rep["incidents"].empty());
+}
+
+TEST(Coordinator, ACrashedRankIsReplacedByTheSpareFromItsNeighboursReplica) {
+  Job j(options(2, 1));
+  j.start();
+  j.steps({0, 1}, 0, 6);
+  j.clear();
+  j.exit(1);
+  ASSERT_EQ(j.sent<protocol::Abort>(0).size(), 1u) << "the survivor leaves its collective";
+  ASSERT_EQ(j.records("fault").size(), 1u);
+  j.report(0, {5, 6}, {5, 6});
+  j.at(j.t + 0.01);
+  const auto a0 = j.sent<protocol::Assign>(0), a2 = j.sent<protocol::Assign>(2);
+  ASSERT_EQ(a0.size(), 1u);
+  ASSERT_EQ(a2.size(), 1u) << "the spare takes the lost rank";
+  EXPECT_EQ(a2[0].rank, 1u);
+  EXPECT_EQ(a2[0].restore, "memory");
+  EXPECT_EQ(a2[0].index, 6u);
+  ASSERT_EQ(a2[0].handoff.size(), 1u);
+  EXPECT_EQ(a2[0].handoff[0], (std::pair<uint32_t, uint32_t>{0, 1}));
+  j.join(0, a0[0]);
+  j.join(2, a2[0]);
+  j.at(j.t + 0.01);
+  EXPECT_EQ(j.records("rejoined").size(), 1u);
+  EXPECT_EQ(j.records("recovered").size(), 1u) << "nothing to recompute: back at the reached step";
+  EXPECT_FALSE(j.c.recovering());
+  EXPECT_FALSE(j.killed(0));
+}
+
+TEST(Coordinator, ASilentWorkerIsHungAfterTheHeartbeatTimeoutAndKilled) {
+  Job j(options(2, 1));
+  j.start();
+  j.steps({0, 1}, 0, 3);
+  j.clear();
+  const double last = j.t;
+  for (double t = last + 0.5; t < last + 4; t += 0.5) {
+    j.beat({0, 2}, 3, false);
+    j.at(t);
+  }
+  EXPECT_TRUE(j.killed(1));
+  EXPECT_FALSE(j.killed(0));
+  const auto f = j.records("fault");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0]["cause"].get<std::string>().find("hung"), std::string::npos) << f[0];
+  EXPECT_EQ(j.sent<protocol::Abort>(0).size(), 1u);
+}
+
+TEST(Coordinator, ARankBehindItsPeersInAStuckCollectiveIsKilledByTheWatchdog) {
+  auto o = options(3, 1);
+  o.step_timeout_s = 10;
+  Job j(o);
+  j.start();
+  j.steps({0, 1, 2}, 0, 4);
+  j.clear();
+  const double from = j.t;
+  for (double t = from + 1; t < from + 12; t += 1) {
+    j.beat({0, 2}, 4, true);  // done with step 4's own work, waiting in its collective
+    j.beat({1}, 4, false);    // still inside step 4
+    j.beat({3}, -1, false);
+    j.at(t);
+  }
+  EXPECT_TRUE(j.killed(1));
+  EXPECT_FALSE(j.killed(0));
+  EXPECT_FALSE(j.killed(2));
+  const auto f = j.records("fault");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0]["cause"].get<std::string>().find("stuck in a collective of step 4"), std::string::npos)
+      << f[0];
+}
+
+TEST(Coordinator, EveryRankStalledInTheSameStepIsAbortedAndRetriedWithNobodyKilled) {
+  auto o = options(2, 0);
+  o.step_timeout_s = 10;
+  Job j(o);
+  j.start();
+  j.steps({0, 1}, 0, 2);
+  j.clear();
+  const double from = j.t;
+  for (double t = from + 1; t < from + 12; t += 1) {
+    j.beat({0, 1}, 2, false);
+    j.at(t);
+  }
+  EXPECT_EQ(j.records("stalled").size(), 1u);
+  EXPECT_EQ(j.sent<protocol::Abort>(0).size(), 1u);
+  EXPECT_EQ(j.sent<protocol::Abort>(1).size(), 1u);
+  EXPECT_FALSE(j.killed(0));
+  EXPECT_FALSE(j.killed(1));
+}
+
+TEST(Coordinator, ADeviceThatReportsItselfLostIsKilledAndReplaced) {
+  Job j(options(2, 1));
+  j.start();
+  j.steps({0, 1}, 0, 3);
+  j.clear();
+  j.report(1, {3}, {3}, "device_lost");
+  EXPECT_TRUE(j.killed(1));
+  const auto f = j.records("fault");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0]["cause"].get<std::string>().find("lost"), std::string::npos);
+  j.report(0, {3}, {3});
+  j.at(j.t + 0.01);
+  ASSERT_EQ(j.sent<protocol::Assign>(2).size(), 1u);
+  EXPECT_EQ(j.sent<protocol::Assign>(2)[0].restore, "memory");
+}
+
+TEST(Coordinator, AThermalRunawayIsMigratedAtAStepBoundaryWithNothingRecomputed) {
+  Job j(options(2, 1));
+  j.start();
+  j.steps({0, 1}, 0, 2);
+  j.clear();
+  // Device 1 heats past the warning threshold while it trains.
+  hal_telemetry_sample_t hot{};
+  hot.id = HAL_FIELD_TEMPERATURE_C;
+  hot.status = HAL_OK;
+  hot.type = HAL_VALUE_F64;
+  hot.value.f64 = 93;
+  for (int i = 0; i < 5; ++i) {
+    j.t += 0.1;
+    j.msg(1, protocol::Heartbeat{2, false, {hot}, HAL_OK, {}});
+    j.beat({0, 2}, 2, false);
+    j.take(j.c.tick(j.t));
+  }
+  ASSERT_EQ(j.records("migration_started").size(), 1u);
+  const auto stop = j.sent<protocol::StopAfter>(0);
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(j.c.phase(1), Phase::retiring);
+  // Both stop after the boundary and report; the spare takes rank 1 from
+  // memory at the boundary, the suspect is retired.
+  const uint64_t b = static_cast<uint64_t>(stop[0].step);
+  j.steps({0, 1}, 2, b + 1);
+  j.report(0, {b + 1}, {b + 1});
+  j.report(1, {b + 1}, {b + 1});
+  j.at(j.t + 0.01);
+  const auto a2 = j.sent<protocol::Assign>(2);
+  ASSERT_EQ(a2.size(), 1u);
+  EXPECT_EQ(a2[0].rank, 1u);
+  EXPECT_EQ(a2[0].index, b + 1);
+  EXPECT_EQ(j.sent<protocol::Retire>(1).size(), 1u);
+  EXPECT_TRUE(j.records("fault").empty()) << "a migration is not a fault";
+}
+
+TEST(Coordinator, TwoNeighboursLostTogetherFallBackToTheCommonDiskCheckpoint) {
+  Job j(options(4, 2));
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 8);
+  for (uint32_t d = 0; d < 4; ++d) j.msg(d, protocol::Checkpointed{4});
+  j.clear();
+  j.exit(1);
+  j.exit(2);  // rank 1's replica lived on rank 2
+  j.report(0, {8}, {8});
+  j.report(3, {8}, {8});
+  j.at(j.t + 0.01);
+  const auto a = j.sent<protocol::Assign>(0);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].restore, "disk");
+  EXPECT_EQ(a[0].index, 4u);
+  EXPECT_EQ(j.sent<protocol::Assign>(4).size(), 1u);
+  EXPECT_EQ(j.sent<protocol::Assign>(5).size(), 1u);
+  EXPECT_EQ(j.records("recovery_started").size(), 2u) << "one round, two casualties";
+  EXPECT_EQ(j.records("assigned").size(), 1u);
+}
+
+TEST(Coordinator, WithNoSpareLeftTheJobPausesAndSaysWhatARerunResumesFrom) {
+  Job j(options(2, 0));
+  j.start();
+  j.steps({0, 1}, 0, 4);
+  j.exit(1);
+  j.report(0, {4}, {4});
+  j.at(j.t + 0.01);
+  EXPECT_TRUE(j.c.finished());
+  EXPECT_EQ(j.c.status(), "paused");
+  EXPECT_EQ(j.c.exit_code(), 3);
+  EXPECT_NE(j.c.reason().find("no disk checkpoint common to every rank was taken"), std::string::npos)
+      << j.c.reason();
+  EXPECT_EQ(j.sent<protocol::Goodbye>(0).size(), 1u);
+}
+
+TEST(Coordinator, AJobAllowedToShrinkGoesOnWithFewerRanksButNotBelowItsFloor) {
+  auto o = options(3, 0);
+  o.allow_shrink = true;
+  o.min_world = 2;
+  Job j(o);
+  j.start();
+  j.steps({0, 1, 2}, 0, 4);
+  j.exit(2);
+  j.report(0, {4}, {4});
+  j.report(1, {4}, {4});
+  j.at(j.t + 0.01);
+  const auto a = j.sent<protocol::Assign>(0);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[1].world, 2u);
+  j.join(0, a[1]);
+  j.join(1, j.sent<protocol::Assign>(1)[1]);
+  j.steps({0, 1}, 4, 6);
+  j.exit(1);
+  j.report(0, {6}, {6});
+  j.at(j.t + 0.01);
+  EXPECT_EQ(j.c.status(), "paused") << "the floor is 2 ranks";
+}
+
+TEST(Coordinator, ASpareThatDiesDuringItsHandOffIsReplacedAndNoSurvivorIsKilled) {
+  Job j(options(2, 2));
+  j.start();
+  j.steps({0, 1}, 0, 4);
+  j.exit(1);
+  j.report(0, {4}, {4});
+  j.at(j.t + 0.01);
+  ASSERT_EQ(j.sent<protocol::Assign>(2).size(), 1u);
+  j.clear();
+  j.exit(2);              // the spare dies in the hand-off...
+  j.report(0, {4}, {4});  // ...and the survivor's new communicator fails with it
+  const double from = j.t;
+  for (double t = from; t < from + 10; t += 0.5) {
+    j.beat({0, 3}, 4, false);
+    j.at(t);  // long past the abort grace
+  }
+  EXPECT_FALSE(j.killed(0)) << "a survivor is never killed for waiting on the agent";
+  const auto a3 = j.sent<protocol::Assign>(3);
+  ASSERT_EQ(a3.size(), 1u) << "the second spare takes the rank";
+  EXPECT_EQ(a3[0].restore, "memory");
+  EXPECT_FALSE(j.c.finished()) << "not paused: a spare was left";
+}
+
+TEST(Coordinator, ASpareThatHangsInItsHandOffIsReplacedAfterTheRecoveryTimeout) {
+  Job j(options(3, 2));
+  j.start();
+  j.steps({0, 1, 2}, 0, 4);
+  j.exit(1);
+  j.report(0, {4}, {4});
+  j.report(2, {4}, {4});
+  j.at(j.t + 0.01);
+  ASSERT_EQ(j.sent<protocol::Assign>(3).size(), 1u);
+  j.join(0, j.sent<protocol::Assign>(0).back());
+  j.clear();
+  // The spare (device 3) keeps beating but never joins; rank 2, which
+  // hands rank 1's replica to it, waits on it and does not join either.
+  const double assigned = j.t;
+  for (double t = assigned + 1; t < assigned + 22; t += 1) {
+    j.beat({0, 2, 3, 4}, 4, false);
+    j.at(t);
+  }
+  ASSERT_EQ(j.records("recovery_overdue").size(), 1u);
+  EXPECT_TRUE(j.killed(3)) << "the spare that did not join is the culprit";
+  EXPECT_FALSE(j.killed(2)) << "the survivor waiting on it is not";
+  EXPECT_FALSE(j.killed(0));
+  const auto f = j.records("fault");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0]["cause"].get<std::string>().find("did not join generation 2"), std::string::npos) << f[0];
+  EXPECT_EQ(j.sent<protocol::Abort>(0).size(), 1u);
+  EXPECT_EQ(j.sent<protocol::Abort>(2).size(), 1u);
+  j.report(0, {4}, {4});
+  j.report(2, {4}, {4});
+  j.at(j.t + 0.01);
+  const auto a4 = j.sent<protocol::Assign>(4);
+  ASSERT_EQ(a4.size(), 1u) << "the next spare";
+  EXPECT_EQ(a4[0].rank, 1u);
+}
+
+TEST(Coordinator, SurvivorsLateWithNoSpareToBlameAreAbortedAndAskedAgainNotKilled) {
+  Job j(options(2, 1));
+  j.start();
+  j.steps({0, 1}, 0, 4);
+  j.exit(1);
+  j.report(0, {4}, {4});
+  j.at(j.t + 0.01);
+  j.join(2, j.sent<protocol::Assign>(2).back());  // the spare joined; the survivor did not
+  j.clear();
+  const double assigned = j.t;
+  for (double t = assigned + 1; t < assigned + 22; t += 1) {
+    j.beat({0, 2}, 4, false);
+    j.at(t);
+  }
+  ASSERT_EQ(j.records("recovery_overdue").size(), 1u);
+  EXPECT_FALSE(j.killed(0));
+  EXPECT_EQ(j.sent<protocol::Abort>(0).size(), 1u);
+  EXPECT_EQ(j.sent<protocol::Abort>(2).size(), 1u);
+  j.report(2, {4}, {4});
+  // Rank 0 cannot leave: after the abort grace it is the one replaced, and
+  // with no spare left the job pauses saying so.
+  for (double t = j.t + 1; j.t < assigned + 30; t += 1) {
+    j.beat({0, 2}, 4, false);
+    j.at(t);
+  }
+  EXPECT_TRUE(j.killed(0));
+  EXPECT_FALSE(j.killed(2));
+  EXPECT_EQ(j.c.status(), "paused");
+}
+
+TEST(Coordinator, WhenNoRankCanJoinTheRecoveryPausesWithTheReasonAfterThreeTries) {
+  Job j(options(2, 1));
+  j.start();
+  j.steps({0, 1}, 0, 4);
+  j.exit(1);
+  j.report(0, {4}, {4});
+  j.at(j.t + 0.01);
+  for (int attempt = 0; attempt < 3 && !j.c.finished(); ++attempt) {
+    // Nobody joins (say the store's folder is full): every rank keeps
+    // beating, none says why.
+    const double from = j.t;
+    for (double t = from + 1; t < from + 22; t += 1) {
+      j.beat({0, 2}, 4, false);
+      j.at(t);
+    }
+    j.report(0, {4}, {4});
+    j.report(2, {}, {});
+    j.at(j.t + 0.01);
+  }
+  EXPECT_TRUE(j.c.finished());
+  EXPECT_EQ(j.c.status(), "paused");
+  EXPECT_NE(j.c.reason().find("recovery failed 3 times"), std::string::npos) << j.c.reason();
+  EXPECT_NE(j.c.reason().find("no rank joined generation"), std::string::npos) << j.c.reason();
+}
+
+TEST(Coordinator, ACrashBeforeTheFirstSnapshotIsAFreshStart) {
+  Job j(options(2, 1));
+  j.start();
+  j.exit(1);
+  j.report(0, {}, {});
+  j.at(j.t + 0.01);
+  const auto a = j.sent<protocol::Assign>(2);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].restore, "none");
+  EXPECT_FALSE(j.c.finished());
+}
+
+TEST(Coordinator, ACrashInTheLastStepBringsTheFinishedRanksBackInsteadOfLosingThem) {
+  Job j(options(2, 1));
+  j.start();
+  j.steps({0, 1}, 0, 9);
+  j.steps({0}, 9, 10);
+  j.msg(0, protocol::Done{10});  // rank 0 finished; rank 1 dies in its last snapshot
+  j.clear();
+  j.exit(1);
+  ASSERT_EQ(j.sent<protocol::Abort>(0).size(), 1u) << "the finished rank is asked back";
+  EXPECT_EQ(j.c.phase(0), Phase::active);
+  j.report(0, {9, 10}, {9});
+  j.at(j.t + 0.01);
+  const auto a2 = j.sent<protocol::Assign>(2);
+  ASSERT_EQ(a2.size(), 1u);
+  EXPECT_EQ(a2[0].restore, "memory");
+  EXPECT_EQ(a2[0].index, 9u);
+  j.join(0, j.sent<protocol::Assign>(0).back());
+  j.join(2, a2[0]);
+  j.steps({0, 2}, 9, 10);
+  j.msg(0, protocol::Done{10});
+  j.msg(2, protocol::Done{10});
+  j.at(j.t + 0.01);
+  EXPECT_EQ(j.c.status(), "done");
+  EXPECT_EQ(j.records("recovered").size(), 1u);
+}
+
+TEST(Coordinator, ADoneThatCrossesTheAbortKeepsTheRankInTheRound) {
+  Job j(options(2, 1));
+  j.start();
+  j.steps({0, 1}, 0, 10);
+  j.exit(1);
+  ASSERT_EQ(j.sent<protocol::Abort>(0).size(), 1u);
+  j.msg(0, protocol::Done{10});  // sent before the abort reached it
+  EXPECT_EQ(j.c.phase(0), Phase::active);
+  j.at(j.t + 0.01);
+  EXPECT_TRUE(j.sent<protocol::Assign>(2).empty()) << "its report is still to come";
+  j.report(0, {10}, {10});
+  j.at(j.t + 0.01);
+  ASSERT_EQ(j.sent<protocol::Assign>(2).size(), 1u);
+  EXPECT_EQ(j.sent<protocol::Assign>(2)[0].restore, "memory");
+}
+
+TEST(Coordinator, AFinishedRankThatAlreadyLeftIsReplacedWhenAPeerFailsInTheLastSteps) {
+  Job j(options(2, 2));
+  j.start();
+  j.steps({0, 1}, 0, 9);
+  for (uint32_t d = 0; d < 2; ++d) j.msg(d, protocol::Checkpointed{8});
+  j.steps({0}, 9, 10);
+  j.msg(0, protocol::Done{10});
+  j.exit(0, "exited with status 0");  // it left without waiting for the goodbye
+  j.clear();
+  j.exit(1);
+  EXPECT_EQ(j.records("fault").size(), 2u) << "the finished rank that left is lost too";
+  j.at(j.t + 0.01);
+  const auto a2 = j.sent<protocol::Assign>(2), a3 = j.sent<protocol::Assign>(3);
+  ASSERT_EQ(a2.size(), 1u);
+  ASSERT_EQ(a3.size(), 1u);
+  EXPECT_EQ(a2[0].restore, "disk");
+  EXPECT_EQ(a2[0].index, 8u);
+}
+
+TEST(Coordinator, AFailingDiskIsAStorageIncidentNotARecovery) {
+  Job j(options(2, 0));
+  j.start();
+  j.steps({0, 1}, 0, 4);
+  j.clear();
+  j.msg(0, protocol::StorageFailed{4, "No space left on device"});
+  j.at(j.t + 0.01);
+  EXPECT_EQ(j.records("storage_failed").size(), 1u);
+  EXPECT_TRUE(j.records("recovery_started").empty());
+  EXPECT_FALSE(j.c.recovering());
+  j.exit(1);
+  j.report(0, {4}, {4});
+  j.at(j.t + 0.01);
+  EXPECT_EQ(j.c.status(), "paused");
+  EXPECT_NE(j.c.reason().find("the disk tier failed 1 time(s)"), std::string::npos) << j.c.reason();
+}
+
+TEST(Coordinator, AStopRequestEndsAtAStepBoundaryWithAResumableJob) {
+  Job j(options(2, 0));
+  j.start();
+  j.steps({0, 1}, 0, 4);
+  for (uint32_t d = 0; d < 2; ++d) j.msg(d, protocol::Checkpointed{4});
+  j.clear();
+  j.take(j.c.stop_requested(SIGTERM, j.t));
+  const auto s = j.sent<protocol::StopAfter>(0);
+  ASSERT_EQ(s.size(), 1u);
+  j.steps({0, 1}, 4, static_cast<uint64_t>(s[0].step) + 1);
+  j.report(0, {}, {});
+  j.report(1, {}, {});
+  j.at(j.t + 0.01);
+  EXPECT_EQ(j.c.status(), "stopped");
+  EXPECT_EQ(j.c.exit_code(), 128 + SIGTERM);
+  EXPECT_NE(j.c.reason().find("the disk checkpoint of step 4 is kept"), std::string::npos) << j.c.reason();
+}
+
+TEST(Coordinator, APlainProgramThatExitsZeroIsDone) {
+  Job j(options(2, 0));
+  j.exit(0, "exited with status 0");
+  j.exit(1, "exited with status 0");
+  j.at(0.5);
+  EXPECT_EQ(j.c.status(), "done");
+  EXPECT_EQ(j.c.exit_code(), 0);
+  EXPECT_TRUE(j.c.over());
+}
+
+TEST(Coordinator, AJobFolderWithEveryRanksCheckpointResumesFromTheNewest) {
+  Job j(options(2, 0), DiskHoldings{{0, {4, 8}}, {1, {4, 8, 12}}});
+  j.start();
+  const auto a = j.sent<protocol::Assign>(1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].restore, "disk");
+  EXPECT_EQ(a[0].index, 8u);
+  EXPECT_EQ(j.records("resumed").size(), 1u);
+}
+
+}  // namespace
