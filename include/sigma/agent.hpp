@@ -25,7 +25,7 @@
 // or a signal handler.
 #pragma once
 
-#include <sigma/export.h>
+#include <sigma/export.hpp>
 
 #include <cstdint>
 #include <functional>

@@ -7,6 +7,8 @@
 // into the callbacks for one communicator.
 #pragma once
 
+#include <sigma/export.hpp>
+
 #include <sigma/hal.h>
 
 #include <atomic>
@@ -21,7 +23,7 @@ namespace sigma::bootstrap {
 
 // A key-value store shared by every rank of a job. Implementations are
 // thread-safe: any method may be called from any thread, concurrently.
-class Store {
+class SIGMA_EXPORT Store {
  public:
   virtual ~Store() = default;
   // Stores `value` under `key`, replacing an old value. Throws sigma::Error
@@ -39,7 +41,7 @@ class Store {
 // renamed, so a reader never sees half a value. For ranks on one host (or a
 // shared file system). Keys may hold any bytes; they are escaped into file
 // names. Values are at most 1 MiB.
-class FileStore final : public Store {
+class SIGMA_EXPORT FileStore final : public Store {
  public:
   // Creates `dir` (and parents) when missing. Throws sigma::Error (unavailable)
   // when it cannot.
@@ -56,7 +58,7 @@ class FileStore final : public Store {
 
 // A store in a Redis server, for ranks on many hosts: every key is stored as
 // "<prefix><key>". One connection, reconnected after an error.
-class RedisStore final : public Store {
+class SIGMA_EXPORT RedisStore final : public Store {
  public:
   // Connects to host:port. Throws sigma::Error (unavailable) naming the
   // address and Redis's reason when it cannot.
@@ -74,13 +76,13 @@ class RedisStore final : public Store {
 // Opens a store by URI: "file:///abs/dir", "redis://host:port[/prefix]", or a
 // plain directory path.
 // Throws sigma::Error (invalid_argument) for a scheme it does not know.
-std::unique_ptr<Store> open_store(const std::string& uri);
+SIGMA_EXPORT std::unique_ptr<Store> open_store(const std::string& uri);
 
 // The hal_bootstrap_t callbacks of one communicator over a Store: every key
 // the plugin uses is prefixed with `key_prefix`. The object owns the table and
 // must outlive the communicator it was given to (until comm_destroy returns).
 // Thread-safety: the callbacks may be called from any thread, concurrently.
-class HalBootstrap {
+class SIGMA_EXPORT HalBootstrap {
  public:
   HalBootstrap(std::shared_ptr<Store> store, std::string key_prefix);
   HalBootstrap(const HalBootstrap&) = delete;

@@ -22,6 +22,8 @@
 // loop's); its writer thread is its own business.
 #pragma once
 
+#include <sigma/export.hpp>
+
 #include <sigma/hal.h>
 #include <sigma/error.hpp>
 #include <sigma/hal.hpp>
@@ -47,7 +49,7 @@ enum class Layout : uint8_t {
 // One tensor of the state, borrowed for the call. Host memory, or memory of
 // `device` of `plugin` (copied through the HAL when that memory is not
 // host-addressable).
-struct TensorView {
+struct SIGMA_EXPORT TensorView {
   TensorView() = default;
   TensorView(std::string name_, hal_dtype_t dtype_, std::vector<int64_t> shape_, void* data_,
              hal::Plugin* plugin_ = nullptr, uint32_t device_ = 0)
@@ -76,8 +78,8 @@ struct TensorView {
 };
 
 // Views with a layout, for brevity.
-TensorView replicated(TensorView v);
-TensorView split(TensorView v, int32_t dim, int64_t offset, std::vector<int64_t> global_shape);
+SIGMA_EXPORT TensorView replicated(TensorView v);
+SIGMA_EXPORT TensorView split(TensorView v, int32_t dim, int64_t offset, std::vector<int64_t> global_shape);
 
 struct Metadata {
   uint64_t step = 0;
@@ -89,7 +91,7 @@ struct Metadata {
   std::map<std::string, std::string> extra;
 };
 
-struct Options {
+struct SIGMA_EXPORT Options {
   std::string dir;  // the checkpoint root; the job's folder goes below it
   std::string job = "job";
   uint32_t rank = 0, world = 1;
@@ -151,7 +153,7 @@ struct ShardInfo {
   Metadata meta;
 };
 
-class Engine {
+class SIGMA_EXPORT Engine {
  public:
   // Creates the job folder; removes this rank's leftovers of crashed saves.
   // Throws Error(invalid_argument) for bad options, Error(unavailable) when
@@ -233,50 +235,50 @@ struct StepInfo {
 };
 // The step folders of a job folder, newest first. A folder that does not
 // exist has none.
-std::vector<StepInfo> list_steps(const std::string& job_dir);
+SIGMA_EXPORT std::vector<StepInfo> list_steps(const std::string& job_dir);
 
 // What a path is in the checkpoint layout, JOB/step-<20 digits>/rank-<5
 // digits>/: a shard (a rank folder, or a folder holding a shard's files), a
 // step folder, a job folder (one holding step folders), or none of them.
 // Reads folder names only. Thread-safety: any thread.
 enum class PathKind { shard, step, job, other };
-PathKind classify(const std::string& path);
+SIGMA_EXPORT PathKind classify(const std::string& path);
 // The job folders a path names: itself when it is one, else its children
 // that are, sorted. Thread-safety: any thread.
-std::vector<std::string> list_jobs(const std::string& dir);
+SIGMA_EXPORT std::vector<std::string> list_jobs(const std::string& dir);
 // The shard (rank) folders of a step folder, by rank. Thread-safety: any.
-std::vector<std::string> list_step_shards(const std::string& step_path);
+SIGMA_EXPORT std::vector<std::string> list_step_shards(const std::string& step_path);
 // Writes the step's global manifest when every rank's shard of it is
 // committed (durably: temporary file, fsync, rename, fsync of the folder;
 // ranks racing to write it write the same thing). Returns whether the step
 // is complete. Throws Error(data_loss) when the shards cannot be read or
 // disagree (world sizes, dtypes, global shapes, slices that overlap or leave
 // gaps), naming the shard and the tensor.
-bool finalize_step(const std::string& job_dir, uint64_t step);
+SIGMA_EXPORT bool finalize_step(const std::string& job_dir, uint64_t step);
 // Checks a step's global manifest against its shards' manifests and, with
 // `shards_too`, every hash of every shard. Throws Error(data_loss) naming the
 // file and the check.
-void verify_step(const std::string& step_path, bool shards_too = true);
+SIGMA_EXPORT void verify_step(const std::string& step_path, bool shards_too = true);
 
 // Reads a shard's manifest (FlatBuffers verifier, bounds) without the data.
 // Throws Error(data_loss) naming the file and the check that failed.
-ShardInfo inspect(const std::string& shard_path);
+SIGMA_EXPORT ShardInfo inspect(const std::string& shard_path);
 // Checks every hash of a shard (and of its base for a differential one) by
 // decoding every chunk. Throws Error(data_loss) naming file, tensor, chunk and
 // check.
-void verify(const std::string& shard_path);
+SIGMA_EXPORT void verify(const std::string& shard_path);
 // The committed shards below a job folder (any rank), newest first. A shard
 // whose manifest cannot be read is listed with base_step -2.
-std::vector<ShardInfo> list_shards(const std::string& job_dir);
+SIGMA_EXPORT std::vector<ShardInfo> list_shards(const std::string& job_dir);
 // One tensor of a shard, decoded, every hash checked. Throws Error(data_loss)
 // for damage, Error(invalid_argument) when the shard has no such tensor.
-std::vector<uint8_t> read_tensor(const std::string& shard_path, const std::string& name);
+SIGMA_EXPORT std::vector<uint8_t> read_tensor(const std::string& shard_path, const std::string& name);
 
 // safetensors (https://github.com/huggingface/safetensors): an 8-byte
 // little-endian header length, a JSON header naming each tensor's dtype,
 // shape and byte range, then the bytes. Export writes every tensor of a
 // shard (and its metadata as "__metadata__" strings), durably.
-void export_safetensors(const std::string& shard_path, const std::string& out_path);
+SIGMA_EXPORT void export_safetensors(const std::string& shard_path, const std::string& out_path);
 // Reads a safetensors file into owned tensors; the file is untrusted: the
 // header is bounded (100 MiB), every range is checked against the file and
 // the shape, overlaps are refused. Throws Error(invalid_argument) naming the
@@ -287,10 +289,11 @@ struct OwnedTensor {
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 };
-std::vector<OwnedTensor> import_safetensors(const std::string& path,
-                                            std::map<std::string, std::string>* metadata);
+SIGMA_EXPORT std::vector<OwnedTensor> import_safetensors(const std::string& path,
+                                                         std::map<std::string, std::string>* metadata);
 // The same from bytes in memory (the fuzz target's entry); `name` in messages.
-std::vector<OwnedTensor> parse_safetensors(const uint8_t* data, uint64_t size, const std::string& name,
-                                           std::map<std::string, std::string>* metadata);
+SIGMA_EXPORT std::vector<OwnedTensor> parse_safetensors(const uint8_t* data, uint64_t size,
+                                                        const std::string& name,
+                                                        std::map<std::string, std::string>* metadata);
 
 }  // namespace sigma::checkpoint

@@ -6,6 +6,8 @@
 // failed, data loss means a checkpoint or buffer cannot be trusted.
 #pragma once
 
+#include <sigma/export.hpp>
+
 #include <sigma/hal.h>
 
 #include <stdexcept>
@@ -29,21 +31,21 @@ enum class Code : int {
 };
 
 // Stable lower-case name of a code ("device_lost"). Thread-safety: any thread.
-std::string_view code_name(Code code) noexcept;
+SIGMA_EXPORT std::string_view code_name(Code code) noexcept;
 
 // The HAL status that a code corresponds to (data_loss maps to INTERNAL).
-hal_status_t to_hal_status(Code code) noexcept;
+SIGMA_EXPORT hal_status_t to_hal_status(Code code) noexcept;
 
 // The code of a HAL status; any status that is not defined by ABI 1.0 maps to
 // Code::internal. Thread-safety: any thread.
-Code from_hal_status(hal_status_t status) noexcept;
+SIGMA_EXPORT Code from_hal_status(hal_status_t status) noexcept;
 
 // The name of a HAL status ("HAL_ERR_TIMEOUT"), or "undefined status N".
-std::string hal_status_name(hal_status_t status);
+SIGMA_EXPORT std::string hal_status_name(hal_status_t status);
 
 // An error with a code and a message that says what failed, where and why.
 // Thread-safety: immutable after construction.
-class Error : public std::runtime_error {
+class SIGMA_EXPORT Error : public std::runtime_error {
  public:
   Error(Code code, const std::string& message) : std::runtime_error(message), code_(code) {}
   Code code() const noexcept { return code_; }

@@ -16,6 +16,8 @@
 // the group in the same order, like the HAL's collectives.
 #pragma once
 
+#include <sigma/export.hpp>
+
 #include <sigma/hal.h>
 #include <sigma/error.hpp>
 #include <sigma/hal.hpp>
@@ -95,7 +97,7 @@ struct JournalConfig {
   bool all_ranks = false;  // false: rank 0 writes; true: "<path>.rank<N>"
 };
 
-struct Config {
+struct SIGMA_EXPORT Config {
   LossScalingConfig loss_scaling;
   ClippingConfig clipping;
   SpikeConfig spike;
@@ -159,7 +161,7 @@ enum class Action {
   skip,      // do not update; go on with the next batch
   rollback,  // restore the snapshot of rollback_to_step, skip the data window
 };
-const char* action_name(Action a);
+SIGMA_EXPORT const char* action_name(Action a);
 
 struct Decision {
   uint64_t step = 0;
@@ -205,7 +207,7 @@ struct FaultReport {
   std::string detail;
 };
 
-class Guardrails {
+class SIGMA_EXPORT Guardrails {
  public:
   // Validates the config, opens the journal. Throws Error(invalid_argument)
   // for a bad config or layer list (empty names, duplicates, dtypes other
@@ -260,6 +262,6 @@ class Guardrails {
 };
 
 // xxh3 over the bytes of every buffer, in order: a replica's fingerprint.
-uint64_t fingerprint(const std::vector<BufferView>& params);
+SIGMA_EXPORT uint64_t fingerprint(const std::vector<BufferView>& params);
 
 }  // namespace sigma::guardrails

@@ -6,6 +6,8 @@
 // status into sigma::Error with the plugin's name, the entry and its message.
 #pragma once
 
+#include <sigma/export.hpp>
+
 #include <sigma/hal.h>
 #include <sigma/error.hpp>
 
@@ -25,23 +27,23 @@ struct LoadOptions {
 // Where a short name is searched, in order: each folder of
 // SIGMA_HAL_PLUGIN_PATH (colon-separated), then <libdir>/sigma/plugins beside
 // the libsigma in use. A short name N is the file libsigma_hal_N.so.
-std::vector<std::string> plugin_search_path();
+SIGMA_EXPORT std::vector<std::string> plugin_search_path();
 
 // The file a name or path resolves to. A value containing '/' or ending in
 // ".so" is a path and is used as given. Throws Error(unavailable) naming every
 // folder searched when a short name is not found.
-std::string resolve_plugin(const std::string& name_or_path);
+SIGMA_EXPORT std::string resolve_plugin(const std::string& name_or_path);
 
 // Checks a root table against ABI 1.0: major, struct sizes of the root and
 // each sub-table, required entries non-NULL, strings present, extension chain
 // well formed. Returns "" when it is valid, else one message naming the field,
 // what was expected and what was found. `origin` prefixes the message.
-std::string validate_api(const hal_api_t* api, const std::string& origin);
+SIGMA_EXPORT std::string validate_api(const hal_api_t* api, const std::string& origin);
 
 // Thrown by Plugin::load when the plugin loaded and validated but its own
 // hal_init_fn refused (e.g. UNAVAILABLE: no device on this machine). Callers
 // that report "skipped: no device" rather than "failed" catch this type.
-class PluginInitError : public Error {
+class SIGMA_EXPORT PluginInitError : public Error {
  public:
   using Error::Error;
 };
@@ -53,7 +55,7 @@ using PluginPtr = std::shared_ptr<Plugin>;
 // plugin and unloads the shared object. Loading the same file twice gives two
 // Plugin objects over one reference-counted plugin, as the ABI requires.
 // Thread-safety: the methods are as thread-safe as the entries they call.
-class Plugin {
+class SIGMA_EXPORT Plugin {
  public:
   // Loads, validates and initialises. Throws Error naming the file and what is
   // wrong: unavailable (dlopen failed, file not found, init said so),
@@ -100,7 +102,7 @@ class Plugin {
 
 // Device memory from hal_mem_alloc_fn; freed when destroyed.
 // Thread-safety: not concurrently on the same Buffer.
-class Buffer {
+class SIGMA_EXPORT Buffer {
  public:
   Buffer(PluginPtr plugin, uint32_t device, uint64_t size_bytes);
   ~Buffer();
@@ -125,7 +127,7 @@ class Request;
 // Destroying it destroys the communicator (aborting what is in flight).
 // Thread-safety: post() not concurrently on the same Communicator; abort()
 // and async_error() from any thread, concurrently.
-class Communicator {
+class SIGMA_EXPORT Communicator {
  public:
   // Collective over all ranks. Throws Error (timeout when peers did not come,
   // not_supported for a world size the plugin cannot do, ...).
@@ -163,7 +165,7 @@ class Communicator {
 // One posted operation. Destroying an unfinished request waits for it up to
 // the wait timeout given at destruction policy (10 s); if it is still not
 // done, the communicator is aborted so the buffers are no longer used.
-class Request {
+class SIGMA_EXPORT Request {
  public:
   Request(PluginPtr plugin, hal_comm_t comm, hal_request_t req)
       : plugin_(std::move(plugin)), comm_(comm), req_(req) {}
@@ -208,10 +210,10 @@ inline hal_coll_args_t coll_args(hal_coll_op_t op, hal_dtype_t dtype, uint64_t c
 }
 
 // Bytes per element of a dtype; 0 for a dtype ABI 1.0 does not define.
-uint64_t dtype_size(hal_dtype_t dtype) noexcept;
+SIGMA_EXPORT uint64_t dtype_size(hal_dtype_t dtype) noexcept;
 // "f32", "bf16", ...; "dtype N" for an unknown one.
-std::string dtype_name(hal_dtype_t dtype);
-std::string coll_op_name(hal_coll_op_t op);
-std::string reduce_op_name(hal_reduce_op_t op);
+SIGMA_EXPORT std::string dtype_name(hal_dtype_t dtype);
+SIGMA_EXPORT std::string coll_op_name(hal_coll_op_t op);
+SIGMA_EXPORT std::string reduce_op_name(hal_reduce_op_t op);
 
 }  // namespace sigma::hal

@@ -30,6 +30,8 @@
 // concurrently (one mutex inside). Nothing blocks beyond that mutex.
 #pragma once
 
+#include <sigma/export.hpp>
+
 #include <sigma/hal.h>
 #include <sigma/error.hpp>
 #include <sigma/hal.hpp>
@@ -51,7 +53,7 @@ namespace sigma::health {
 enum class State : int { healthy = 0, suspect = 1, failing = 2, failed = 3 };
 
 // "healthy", "suspect", "failing", "failed".
-const char* state_name(State s) noexcept;
+SIGMA_EXPORT const char* state_name(State s) noexcept;
 
 struct Config {
   size_t history_samples = 600;  // telemetry samples kept per device
@@ -75,7 +77,7 @@ struct Config {
 
 // Refuses impossible values (negative windows, critical below warn, alpha
 // outside (0, 1], ...) with the field's name. Throws Error(invalid_argument).
-void validate(const Config& config);
+SIGMA_EXPORT void validate(const Config& config);
 
 // `config` for devices whose clock runs `device_seconds_per_second` times
 // faster than the wall clock (a simulated device that compresses its
@@ -85,7 +87,7 @@ void validate(const Config& config);
 // for error rates). Heartbeat and straggler figures stay in wall time. 1
 // returns `config` unchanged. Throws Error(invalid_argument) for a factor
 // that is not a positive finite number. Pure; any thread.
-Config time_scaled(const Config& config, double device_seconds_per_second);
+SIGMA_EXPORT Config time_scaled(const Config& config, double device_seconds_per_second);
 
 // One verdict of one detector about one device.
 struct Warning {
@@ -117,7 +119,7 @@ struct Event {
   Warning warning;
 };
 
-class Monitor {
+class SIGMA_EXPORT Monitor {
  public:
   explicit Monitor(Config config = {});
   ~Monitor();
@@ -160,7 +162,7 @@ class Monitor {
 // thread and hands them to `monitor` (time: seconds of CLOCK_MONOTONIC).
 // The plugin and monitor must outlive the sampler. stop() (or the
 // destructor) joins the thread. Thread-safety: start/stop from one thread.
-class Sampler {
+class SIGMA_EXPORT Sampler {
  public:
   Sampler(const hal::Plugin& plugin, std::vector<uint32_t> devices, Monitor& monitor, double rate_hz);
   ~Sampler();
@@ -185,6 +187,6 @@ class Sampler {
 };
 
 // Seconds of CLOCK_MONOTONIC, the clock the sampler and the agent use.
-double monotonic_s() noexcept;
+SIGMA_EXPORT double monotonic_s() noexcept;
 
 }  // namespace sigma::health

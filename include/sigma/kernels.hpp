@@ -7,6 +7,8 @@
 // A call's buffers all live on the same side.
 #pragma once
 
+#include <sigma/export.hpp>
+
 #include <sigma/hal.h>
 
 #include <cstdint>
@@ -27,14 +29,14 @@ struct ScanResult {
 // One fused pass over `count` elements of f32, f16 or bf16 data at `data`
 // (any alignment). Throws sigma::Error(invalid_argument) for another dtype.
 // Thread-safety: any thread, concurrently. Blocks: no.
-ScanResult grad_scan(const void* data, uint64_t count, hal_dtype_t dtype);
+SIGMA_EXPORT ScanResult grad_scan(const void* data, uint64_t count, hal_dtype_t dtype);
 
 // Byte-plane shuffle of `count` elements of `elem_size` bytes: byte b of
 // element i goes to dst[b * count + i]. Groups the exponent bytes of floats
 // together so a compressor finds them. unshuffle_bytes is its inverse.
 // src and dst must not overlap. Thread-safety: any thread, concurrently.
-void shuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size);
-void unshuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size);
+SIGMA_EXPORT void shuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size);
+SIGMA_EXPORT void unshuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_size);
 
 // The same with a base XORed in, in one pass: the delta of a checkpoint
 // chunk against its base, ready to compress. shuffle_xor_bytes writes
@@ -42,15 +44,17 @@ void unshuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_s
 // unshuffle_xor_bytes(shuffle_xor_bytes(x, base), base) == x. `base` is in
 // element order and count * elem_size bytes long; dst overlaps neither input.
 // Thread-safety: any thread, concurrently. Blocks: no.
-void shuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size);
-void unshuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size);
+SIGMA_EXPORT void shuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count,
+                                    uint32_t elem_size);
+SIGMA_EXPORT void unshuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count,
+                                      uint32_t elem_size);
 
 // out[i] = a[i] ^ b[i] for `bytes` bytes (out may alias a or b): the delta of
 // a checkpoint chunk against its base.
-void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes);
+SIGMA_EXPORT void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes);
 
 // xxh3-64 of the bytes, seed 0: the per-chunk checksum of checkpoints.
-uint64_t checksum(const void* data, uint64_t bytes);
+SIGMA_EXPORT uint64_t checksum(const void* data, uint64_t bytes);
 
 // --- MoE token dispatch ------------------------------------------------------
 // Each of num_tokens tokens chose top_k experts: expert_ids[t * top_k + k]
@@ -63,20 +67,21 @@ uint64_t checksum(const void* data, uint64_t bytes);
 // are expert e's rows (num_experts + 1 entries; the last is the row count).
 // Throws sigma::Error(invalid_argument) for an id outside [-1, num_experts).
 // Thread-safety: any thread, concurrently. Blocks: no.
-void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, uint32_t num_experts,
-              int64_t* row_of, uint64_t* expert_offsets);
+SIGMA_EXPORT void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k,
+                           uint32_t num_experts, int64_t* row_of, uint64_t* expert_offsets);
 
 // Gathers: out[row_of[t * top_k + k]] = tokens[t], rows of `hidden`
 // elements of any ABI dtype. `out` has expert_offsets[num_experts] rows.
-void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_dtype_t dtype,
-                 const int64_t* row_of, uint32_t top_k, void* out);
+SIGMA_EXPORT void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_dtype_t dtype,
+                              const int64_t* row_of, uint32_t top_k, void* out);
 
 // Scatter-adds back with weights: out[t] = sum over k of
 // weights[t * top_k + k] * expert_out[row_of[t * top_k + k]] (dropped
 // choices add nothing; a token with none gets zeros). f32, f16 or bf16 rows;
 // accumulated in f32, written once in the dtype. `out` may not overlap.
-void moe_unpermute(const void* expert_out, const int64_t* row_of, const float* weights, uint64_t num_tokens,
-                   uint32_t top_k, uint64_t hidden, hal_dtype_t dtype, void* out);
+SIGMA_EXPORT void moe_unpermute(const void* expert_out, const int64_t* row_of, const float* weights,
+                                uint64_t num_tokens, uint32_t top_k, uint64_t hidden, hal_dtype_t dtype,
+                                void* out);
 
 // The GPU-friendly checksum ("sigma-h64"), defined so that a GPU computes
 // it in parallel and this CPU twin gives the same value: the bytes are read
@@ -87,14 +92,14 @@ void moe_unpermute(const void* expert_out, const int64_t* row_of, const float* w
 // 64-bit finaliser. Any single flipped bit changes it; it is not a
 // cryptographic hash. Buffers in CUDA device memory are hashed on the GPU.
 // Thread-safety: any thread, concurrently. Blocks: until the GPU is done.
-uint64_t checksum_parallel(const void* data, uint64_t bytes);
+SIGMA_EXPORT uint64_t checksum_parallel(const void* data, uint64_t bytes);
 
 // Which implementation runs. force_isa exists for tests and benchmarks:
 // forcing avx2 on a CPU without it throws sigma::Error(not_supported).
 enum class Isa { scalar, avx2 };
-Isa active_isa();
-void force_isa(Isa isa);
+SIGMA_EXPORT Isa active_isa();
+SIGMA_EXPORT void force_isa(Isa isa);
 // Forget a forced choice: back to what the CPU supports.
-void reset_isa();
+SIGMA_EXPORT void reset_isa();
 
 }  // namespace sigma::kernels

@@ -29,6 +29,8 @@
 // session's own thread runs heartbeats and aborts. Not copyable.
 #pragma once
 
+#include <sigma/export.hpp>
+
 #include <sigma/checkpoint.hpp>
 #include <sigma/error.hpp>
 #include <sigma/hal.hpp>
@@ -42,7 +44,7 @@
 
 namespace sigma::runtime {
 
-struct SessionOptions {
+struct SIGMA_EXPORT SessionOptions {
   std::string agent_socket;       // SIGMA_AGENT_SOCKET
   uint32_t device = 0;            // SIGMA_DEVICE: the agent's id for this device
   std::string job_dir;            // SIGMA_JOB_DIR
@@ -59,7 +61,7 @@ struct SessionOptions {
   static SessionOptions from_env();
 };
 
-class Session {
+class SIGMA_EXPORT Session {
  public:
   // True when this process was started by sigmarun (SIGMA_AGENT_SOCKET set).
   static bool under_agent() noexcept;

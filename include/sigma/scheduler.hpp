@@ -18,6 +18,8 @@
 // blocks.
 #pragma once
 
+#include <sigma/export.hpp>
+
 #include <sigma/error.hpp>
 
 #include <cstdint>
@@ -31,7 +33,7 @@ namespace sigma::scheduler {
 enum class DeviceState : int { fresh, validating, available, in_use, suspect, cordoned, repaired };
 
 // "new", "validating", "available", "in_use", "suspect", "cordoned", "repaired".
-const char* state_name(DeviceState s) noexcept;
+SIGMA_EXPORT const char* state_name(DeviceState s) noexcept;
 
 // What the spare pool is sized from. Rates are per device-hour of use.
 struct FailureModel {
@@ -54,7 +56,7 @@ struct SparePlan {
 // max(1, job / repair) independent repair windows. Throws
 // Error(invalid_argument) for a negative rate, non-positive hours or a risk
 // outside (0, 1).
-SparePlan size_spares(uint32_t devices_in_use, const FailureModel& model);
+SIGMA_EXPORT SparePlan size_spares(uint32_t devices_in_use, const FailureModel& model);
 
 struct Config {
   uint32_t world_size = 1;
@@ -90,9 +92,9 @@ struct Action {
 };
 
 // "validate", "admit", ... as written in journals.
-const char* action_name(Action::Kind k) noexcept;
+SIGMA_EXPORT const char* action_name(Action::Kind k) noexcept;
 
-class Scheduler {
+class SIGMA_EXPORT Scheduler {
  public:
   // Throws Error(invalid_argument) for world_size 0 or min_world_size above it.
   explicit Scheduler(Config config);

@@ -20,6 +20,16 @@
 
 #include <stddef.h>
 
+/* Exported from libsigma (built with hidden visibility); the C++ headers
+ * use the same mark (sigma/export.hpp). */
+#ifndef SIGMA_EXPORT
+#if defined(__GNUC__) || defined(__clang__)
+#define SIGMA_EXPORT __attribute__((visibility("default")))
+#else
+#define SIGMA_EXPORT
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -37,7 +47,7 @@ typedef int32_t sigma_status_t;
  * or "undefined status" for a value that is none. Static string, never NULL.
  * Thread-safety: any thread, concurrently. Blocks: no.
  */
-const char* sigma_status_name(sigma_status_t status);
+SIGMA_EXPORT const char* sigma_status_name(sigma_status_t status);
 
 /* A loaded, initialised HAL plugin (opaque). */
 typedef struct sigma_plugin_s sigma_plugin_t;
@@ -46,14 +56,14 @@ typedef struct sigma_plugin_s sigma_plugin_t;
  * The library's version, "MAJOR.MINOR.PATCH". Static string, never NULL.
  * Thread-safety: any thread, concurrently. Blocks: no.
  */
-const char* sigma_version(void);
+SIGMA_EXPORT const char* sigma_version(void);
 
 /*
  * The message of the last failing sigma_* call on the calling thread, or "".
  * Never NULL; valid until the thread's next sigma_* call.
  * Thread-safety: any thread, concurrently (each thread sees its own).
  */
-const char* sigma_last_error(void);
+SIGMA_EXPORT const char* sigma_last_error(void);
 
 /*
  * Loads a HAL plugin by short name ("cpu", "skeleton": searched in
@@ -67,27 +77,28 @@ const char* sigma_last_error(void);
  * ABI major). The message names the file and the field or symbol at fault.
  * Thread-safety: any thread, concurrently. Blocks: while the plugin starts.
  */
-sigma_status_t sigma_plugin_load(const char* name_or_path, const char* options, sigma_plugin_t** plugin);
+SIGMA_EXPORT sigma_status_t sigma_plugin_load(const char* name_or_path, const char* options,
+                                              sigma_plugin_t** plugin);
 
 /*
  * Finalises and unloads. NULL is accepted. Every handle obtained through the
  * plugin's tables becomes invalid.
  * Thread-safety: any thread, not concurrently on the same plugin.
  */
-void sigma_plugin_unload(sigma_plugin_t* plugin);
+SIGMA_EXPORT void sigma_plugin_unload(sigma_plugin_t* plugin);
 
 /*
  * The plugin's validated root table, owned by the plugin, valid until
  * sigma_plugin_unload. NULL when plugin is NULL.
  * Thread-safety: any thread, concurrently. Blocks: no.
  */
-const hal_api_t* sigma_plugin_api(const sigma_plugin_t* plugin);
+SIGMA_EXPORT const hal_api_t* sigma_plugin_api(const sigma_plugin_t* plugin);
 
 /*
  * The file the plugin was loaded from; owned by the plugin object, valid
  * until sigma_plugin_unload. NULL when plugin is NULL.
  */
-const char* sigma_plugin_path(const sigma_plugin_t* plugin);
+SIGMA_EXPORT const char* sigma_plugin_path(const sigma_plugin_t* plugin);
 
 /* ------------------------------------------------------------------------- */
 /* Guardrails (see sigma/guardrails.hpp for the policies)                    */
@@ -175,10 +186,11 @@ typedef struct sigma_guardrails_create_args_t {
  *   UNAVAILABLE (the journal cannot be opened).
  * Thread-safety: any thread. Blocks: no.
  */
-sigma_status_t sigma_guardrails_create(const sigma_guardrails_create_args_t* args, sigma_guardrails_t** out);
+SIGMA_EXPORT sigma_status_t sigma_guardrails_create(const sigma_guardrails_create_args_t* args,
+                                                    sigma_guardrails_t** out);
 
 /* Destroys the engine (closes its journal). NULL is accepted. */
-void sigma_guardrails_destroy(sigma_guardrails_t* g);
+SIGMA_EXPORT void sigma_guardrails_destroy(sigma_guardrails_t* g);
 
 /*
  * Collective: one step. views: any number of buffers, each naming its layer.
@@ -187,33 +199,35 @@ void sigma_guardrails_destroy(sigma_guardrails_t* g);
  *   REMOTE_ERROR from the exchange.
  * Thread-safety: one thread at a time per engine. Blocks: for the exchange.
  */
-sigma_status_t sigma_guardrails_step(sigma_guardrails_t* g, uint64_t step, double loss,
-                                     const sigma_buffer_view_t* views, uint64_t num_views,
-                                     sigma_guardrails_decision_t* decision);
+SIGMA_EXPORT sigma_status_t sigma_guardrails_step(sigma_guardrails_t* g, uint64_t step, double loss,
+                                                  const sigma_buffer_view_t* views, uint64_t num_views,
+                                                  sigma_guardrails_decision_t* decision);
 
 /* A snapshot of the state after `step` exists: a rollback candidate. */
-sigma_status_t sigma_guardrails_note_snapshot(sigma_guardrails_t* g, uint64_t step);
+SIGMA_EXPORT sigma_status_t sigma_guardrails_note_snapshot(sigma_guardrails_t* g, uint64_t step);
 
 /*
  * Collective: compares the replicas' parameter fingerprints at `step`.
  * [out] match: 1 when all agree. [out, optional] odd_rank: the one rank that
  * differs from a strict majority, or -1.
  */
-sigma_status_t sigma_guardrails_check_fingerprint(sigma_guardrails_t* g, uint64_t step,
-                                                  const sigma_buffer_view_t* params, uint64_t num_params,
-                                                  int32_t* match, int32_t* odd_rank);
+SIGMA_EXPORT sigma_status_t sigma_guardrails_check_fingerprint(sigma_guardrails_t* g, uint64_t step,
+                                                               const sigma_buffer_view_t* params,
+                                                               uint64_t num_params, int32_t* match,
+                                                               int32_t* odd_rank);
 
 /*
  * After a mismatch at `step`: the fingerprint of the step re-run on `device`.
  * [out] faulty_rank: the first replica that disagrees with the re-run, or -1
  * when the re-run matches none.
  */
-sigma_status_t sigma_guardrails_attribute_rerun(sigma_guardrails_t* g, uint64_t step,
-                                                uint64_t rerun_fingerprint, const char* device,
-                                                int32_t* faulty_rank);
+SIGMA_EXPORT sigma_status_t sigma_guardrails_attribute_rerun(sigma_guardrails_t* g, uint64_t step,
+                                                             uint64_t rerun_fingerprint, const char* device,
+                                                             int32_t* faulty_rank);
 
 /* xxh3 over the bytes of the buffers, in order (their `layer` is ignored). */
-sigma_status_t sigma_fingerprint(const sigma_buffer_view_t* params, uint64_t num_params, uint64_t* out);
+SIGMA_EXPORT sigma_status_t sigma_fingerprint(const sigma_buffer_view_t* params, uint64_t num_params,
+                                              uint64_t* out);
 
 /* ------------------------------------------------------------------------- */
 /* Worker session under sigmarun (see sigma/runtime.hpp for the protocol)    */
@@ -233,7 +247,7 @@ typedef struct sigma_state_view_t {
 } sigma_state_view_t;
 
 /* 1 when this process was started by sigmarun (SIGMA_AGENT_SOCKET is set). */
-int32_t sigma_session_under_agent(void);
+SIGMA_EXPORT int32_t sigma_session_under_agent(void);
 
 /*
  * Connects to the agent named by the environment sigmarun sets, loads the
@@ -243,14 +257,14 @@ int32_t sigma_session_under_agent(void);
  * agent, the plugin failed to load, or the self-test failed).
  * Thread-safety: any thread. Blocks: for the self-test (about a second).
  */
-sigma_status_t sigma_session_create(sigma_session_t** out);
+SIGMA_EXPORT sigma_status_t sigma_session_create(sigma_session_t** out);
 
 /* Ends the session (its heartbeat thread too). NULL is accepted. */
-void sigma_session_destroy(sigma_session_t* s);
+SIGMA_EXPORT void sigma_session_destroy(sigma_session_t* s);
 
 /* Registers the state (copies the list, not the data). */
-sigma_status_t sigma_session_set_state(sigma_session_t* s, const sigma_state_view_t* views,
-                                       uint32_t num_views);
+SIGMA_EXPORT sigma_status_t sigma_session_set_state(sigma_session_t* s, const sigma_state_view_t* views,
+                                                    uint32_t num_views);
 
 /*
  * Blocks until the agent assigns a rank, builds the communicator, snapshots or
@@ -259,28 +273,28 @@ sigma_status_t sigma_session_set_state(sigma_session_t* s, const sigma_state_vie
  * is then 1: exit), UNAVAILABLE when the agent is gone, TIMEOUT / REMOTE_ERROR
  * from building the communicator (call sigma_session_recover).
  */
-sigma_status_t sigma_session_join(sigma_session_t* s, uint64_t* next_step);
+SIGMA_EXPORT sigma_status_t sigma_session_join(sigma_session_t* s, uint64_t* next_step);
 
 /* [out, optional] rank, world, generation of the current assignment. */
-sigma_status_t sigma_session_info(const sigma_session_t* s, uint32_t* rank, uint32_t* world,
-                                  uint64_t* generation);
+SIGMA_EXPORT sigma_status_t sigma_session_info(const sigma_session_t* s, uint32_t* rank, uint32_t* world,
+                                               uint64_t* generation);
 
 /*
  * The current communicator and the plugin's table to post collectives with.
  * Both owned by the session; the communicator is valid until the next
  * sigma_session_join / _recover / _destroy. NULL before a join.
  */
-hal_comm_t sigma_session_comm(sigma_session_t* s);
-const hal_api_t* sigma_session_api(const sigma_session_t* s);
+SIGMA_EXPORT hal_comm_t sigma_session_comm(sigma_session_t* s);
+SIGMA_EXPORT const hal_api_t* sigma_session_api(const sigma_session_t* s);
 
-sigma_status_t sigma_session_step_begin(sigma_session_t* s, uint64_t step);
+SIGMA_EXPORT sigma_status_t sigma_session_step_begin(sigma_session_t* s, uint64_t step);
 /* Snapshots when due (collective). ABORTED: the agent stops the job after
  * this step (a migration): call sigma_session_recover. */
-sigma_status_t sigma_session_step_end(sigma_session_t* s, uint64_t step);
+SIGMA_EXPORT sigma_status_t sigma_session_step_end(sigma_session_t* s, uint64_t step);
 /* 1 once the agent asked for a stop at a step boundary. */
-int32_t sigma_session_should_migrate(const sigma_session_t* s);
+SIGMA_EXPORT int32_t sigma_session_should_migrate(const sigma_session_t* s);
 /* 1 when this worker was retired or the job ended: exit. */
-int32_t sigma_session_ended(const sigma_session_t* s);
+SIGMA_EXPORT int32_t sigma_session_ended(const sigma_session_t* s);
 
 /*
  * After any error of a collective or step_end: reports, waits for the next
@@ -288,13 +302,14 @@ int32_t sigma_session_ended(const sigma_session_t* s);
  * Errors as sigma_session_join.
  * Thread-safety (every sigma_session_* call): the training thread only.
  */
-sigma_status_t sigma_session_recover(sigma_session_t* s, const char* reason, uint64_t* next_step);
+SIGMA_EXPORT sigma_status_t sigma_session_recover(sigma_session_t* s, const char* reason,
+                                                  uint64_t* next_step);
 
 /* Reports the job done on this rank and waits for the agent's goodbye.
  * HAL_ERR_ABORTED: a peer failed before every rank had finished, and this
  * rank's state is needed to restore it: call sigma_session_recover, run the
  * steps from the one it returns, then finish again. */
-sigma_status_t sigma_session_finish(sigma_session_t* s, uint64_t steps_done);
+SIGMA_EXPORT sigma_status_t sigma_session_finish(sigma_session_t* s, uint64_t steps_done);
 
 #ifdef __cplusplus
 } /* extern "C" */
