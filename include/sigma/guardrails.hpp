@@ -128,12 +128,16 @@ struct LayerInfo {
   hal_dtype_t dtype = HAL_DTYPE_BF16;
 };
 
-// One host-addressable buffer of f32 / f16 / bf16 values, borrowed for the
-// call only.
+// One buffer of f32 / f16 / bf16 values, borrowed for the call only: in
+// host memory (plugin nullptr), or in `device`'s memory of `plugin`, which
+// the guardrails then read only through the HAL (its kernels extension, or
+// copies to the host), never through the pointer.
 struct BufferView {
   const void* data = nullptr;
   uint64_t count = 0;
   hal_dtype_t dtype = HAL_DTYPE_F32;
+  const hal::Plugin* plugin = nullptr;
+  uint32_t device = 0;
 };
 
 // What each rank's gradient buffers are. sharded: disjoint parts of the

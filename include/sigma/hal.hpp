@@ -80,6 +80,13 @@ class SIGMA_EXPORT Plugin {
   bool has_streams() const;
   // The fault-injection extension, or nullptr when the plugin has none.
   const hal_ext_fault_injection_t* fault_injection() const;
+  // The device-kernels extension, or nullptr when the plugin has none. Read
+  // an entry only when struct_size covers it (HAL_HAS_FIELD).
+  const hal_ext_kernels_t* kernels() const;
+  // Whether the host may read and write `device`'s memory through its
+  // pointers (HAL_CAP_HOST_MEMORY, or a memory_kind other than device).
+  // The one answer every engine asks before touching a buffer.
+  bool host_addressable(uint32_t device) const;
 
   // Throws Error when `status` is an error or not a status ABI 1.0 defines
   // (HAL_IN_PROGRESS too, unless allow_in_progress). `entry` names the call,

@@ -1,10 +1,14 @@
 // sigma/kernels.hpp -- numeric kernels the engines share (guardrails,
-// checkpoints, MoE dispatch). One entry point per kernel picks by where the
-// buffer lives: CUDA device memory (when libsigma is built with CUDA and a
-// GPU is present) runs the CUDA version, synchronously on the calling
-// thread's default stream; host memory runs the CPU version (AVX2 where the
-// CPU has it, a portable scalar version otherwise, chosen once at run time).
-// A call's buffers all live on the same side.
+// checkpoints, MoE dispatch).
+//
+// The plain entry points take host memory and run the CPU version (AVX2
+// where the CPU has it, a portable scalar version otherwise, chosen once at
+// run time). The entry points that take a Place run on a buffer wherever it
+// lives: in host-addressable memory, the CPU version; in a plugin's device
+// memory, the plugin's HAL_EXT_KERNELS entry when it offers one, else the
+// buffer is copied to host memory through the HAL (device->memcpy) and back.
+// Where a buffer lives is asked of the HAL only (hal::Plugin::
+// host_addressable); no device pointer is ever read by the host.
 #pragma once
 
 #include <sigma/export.hpp>
@@ -12,6 +16,10 @@
 #include <sigma/hal.h>
 
 #include <cstdint>
+
+namespace sigma::hal {
+class Plugin;
+}
 
 namespace sigma::kernels {
 
@@ -90,9 +98,32 @@ SIGMA_EXPORT void moe_unpermute(const void* expert_out, const int64_t* row_of, c
 // the t_i are added modulo 2^64 (in any order), and the result is
 // fmix64(sum ^ (bytes * 0xC2B2AE3D27D4EB4F)), fmix64 being MurmurHash3's
 // 64-bit finaliser. Any single flipped bit changes it; it is not a
-// cryptographic hash. Buffers in CUDA device memory are hashed on the GPU.
-// Thread-safety: any thread, concurrently. Blocks: until the GPU is done.
+// cryptographic hash. Thread-safety: any thread, concurrently.
 SIGMA_EXPORT uint64_t checksum_parallel(const void* data, uint64_t bytes);
+
+// --- On a buffer wherever it lives -------------------------------------------
+// `where`: the plugin and device whose memory the buffers are in, or
+// {nullptr, 0} for host memory. Every buffer of one call is in the same
+// place, except the MoE weights, which are in the same place as the rows.
+// Each returns when its outputs are written. The plugin is borrowed.
+struct Place {
+  const hal::Plugin* plugin = nullptr;
+  uint32_t device = 0;
+};
+
+SIGMA_EXPORT ScanResult grad_scan(const Place& where, const void* data, uint64_t count, hal_dtype_t dtype);
+SIGMA_EXPORT uint64_t checksum_parallel(const Place& where, const void* data, uint64_t bytes);
+// shuffle_bytes / shuffle_xor_bytes (inverse false) and their inverses
+// (inverse true); `base` may be nullptr.
+SIGMA_EXPORT void shuffle(const Place& where, const void* src, const void* base, void* dst, uint64_t count,
+                          uint32_t elem_size, bool inverse);
+// `row_of` (and `weights`) are in `where` too.
+SIGMA_EXPORT void moe_permute(const Place& where, const void* tokens, uint64_t num_tokens, uint64_t hidden,
+                              hal_dtype_t dtype, const int64_t* row_of, uint32_t top_k, uint64_t out_rows,
+                              void* out);
+SIGMA_EXPORT void moe_unpermute(const Place& where, const void* expert_out, uint64_t expert_rows,
+                                const int64_t* row_of, const float* weights, uint64_t num_tokens,
+                                uint32_t top_k, uint64_t hidden, hal_dtype_t dtype, void* out);
 
 // Which implementation runs. force_isa exists for tests and benchmarks:
 // forcing avx2 on a CPU without it throws sigma::Error(not_supported).

@@ -1,8 +1,8 @@
 // Byte-plane shuffle, XOR and checksum for the checkpoint engine. 2- and
 // 4-byte elements go through the AVX2 kernels when the CPU has them; the
 // rest, and the tails, are byte loops with a constant stride per size.
-#include "device.hpp"
 #include "dispatch.hpp"
+#include "sigma_h64.hpp"
 
 #include <sigma/error.hpp>
 
@@ -40,7 +40,6 @@ void planes(const void* src, const void* base, void* dst, uint64_t count, uint32
             const char* who) {
   check(src, dst, count, elem_size, who);
   if (count == 0) return;  // the buffers may be NULL then
-  if (device::on_device(src)) return device::shuffle(src, base, dst, count, elem_size, kInverse);
   const auto* s = static_cast<const uint8_t*>(src);
   const auto* x = static_cast<const uint8_t*>(base);
   auto* d = static_cast<uint8_t*>(dst);
@@ -90,7 +89,6 @@ void unshuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t 
 void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes) {
   if (bytes > 0 && (a == nullptr || b == nullptr || out == nullptr))
     throw Error(Code::invalid_argument, "xor_bytes: NULL buffer");
-  if (bytes > 0 && device::on_device(a)) return device::xor_bytes(a, b, out, bytes);
   const auto* x = static_cast<const uint8_t*>(a);
   const auto* y = static_cast<const uint8_t*>(b);
   auto* o = static_cast<uint8_t*>(out);
@@ -108,15 +106,11 @@ void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes) {
 
 uint64_t checksum(const void* data, uint64_t bytes) {
   if (bytes > 0 && data == nullptr) throw Error(Code::invalid_argument, "checksum: NULL data");
-  if (bytes > 0 && device::on_device(data))
-    throw Error(Code::not_supported,
-                "checksum: xxh3 is sequential; hash device memory with checksum_parallel");
   return XXH3_64bits(bytes ? data : "", bytes);
 }
 
 uint64_t checksum_parallel(const void* data, uint64_t bytes) {
   if (bytes > 0 && data == nullptr) throw Error(Code::invalid_argument, "checksum_parallel: NULL data");
-  if (bytes > 0 && device::on_device(data)) return device::checksum_parallel(data, bytes);
   const auto* p = static_cast<const uint8_t*>(data);
   const uint64_t words = bytes / 8;
   // Four independent sums: the adds commute, so the result is the same.
@@ -126,19 +120,19 @@ uint64_t checksum_parallel(const void* data, uint64_t bytes) {
     for (int k = 0; k < 4; ++k) {
       uint64_t w;
       std::memcpy(&w, p + (i + k) * 8, 8);  // little-endian on every target we build for
-      s[k] += device::fmix64(w + (i + k + 1) * device::kGolden);
+      s[k] += h64::fmix64(w + (i + k + 1) * h64::kGolden);
     }
   for (; i < words; ++i) {
     uint64_t w;
     std::memcpy(&w, p + i * 8, 8);
-    s[0] += device::fmix64(w + (i + 1) * device::kGolden);
+    s[0] += h64::fmix64(w + (i + 1) * h64::kGolden);
   }
   if (bytes % 8) {
     uint64_t w = 0;
     std::memcpy(&w, p + words * 8, bytes % 8);
-    s[0] += device::fmix64(w + (words + 1) * device::kGolden);
+    s[0] += h64::fmix64(w + (words + 1) * h64::kGolden);
   }
-  return device::fmix64((s[0] + s[1] + s[2] + s[3]) ^ (bytes * device::kLenMul));
+  return h64::fmix64((s[0] + s[1] + s[2] + s[3]) ^ (bytes * h64::kLenMul));
 }
 
 }  // namespace sigma::kernels

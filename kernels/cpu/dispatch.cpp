@@ -1,5 +1,4 @@
 #include "dispatch.hpp"
-#include "device.hpp"
 
 #include <sigma/error.hpp>
 
@@ -38,7 +37,6 @@ ScanResult grad_scan(const void* data, uint64_t count, hal_dtype_t dtype) {
                 "grad_scan: dtype " + std::to_string(dtype) + " is not f32, f16 or bf16");
   }
   if (count > 0 && data == nullptr) throw Error(Code::invalid_argument, "grad_scan: NULL data");
-  if (count > 0 && device::on_device(data)) return device::scan(data, count, dtype);
   return detail::isa() == Isa::avx2 ? detail::scan_avx2(data, count, dtype)
                                     : detail::scan_scalar(data, count, dtype);
 }

@@ -3,7 +3,6 @@
 // weighted sum per output row for the scatter-add, vectorised for AVX2 by
 // compiling the same loop body in a target-specific clone.
 #include "convert.hpp"
-#include "device.hpp"
 #include "dispatch.hpp"
 
 #include <sigma/error.hpp>
@@ -139,8 +138,6 @@ void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_d
   if (es == 0) throw Error(Code::invalid_argument, "moe_permute: dtype " + std::to_string(dtype));
   if (num_tokens * top_k * hidden > 0 && (tokens == nullptr || row_of == nullptr || out == nullptr))
     throw Error(Code::invalid_argument, "moe_permute: NULL buffer");
-  if (num_tokens * top_k * hidden > 0 && device::on_device(tokens))
-    return device::moe_permute(tokens, num_tokens, hidden * es, row_of, top_k, out);
   const auto* src = static_cast<const uint8_t*>(tokens);
   auto* dst = static_cast<uint8_t*>(out);
   const uint64_t row = hidden * es;
@@ -162,8 +159,6 @@ void moe_unpermute(const void* expert_out, const int64_t* row_of, const float* w
   if (num_tokens * hidden == 0) return;
   if (out == nullptr || (top_k > 0 && (expert_out == nullptr || row_of == nullptr || weights == nullptr)))
     throw Error(Code::invalid_argument, "moe_unpermute: NULL buffer");
-  if (device::on_device(out))
-    return device::moe_unpermute(expert_out, row_of, weights, num_tokens, top_k, hidden, dtype, out);
   const auto* src = static_cast<const uint8_t*>(expert_out);
   auto* dst = static_cast<uint8_t*>(out);
   const bool avx2 = detail::isa() == Isa::avx2;

@@ -644,6 +644,25 @@ static const hal_coll_api_t k_coll = {
     .request_free = skeleton_request_free,
 };
 
+/*
+ * Device kernels (HAL_EXT_KERNELS) are not offered here: this skeleton's
+ * memory is the host's (HAL_CAP_HOST_MEMORY), so libsigma runs its own CPU
+ * kernels on the pointers. A chip whose memory the host cannot read chains
+ * one more extension after k_fault_ext (k_fault_ext.header.next =
+ * &k_kernels.header), sets HAL_CAP_KERNELS, and fills the entries it has:
+ *
+ *   static hal_status_t my_checksum(uint32_t device, const void* data,
+ *                                   uint64_t bytes, uint64_t* out);
+ *   static const hal_ext_kernels_t k_kernels = {
+ *       .header = {sizeof(hal_ext_kernels_t), HAL_EXT_KERNELS, 0, NULL},
+ *       .checksum = my_checksum,  // the others NULL: libsigma stages them
+ *   };
+ *
+ * Every entry is optional; a NULL one, or one that returns
+ * HAL_ERR_NOT_SUPPORTED, is done by the host through memcpy to host memory.
+ * The conformance suite's kernels.* checks compare each entry with
+ * libsigma's CPU kernel (vendors/cuda/kernels.cu offers all five).
+ */
 static const hal_api_t k_api = {
     .struct_size = sizeof(hal_api_t),
     .abi_major = HAL_ABI_MAJOR,

@@ -45,13 +45,7 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-bool on_device(const TensorView& v) {
-  if (v.plugin == nullptr) return false;
-  hal_device_props_t p{};
-  p.struct_size = sizeof p;
-  v.plugin->check(v.plugin->api().device->get_props(v.device, &p), "get_props");
-  return p.memory_kind == HAL_MEMORY_DEVICE;
-}
+bool on_device(const TensorView& v) { return v.plugin != nullptr && !v.plugin->host_addressable(v.device); }
 
 void check_views(const std::vector<TensorView>& views) {
   std::set<std::string> names;

@@ -34,11 +34,15 @@ namespace {
 // then summed in piece order, so a rank gets the same figures run after run.
 constexpr uint64_t kPieceElems = uint64_t{1} << 20;
 
+// Device buffers are hashed through host pieces of this size.
+constexpr uint64_t kFingerprintPiece = uint64_t{16} << 20;
+
 struct Piece {
   size_t layer;
   const uint8_t* data;
   uint64_t count;
   hal_dtype_t dtype;
+  kernels::Place where;
 };
 
 // Replicated layout: the ranks whose figures (per layer: non-finite count
@@ -117,13 +121,16 @@ Decision Guardrails::step(uint64_t step, double loss, const std::vector<std::vec
       check_view(v, "layer '" + m.layers[l].name + "' buffer " + std::to_string(b));
       const uint64_t es = v.dtype == HAL_DTYPE_F32 ? 4 : 2;
       for (uint64_t at = 0; at < v.count; at += kPieceElems)
-        pieces.push_back(
-            {l, static_cast<const uint8_t*>(v.data) + at * es, std::min(kPieceElems, v.count - at), v.dtype});
+        pieces.push_back({l,
+                          static_cast<const uint8_t*>(v.data) + at * es,
+                          std::min(kPieceElems, v.count - at),
+                          v.dtype,
+                          {v.plugin, v.device}});
     }
   }
   std::vector<kernels::ScanResult> found(pieces.size());
   tbb::parallel_for(size_t{0}, pieces.size(), [&](size_t i) {
-    found[i] = kernels::grad_scan(pieces[i].data, pieces[i].count, pieces[i].dtype);
+    found[i] = kernels::grad_scan(pieces[i].where, pieces[i].data, pieces[i].count, pieces[i].dtype);
   });
   // [loss, then per layer: non-finite count, sum of squares, amax]
   std::vector<double> mine(1 + 3 * m.layers.size());
@@ -297,7 +304,21 @@ uint64_t fingerprint(const std::vector<BufferView>& params) {
       XXH3_freeState(st);
       throw Error(Code::invalid_argument, "guardrails: parameter buffer " + std::to_string(i) + " is NULL");
     }
-    if (p.count) XXH3_64bits_update(st, p.data, p.count * hal::dtype_size(p.dtype));
+    const uint64_t bytes = p.count * hal::dtype_size(p.dtype);
+    if (bytes > 0 && p.plugin != nullptr && !p.plugin->host_addressable(p.device)) {
+      // Read through the HAL in pieces: the same hash wherever it lives.
+      std::vector<uint8_t> piece;
+      for (uint64_t at = 0; at < bytes; at += kFingerprintPiece) {
+        piece.resize(std::min(kFingerprintPiece, bytes - at));
+        p.plugin->check(
+            p.plugin->api().device->memcpy(p.device, piece.data(), static_cast<const uint8_t*>(p.data) + at,
+                                           piece.size(), HAL_COPY_DEVICE_TO_HOST, nullptr),
+            "memcpy (parameter fingerprint)");
+        XXH3_64bits_update(st, piece.data(), piece.size());
+      }
+    } else if (bytes > 0) {
+      XXH3_64bits_update(st, p.data, bytes);
+    }
   }
   const uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);

@@ -140,7 +140,7 @@ std::string validate_api(const hal_api_t* api, const std::string& origin) {
   if (!err.empty()) return fail(err);
   // The extension chain: bounded, acyclic, each header plausible.
   std::set<const void*> seen;
-  bool has_fault_ext = false;
+  bool has_fault_ext = false, has_kernels_ext = false;
   for (const hal_ext_header_t* e = api->extensions; e != nullptr; e = e->next) {
     if (!seen.insert(e).second) return fail("the extension chain has a cycle");
     if (seen.size() > 64) return fail("the extension chain is longer than 64");
@@ -158,9 +158,19 @@ std::string validate_api(const hal_api_t* api, const std::string& origin) {
       }
       has_fault_ext = true;
     }
+    if (e->type == HAL_EXT_KERNELS) {
+      // Entries are optional: a short (older) struct has fewer of them.
+      if (e->struct_size < offsetof(hal_ext_kernels_t, grad_scan) + sizeof(void*))
+        return fail("the kernels extension has struct_size " + std::to_string(e->struct_size) +
+                    ", too small for its first entry");
+      has_kernels_ext = true;
+    }
   }
   if (((api->capabilities & HAL_CAP_FAULT_INJECTION) != 0) != has_fault_ext) {
     return fail("HAL_CAP_FAULT_INJECTION does not match the extension chain");
+  }
+  if (((api->capabilities & HAL_CAP_KERNELS) != 0) != has_kernels_ext) {
+    return fail("HAL_CAP_KERNELS does not match the extension chain");
   }
   return {};
 }
@@ -226,6 +236,21 @@ const hal_ext_fault_injection_t* Plugin::fault_injection() const {
     if (e->type == HAL_EXT_FAULT_INJECTION) return reinterpret_cast<const hal_ext_fault_injection_t*>(e);
   }
   return nullptr;
+}
+
+const hal_ext_kernels_t* Plugin::kernels() const {
+  for (const hal_ext_header_t* e = api_->extensions; e != nullptr; e = e->next) {
+    if (e->type == HAL_EXT_KERNELS) return reinterpret_cast<const hal_ext_kernels_t*>(e);
+  }
+  return nullptr;
+}
+
+bool Plugin::host_addressable(uint32_t device) const {
+  if ((api_->capabilities & HAL_CAP_HOST_MEMORY) != 0) return true;
+  hal_device_props_t p{};
+  p.struct_size = sizeof p;
+  check(api_->device->get_props(device, &p), "get_props");
+  return p.memory_kind != HAL_MEMORY_DEVICE;
 }
 
 hal_status_t Plugin::check(hal_status_t status, const char* entry, bool allow_in_progress) const {

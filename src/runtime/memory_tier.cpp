@@ -12,12 +12,7 @@ hal_coll_args_t args(hal_coll_op_t op, uint32_t peer, uint64_t count, const void
   return hal::coll_args(op, HAL_DTYPE_U8, count, send, recv, HAL_REDUCE_SUM, peer);
 }
 
-bool host_addressable(const hal::PluginPtr& plugin) {
-  hal_device_props_t p{};
-  p.struct_size = sizeof p;
-  plugin->check(plugin->api().device->get_props(0, &p), "get_props");
-  return p.memory_kind == HAL_MEMORY_HOST;
-}
+bool host_addressable(const hal::PluginPtr& plugin) { return plugin->host_addressable(0); }
 
 void check_size(uint64_t size, const std::vector<checkpoint::TensorView>& views) {
   uint64_t total = 0;

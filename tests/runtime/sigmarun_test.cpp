@@ -564,6 +564,21 @@ TEST_F(Sigmarun, ACrashInTheLastStepAfterItsPeersFinishedIsRecoveredExactly) {
   expect_exact(r);
 }
 
+TEST_F(Sigmarun, OnOpaqueDeviceMemoryAKilledWorkerIsRestoredFromTheMemoryTierExactly) {
+  // The sim's device memory is opaque to the host (opaque=1): the worker's
+  // all-reduce, the memory tier's snapshots and hand-off and the admission
+  // probe all go through the HAL; a host read of a device pointer would
+  // crash a worker and show as a second fault.
+  std::vector<std::string> args = on_sim(SIGMA_SCENARIO_DIR "/healthy.yaml");
+  args.back() += ";opaque=1";
+  JobRun r = sigmarun("opaque", std::vector<std::string>{"--nproc", "3", "--spares", "1"} + args,
+                      {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "1"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  EXPECT_EQ(r.report["incidents"][0]["restore"], "memory");
+  expect_exact(r);
+}
+
 TEST(SigmarunC, AWorkerWrittenInCRecoversFromAKillExactly) {
   JobRun clean = sigmarun("c-clean", {"--nproc", "2", "--spares", "1"}, {"120"}, RUNTIME_C_WORKER);
   ASSERT_EQ(clean.exit_code, 0) << logs(clean);

@@ -39,6 +39,9 @@ double max_sm_clock_mhz(uint32_t device);
 extern const hal_coll_api_t k_coll;
 void destroy_all_comms();
 
+// Device kernels (kernels.cu), chained as HAL_EXT_KERNELS.
+extern const hal_ext_kernels_t k_kernels;
+
 // Self-test (self_test.cu).
 hal_status_t self_test(uint32_t device, uint64_t budget_bytes, hal_self_test_result_t* result);
 

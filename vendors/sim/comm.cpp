@@ -3,6 +3,7 @@
 // ordering hold); what an early-life chip does happens around them: a hung
 // operation never reports completion, a slow link stretches it, silent
 // corruption flips a bit of the result, a lost device fails everything.
+#include "opaque.hpp"
 #include "sim.hpp"
 
 #include <signal.h>
@@ -330,6 +331,9 @@ hal_status_t sim_post(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t
                       hal_request_t* request) {
   if (request == nullptr) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: request is NULL");
   if (hal_status_t st = admit(comm, args); st != HAL_OK) return st;
+  hal_coll_args_t local;
+  if (opaque::enabled() && (args = opaque::translate(args, local)) == nullptr)
+    return HAL_ERR_INVALID_ARGUMENT;
   auto r = std::make_unique<hal_request_s>();
   Plan p;
   if (hal_status_t st = plan_into(comm, *args, *r, p); st != HAL_OK) return st;
@@ -415,6 +419,9 @@ bool timed_fault_armed() {
 // is posted and waited for, and aborted on timeout, as the host would.
 hal_status_t sim_run(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t stream, uint64_t timeout_ns) {
   if (hal_status_t st = admit(comm, args); st != HAL_OK) return st;
+  hal_coll_args_t local;
+  if (opaque::enabled() && (args = opaque::translate(args, local)) == nullptr)
+    return HAL_ERR_INVALID_ARGUMENT;
   auto r = std::make_unique<hal_request_s>();
   Plan p;
   if (hal_status_t st = plan_into(comm, *args, *r, p); st != HAL_OK) return st;

@@ -9,7 +9,13 @@
 //   rank=N            this process's global rank (default: SIGMA_RANK, else
 //                     the rank of the first multi-rank communicator, else 0)
 //   time_scale=X      scenario seconds per real second (overrides the file)
+//   opaque=1          device memory the host cannot read (opaque.hpp): the
+//                     device reports HAL_MEMORY_DEVICE and offers the kernels
+//                     extension on it
+//   kernels=0         every kernels-extension entry declines (NOT_SUPPORTED):
+//                     the host stages device buffers through memcpy instead
 //   inner.KEY=VALUE   passed to the wrapped vendor as KEY=VALUE
+#include "opaque.hpp"
 #include "sim.hpp"
 
 #include <signal.h>
@@ -109,6 +115,8 @@ struct ParsedOptions {
   std::string scenario, inner, inner_options;
   std::optional<uint32_t> rank;
   std::optional<double> time_scale;
+  bool opaque = false;
+  bool kernels = true;
 };
 
 bool parse_options(const char* text, ParsedOptions& out, std::string& why) {
@@ -143,8 +151,15 @@ bool parse_options(const char* text, ParsedOptions& out, std::string& why) {
         return false;
       }
       out.time_scale = x;
+    } else if (k == "opaque" || k == "kernels") {
+      if (v != "0" && v != "1") {
+        why = "option " + k + "='" + v + "' is not 0 or 1";
+        return false;
+      }
+      (k == "opaque" ? out.opaque : out.kernels) = v == "1";
     } else {
-      why = "unknown option '" + k + "' (known: scenario, inner, rank, time_scale, inner.KEY)";
+      why =
+          "unknown option '" + k + "' (known: scenario, inner, rank, time_scale, opaque, kernels, inner.KEY)";
       return false;
     }
   }
@@ -174,6 +189,8 @@ hal_status_t sim_init(const hal_init_args_t* args) {
   if (hal_status_t st = load_inner(inner_name, o.inner_options, inner); st != HAL_OK) return st;
   g_state.scenario = std::move(sc);
   g_state.inner = inner;
+  opaque::set_enabled(o.opaque);
+  opaque::set_kernels(o.kernels);
   g_state.rank_fixed = false;
   g_state.rank = 0;
   if (o.rank) {
@@ -204,6 +221,7 @@ hal_status_t sim_finalize() {
   destroy_all_comms();
   std::lock_guard lk(g_state.mu);
   unload_inner(g_state.inner);  // the inner's last finalize frees what we left there
+  opaque::free_all();
   g_state.faults.clear();
   return HAL_OK;
 }
@@ -228,6 +246,7 @@ hal_status_t sim_get_props(uint32_t device, hal_device_props_t* p) {
     return fail(HAL_ERR_INVALID_ARGUMENT, "sim: props NULL or struct_size too small");
   if (hal_status_t st = check_alive(device); st != HAL_OK) return st;
   if (hal_status_t st = inner_status(inner_dev().get_props(0, p)); st != HAL_OK) return st;
+  if (opaque::enabled()) p->memory_kind = HAL_MEMORY_DEVICE;
   const std::string name = "sim" + std::to_string(g_state.rank) + "(" + p->name + ")";
   std::snprintf(p->name, sizeof(p->name), "%.63s", name.c_str());
   return HAL_OK;
@@ -239,7 +258,11 @@ hal_status_t sim_mem_alloc(uint32_t device, uint64_t size, uint64_t alignment, v
     return fail(HAL_ERR_INVALID_ARGUMENT,
                 "sim: alignment " + std::to_string(alignment) + " is not a power of two");
   if (hal_status_t st = check_alive(device); st != HAL_OK) return st;
-  if (hal_status_t st = inner_status(inner_dev().mem_alloc(0, size, alignment, ptr)); st != HAL_OK) return st;
+  if (opaque::enabled()) {
+    if (hal_status_t st = opaque::alloc(size, alignment, ptr); st != HAL_OK) return st;
+  } else if (hal_status_t st = inner_status(inner_dev().mem_alloc(0, size, alignment, ptr)); st != HAL_OK) {
+    return st;
+  }
   std::lock_guard lk(g_state.mu);
   g_state.allocated_bytes += size;
   return HAL_OK;
@@ -249,6 +272,7 @@ hal_status_t sim_mem_free(uint32_t device, void* ptr) {
   if (ptr == nullptr) return HAL_OK;
   if (device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: no device " + std::to_string(device));
   // Freeing works on a lost device too: the host cleans up after a fault.
+  if (opaque::enabled()) return opaque::release(ptr);
   return inner_status(inner_dev().mem_free(0, ptr));
 }
 
@@ -259,6 +283,7 @@ hal_status_t sim_memcpy(uint32_t device, void* dst, const void* src, uint64_t si
   if (size > 0 && (dst == nullptr || src == nullptr))
     return fail(HAL_ERR_INVALID_ARGUMENT, "sim: NULL buffer in memcpy");
   if (hal_status_t st = check_alive(device); st != HAL_OK) return st;
+  if (opaque::enabled()) return opaque::copy(dst, src, size, kind);
   return inner_status(inner_dev().memcpy(0, dst, src, size, kind, stream));
 }
 
@@ -342,7 +367,7 @@ const hal_ext_fault_injection_t k_fault_ext = {
     .header = {.struct_size = sizeof(hal_ext_fault_injection_t),
                .type = HAL_EXT_FAULT_INJECTION,
                .reserved = 0,
-               .next = nullptr},
+               .next = &k_kernels_ext.header},
     .supported_kinds = (1u << HAL_FAULT_DEVICE_LOST) | (1u << HAL_FAULT_HANG) | (1u << HAL_FAULT_SLOW_LINK) |
                        (1u << HAL_FAULT_CORRUPT_RESULT) | (1u << HAL_FAULT_TELEMETRY_EXCURSION) |
                        (1u << HAL_FAULT_CRASH),
@@ -375,7 +400,9 @@ const hal_api_t k_api = {
     .abi_minor = HAL_ABI_MINOR,
     .name = "sim",
     .version = "0.1.0",
-    .capabilities = HAL_CAP_MULTI_RANK | HAL_CAP_HOST_MEMORY | HAL_CAP_FAULT_INJECTION,
+    // No HAL_CAP_HOST_MEMORY: with opaque=1 the memory is not the host's;
+    // each device's memory_kind says.
+    .capabilities = HAL_CAP_MULTI_RANK | HAL_CAP_FAULT_INJECTION | HAL_CAP_KERNELS,
     .extensions = &k_fault_ext.header,
     .init = sim_init,
     .finalize = sim_finalize,

@@ -1,7 +1,9 @@
 /*
- * sigma/hal.h -- the libsigma hardware abstraction layer (HAL), ABI 1.1
+ * sigma/hal.h -- the libsigma hardware abstraction layer (HAL), ABI 1.2
  * (1.1 added the optional blocking hal_coll_run_fn at the end of
- * hal_coll_api_t; a 1.0 plugin loads and is posted to and waited on).
+ * hal_coll_api_t; a 1.0 plugin loads and is posted to and waited on. 1.2
+ * added the optional HAL_EXT_KERNELS extension: device kernels; a plugin
+ * without it has its device buffers staged through the host).
  *
  * This is the whole contract between libsigma (the "host") and an accelerator
  * vendor's plugin. A plugin is a shared object that includes only this header
@@ -74,7 +76,7 @@ extern "C" {
 /* ------------------------------------------------------------------------- */
 
 #define HAL_ABI_MAJOR 1
-#define HAL_ABI_MINOR 1
+#define HAL_ABI_MINOR 2
 
 /* The one symbol a plugin exports, as a string for dlsym(). */
 #define HAL_GET_API_V1_SYMBOL "hal_get_api_v1"
@@ -194,7 +196,8 @@ typedef struct hal_request_s* hal_request_t; /* one posted collective operation 
 
 typedef uint32_t hal_ext_type_t;
 enum hal_ext_type_e {
-  HAL_EXT_FAULT_INJECTION = 1
+  HAL_EXT_FAULT_INJECTION = 1,
+  HAL_EXT_KERNELS = 2 /* ABI 1.2 */
   /* Vendor-private extensions use types at or above 0x80000000. */
 };
 
@@ -718,14 +721,82 @@ typedef struct hal_ext_fault_injection_t {
 } hal_ext_fault_injection_t;
 
 /* ------------------------------------------------------------------------- */
+/* Extension: device kernels (HAL_EXT_KERNELS, ABI 1.2)                      */
+/* ------------------------------------------------------------------------- */
+
+/*
+ * The kernels libsigma's engines run on buffers in the plugin's device
+ * memory (hal_device_props_t.memory_kind == HAL_MEMORY_DEVICE): the gradient
+ * scan of the guardrails, the byte shuffle and checksum of checkpoints, the
+ * MoE token permutation. A plugin whose device memory the host cannot read
+ * offers them here; without this extension (or with an entry NULL) the host
+ * copies the buffer to host memory through device->memcpy and runs its CPU
+ * kernels: the same results, more traffic.
+ *
+ * Each entry must give what libsigma's CPU kernel gives for the same bytes
+ * (sigma/kernels.hpp defines them): bit for bit for the shuffle, checksum
+ * and permutation and the scan's counts and amax; up to the order of
+ * floating-point additions for the scan's sum of squares and the
+ * unpermute's sums. The conformance suite compares, on odd sizes,
+ * misaligned starts, NaN and Inf. Pointers marked [device] are
+ * `device`'s memory as mem_alloc returned it, at any offset and alignment;
+ * [host] ones are the host's. Every entry returns when its work is done and
+ * its outputs are written. Errors: INVALID_ARGUMENT (a dtype or size the
+ * kernel does not take), DEVICE_LOST, INTERNAL. NOT_SUPPORTED declines a
+ * call the plugin cannot run (the host then stages it, as for a NULL entry).
+ * Thread-safety: any thread, concurrently on different buffers.
+ */
+typedef struct hal_kernel_scan_result_t {
+  uint64_t non_finite; /* NaN and +-Inf elements, left out of the two below */
+  double sum_squares;  /* accumulated in f64 */
+  double amax;         /* the largest |x| over finite elements; 0 for none */
+} hal_kernel_scan_result_t;
+
+/* One pass over `count` f32, f16 or bf16 elements at [device] data. */
+typedef hal_status_t hal_kernel_grad_scan_fn(uint32_t device, const void* data, uint64_t count,
+                                             hal_dtype_t dtype, hal_kernel_scan_result_t* out /* [host] */);
+/* Byte-plane shuffle of `count` elements of `elem_size` bytes, [device] src
+ * to [device] dst, with [device] base XORed in when not NULL (inverse == 0:
+ * shuffle(src ^ base); inverse != 0: unshuffle(src) ^ base). */
+typedef hal_status_t hal_kernel_shuffle_fn(uint32_t device, const void* src, const void* base, void* dst,
+                                           uint64_t count, uint32_t elem_size, uint32_t inverse);
+/* The sigma-h64 checksum of `bytes` bytes at [device] data. */
+typedef hal_status_t hal_kernel_checksum_fn(uint32_t device, const void* data, uint64_t bytes,
+                                            uint64_t* out /* [host] */);
+/* MoE gather: row row_of[t * top_k + k] of [device] out is row t of [device]
+ * tokens (rows of row_bytes; row_of [device], -1 = dropped). */
+typedef hal_status_t hal_kernel_moe_permute_fn(uint32_t device, const void* tokens, uint64_t num_tokens,
+                                               uint64_t row_bytes, const int64_t* row_of, uint32_t top_k,
+                                               void* out);
+/* MoE weighted scatter-add back: row t of [device] out is the sum over k of
+ * weights[t * top_k + k] * expert_out[row_of[t * top_k + k]] (f32, f16 or
+ * bf16 rows of `hidden` elements, accumulated in f32; all pointers [device]). */
+typedef hal_status_t hal_kernel_moe_unpermute_fn(uint32_t device, const void* expert_out,
+                                                 const int64_t* row_of, const float* weights,
+                                                 uint64_t num_tokens, uint32_t top_k, uint64_t hidden,
+                                                 hal_dtype_t dtype, void* out);
+
+typedef struct hal_ext_kernels_t {
+  hal_ext_header_t header;                    /* type = HAL_EXT_KERNELS */
+  hal_kernel_grad_scan_fn* grad_scan;         /* OPTIONAL */
+  hal_kernel_shuffle_fn* shuffle;             /* OPTIONAL */
+  hal_kernel_checksum_fn* checksum;           /* OPTIONAL */
+  hal_kernel_moe_permute_fn* moe_permute;     /* OPTIONAL */
+  hal_kernel_moe_unpermute_fn* moe_unpermute; /* OPTIONAL */
+} hal_ext_kernels_t;
+
+/* ------------------------------------------------------------------------- */
 /* The root table                                                            */
 /* ------------------------------------------------------------------------- */
 
 /* Bits of hal_api_t.capabilities. */
-#define HAL_CAP_MULTI_RANK (UINT64_C(1) << 0)      /* communicators with world_size > 1 */
-#define HAL_CAP_STREAMS (UINT64_C(1) << 1)         /* the OPTIONAL stream entries are set */
-#define HAL_CAP_HOST_MEMORY (UINT64_C(1) << 2)     /* device pointers are host pointers */
+#define HAL_CAP_MULTI_RANK (UINT64_C(1) << 0) /* communicators with world_size > 1 */
+#define HAL_CAP_STREAMS (UINT64_C(1) << 1)    /* the OPTIONAL stream entries are set */
+#define HAL_CAP_HOST_MEMORY                                                                      \
+  (UINT64_C(1) << 2)                               /* every device's pointers are host pointers; \
+                                                      without it, each device's memory_kind says */
 #define HAL_CAP_FAULT_INJECTION (UINT64_C(1) << 3) /* HAL_EXT_FAULT_INJECTION is chained */
+#define HAL_CAP_KERNELS (UINT64_C(1) << 4)         /* HAL_EXT_KERNELS is chained (ABI 1.2) */
 
 typedef struct hal_api_t {
   uint64_t struct_size;
@@ -775,6 +846,9 @@ enum hal_v1_sizes_e {
 enum hal_v1_1_sizes_e {
   HAL_COLL_API_V1_1_SIZE = sizeof(hal_coll_api_t) /* + run */
 };
+
+/* The sizes of the structs ABI 1.2 added. */
+enum hal_v1_2_sizes_e { HAL_EXT_KERNELS_V1_2_SIZE = sizeof(hal_ext_kernels_t) };
 
 /* Layout guards: these must hold on every 64-bit platform we support. If one
  * fails, a field was inserted in the middle: append it at the end instead. */

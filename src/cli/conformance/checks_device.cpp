@@ -51,10 +51,8 @@ void run_device_checks(Context& ctx) {
       expect(terminated(p.uuid, sizeof(p.uuid)), at + "uuid unterminated");
       expect(p.memory_kind == HAL_MEMORY_HOST || p.memory_kind == HAL_MEMORY_DEVICE,
              at + "unknown memory_kind " + std::to_string(p.memory_kind));
-      expect(
-          ((p.memory_kind == HAL_MEMORY_HOST) == ((plugin.api().capabilities & HAL_CAP_HOST_MEMORY) != 0)) ||
-              p.memory_kind == HAL_MEMORY_DEVICE,
-          at + "memory_kind HOST but HAL_CAP_HOST_MEMORY not set");
+      expect((plugin.api().capabilities & HAL_CAP_HOST_MEMORY) == 0 || p.memory_kind == HAL_MEMORY_HOST,
+             at + "HAL_CAP_HOST_MEMORY is set but memory_kind is DEVICE");
       expect(p.memory_bytes > 0, at + "memory_bytes is 0");
       expect(p.alignment_bytes > 0 && (p.alignment_bytes & (p.alignment_bytes - 1)) == 0,
              at + "alignment_bytes " + std::to_string(p.alignment_bytes) + " is not a power of two");

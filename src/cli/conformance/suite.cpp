@@ -98,6 +98,7 @@ void run_suite(Context& ctx) {
   run_abi_checks(ctx);
   run_error_checks(ctx);
   run_device_checks(ctx);
+  run_kernel_checks(ctx);
   run_telemetry_checks(ctx);
   run_coll_checks(ctx);
   run_fault_checks(ctx);

@@ -93,6 +93,7 @@ void expect_status(hal_status_t got, hal_status_t want, const std::string& call)
 void run_abi_checks(Context& ctx);
 void run_error_checks(Context& ctx);
 void run_device_checks(Context& ctx);
+void run_kernel_checks(Context& ctx);
 void run_telemetry_checks(Context& ctx);
 void run_coll_checks(Context& ctx);
 void run_fault_checks(Context& ctx);

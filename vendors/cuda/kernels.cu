@@ -1,32 +1,38 @@
-// The CUDA versions of the kernels (see sigma/kernels.hpp). Each runs
-// synchronously on the calling thread's default stream (built with
+// The cuda vendor's HAL_EXT_KERNELS: the device versions of libsigma's
+// kernels (sigma/kernels.hpp), on buffers in the GPU's memory. Each entry
+// runs synchronously on the calling thread's default stream (built with
 // --default-stream per-thread). Reductions write one partial per block and
 // the host adds them in block order, so results do not depend on timing.
-#include "../cpu/device.hpp"
-
-#include <sigma/error.hpp>
+#include "cuda.hpp"
+#include "sigma_h64.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
 
-namespace sigma::kernels::device {
+namespace cuda_vendor {
 namespace {
+
+using sigma::kernels::h64::fmix64;
+using sigma::kernels::h64::kGolden;
+using sigma::kernels::h64::kLenMul;
+
+// A failed CUDA call inside an entry: becomes the entry's status.
+struct Failed {
+  hal_status_t status;
+};
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Failed{cuda_fail(e, std::string("kernels: ") + what)};
+}
 
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 1024;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw Error(Code::internal, std::string("kernels (CUDA): ") + what + ": " + cudaGetErrorName(e) + ": " +
-                                    cudaGetErrorString(e));
-}
 
 int blocks_for(uint64_t n) {
   return static_cast<int>(std::clamp<uint64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks));
@@ -124,12 +130,6 @@ __global__ void shuffle_kernel(const uint8_t* src, const uint8_t* base, uint8_t*
   }
 }
 
-__global__ void xor_kernel(const uint8_t* a, const uint8_t* b, uint8_t* out, uint64_t n) {
-  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<uint64_t>(gridDim.x) * blockDim.x)
-    out[i] = a[i] ^ b[i];
-}
-
 __device__ uint64_t word_at(const uint8_t* p, uint64_t i, uint64_t bytes) {
   if (i * 8 + 8 <= bytes && (reinterpret_cast<uintptr_t>(p) & 7) == 0)
     return reinterpret_cast<const uint64_t*>(p)[i];
@@ -188,102 +188,122 @@ __global__ void unpermute_kernel(const uint8_t* src, const int64_t* row_of, cons
   }
 }
 
-}  // namespace
-
-bool on_device(const void* p) {
-  // Whether a GPU is usable at all, asked once: without a driver every
-  // pointer is a host pointer and no CUDA call is made again.
-  static const bool usable = [] {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  }();
-  if (!usable || p == nullptr) return false;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();  // an unregistered host pointer is not an error here
-    return false;
+// Runs `body` on `device`, turning a failed CUDA call into the status.
+template <typename F>
+hal_status_t on(uint32_t device, F&& body) {
+  if (hal_status_t st = use_device(device); st != HAL_OK) return st;
+  try {
+    body();
+    return HAL_OK;
+  } catch (const Failed& f) {
+    return f.status;
   }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-ScanResult scan(const void* data, uint64_t count, hal_dtype_t dtype) {
-  ScanResult r;
-  if (count == 0) return r;
-  const int blocks = blocks_for(count);
-  DeviceArray<Partial> part(blocks);
-  const auto* p = static_cast<const uint8_t*>(data);
-  if (dtype == HAL_DTYPE_F32)
-    scan_kernel<HAL_DTYPE_F32><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
-  else if (dtype == HAL_DTYPE_F16)
-    scan_kernel<HAL_DTYPE_F16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
-  else
-    scan_kernel<HAL_DTYPE_BF16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
-  finish("grad_scan");
-  for (const Partial& q : part.to_host(blocks)) {
-    r.non_finite += q.bad;
-    r.sum_squares += q.ssq;
-    r.amax = std::max(r.amax, static_cast<double>(q.amax));
-  }
-  return r;
+hal_status_t grad_scan(uint32_t device, const void* data, uint64_t count, hal_dtype_t dtype,
+                       hal_kernel_scan_result_t* out) {
+  if (out == nullptr || (count > 0 && data == nullptr))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: grad_scan: NULL data or result");
+  if (dtype != HAL_DTYPE_F32 && dtype != HAL_DTYPE_F16 && dtype != HAL_DTYPE_BF16)
+    return fail(HAL_ERR_INVALID_ARGUMENT,
+                "cuda: grad_scan: dtype " + std::to_string(dtype) + " is not f32, f16 or bf16");
+  *out = hal_kernel_scan_result_t{0, 0, 0};
+  if (count == 0) return HAL_OK;
+  return on(device, [&] {
+    const int blocks = blocks_for(count);
+    DeviceArray<Partial> part(blocks);
+    const auto* p = static_cast<const uint8_t*>(data);
+    if (dtype == HAL_DTYPE_F32)
+      scan_kernel<HAL_DTYPE_F32><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+    else if (dtype == HAL_DTYPE_F16)
+      scan_kernel<HAL_DTYPE_F16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+    else
+      scan_kernel<HAL_DTYPE_BF16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+    finish("grad_scan");
+    for (const Partial& q : part.to_host(blocks)) {
+      out->non_finite += q.bad;
+      out->sum_squares += q.ssq;
+      out->amax = std::max(out->amax, static_cast<double>(q.amax));
+    }
+  });
 }
 
-void shuffle(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size, bool inverse) {
-  if (count == 0) return;
-  shuffle_kernel<<<blocks_for(count), kThreads, 0, cudaStreamPerThread>>>(
-      static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(base), static_cast<uint8_t*>(dst), count,
-      elem_size, inverse);
-  finish(inverse ? "unshuffle_bytes" : "shuffle_bytes");
+hal_status_t shuffle(uint32_t device, const void* src, const void* base, void* dst, uint64_t count,
+                     uint32_t elem_size, uint32_t inverse) {
+  if (count > 0 && (src == nullptr || dst == nullptr))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: shuffle: NULL buffer");
+  if (count == 0 || elem_size == 0) return HAL_OK;
+  return on(device, [&] {
+    shuffle_kernel<<<blocks_for(count), kThreads, 0, cudaStreamPerThread>>>(
+        static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(base), static_cast<uint8_t*>(dst),
+        count, elem_size, inverse != 0);
+    finish(inverse ? "unshuffle" : "shuffle");
+  });
 }
 
-void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes) {
-  if (bytes == 0) return;
-  xor_kernel<<<blocks_for(bytes), kThreads, 0, cudaStreamPerThread>>>(
-      static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), static_cast<uint8_t*>(out), bytes);
-  finish("xor_bytes");
-}
-
-uint64_t checksum_parallel(const void* data, uint64_t bytes) {
+hal_status_t checksum(uint32_t device, const void* data, uint64_t bytes, uint64_t* out) {
+  if (out == nullptr || (bytes > 0 && data == nullptr))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: checksum: NULL data or result");
   uint64_t sum = 0;
-  if (bytes > 0) {
+  const hal_status_t st = bytes == 0 ? HAL_OK : on(device, [&] {
     const int blocks = blocks_for((bytes + 7) / 8);
     DeviceArray<unsigned long long> part(blocks);
     checksum_kernel<<<blocks, kThreads, 0, cudaStreamPerThread>>>(static_cast<const uint8_t*>(data), bytes,
                                                                   part.p);
-    finish("checksum_parallel");
+    finish("checksum");
     for (unsigned long long q : part.to_host(blocks)) sum += q;
-  }
-  return fmix64(sum ^ (bytes * kLenMul));
+  });
+  if (st == HAL_OK) *out = fmix64(sum ^ (bytes * kLenMul));
+  return st;
 }
 
-void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t row_bytes, const int64_t* row_of,
-                 uint32_t top_k, void* out) {
+hal_status_t moe_permute(uint32_t device, const void* tokens, uint64_t num_tokens, uint64_t row_bytes,
+                         const int64_t* row_of, uint32_t top_k, void* out) {
   const uint64_t choices = num_tokens * top_k;
-  if (choices == 0 || row_bytes == 0) return;
+  if (choices == 0 || row_bytes == 0) return HAL_OK;
   if (choices > 0x7FFFFFFFull)
-    throw Error(Code::invalid_argument, "moe_permute (CUDA): more than 2^31 choices");
-  permute_kernel<<<static_cast<unsigned>(choices), kThreads, 0, cudaStreamPerThread>>>(
-      static_cast<const uint8_t*>(tokens), static_cast<uint8_t*>(out), row_bytes, row_of, top_k);
-  finish("moe_permute");
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: moe_permute: more than 2^31 choices");
+  return on(device, [&] {
+    permute_kernel<<<static_cast<unsigned>(choices), kThreads, 0, cudaStreamPerThread>>>(
+        static_cast<const uint8_t*>(tokens), static_cast<uint8_t*>(out), row_bytes, row_of, top_k);
+    finish("moe_permute");
+  });
 }
 
-void moe_unpermute(const void* expert_out, const int64_t* row_of, const float* weights, uint64_t num_tokens,
-                   uint32_t top_k, uint64_t hidden, hal_dtype_t dtype, void* out) {
-  if (num_tokens == 0 || hidden == 0) return;
+hal_status_t moe_unpermute(uint32_t device, const void* expert_out, const int64_t* row_of,
+                           const float* weights, uint64_t num_tokens, uint32_t top_k, uint64_t hidden,
+                           hal_dtype_t dtype, void* out) {
+  if (num_tokens == 0 || hidden == 0) return HAL_OK;
   if (num_tokens > 0x7FFFFFFFull)
-    throw Error(Code::invalid_argument, "moe_unpermute (CUDA): more than 2^31 tokens");
-  const auto* s = static_cast<const uint8_t*>(expert_out);
-  auto* o = static_cast<uint8_t*>(out);
-  const auto blocks = static_cast<unsigned>(num_tokens);
-  if (dtype == HAL_DTYPE_F32)
-    unpermute_kernel<HAL_DTYPE_F32>
-        <<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
-  else if (dtype == HAL_DTYPE_F16)
-    unpermute_kernel<HAL_DTYPE_F16>
-        <<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
-  else
-    unpermute_kernel<HAL_DTYPE_BF16>
-        <<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
-  finish("moe_unpermute");
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: moe_unpermute: more than 2^31 tokens");
+  if (dtype != HAL_DTYPE_F32 && dtype != HAL_DTYPE_F16 && dtype != HAL_DTYPE_BF16)
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: moe_unpermute: dtype is not f32, f16 or bf16");
+  return on(device, [&] {
+    const auto* s = static_cast<const uint8_t*>(expert_out);
+    auto* o = static_cast<uint8_t*>(out);
+    const auto blocks = static_cast<unsigned>(num_tokens);
+    if (dtype == HAL_DTYPE_F32)
+      unpermute_kernel<HAL_DTYPE_F32>
+          <<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
+    else if (dtype == HAL_DTYPE_F16)
+      unpermute_kernel<HAL_DTYPE_F16>
+          <<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
+    else
+      unpermute_kernel<HAL_DTYPE_BF16>
+          <<<blocks, kThreads, 0, cudaStreamPerThread>>>(s, row_of, weights, top_k, hidden, o);
+    finish("moe_unpermute");
+  });
 }
 
-}  // namespace sigma::kernels::device
+}  // namespace
+
+const hal_ext_kernels_t k_kernels = {
+    .header = {sizeof(hal_ext_kernels_t), HAL_EXT_KERNELS, 0, nullptr},
+    .grad_scan = grad_scan,
+    .shuffle = shuffle,
+    .checksum = checksum,
+    .moe_permute = moe_permute,
+    .moe_unpermute = moe_unpermute,
+};
+
+}  // namespace cuda_vendor

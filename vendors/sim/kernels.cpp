@@ -1,0 +1,136 @@
+// The sim vendor's HAL_EXT_KERNELS: libsigma's own CPU kernels
+// (sigma/kernels.hpp, host memory) run on the plugin's private mappings of
+// opaque device buffers (opaque=1), or on the buffers themselves when the
+// memory is the host's, so results are bit-identical to the host's and the
+// host never touches an opaque pointer.
+#include "opaque.hpp"
+#include "sim.hpp"
+
+#include <sigma/error.hpp>
+#include <sigma/kernels.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace sim_vendor {
+namespace {
+
+// Runs `body` with device pointers translated; a sigma::Error or a pointer
+// outside device memory becomes the entry's status.
+template <typename F>
+hal_status_t run(uint32_t device, const char* who, F&& body) {
+  if (hal_status_t st = check_alive(device); st != HAL_OK) return st;
+  if (!opaque::kernels())
+    return fail(HAL_ERR_NOT_SUPPORTED, std::string("sim: ") + who + ": declined (kernels=0)");
+  try {
+    return body();
+  } catch (const sigma::Error& e) {
+    return fail(sigma::to_hal_status(e.code()), std::string("sim: ") + who + ": " + e.what());
+  }
+}
+
+// The private address of `bytes` device bytes at `p`; nullptr is a NULL
+// that stays NULL (an empty or absent buffer).
+template <typename T>
+T* priv(T* p, uint64_t bytes, bool& ok) {
+  if (p == nullptr || !opaque::enabled()) return p;
+  auto* q = static_cast<T*>(opaque::to_private(p, bytes));
+  ok = ok && q != nullptr;
+  return q;
+}
+
+hal_status_t outside(const char* who) {
+  return fail(HAL_ERR_INVALID_ARGUMENT, std::string("sim: ") + who + ": a buffer is not device memory");
+}
+
+hal_status_t grad_scan(uint32_t device, const void* data, uint64_t count, hal_dtype_t dtype,
+                       hal_kernel_scan_result_t* out) {
+  return run(device, "grad_scan", [&]() -> hal_status_t {
+    if (out == nullptr) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: grad_scan: result is NULL");
+    const uint64_t es = dtype == HAL_DTYPE_F32 ? 4 : 2;
+    bool ok = true;
+    const void* p = priv(data, count * es, ok);
+    if (!ok) return outside("grad_scan");
+    const auto r = sigma::kernels::grad_scan(p, count, dtype);
+    *out = {r.non_finite, r.sum_squares, r.amax};
+    return HAL_OK;
+  });
+}
+
+hal_status_t shuffle(uint32_t device, const void* src, const void* base, void* dst, uint64_t count,
+                     uint32_t elem_size, uint32_t inverse) {
+  return run(device, "shuffle", [&]() -> hal_status_t {
+    const uint64_t bytes = count * elem_size;
+    bool ok = true;
+    const void* s = priv(src, bytes, ok);
+    const void* b = priv(base, bytes, ok);
+    void* d = priv(dst, bytes, ok);
+    if (!ok) return outside("shuffle");
+    sigma::kernels::shuffle({}, s, b, d, count, elem_size, inverse != 0);
+    return HAL_OK;
+  });
+}
+
+hal_status_t checksum(uint32_t device, const void* data, uint64_t bytes, uint64_t* out) {
+  return run(device, "checksum", [&]() -> hal_status_t {
+    if (out == nullptr) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: checksum: result is NULL");
+    bool ok = true;
+    const void* p = priv(data, bytes, ok);
+    if (!ok) return outside("checksum");
+    *out = sigma::kernels::checksum_parallel(p, bytes);
+    return HAL_OK;
+  });
+}
+
+hal_status_t moe_permute(uint32_t device, const void* tokens, uint64_t num_tokens, uint64_t row_bytes,
+                         const int64_t* row_of, uint32_t top_k, void* out) {
+  return run(device, "moe_permute", [&]() -> hal_status_t {
+    bool ok = true;
+    const void* t = priv(tokens, num_tokens * row_bytes, ok);
+    const int64_t* r = priv(row_of, num_tokens * top_k * sizeof(int64_t), ok);
+    if (!ok) return outside("moe_permute");
+    // Rows of bytes: the permutation of u8 rows of row_bytes elements.
+    // `out`'s extent is its allocation's: the largest row written is checked there.
+    int64_t last = -1;
+    for (uint64_t i = 0; i < num_tokens * top_k; ++i) last = std::max(last, r[i]);
+    void* o = priv(out, static_cast<uint64_t>(last + 1) * row_bytes, ok);
+    if (!ok) return outside("moe_permute");
+    sigma::kernels::moe_permute(t, num_tokens, row_bytes, HAL_DTYPE_U8, r, top_k, o);
+    return HAL_OK;
+  });
+}
+
+hal_status_t moe_unpermute(uint32_t device, const void* expert_out, const int64_t* row_of,
+                           const float* weights, uint64_t num_tokens, uint32_t top_k, uint64_t hidden,
+                           hal_dtype_t dtype, void* out) {
+  return run(device, "moe_unpermute", [&]() -> hal_status_t {
+    const uint64_t es = dtype == HAL_DTYPE_F32 ? 4 : 2, row = hidden * es, choices = num_tokens * top_k;
+    bool ok = true;
+    const int64_t* r = priv(row_of, choices * sizeof(int64_t), ok);
+    const float* w = priv(weights, choices * sizeof(float), ok);
+    void* o = priv(out, num_tokens * row, ok);
+    if (!ok) return outside("moe_unpermute");
+    int64_t last = -1;
+    for (uint64_t i = 0; i < choices; ++i) last = std::max(last, r[i]);
+    const void* e = priv(expert_out, static_cast<uint64_t>(last + 1) * row, ok);
+    if (!ok) return outside("moe_unpermute");
+    sigma::kernels::moe_unpermute(e, r, w, num_tokens, top_k, hidden, dtype, o);
+    return HAL_OK;
+  });
+}
+
+}  // namespace
+
+const hal_ext_kernels_t k_kernels_ext = {
+    .header = {.struct_size = sizeof(hal_ext_kernels_t),
+               .type = HAL_EXT_KERNELS,
+               .reserved = 0,
+               .next = nullptr},
+    .grad_scan = grad_scan,
+    .shuffle = shuffle,
+    .checksum = checksum,
+    .moe_permute = moe_permute,
+    .moe_unpermute = moe_unpermute,
+};
+
+}  // namespace sim_vendor
