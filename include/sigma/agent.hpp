@@ -63,6 +63,11 @@ struct AgentOptions {
   double recovery_timeout_s = 60;
   uint64_t snapshot_every = 1;
   uint64_t checkpoint_every = 0;
+  // The workers' retention (sigma::runtime::SessionOptions): memory-tier
+  // snapshots kept, a full disk base every K checkpoints, disk checkpoints kept.
+  size_t snapshot_keep = 2;
+  uint32_t checkpoint_base_every = 4;
+  uint32_t checkpoint_keep = 4;
   int metrics_port = -1;  // -1 off, 0 any free port
   bool progress = true;   // a progress line on stderr every second
   bool proactive_migration = true;

@@ -46,33 +46,37 @@ enum class Layout : uint8_t {
   split = 2,       // a slice along split_dim of a tensor of global_shape
 };
 
-// One tensor of the state, borrowed for the call. Host memory, or memory of
-// `device` of `plugin` (copied through the HAL when that memory is not
-// host-addressable).
-struct SIGMA_EXPORT TensorView {
-  TensorView() = default;
-  TensorView(std::string name_, hal_dtype_t dtype_, std::vector<int64_t> shape_, void* data_,
-             hal::Plugin* plugin_ = nullptr, uint32_t device_ = 0)
-      : name(std::move(name_)),
-        dtype(dtype_),
-        shape(std::move(shape_)),
-        data(data_),
-        plugin(plugin_),
-        device(device_) {}
-
+// What a tensor is, wherever it is described: a view of the state, a
+// shard's record of it, what `ls`/`inspect` show. One definition.
+struct TensorSpec {
   std::string name;
   hal_dtype_t dtype = HAL_DTYPE_F32;
   std::vector<int64_t> shape;
-  void* data = nullptr;
-  hal::Plugin* plugin = nullptr;
-  uint32_t device = 0;
-  // Layout::split: this view is [split_offset, split_offset + shape[split_dim])
-  // along split_dim of a tensor of global_shape (every other dimension
-  // equal). Layout::replicated: global_shape is the shape (may be left empty).
+  // Layout::split: this tensor is [split_offset, split_offset +
+  // shape[split_dim]) along split_dim of a tensor of global_shape (every
+  // other dimension equal). Layout::replicated: global_shape is the shape.
   Layout layout = Layout::local;
   int32_t split_dim = 0;
   int64_t split_offset = 0;
   std::vector<int64_t> global_shape;
+};
+
+// One tensor of the state, borrowed for the call. Host memory, or memory of
+// `device` of `plugin` (copied through the HAL when that memory is not
+// host-addressable).
+struct SIGMA_EXPORT TensorView : TensorSpec {
+  TensorView() = default;
+  TensorView(std::string name_, hal_dtype_t dtype_, std::vector<int64_t> shape_, void* data_,
+             hal::Plugin* plugin_ = nullptr, uint32_t device_ = 0)
+      : data(data_), plugin(plugin_), device(device_) {
+    name = std::move(name_);
+    dtype = dtype_;
+    shape = std::move(shape_);
+  }
+
+  void* data = nullptr;
+  hal::Plugin* plugin = nullptr;
+  uint32_t device = 0;
 
   uint64_t bytes() const;  // product of the shape times the dtype's size
 };
@@ -139,15 +143,8 @@ struct ShardInfo {
   uint32_t rank = 0, world = 1;
   int64_t base_step = -1;  // -1: a base
   uint64_t raw_bytes = 0, stored_bytes = 0;
-  struct Tensor {
-    std::string name;
-    hal_dtype_t dtype;
-    std::vector<int64_t> shape;
+  struct Tensor : TensorSpec {
     uint64_t bytes = 0, stored_bytes = 0, chunks = 0, chunks_unchanged = 0;
-    Layout layout = Layout::local;
-    int32_t split_dim = 0;
-    int64_t split_offset = 0;
-    std::vector<int64_t> global_shape;
   };
   std::vector<Tensor> tensors;
   Metadata meta;

@@ -45,16 +45,19 @@
 namespace sigma::runtime {
 
 struct SIGMA_EXPORT SessionOptions {
-  std::string agent_socket;       // SIGMA_AGENT_SOCKET
-  uint32_t device = 0;            // SIGMA_DEVICE: the agent's id for this device
-  std::string job_dir;            // SIGMA_JOB_DIR
-  std::string plugin = "cpu";     // SIGMA_HAL_PLUGIN: name or path
-  std::string plugin_options;     // SIGMA_HAL_OPTIONS
-  std::string store;              // SIGMA_STORE: file:///... or redis://host:port
-  double heartbeat_s = 0.1;       // SIGMA_HEARTBEAT_S
-  uint64_t snapshot_every = 1;    // SIGMA_SNAPSHOT_EVERY: memory-tier period in steps
-  uint64_t checkpoint_every = 0;  // SIGMA_CHECKPOINT_EVERY: disk period in steps; 0 = never
-  double comm_timeout_s = 30;     // how long communicator creation waits for peers
+  std::string agent_socket;            // SIGMA_AGENT_SOCKET
+  uint32_t device = 0;                 // SIGMA_DEVICE: the agent's id for this device
+  std::string job_dir;                 // SIGMA_JOB_DIR
+  std::string plugin = "cpu";          // SIGMA_HAL_PLUGIN: name or path
+  std::string plugin_options;          // SIGMA_HAL_OPTIONS
+  std::string store;                   // SIGMA_STORE: file:///... or redis://host:port
+  double heartbeat_s = 0.1;            // SIGMA_HEARTBEAT_S
+  uint64_t snapshot_every = 1;         // SIGMA_SNAPSHOT_EVERY: memory-tier period in steps
+  uint64_t checkpoint_every = 0;       // SIGMA_CHECKPOINT_EVERY: disk period in steps; 0 = never
+  size_t snapshot_keep = 2;            // SIGMA_SNAPSHOT_KEEP: memory-tier snapshots kept (own and replica)
+  uint32_t checkpoint_base_every = 4;  // SIGMA_CHECKPOINT_BASE_EVERY: a full disk base every K checkpoints
+  uint32_t checkpoint_keep = 4;        // SIGMA_CHECKPOINT_KEEP: newest disk checkpoints kept
+  double comm_timeout_s = 30;          // how long communicator creation waits for peers
 
   // Reads the variables above; throws Error(invalid_argument) naming the
   // variable that is missing or malformed.

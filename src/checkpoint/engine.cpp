@@ -61,13 +61,15 @@ void check_views(const std::vector<TensorView>& views) {
 }
 
 shard::HostTensor host_tensor(const TensorView& v, const uint8_t* p, uint64_t n) {
-  shard::HostTensor h{v.name, v.dtype, v.shape, p, n, v.layout, 0, 0, {}};
-  if (v.layout == Layout::split) {
-    h.split_dim = v.split_dim;
-    h.split_offset = v.split_offset;
-    h.global_shape = v.global_shape;
-  } else if (v.layout == Layout::replicated) {
-    h.global_shape = v.shape;
+  shard::HostTensor h;
+  static_cast<TensorSpec&>(h) = v;
+  h.data = p;
+  h.bytes = n;
+  // Only a split tensor has a place; a replicated one's global shape is its shape.
+  if (v.layout != Layout::split) {
+    h.split_dim = 0;
+    h.split_offset = 0;
+    h.global_shape = v.layout == Layout::replicated ? v.shape : std::vector<int64_t>{};
   }
   return h;
 }
@@ -634,8 +636,10 @@ ShardInfo info_of(const shard::Shard& s) {
   i.stored_bytes = s.manifest.data_bytes;
   i.meta = s.manifest.meta;
   for (const auto& t : s.manifest.tensors) {
-    ShardInfo::Tensor x{t.name,   t.dtype,     t.shape,        t.bytes,       0, t.chunks.size(), 0,
-                        t.layout, t.split_dim, t.split_offset, t.global_shape};
+    ShardInfo::Tensor x;
+    static_cast<TensorSpec&>(x) = t;
+    x.bytes = t.bytes;
+    x.chunks = t.chunks.size();
     for (const auto& c : t.chunks) {
       x.stored_bytes += c.stored_size;
       x.chunks_unchanged += c.codec == format::kSameAsBase;

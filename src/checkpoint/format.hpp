@@ -26,16 +26,10 @@ struct Chunk {
   uint64_t data_offset = 0, stored_size = 0, raw_xxh3 = 0, stored_xxh3 = 0;
 };
 
-struct Tensor {
-  std::string name;
-  hal_dtype_t dtype = HAL_DTYPE_F32;
-  std::vector<int64_t> shape;
+// A shard's record of a tensor: what it is, and where its bytes are.
+struct Tensor : TensorSpec {
   uint64_t bytes = 0;
   std::vector<Chunk> chunks;
-  Layout layout = Layout::local;
-  int32_t split_dim = 0;
-  int64_t split_offset = 0;
-  std::vector<int64_t> global_shape;  // replicated and split
 };
 
 struct Manifest {

@@ -98,14 +98,8 @@ SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>&
     for (size_t i = 0; i < tensors.size(); ++i) {
       const HostTensor& t = tensors[i];
       format::Tensor rec;
-      rec.name = t.name;
-      rec.dtype = t.dtype;
-      rec.shape = t.shape;
+      static_cast<TensorSpec&>(rec) = t;
       rec.bytes = t.bytes;
-      rec.layout = t.layout;
-      rec.split_dim = t.split_dim;
-      rec.split_offset = t.split_offset;
-      rec.global_shape = t.global_shape;
       m.tensors.push_back(rec);
       const Base::Tensor* bt = nullptr;
       if (base && base->chunk_bytes == cb) {

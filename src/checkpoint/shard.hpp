@@ -14,16 +14,9 @@
 namespace sigma::checkpoint::shard {
 
 // One tensor's bytes in host memory, borrowed.
-struct HostTensor {
-  std::string name;
-  hal_dtype_t dtype = HAL_DTYPE_F32;
-  std::vector<int64_t> shape;
+struct HostTensor : TensorSpec {
   const uint8_t* data = nullptr;
   uint64_t bytes = 0;
-  Layout layout = Layout::local;
-  int32_t split_dim = 0;
-  int64_t split_offset = 0;
-  std::vector<int64_t> global_shape;
 };
 
 // Host memory for snapshots: 2 MiB aligned and offered to transparent huge

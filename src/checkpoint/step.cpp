@@ -1,5 +1,7 @@
 #include "step.hpp"
 
+#include "restore_plan.hpp"
+
 #include "io.hpp"
 
 #include <sigma/kernels.hpp>
@@ -38,12 +40,6 @@ std::vector<uint32_t> ranks_present(const std::string& step_dir) {
   }
   std::sort(ranks.begin(), ranks.end());
   return ranks;
-}
-
-int64_t prod(const std::vector<int64_t>& v, size_t from, size_t to) {
-  int64_t n = 1;
-  for (size_t i = from; i < to; ++i) n *= v[i];
-  return n;
 }
 
 }  // namespace
@@ -152,14 +148,19 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
     o.base = shard::open_base(o.s);
     return opened.emplace(r, std::move(o)).first->second;
   };
-  auto tensor_of = [&](Opened& o, const std::string& name) -> const format::Tensor& {
-    for (const auto& t : o.s.manifest.tensors)
-      if (t.name == name) return t;
-    bad(o.s.path, "has no tensor " + name + ", which the step manifest says it holds");
+  auto record = [&](uint32_t r, const std::string& name) -> const format::Tensor* {
+    for (const auto& t : open_rank(r).s.manifest.tensors)
+      if (t.name == name) return &t;
+    return nullptr;
   };
+  const plan::Plan p = plan::make(m, step_dir, rank, world, views, record);
 
+  // Carrying it out: whole tensors decode into out[i] (or, this rank's own
+  // into the caller's host memory, deferred); slices decode the old tensor
+  // and copy its rows.
   Read res;
-  const bool same_world = m.world == world;
+  res.resharded = p.resharded;
+  res.local_from_same_rank = p.local_from_same_rank;
   out.clear();
   out.resize(views.size());
   struct Deferred {
@@ -168,113 +169,30 @@ Read read(const std::string& step_dir, const format::StepManifest& m, uint32_t r
   };
   std::vector<Deferred> deferred;  // decoded into direct[view] at the end
   for (size_t i = 0; i < views.size(); ++i) {
-    const TensorView& v = views[i];
-    const std::string what = "checkpoint: tensor " + v.name + " of " + step_dir;
-    const format::GlobalTensor* rec = nullptr;
-    for (const auto& t : m.tensors)
-      if (t.name == v.name) rec = &t;
-    if (rec == nullptr) throw Error(Code::invalid_argument, what + ": the step has no such tensor");
-    if (rec->dtype != v.dtype) throw Error(Code::invalid_argument, what + ": saved with another dtype");
-
-    // The same world size and the same place: this rank's own shard.
-    if (same_world) {
-      Opened& own = open_rank(rank);
-      const format::Tensor* t = nullptr;
-      for (const auto& x : own.s.manifest.tensors)
-        if (x.name == v.name) t = &x;
-      const bool same_place =
-          t != nullptr && t->shape == v.shape &&
-          (v.layout == Layout::local || rec->layout == Layout::local ||
-           (t->layout == v.layout &&
-            (v.layout != Layout::split || (t->split_dim == v.split_dim && t->split_offset == v.split_offset &&
-                                           t->global_shape == v.global_shape))));
-      if (same_place) {
-        if (i < direct.size() && direct[i] != nullptr) {
-          deferred.push_back({i, t});
-        } else {
-          out[i] = shard::Bytes(v.bytes());
-          shard::read_tensor(own.s, *t, own.base.get(), out[i].data());
-        }
+    const plan::View& vp = p.views[i];
+    if (vp.source == plan::View::Source::whole) {
+      Opened& o = open_rank(vp.rank);
+      const format::Tensor* t = record(vp.rank, views[i].name);
+      if (vp.own && i < direct.size() && direct[i] != nullptr) {
+        deferred.push_back({i, t});
         continue;
       }
-      if (v.layout == Layout::local || rec->layout == Layout::local)
-        throw Error(Code::invalid_argument, what + ": rank " + std::to_string(rank) +
-                                                "'s saved tensor has another shape than the view");
+      out[i] = shard::Bytes(views[i].bytes());
+      shard::read_tensor(o.s, *t, o.base.get(), out[i].data());
+      continue;
     }
-    if (v.layout == Layout::local || rec->layout == Layout::local) {
-      // Another world size: the old rank with the same number, when there
-      // is one and its tensor fits (a data-parallel job's ranks hold the
-      // same state); anything else needs a layout to re-shard by.
-      bool held = false;
-      for (const auto& p : rec->pieces) held |= p.rank == rank;
-      if (held) {
-        Opened& o = open_rank(rank);
-        const format::Tensor& t = tensor_of(o, v.name);
-        if (t.shape == v.shape) {
-          out[i] = shard::Bytes(v.bytes());
-          shard::read_tensor(o.s, t, o.base.get(), out[i].data());
-          res.local_from_same_rank.push_back(v.name);
-          continue;
-        }
-      }
-      throw Error(Code::invalid_argument,
-                  what + ": local to each rank (saved on " + std::to_string(m.world) +
-                      " ranks, restoring rank " + std::to_string(rank) + " of " + std::to_string(world) +
-                      "); re-sharding needs it saved and viewed as replicated or split");
+    out[i] = shard::Bytes(views[i].bytes());
+    for (const plan::Copy& c : vp.copies) {
+      Opened& o = open_rank(c.rank);
+      const format::Tensor* t = record(c.rank, views[i].name);
+      shard::Bytes piece(t->bytes);
+      shard::read_tensor(o.s, *t, o.base.get(), piece.data());
+      for (uint64_t k = 0; k < c.rows; ++k)
+        std::memcpy(out[i].data() + c.dst_offset + k * c.dst_stride,
+                    piece.data() + c.src_offset + k * c.src_stride, c.row_bytes);
     }
-    const std::vector<int64_t>& vg = v.layout == Layout::split ? v.global_shape : v.shape;
-    if (vg != rec->global_shape)
-      throw Error(Code::invalid_argument, what + ": saved with another global shape");
-    out[i] = shard::Bytes(v.bytes());
-
-    // A replicated tensor is one piece: the whole of it, from the old rank
-    // with this rank's number modulo the old world, or the first holding it.
-    std::vector<format::Piece> pieces = rec->pieces;
-    int32_t dim = rec->split_dim;
-    if (rec->layout == Layout::replicated) {
-      format::Piece p = pieces.front();
-      for (const auto& q : pieces)
-        if (q.rank == rank % m.world) p = q;
-      dim = v.layout == Layout::split ? v.split_dim : 0;
-      p.offset = 0;
-      p.length = vg.empty() ? 1 : vg[static_cast<size_t>(dim)];
-      pieces = {p};
-    } else if (v.layout == Layout::split && v.split_dim != dim) {
-      throw Error(Code::invalid_argument, what + ": the view is split along dimension " +
-                                              std::to_string(v.split_dim) + ", the checkpoint along " +
-                                              std::to_string(dim) +
-                                              "; re-sharding along another dimension is not supported");
-    }
-    // Row-major: `outer` rows of the split dimension's extent times `inner`
-    // bytes. The view covers [lo, hi) of the split dimension.
-    const uint64_t es = hal::dtype_size(v.dtype);
-    const auto d = static_cast<size_t>(dim);
-    const uint64_t outer = vg.empty() ? 1 : static_cast<uint64_t>(prod(vg, 0, d));
-    const uint64_t inner = vg.empty() ? es : static_cast<uint64_t>(prod(vg, d + 1, vg.size())) * es;
-    const int64_t lo = v.layout == Layout::split ? v.split_offset : 0;
-    const int64_t hi = lo + (vg.empty() ? 1 : (v.layout == Layout::split ? v.shape[d] : vg[d]));
-    for (const auto& p : pieces) {
-      const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.length);
-      if (a >= b) continue;
-      Opened& o = open_rank(p.rank);
-      const format::Tensor& t = tensor_of(o, v.name);
-      std::vector<int64_t> expect = vg;
-      if (!expect.empty()) expect[d] = p.length;
-      if (t.dtype != v.dtype || t.shape != expect)
-        bad(o.s.path, "tensor " + v.name + " does not have the shape the step manifest gives its slice");
-      shard::Bytes piece(t.bytes);
-      shard::read_tensor(o.s, t, o.base.get(), piece.data());
-      const uint64_t n = static_cast<uint64_t>(b - a) * inner;
-      for (uint64_t k = 0; k < outer; ++k)
-        std::memcpy(
-            out[i].data() + (k * static_cast<uint64_t>(hi - lo) + static_cast<uint64_t>(a - lo)) * inner,
-            piece.data() +
-                (k * static_cast<uint64_t>(p.length) + static_cast<uint64_t>(a - p.offset)) * inner,
-            n);
-    }
-    res.resharded = true;
   }
-  res.meta = open_rank(rank < m.world ? rank : 0).s.manifest.meta;
+  res.meta = open_rank(p.meta_rank).s.manifest.meta;
   // Every stored byte the direct views need checked before the first of
   // them is touched; then decoded in place (each chunk checked again).
   if (!deferred.empty()) {

@@ -4,10 +4,10 @@
 // communicator when the agent says a peer failed. They share the inbox
 // (assignments), the current communicator (abort only) and a few atomics.
 #include <sigma/bootstrap.hpp>
+#include <sigma/memory_tier.hpp>
 #include <sigma/runtime.hpp>
 
 #include "runtime/channel.hpp"
-#include "runtime/memory_tier.hpp"
 #include "runtime/protocol.hpp"
 
 #include <unistd.h>
@@ -67,6 +67,9 @@ SessionOptions SessionOptions::from_env() {
   o.heartbeat_s = env_number("SIGMA_HEARTBEAT_S", o.heartbeat_s, 1e-3, 3600);
   o.snapshot_every = static_cast<uint64_t>(env_number("SIGMA_SNAPSHOT_EVERY", 1, 1, 1e9));
   o.checkpoint_every = static_cast<uint64_t>(env_number("SIGMA_CHECKPOINT_EVERY", 0, 0, 1e9));
+  o.snapshot_keep = static_cast<size_t>(env_number("SIGMA_SNAPSHOT_KEEP", 2, 1, 1e6));
+  o.checkpoint_base_every = static_cast<uint32_t>(env_number("SIGMA_CHECKPOINT_BASE_EVERY", 4, 1, 1e6));
+  o.checkpoint_keep = static_cast<uint32_t>(env_number("SIGMA_CHECKPOINT_KEEP", 4, 1, 1e6));
   return o;
 }
 
@@ -84,7 +87,7 @@ struct Session::Impl {
   uint32_t rank = 0, world = 0;
   uint64_t generation = 0;
   std::vector<checkpoint::TensorView> views;
-  MemoryTier tier;
+  std::unique_ptr<checkpoint::MemoryTier> tier;
   std::unique_ptr<checkpoint::Engine> engine;
   std::vector<uint64_t> disk_indices;
   Clock::time_point step_t0;
@@ -240,8 +243,8 @@ struct Session::Impl {
       co.job = "sigmarun";
       co.rank = rank;
       co.world = world;
-      co.base_every = 4;
-      co.keep = 4;
+      co.base_every = o.checkpoint_base_every;
+      co.keep = o.checkpoint_keep;
       engine = std::make_unique<checkpoint::Engine>(co);
     }
     return *engine;
@@ -255,7 +258,7 @@ struct Session::Impl {
     if (engine && (old_rank != rank || old_world != world)) engine.reset();
     // A renumbered ring (the world shrank): the replicas held belong to
     // other neighbours now.
-    if (old_world != 0 && (old_rank != rank || old_world != world)) tier.drop_replicas();
+    if (old_world != 0 && (old_rank != rank || old_world != world)) tier->drop_replicas();
     // The collective probe: a one-element all-reduce over the new world
     // must give the world size before anything else runs on it.
     const auto tp = Clock::now();
@@ -277,18 +280,18 @@ struct Session::Impl {
     const uint64_t index = a.index;
     const auto t1 = Clock::now();
     if (how == "none") {
-      tier.clear();
-      tier.snapshot(0, views, *comm, rank, world);
+      tier->clear();
+      tier->snapshot(0, views, *comm, rank, world);
     } else if (how == "memory") {
       const std::vector<std::pair<uint32_t, uint32_t>>& pairs = a.handoff;
       bool receiver = false;
       for (auto [h, r] : pairs) receiver |= r == rank;
-      if (!receiver && !tier.restore_own(index, views)) {
+      if (!receiver && !tier->restore_own(index, views)) {
         throw Error(Code::data_loss,
                     "runtime: rank " + std::to_string(rank) + " holds no snapshot " + std::to_string(index));
       }
-      tier.handoff(index, pairs, views, *comm, rank);
-      tier.drop_after(index);
+      tier->handoff(index, pairs, views, *comm, rank);
+      tier->drop_after(index);
     } else if (how == "disk") {
       checkpoint::Metadata meta;
       const auto res = disk().restore(views, &meta, index);
@@ -298,8 +301,8 @@ struct Session::Impl {
                                          std::to_string(index) +
                                          (res.refused.empty() ? "" : " (" + res.refused.front() + ")"));
       }
-      tier.clear();
-      tier.snapshot(index, views, *comm, rank, world);
+      tier->clear();
+      tier->snapshot(index, views, *comm, rank, world);
     }
     stop_after = -1;
     assigned_aborts = aborts_before;
@@ -325,6 +328,7 @@ struct Session::Impl {
 Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.o = std::move(options);
+  m.tier = std::make_unique<checkpoint::MemoryTier>(checkpoint::MemoryTierPolicy{m.o.snapshot_keep});
   m.ch = Channel::connect(m.o.agent_socket);
   protocol::Hello hello;
   hello.device = m.o.device;
@@ -431,7 +435,7 @@ void Session::step_end(uint64_t step) {
   m.ch->send(protocol::encode(protocol::StepDone{step, seconds}));
   const uint64_t index = step + 1;
   if (index % m.o.snapshot_every == 0) {
-    m.tier.snapshot(index, m.views, comm(), m.rank, m.world);
+    m.tier->snapshot(index, m.views, comm(), m.rank, m.world);
     m.ch->send(protocol::encode(protocol::Snapshotted{index}));
   }
   if (should_checkpoint(step)) {
@@ -465,8 +469,8 @@ uint64_t Session::recover(const std::string& reason) {
     const std::string name(code_name(static_cast<Code>(c)));
     if (reason.rfind(name + ":", 0) == 0) code = name;
   }
-  m.ch->send(protocol::encode(protocol::RecoverRequest{code, reason, m.generation, m.tier.own_indices(),
-                                                       m.tier.replica_indices(), m.disk_indices}));
+  m.ch->send(protocol::encode(protocol::RecoverRequest{code, reason, m.generation, m.tier->own_indices(),
+                                                       m.tier->replica_indices(), m.disk_indices}));
   return m.wait_and_apply();
 }
 

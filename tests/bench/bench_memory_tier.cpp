@@ -17,9 +17,9 @@
 //     them, and a cold raw read of the same bytes (the disk limit)
 #include <sigma/bootstrap.hpp>
 #include <sigma/hal.hpp>
+#include <sigma/memory_tier.hpp>
 
 #include "adamw_state.hpp"
-#include "runtime/memory_tier.hpp"
 #include "two_rank.hpp"
 
 #include <benchmark/benchmark.h>
@@ -48,7 +48,7 @@ std::string g_dir;
 sigma::hal::PluginPtr g_plugin;
 std::unique_ptr<sigma::bootstrap::HalBootstrap> g_bootstrap;
 std::unique_ptr<sigma::hal::Communicator> g_comm;
-std::unique_ptr<sigma::runtime::MemoryTier> g_tier;
+std::unique_ptr<sigma::checkpoint::MemoryTier> g_tier;
 
 sigma::bench::Model& model() {
   static sigma::bench::Model* m = [] {
@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
   ca.bootstrap = g_bootstrap->table();
   ca.timeout_ns = 300'000'000'000ull;
   g_comm = std::make_unique<sigma::hal::Communicator>(g_plugin, ca);
-  g_tier = std::make_unique<sigma::runtime::MemoryTier>();
+  g_tier = std::make_unique<sigma::checkpoint::MemoryTier>();
   // A training loop snapshots again and again into reused buffers; the
   // first snapshots pay for fresh memory (page faults). Timed apart.
   double first_s = 0;

@@ -64,6 +64,14 @@ int main(int argc, char** argv) {
   app.add_option("--snapshot-every", o.snapshot_every, "memory-tier snapshot period in steps")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--checkpoint-every", o.checkpoint_every, "disk checkpoint period in steps (0: none)");
+  app.add_option("--snapshot-keep", o.snapshot_keep,
+                 "memory-tier snapshots each rank keeps (own and replica)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--checkpoint-base-every", o.checkpoint_base_every,
+                 "a full disk checkpoint every K; the others are differential")
+      ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--checkpoint-keep", o.checkpoint_keep, "newest disk checkpoints kept (with their bases)")
+      ->check(CLI::Range(1u, 1000000u));
   app.add_option("--metrics-port", o.metrics_port,
                  "serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)");
   app.add_flag("!--no-progress", o.progress, "no progress line on stderr");

@@ -118,6 +118,9 @@ void Agent::Impl::spawn(uint32_t device) {
   env.emplace_back("SIGMA_HEARTBEAT_S", std::to_string(o.heartbeat_s));
   env.emplace_back("SIGMA_SNAPSHOT_EVERY", std::to_string(o.snapshot_every));
   env.emplace_back("SIGMA_CHECKPOINT_EVERY", std::to_string(o.checkpoint_every));
+  env.emplace_back("SIGMA_SNAPSHOT_KEEP", std::to_string(o.snapshot_keep));
+  env.emplace_back("SIGMA_CHECKPOINT_BASE_EVERY", std::to_string(o.checkpoint_base_every));
+  env.emplace_back("SIGMA_CHECKPOINT_KEEP", std::to_string(o.checkpoint_keep));
   // A plain program (no session) still learns its place, torchrun-style.
   if (device < core->world()) {
     env.emplace_back("SIGMA_RANK", std::to_string(device));

@@ -1,8 +1,11 @@
-#include "runtime/memory_tier.hpp"
+#include <sigma/error.hpp>
+#include <sigma/memory_tier.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 
-namespace sigma::runtime {
+namespace sigma::checkpoint {
 
 namespace {
 
@@ -14,7 +17,7 @@ hal_coll_args_t args(hal_coll_op_t op, uint32_t peer, uint64_t count, const void
 
 bool host_addressable(const hal::PluginPtr& plugin) { return plugin->host_addressable(0); }
 
-void check_size(uint64_t size, const std::vector<checkpoint::TensorView>& views) {
+void check_size(uint64_t size, const std::vector<TensorView>& views) {
   uint64_t total = 0;
   for (const auto& v : views) total += v.bytes();
   if (total != size)
@@ -22,26 +25,40 @@ void check_size(uint64_t size, const std::vector<checkpoint::TensorView>& views)
                                             " bytes, the state's views " + std::to_string(total));
 }
 
-void copy_in(uint8_t* dst, uint64_t size, const std::vector<checkpoint::TensorView>& views) {
+bool in_device_memory(const TensorView& v) {
+  return v.plugin != nullptr && !v.plugin->host_addressable(v.device);
+}
+
+void copy_in(uint8_t* dst, uint64_t size, const std::vector<TensorView>& views) {
   check_size(size, views);
   for (const auto& v : views) {
-    if (v.bytes()) std::memcpy(dst, v.data, v.bytes());
-    dst += v.bytes();
+    const uint64_t n = v.bytes();
+    if (n > 0 && in_device_memory(v))
+      v.plugin->check(
+          v.plugin->api().device->memcpy(v.device, dst, v.data, n, HAL_COPY_DEVICE_TO_HOST, nullptr),
+          "memcpy (memory tier snapshot)");
+    else if (n > 0)
+      std::memcpy(dst, v.data, n);
+    dst += n;
   }
 }
 
-void copy_out(const uint8_t* src, uint64_t size, const std::vector<checkpoint::TensorView>& views) {
+void copy_out(const uint8_t* src, uint64_t size, const std::vector<TensorView>& views) {
   check_size(size, views);
   for (const auto& v : views) {
-    if (v.bytes()) std::memcpy(v.data, src, v.bytes());
-    src += v.bytes();
+    const uint64_t n = v.bytes();
+    if (n > 0 && in_device_memory(v))
+      v.plugin->check(
+          v.plugin->api().device->memcpy(v.device, v.data, src, n, HAL_COPY_HOST_TO_DEVICE, nullptr),
+          "memcpy (memory tier restore)");
+    else if (n > 0)
+      std::memcpy(v.data, src, n);
+    src += n;
   }
 }
-
-}  // namespace
 
 // One snapshot: HAL memory (host-addressable) or host memory.
-struct MemoryTier::Snap {
+struct Snap {
   std::unique_ptr<hal::Buffer> dev;
   std::vector<uint8_t> host;
   uint64_t size = 0;
@@ -50,10 +67,29 @@ struct MemoryTier::Snap {
   }
 };
 
-MemoryTier::MemoryTier(size_t keep) : keep_(keep) {}
+}  // namespace
+
+struct MemoryTier::Impl {
+  size_t keep_;
+  std::map<uint64_t, Snap> own_, replica_;
+  std::vector<Snap> free_;
+  std::unique_ptr<hal::Buffer> stage_;  // device memory that is not host-addressable
+
+  Snap take(hal::Communicator& comm, uint64_t bytes);
+  void give_back(Snap s);
+  void send(hal::Communicator& comm, uint32_t peer, const Snap& s);
+  Snap recv(hal::Communicator& comm, uint32_t peer);
+  void trim(std::map<uint64_t, Snap>& m);
+  void drop_replicas();
+};
+
+MemoryTier::MemoryTier(MemoryTierPolicy policy) : impl_(std::make_unique<Impl>()) {
+  if (policy.keep == 0) throw Error(Code::invalid_argument, "memory tier: keep must be at least 1");
+  impl_->keep_ = policy.keep;
+}
 MemoryTier::~MemoryTier() = default;
 
-MemoryTier::Snap MemoryTier::take(hal::Communicator& comm, uint64_t bytes) {
+Snap MemoryTier::Impl::take(hal::Communicator& comm, uint64_t bytes) {
   for (size_t i = 0; i < free_.size(); ++i) {
     if (free_[i].size != bytes) continue;
     Snap s = std::move(free_[i]);
@@ -69,12 +105,12 @@ MemoryTier::Snap MemoryTier::take(hal::Communicator& comm, uint64_t bytes) {
   return s;
 }
 
-void MemoryTier::give_back(Snap s) {
+void MemoryTier::Impl::give_back(Snap s) {
   free_.push_back(std::move(s));
   while (free_.size() > 2) free_.erase(free_.begin());
 }
 
-void MemoryTier::send(hal::Communicator& comm, uint32_t peer, const Snap& s) {
+void MemoryTier::Impl::send(hal::Communicator& comm, uint32_t peer, const Snap& s) {
   hal::Buffer header(comm.plugin(), 0, 8);
   header.copy_from_host(&s.size, 8);
   comm.run(args(HAL_COLL_SEND, peer, 8, header.data(), nullptr), kTimeout);
@@ -88,7 +124,7 @@ void MemoryTier::send(hal::Communicator& comm, uint32_t peer, const Snap& s) {
   comm.run(args(HAL_COLL_SEND, peer, s.size, from, nullptr), kTimeout);
 }
 
-MemoryTier::Snap MemoryTier::recv(hal::Communicator& comm, uint32_t peer) {
+Snap MemoryTier::Impl::recv(hal::Communicator& comm, uint32_t peer) {
   uint64_t n = 0;
   {
     hal::Buffer header(comm.plugin(), 0, 8);
@@ -109,29 +145,33 @@ MemoryTier::Snap MemoryTier::recv(hal::Communicator& comm, uint32_t peer) {
   return s;
 }
 
-void MemoryTier::drop_replicas() {
+void MemoryTier::drop_replicas() { impl_->drop_replicas(); }
+
+void MemoryTier::Impl::drop_replicas() {
   for (auto& [k, s] : replica_) give_back(std::move(s));
   replica_.clear();
 }
 
 void MemoryTier::clear() {
-  drop_replicas();
-  for (auto& [k, s] : own_) give_back(std::move(s));
-  own_.clear();
+  auto& m = *impl_;
+  m.drop_replicas();
+  for (auto& [k, s] : m.own_) m.give_back(std::move(s));
+  m.own_.clear();
 }
 
-void MemoryTier::trim(std::map<uint64_t, Snap>& m) {
+void MemoryTier::Impl::trim(std::map<uint64_t, Snap>& m) {
   while (m.size() > keep_) {
     give_back(std::move(m.begin()->second));
     m.erase(m.begin());
   }
 }
 
-void MemoryTier::snapshot(uint64_t index, const std::vector<checkpoint::TensorView>& views,
-                          hal::Communicator& comm, uint32_t rank, uint32_t world) {
+void MemoryTier::snapshot(uint64_t index, const std::vector<TensorView>& views, hal::Communicator& comm,
+                          uint32_t rank, uint32_t world) {
+  auto& m = *impl_;
   uint64_t total = 0;
   for (const auto& v : views) total += v.bytes();
-  Snap mine = take(comm, total);
+  Snap mine = m.take(comm, total);
   copy_in(mine.data(), total, views);
   if (world > 1) {
     // Even ranks send first, odd ranks receive first: the ring cannot
@@ -140,70 +180,74 @@ void MemoryTier::snapshot(uint64_t index, const std::vector<checkpoint::TensorVi
     const uint32_t next = (rank + 1) % world, prev = (rank + world - 1) % world;
     Snap theirs;
     if (rank % 2 == 0) {
-      send(comm, next, mine);
-      theirs = recv(comm, prev);
+      m.send(comm, next, mine);
+      theirs = m.recv(comm, prev);
     } else {
-      theirs = recv(comm, prev);
-      send(comm, next, mine);
+      theirs = m.recv(comm, prev);
+      m.send(comm, next, mine);
     }
-    auto old = replica_.find(index);
-    if (old != replica_.end()) give_back(std::move(old->second));
-    replica_[index] = std::move(theirs);
-    trim(replica_);
+    auto old = m.replica_.find(index);
+    if (old != m.replica_.end()) m.give_back(std::move(old->second));
+    m.replica_[index] = std::move(theirs);
+    m.trim(m.replica_);
   }
-  auto old = own_.find(index);
-  if (old != own_.end()) give_back(std::move(old->second));
-  own_[index] = std::move(mine);
-  trim(own_);
+  auto old = m.own_.find(index);
+  if (old != m.own_.end()) m.give_back(std::move(old->second));
+  m.own_[index] = std::move(mine);
+  m.trim(m.own_);
 }
 
 std::vector<uint64_t> MemoryTier::own_indices() const {
+  auto& m = *impl_;
   std::vector<uint64_t> out;
-  for (auto& [k, v] : own_) out.push_back(k);
+  for (auto& [k, v] : m.own_) out.push_back(k);
   return out;
 }
 
 std::vector<uint64_t> MemoryTier::replica_indices() const {
+  auto& m = *impl_;
   std::vector<uint64_t> out;
-  for (auto& [k, v] : replica_) out.push_back(k);
+  for (auto& [k, v] : m.replica_) out.push_back(k);
   return out;
 }
 
-bool MemoryTier::restore_own(uint64_t index, const std::vector<checkpoint::TensorView>& views) const {
-  auto it = own_.find(index);
-  if (it == own_.end()) return false;
+bool MemoryTier::restore_own(uint64_t index, const std::vector<TensorView>& views) const {
+  auto& m = *impl_;
+  auto it = m.own_.find(index);
+  if (it == m.own_.end()) return false;
   copy_out(it->second.data(), it->second.size, views);
   return true;
 }
 
 void MemoryTier::handoff(uint64_t index, const std::vector<std::pair<uint32_t, uint32_t>>& pairs,
-                         const std::vector<checkpoint::TensorView>& views, hal::Communicator& comm,
-                         uint32_t rank) {
+                         const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank) {
+  auto& m = *impl_;
   for (auto [holder, receiver] : pairs) {
     if (rank == holder) {
-      auto it = replica_.find(index);
-      if (it == replica_.end()) {
+      auto it = m.replica_.find(index);
+      if (it == m.replica_.end()) {
         throw Error(Code::data_loss, "memory tier: rank " + std::to_string(rank) +
                                          " holds no replica of snapshot " + std::to_string(index));
       }
-      send(comm, receiver, it->second);
+      m.send(comm, receiver, it->second);
     } else if (rank == receiver) {
-      Snap s = recv(comm, holder);
+      Snap s = m.recv(comm, holder);
       copy_out(s.data(), s.size, views);
-      for (auto& [k, x] : own_) give_back(std::move(x));
-      own_.clear();
-      own_[index] = std::move(s);
+      for (auto& [k, x] : m.own_) m.give_back(std::move(x));
+      m.own_.clear();
+      m.own_[index] = std::move(s);
     }
   }
 }
 
 void MemoryTier::drop_after(uint64_t index) {
-  for (auto* m : {&own_, &replica_}) {
-    for (auto it = m->upper_bound(index); it != m->end();) {
-      give_back(std::move(it->second));
-      it = m->erase(it);
+  auto& m = *impl_;
+  for (auto* held : {&m.own_, &m.replica_}) {
+    for (auto it = held->upper_bound(index); it != held->end();) {
+      m.give_back(std::move(it->second));
+      it = held->erase(it);
     }
   }
 }
 
-}  // namespace sigma::runtime
+}  // namespace sigma::checkpoint

@@ -1,0 +1,84 @@
+// sigma/memory_tier.hpp -- the checkpoint engine's memory tier: every
+// snapshot of a rank's state is kept in memory, and a copy of it is held by
+// the next rank of the ring (rank r holds r-1's), exchanged through the HAL.
+// When one process dies, its state survives in a peer and the replacement
+// gets it at memory speed, with no disk in the path. The worker session
+// (sigma/runtime.hpp) uses it; a framework with its own launcher can too.
+//
+//   sigma::checkpoint::MemoryTier tier({.keep = 2});
+//   tier.snapshot(step + 1, views, comm, rank, world);      // collective
+//   ... a rank died; the new generation's communicator is built ...
+//   tier.handoff(index, {{holder, receiver}}, views, comm, rank);
+//
+// Where snapshots live: when the communicator's device memory is
+// host-addressable (the `cpu` vendor), in memory allocated through the HAL,
+// so the ring exchange sends from and receives into it with no copy; else in
+// host memory, staged through one reused HAL buffer. Views may be host
+// memory or a plugin's device memory (copied through the HAL's memcpy).
+// Buffers of dropped snapshots are reused: fresh memory costs a page fault
+// per page, more than the copy itself.
+//
+// Thread-safety: one thread (the training loop's). Not copyable.
+#pragma once
+
+#include <sigma/checkpoint.hpp>
+#include <sigma/export.hpp>
+#include <sigma/hal.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace sigma::checkpoint {
+
+struct MemoryTierPolicy {
+  // Snapshots kept of this rank's own state, and replicas of its
+  // predecessor's (the newest ones; older ones are dropped and their memory
+  // reused). Each costs the state's size in memory.
+  size_t keep = 2;
+};
+
+class SIGMA_EXPORT MemoryTier {
+ public:
+  // Throws Error(invalid_argument) for keep == 0.
+  explicit MemoryTier(MemoryTierPolicy policy = {});
+  ~MemoryTier();
+  MemoryTier(const MemoryTier&) = delete;
+  MemoryTier& operator=(const MemoryTier&) = delete;
+
+  // Collective over `comm` (every rank, same order): copies `views` as
+  // snapshot `index` (steps done) and swaps copies along the ring. World 1:
+  // no replica.
+  void snapshot(uint64_t index, const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank,
+                uint32_t world);
+
+  // Indices this rank holds of its own state / of its ring predecessor's.
+  std::vector<uint64_t> own_indices() const;
+  std::vector<uint64_t> replica_indices() const;
+
+  // Copies own snapshot `index` into `views` (the sizes must match). False
+  // when this rank does not hold it.
+  bool restore_own(uint64_t index, const std::vector<TensorView>& views) const;
+
+  // Collective over a new communicator: for each (holder, receiver) pair,
+  // the holder sends its replica `index` and the receiver restores it into
+  // `views` and keeps it as its own. Pairs are processed in the given order
+  // by every rank. Throws Error(data_loss) when a holder lacks the replica.
+  void handoff(uint64_t index, const std::vector<std::pair<uint32_t, uint32_t>>& pairs,
+               const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank);
+
+  // Forgets snapshots newer than `index` (after a rollback to it: they
+  // describe steps that will be run again).
+  void drop_after(uint64_t index);
+  // Forgets the replicas (the ring was renumbered).
+  void drop_replicas();
+  // Forgets everything (a new rank assignment on a new ring).
+  void clear();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sigma::checkpoint
