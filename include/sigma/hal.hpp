@@ -80,6 +80,9 @@ class SIGMA_EXPORT Plugin {
   bool has_streams() const;
   // The fault-injection extension, or nullptr when the plugin has none.
   const hal_ext_fault_injection_t* fault_injection() const;
+  // ": <the plugin's last message>" for an error text, bounded to 4 KiB;
+  // names a NULL message as the plugin bug it is; "" when there is none.
+  std::string last_message() const;
   // The device-kernels extension, or nullptr when the plugin has none. Read
   // an entry only when struct_size covers it (HAL_HAS_FIELD).
   const hal_ext_kernels_t* kernels() const;

@@ -2,6 +2,8 @@
 #include <sigma/hal.hpp>
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -89,6 +91,13 @@ std::string resolve_plugin(const std::string& name_or_path) {
 std::string validate_api(const hal_api_t* api, const std::string& origin) {
   auto fail = [&](const std::string& what) { return origin + ": " + what; };
   if (api == nullptr) return fail("the root table is NULL");
+  // The major first, whatever the size: a table of another major may be of
+  // another shape altogether. It is read only when the table reaches it.
+  if (api->struct_size >= offsetof(hal_api_t, abi_major) + sizeof(api->abi_major) &&
+      api->abi_major != HAL_ABI_MAJOR) {
+    return fail("implements HAL ABI major " + std::to_string(api->abi_major) + ", this host supports major " +
+                std::to_string(HAL_ABI_MAJOR));
+  }
   if (api->struct_size < HAL_API_V1_0_SIZE) {
     return fail("hal_api_t.struct_size is " + std::to_string(api->struct_size) + ", smaller than ABI 1.0's " +
                 std::to_string(HAL_API_V1_0_SIZE) + " bytes");
@@ -187,11 +196,22 @@ PluginPtr Plugin::load(const std::string& name_or_path, const LoadOptions& optio
   PluginPtr p(new Plugin());
   p->handle_ = handle;
   p->path_ = path;
-  auto* get_api = reinterpret_cast<hal_get_api_v1_fn*>(::dlsym(handle, HAL_GET_API_V1_SYMBOL));
-  if (get_api == nullptr) {
+  void* sym = ::dlsym(handle, HAL_GET_API_V1_SYMBOL);
+  if (sym == nullptr) {
     throw Error(Code::invalid_argument, "HAL plugin '" + path + "' does not export the symbol " +
                                             HAL_GET_API_V1_SYMBOL + " (is it a HAL plugin?)");
   }
+  // The ELF symbol table says what the name is: calling a data object would
+  // jump into its bytes.
+  Dl_info info{};
+  void* found = nullptr;
+  const bool known = ::dladdr1(sym, &info, &found, RTLD_DL_SYMENT) != 0 && found != nullptr;
+  const auto type = known ? ELF64_ST_TYPE(static_cast<const ElfW(Sym)*>(found)->st_info) : STT_FUNC;
+  if (type != STT_FUNC && type != STT_GNU_IFUNC) {
+    throw Error(Code::invalid_argument, "HAL plugin '" + path + "' exports " + HAL_GET_API_V1_SYMBOL +
+                                            " as a data object, not a function (is it a HAL plugin?)");
+  }
+  auto* get_api = reinterpret_cast<hal_get_api_v1_fn*>(sym);
   const hal_api_t* api = get_api(HAL_ABI_MAJOR, HAL_ABI_MINOR);
   if (api == nullptr) {
     throw Error(Code::not_supported, "HAL plugin '" + path + "': " + HAL_GET_API_V1_SYMBOL + "(" +
@@ -202,10 +222,9 @@ PluginPtr Plugin::load(const std::string& name_or_path, const LoadOptions& optio
   // A table of another major would need an adapter; ABI 1 is the first, so
   // there is none yet and validate_api names the mismatch.
   if (std::string err = validate_api(api, "HAL plugin '" + path + "'"); !err.empty()) {
-    throw Error(api->abi_major != HAL_ABI_MAJOR && api->struct_size >= HAL_API_V1_0_SIZE
-                    ? Code::not_supported
-                    : Code::invalid_argument,
-                err);
+    const bool other_major = api->struct_size >= offsetof(hal_api_t, abi_major) + sizeof(api->abi_major) &&
+                             api->abi_major != HAL_ABI_MAJOR;
+    throw Error(other_major ? Code::not_supported : Code::invalid_argument, err);
   }
   hal_init_args_t args{};
   args.struct_size = sizeof(args);
@@ -260,9 +279,19 @@ hal_status_t Plugin::check(hal_status_t status, const char* entry, bool allow_in
     throw Error(Code::internal, who + " returned " + hal_status_name(status) +
                                     ", which ABI 1.0 does not define for this entry (plugin bug)");
   }
+  throw Error(from_hal_status(status), who + " failed with " + hal_status_name(status) + last_message());
+}
+
+std::string Plugin::last_message() const {
+  // A plugin's message is untrusted: NULL is named, the length bounded.
+  constexpr size_t kMax = 4096;
   const char* msg = api_ ? api_->get_last_error() : nullptr;
-  throw Error(from_hal_status(status), who + " failed with " + hal_status_name(status) +
-                                           (msg && *msg ? std::string(": ") + msg : std::string()));
+  if (api_ != nullptr && msg == nullptr) return " (get_last_error returned NULL: plugin bug)";
+  if (msg == nullptr || *msg == '\0') return {};
+  const size_t n = ::strnlen(msg, kMax + 1);
+  std::string out = ": " + std::string(msg, std::min(n, kMax));
+  if (n > kMax) out += "... (message cut at " + std::to_string(kMax) + " bytes)";
+  return out;
 }
 
 uint32_t Plugin::device_count() const {
@@ -279,11 +308,28 @@ hal_device_props_t Plugin::device_props(uint32_t device) const {
 }
 
 std::vector<hal_field_info_t> Plugin::telemetry_fields(uint32_t device) const {
+  const std::string who = "HAL plugin '" + std::string(api_->name) + "': hal_telemetry_api_t.list_fields";
   uint32_t n = 0;
   check(api_->telemetry->list_fields(device, nullptr, 0, &n), "hal_telemetry_api_t.list_fields");
-  std::vector<hal_field_info_t> fields(n);
+  if (n > HAL_MAX_TELEMETRY_FIELDS)
+    throw Error(Code::internal, who + " says " + std::to_string(n) + " fields, more than the " +
+                                    std::to_string(HAL_MAX_TELEMETRY_FIELDS) +
+                                    " a device may list (plugin bug)");
+  // Guard entries past the capacity, checked after the call: a plugin that
+  // writes past what it was given is caught before its list is used.
+  constexpr uint32_t kGuard = 4;
+  std::vector<hal_field_info_t> fields(n + kGuard);
+  for (uint32_t i = n; i < n + kGuard; ++i) std::memset(&fields[i], 0xA5, sizeof(hal_field_info_t));
   uint32_t got = 0;
   check(api_->telemetry->list_fields(device, fields.data(), n, &got), "hal_telemetry_api_t.list_fields");
+  for (uint32_t i = n; i < n + kGuard; ++i) {
+    const auto* b = reinterpret_cast<const unsigned char*>(&fields[i]);
+    for (size_t k = 0; k < sizeof(hal_field_info_t); ++k) {
+      if (b[k] != 0xA5)
+        throw Error(Code::internal, who + " wrote past the capacity of " + std::to_string(n) +
+                                        " entries it was given (plugin bug)");
+    }
+  }
   fields.resize(std::min(n, got));
   return fields;
 }

@@ -138,6 +138,61 @@ TEST(Loader, UndefinedStatusIsAnInternalErrorNamingTheEntry) {
   }
 }
 
+TEST(Loader, ADiscoverySymbolThatIsDataIsRefusedNotCalled) {
+  expect_load_error(bad("data_symbol"), Code::invalid_argument,
+                    {"data_symbol.so", "exports hal_get_api_v1 as a data object, not a function"});
+}
+
+TEST(Loader, AnotherMajorIsRefusedForItsMajorWhateverItsSize) {
+  expect_load_error(
+      bad("wrong_major_small_root"), Code::not_supported,
+      {"wrong_major_small_root.so", "implements HAL ABI major " + std::to_string(HAL_ABI_MAJOR + 1)});
+}
+
+TEST(Loader, ANullLastErrorIsNamedNotRead) {
+  try {
+    Plugin::load(bad("null_last_error"));
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("get_last_error returned NULL: plugin bug"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Loader, AHugeLastErrorIsCutToFourKiB) {
+  try {
+    Plugin::load(bad("long_last_error"));
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_LT(what.size(), 5000u);
+    EXPECT_NE(what.find("message cut at 4096 bytes"), std::string::npos) << what.substr(0, 200);
+  }
+}
+
+TEST(Loader, AFieldCountPastTheBoundIsRefusedBeforeAnyAllocation) {
+  auto p = Plugin::load(bad("huge_field_count"));
+  try {
+    p->telemetry_fields(0);
+    FAIL() << "four billion fields were listed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::internal);
+    EXPECT_NE(std::string(e.what()).find("says 4294967295 fields, more than the 4096"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Loader, AListingThatWritesPastItsCapacityIsCaught) {
+  auto p = Plugin::load(bad("field_overrun"));
+  try {
+    p->telemetry_fields(0);
+    FAIL() << "the overrun went unseen";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("wrote past the capacity of 2 entries"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Loader, UnloadAndLoadAgainGivesAFreshPlugin) {
   for (int i = 0; i < 3; ++i) {
     auto p = Plugin::load("skeleton");

@@ -443,6 +443,9 @@ typedef union hal_value_t {
   uint64_t u64;
 } hal_value_t;
 
+/* The most fields a device may list (ABI 1.2 states the bound hosts apply). */
+#define HAL_MAX_TELEMETRY_FIELDS 4096u
+
 typedef struct hal_telemetry_sample_t {
   hal_field_id_t id;     /* [out] copied from the request */
   hal_status_t status;   /* [out] HAL_OK, or why this field has no value */
@@ -462,6 +465,7 @@ typedef struct hal_telemetry_sample_t {
  * [out] count: may not be NULL.
  * Errors: INVALID_ARGUMENT, DEVICE_LOST.
  * Thread-safety: any thread, concurrently. Blocks: no.
+ * At most HAL_MAX_TELEMETRY_FIELDS fields: the host refuses a larger count.
  */
 typedef hal_status_t hal_telemetry_list_fields_fn(uint32_t device, hal_field_info_t* fields,
                                                   uint32_t capacity, uint32_t* count);

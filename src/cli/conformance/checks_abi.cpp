@@ -161,14 +161,14 @@ void run_error_checks(Context& ctx) {
       hal_device_props_t props{};
       props.struct_size = sizeof(props);
       api.device->get_props(count + 11, &props);
-      a_first = api.get_last_error();
+      a_first = message_of(api.get_last_error());
       {
         std::unique_lock lk(mu);
         phase = 1;
         cv.notify_all();
         cv.wait(lk, [&] { return phase == 2; });
       }
-      a_again = api.get_last_error();
+      a_again = message_of(api.get_last_error());
     });
     std::thread tb([&] {
       {
@@ -176,7 +176,7 @@ void run_error_checks(Context& ctx) {
         cv.wait(lk, [&] { return phase == 1; });
       }
       api.device->get_count(nullptr);
-      b_msg = api.get_last_error();
+      b_msg = message_of(api.get_last_error());
       std::lock_guard lk(mu);
       phase = 2;
       cv.notify_all();

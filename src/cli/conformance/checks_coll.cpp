@@ -125,8 +125,8 @@ std::string run_case(Context& ctx, Communicator& comm, const Case& c, bool block
   if (blocking) {
     const hal_status_t st = plugin->coll_run()(comm.handle(), &a, nullptr, ns(ctx.opts().op_timeout));
     if (st != HAL_OK)
-      return describe(c) + ": run returned " + hal_status_name(st) + " (" + plugin->api().get_last_error() +
-             ")";
+      return describe(c) + ": run returned " + hal_status_name(st) + " (" +
+             message_of(plugin->api().get_last_error()) + ")";
   } else {
     auto req = comm.post(a);
     if (!req.wait(ctx.opts().op_timeout)) return describe(c) + ": not finished after the op timeout";

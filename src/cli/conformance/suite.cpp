@@ -1,5 +1,7 @@
 #include "suite.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <sstream>
 
 namespace sigma::conformance {
@@ -68,6 +70,13 @@ void Context::store_barrier(const std::string& name) {
       throw Failure{"rank " + std::to_string(r) + " did not reach '" + name + "' in time"};
     }
   }
+}
+
+std::string message_of(const char* m) {
+  constexpr size_t kMax = 4096;
+  if (m == nullptr) return "(NULL)";
+  const size_t n = ::strnlen(m, kMax + 1);
+  return std::string(m, std::min(n, kMax)) + (n > kMax ? "... (cut)" : "");
 }
 
 void expect(bool cond, const std::string& what) {

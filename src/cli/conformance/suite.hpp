@@ -86,6 +86,9 @@ class Context {
 
 // Failure helpers: throw Failure with a message when the condition is false.
 void expect(bool cond, const std::string& what);
+// A plugin's get_last_error() text, safe to print: "(NULL)" for NULL, cut
+// at 4 KiB.
+std::string message_of(const char* m);
 // Expects `got` == `want` for a status, naming the call.
 void expect_status(hal_status_t got, hal_status_t want, const std::string& call);
 

@@ -8,7 +8,11 @@
 #include "skeleton.c"
 #undef hal_get_api_v1
 
-#ifndef BAD_MISSING_SYMBOL
+#if defined(BAD_DATA_SYMBOL)
+/* The discovery name is exported, but as a data object: calling it would
+ * jump into these bytes. */
+HAL_EXPORT const unsigned char hal_get_api_v1[16] = {0xde, 0xad, 0xbe, 0xef};
+#elif !defined(BAD_MISSING_SYMBOL)
 
 /* A copy of the skeleton's root table, made as large as the largest case. */
 static struct {
@@ -17,6 +21,7 @@ static struct {
 } g_bad;
 static hal_device_api_t g_bad_device;
 static hal_coll_api_t g_bad_coll;
+__attribute__((unused)) static hal_telemetry_api_t g_bad_telemetry;
 
 __attribute__((unused)) static hal_status_t bad_get_count(uint32_t* count) {
   (void)count;
@@ -26,6 +31,51 @@ __attribute__((unused)) static hal_status_t bad_get_count(uint32_t* count) {
 __attribute__((unused)) static hal_status_t bad_init_unavailable(const hal_init_args_t* args) {
   (void)args;
   return fail(HAL_ERR_UNAVAILABLE, "bad: no accelerator found (driver returned error 100)");
+}
+
+__attribute__((unused)) static const char* bad_null_last_error(void) { return NULL; }
+
+/* A message far longer than any host should copy whole. */
+__attribute__((unused)) static const char* bad_long_last_error(void) {
+  static char* big = NULL;
+  if (big == NULL) {
+    const size_t n = (size_t)64 << 20;
+    big = (char*)malloc(n + 1);
+    memset(big, 'x', n);
+    big[n] = '\0';
+  }
+  return big;
+}
+
+/* Init fails, so the host reads the (broken) message. */
+__attribute__((unused)) static hal_status_t bad_init_fails(const hal_init_args_t* args) {
+  (void)args;
+  return HAL_ERR_INTERNAL;
+}
+
+/* Claims four billion fields. */
+__attribute__((unused)) static hal_status_t bad_huge_field_count(uint32_t device, hal_field_info_t* fields,
+                                                                 uint32_t capacity, uint32_t* count) {
+  (void)device;
+  (void)fields;
+  (void)capacity;
+  *count = 0xFFFFFFFFu;
+  return HAL_OK;
+}
+
+/* Writes one entry past the capacity it is given. */
+__attribute__((unused)) static hal_status_t bad_field_overrun(uint32_t device, hal_field_info_t* fields,
+                                                              uint32_t capacity, uint32_t* count) {
+  (void)device;
+  *count = 2;
+  if (fields != NULL)
+    for (uint32_t i = 0; i < capacity + 1; i++) {
+      memset(&fields[i], 0, sizeof fields[i]);
+      fields[i].id = HAL_FIELD_TEMPERATURE_C;
+      fields[i].type = HAL_VALUE_F64;
+      strcpy(fields[i].name, "temperature");
+    }
+  return HAL_OK;
 }
 
 /* Gives a wrong all-reduce result: the conformance suite must catch it. */
@@ -56,6 +106,25 @@ HAL_EXPORT const hal_api_t* hal_get_api_v1(uint32_t host_major, uint32_t host_mi
   g_bad_coll.comm_abort = NULL;
 #elif defined(BAD_WRONG_MAJOR)
   g_bad.api.abi_major = HAL_ABI_MAJOR + 1;
+#elif defined(BAD_WRONG_MAJOR_SMALL_ROOT)
+  /* A future major whose root table is smaller than ours: refused for its
+   * major, which is what matters, not for its size. */
+  g_bad.api.abi_major = HAL_ABI_MAJOR + 1;
+  g_bad.api.struct_size = 24;
+#elif defined(BAD_NULL_LAST_ERROR)
+  g_bad.api.get_last_error = bad_null_last_error;
+  g_bad.api.init = bad_init_fails;
+#elif defined(BAD_LONG_LAST_ERROR)
+  g_bad.api.get_last_error = bad_long_last_error;
+  g_bad.api.init = bad_init_fails;
+#elif defined(BAD_HUGE_FIELD_COUNT)
+  g_bad_telemetry = *inner->telemetry;
+  g_bad_telemetry.list_fields = bad_huge_field_count;
+  g_bad.api.telemetry = &g_bad_telemetry;
+#elif defined(BAD_FIELD_OVERRUN)
+  g_bad_telemetry = *inner->telemetry;
+  g_bad_telemetry.list_fields = bad_field_overrun;
+  g_bad.api.telemetry = &g_bad_telemetry;
 #elif defined(BAD_UNDEFINED_STATUS)
   g_bad_device.get_count = bad_get_count;
 #elif defined(BAD_RETURNS_NULL)
@@ -78,4 +147,4 @@ HAL_EXPORT const hal_api_t* hal_get_api_v1(uint32_t host_major, uint32_t host_mi
   return &g_bad.api;
 }
 
-#endif /* BAD_MISSING_SYMBOL */
+#endif /* BAD_DATA_SYMBOL, BAD_MISSING_SYMBOL */
