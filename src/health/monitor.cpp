@@ -82,6 +82,7 @@ struct DeviceData {
   std::optional<double> last_heartbeat;
   std::vector<std::pair<Code, std::string>> new_errors;  // since the last evaluate
   std::optional<Warning> failure;                        // sticky until reset
+  std::map<hal_field_id_t, bool> non_finite;             // field -> its last OK sample was NaN/Inf
   struct Active {
     Warning w;
     double last_true;
@@ -252,6 +253,12 @@ struct Monitor::Impl {
       d.failure = w;
       out.push_back(std::move(w));
     }
+    for (const auto& [field, bad] : d.non_finite) {
+      if (!bad) continue;
+      out.push_back(make(id, "sensor", "non_finite", State::suspect, 0, 0,
+                         "telemetry field " + std::to_string(field) +
+                             " reads NaN or Inf with HAL_OK: a sensor failure, not a reading"));
+    }
     for (auto& [code, what] : d.new_errors) {
       out.push_back(
           make(id, "collective", "error", State::suspect, 0, 0, std::string(code_name(code)) + ": " + what));
@@ -287,6 +294,10 @@ void Monitor::observe_telemetry(uint32_t device, double t_s, const hal_telemetry
     const double v = s.type == HAL_VALUE_F64   ? s.value.f64
                      : s.type == HAL_VALUE_I64 ? static_cast<double>(s.value.i64)
                                                : static_cast<double>(s.value.u64);
+    // A NaN or Inf reported as a good reading is a broken sensor, not a
+    // value: it is kept out of every signal and raised on its own.
+    d.non_finite[s.id] = !std::isfinite(v);
+    if (!std::isfinite(v)) continue;
     switch (s.id) {
       case HAL_FIELD_TEMPERATURE_C: {
         if (!std::isfinite(v)) break;

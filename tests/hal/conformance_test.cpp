@@ -88,6 +88,15 @@ TEST(Conformance, AWrongAllReduceResultFailsAndNamesTheCase) {
   EXPECT_EQ((*find_check(r.report, "coll.matrix.all_reduce.f64"))["outcome"], "pass");
 }
 
+TEST(Conformance, ANaNTemperatureReadAsOkFailsTheTelemetryCheck) {
+  SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/nan_telemetry.so");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto* c = find_check(r.report, "telemetry.read");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ((*c)["outcome"], "FAIL");
+  EXPECT_NE((*c)["detail"].get<std::string>().find("with HAL_OK"), std::string::npos) << (*c)["detail"];
+}
+
 TEST(Conformance, ABrokenTableFailsAtLoadWithTheField) {
   SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/null_required.so");
   EXPECT_EQ(r.exit_code, 1) << r.output;

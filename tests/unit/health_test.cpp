@@ -96,6 +96,34 @@ TEST(Health, ARisingTemperatureIsPredictedBeforeItCrossesAndSaysWhen) {
   EXPECT_LT(h.score, 1.0);
 }
 
+TEST(Health, ANaNReadingIsASensorFailureNotATemperature) {
+  Config c;
+  c.ewma_alpha = 1;
+  c.clear_after_s = 2;
+  Monitor m(c);
+  auto ok = f64(HAL_FIELD_TEMPERATURE_C, 60);
+  m.observe_telemetry(0, 0, &ok, 1);
+  m.evaluate(0);
+  auto nan = f64(HAL_FIELD_TEMPERATURE_C, std::nan(""));
+  m.observe_telemetry(0, 1, &nan, 1);
+  bool raised = false;
+  for (const Event& e : m.evaluate(1))
+    raised |= e.kind == Event::Kind::warning_raised && e.warning.signal == "sensor";
+  EXPECT_TRUE(raised);
+  EXPECT_EQ(m.device(0).state, State::suspect);
+  ASSERT_EQ(m.device(0).warnings.size(), 1u);
+  EXPECT_NE(m.device(0).warnings[0].message.find("a sensor failure"), std::string::npos);
+  // The NaN never entered the temperature: a finite reading is what counts.
+  auto hot = f64(HAL_FIELD_TEMPERATURE_C, -INFINITY);
+  m.observe_telemetry(0, 2, &hot, 1);
+  m.evaluate(2);
+  for (int t = 3; t <= 6; ++t) {
+    m.observe_telemetry(0, t, &ok, 1);
+    m.evaluate(t);
+  }
+  EXPECT_EQ(m.device(0).state, State::healthy) << "a sensor that reads again clears";
+}
+
 TEST(Health, ThresholdsWarnThenFailAndClearAfterACalmWindow) {
   Config c;
   c.ewma_alpha = 1;  // raw values

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -159,6 +160,21 @@ void run_telemetry_checks(Context& ctx) {
       if (s.status == HAL_OK) {
         expect(s.type == fields[i].type, at + "sample type differs from the listed type");
         expect(s.timestamp_ns > 0, at + "OK sample without a timestamp");
+        if (s.type == HAL_VALUE_F64) {
+          // hal.h: never an invented number; a field with no reading says so.
+          const double v = s.value.f64;
+          expect(std::isfinite(v), at + "reads " + std::to_string(v) +
+                                       " with HAL_OK (a field without a reading returns a per-field error)");
+          if (s.id == HAL_FIELD_UTILIZATION_PCT)
+            expect(v >= 0 && v <= 100, at + "utilization " + std::to_string(v) + " is outside 0..100");
+          if (s.id == HAL_FIELD_POWER_W || s.id == HAL_FIELD_ENERGY_J ||
+              s.id == HAL_FIELD_CLOCK_COMPUTE_MHZ || s.id == HAL_FIELD_CLOCK_MEMORY_MHZ)
+            expect(v >= 0,
+                   at + "reads " + std::to_string(v) + ", a negative value for a quantity that cannot be");
+          if (s.id == HAL_FIELD_TEMPERATURE_C)
+            expect(v > -273.15 && v < 1000,
+                   at + "temperature " + std::to_string(v) + " C is not a physical one");
+        }
       }
     }
     expect(samples.back().status == HAL_ERR_NOT_SUPPORTED, "an unknown field id read as " +

@@ -76,6 +76,41 @@ __attribute__((unused)) static hal_status_t bad_field_overrun(uint32_t device, h
   return HAL_OK;
 }
 
+/* One temperature field that reads NaN with HAL_OK: an invented number. */
+__attribute__((unused)) static hal_status_t bad_nan_list(uint32_t device, hal_field_info_t* fields,
+                                                         uint32_t capacity, uint32_t* count) {
+  if (count == NULL) return fail(HAL_ERR_INVALID_ARGUMENT, "bad: count is NULL");
+  if (device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "bad: no device %u", device);
+  *count = 1;
+  if (fields != NULL && capacity > 0) {
+    memset(&fields[0], 0, sizeof fields[0]);
+    fields[0].id = HAL_FIELD_TEMPERATURE_C;
+    fields[0].type = HAL_VALUE_F64;
+    strcpy(fields[0].name, "temperature");
+    strcpy(fields[0].unit, "C");
+  }
+  return HAL_OK;
+}
+
+__attribute__((unused)) static hal_status_t bad_nan_read(uint32_t device, const hal_field_id_t* ids,
+                                                         uint32_t n, hal_telemetry_sample_t* samples) {
+  if (n > 0 && (ids == NULL || samples == NULL))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "bad: NULL ids or samples");
+  if (device != 0) return fail(HAL_ERR_INVALID_ARGUMENT, "bad: no device %u", device);
+  for (uint32_t i = 0; i < n; i++) {
+    memset(&samples[i], 0, sizeof samples[i]);
+    samples[i].id = ids[i];
+    samples[i].type = HAL_VALUE_F64;
+    if (ids[i] == HAL_FIELD_TEMPERATURE_C) {
+      samples[i].value.f64 = NAN;
+      samples[i].timestamp_ns = now_ns();
+    } else {
+      samples[i].status = HAL_ERR_NOT_SUPPORTED;
+    }
+  }
+  return HAL_OK;
+}
+
 /* Gives a wrong all-reduce result: the conformance suite must catch it. */
 __attribute__((unused)) static hal_status_t bad_post_wrong(hal_comm_t comm, const hal_coll_args_t* args,
                                                            hal_stream_t stream, hal_request_t* request) {
@@ -118,6 +153,11 @@ HAL_EXPORT const hal_api_t* hal_get_api_v1(uint32_t host_major, uint32_t host_mi
 #elif defined(BAD_HUGE_FIELD_COUNT)
   g_bad_telemetry = *inner->telemetry;
   g_bad_telemetry.list_fields = bad_huge_field_count;
+  g_bad.api.telemetry = &g_bad_telemetry;
+#elif defined(BAD_NAN_TELEMETRY)
+  g_bad_telemetry = *inner->telemetry;
+  g_bad_telemetry.list_fields = bad_nan_list;
+  g_bad_telemetry.read = bad_nan_read;
   g_bad.api.telemetry = &g_bad_telemetry;
 #elif defined(BAD_FIELD_OVERRUN)
   g_bad_telemetry = *inner->telemetry;
