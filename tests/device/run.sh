@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The one prepared script for a machine with an NVIDIA GPU: build with CUDA,
-# run the GPU kernel tests against the CPU versions, the HAL conformance
-# suite on the cuda vendor (one rank, one GPU), the cuda vendor's own tests
-# and the GPU kernel benchmark (fused scan vs a device-to-device copy).
+# run the cuda vendor's kernels extension (HAL_EXT_KERNELS, reached through
+# libsigma's Place entry points) against the CPU kernels, the HAL
+# conformance suite on the cuda vendor (one rank, one GPU; its kernels.*
+# checks included), the cuda vendor's own tests and the GPU kernel
+# benchmark (fused scan vs a device-to-device copy).
 # Everything it prints and every report lands in $OUT (default ./device-out).
 # Budget: well under 8 minutes on a 16-core machine with a warm ccache.
 #
