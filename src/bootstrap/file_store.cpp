@@ -15,6 +15,7 @@ namespace sigma::bootstrap {
 namespace {
 
 constexpr size_t kMaxValueBytes = size_t{1} << 20;
+constexpr size_t kMaxKeyBytes = 1024;  // a plugin's key, before the prefix
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -166,7 +167,10 @@ HalBootstrap::HalBootstrap(std::shared_ptr<Store> store, std::string key_prefix)
 }
 
 hal_status_t HalBootstrap::kv_set(void* ctx, const char* key, const void* value, uint64_t size) {
-  if (ctx == nullptr || key == nullptr || (value == nullptr && size > 0)) {
+  // A plugin's arguments are checked against the limits before anything is
+  // read: a wrong size must not make the host copy past the plugin's buffer.
+  if (ctx == nullptr || key == nullptr || (value == nullptr && size > 0) || size > kMaxValueBytes ||
+      ::strnlen(key, kMaxKeyBytes + 1) > kMaxKeyBytes) {
     return HAL_ERR_INVALID_ARGUMENT;
   }
   auto* self = static_cast<HalBootstrap*>(ctx);

@@ -121,6 +121,12 @@ TEST_F(FileStoreTest, HalBootstrapCallbacksPrefixKeysAndReportFullSize) {
   EXPECT_EQ(t->kv_get(t->ctx, nullptr, buf, sizeof(buf), &size, 0), HAL_ERR_INVALID_ARGUMENT);
   std::vector<uint8_t> big((1u << 20) + 1);
   EXPECT_EQ(t->kv_set(t->ctx, "big", big.data(), big.size()), HAL_ERR_INVALID_ARGUMENT);
+  // A size far past the buffer is refused before a byte is read (ASan would
+  // see the overread), and so is an over-long key.
+  const uint8_t small[8] = {};
+  EXPECT_EQ(t->kv_set(t->ctx, "lies", small, uint64_t{1} << 40), HAL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(t->kv_set(t->ctx, "lies", small, (uint64_t{1} << 20) + 7), HAL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(t->kv_set(t->ctx, std::string(5000, 'k').c_str(), small, 8), HAL_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(std::string(t->store_uri), "file://" + dir_);
   EXPECT_EQ(std::string(t->key_prefix), "comm7/");
 }
