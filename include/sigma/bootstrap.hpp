@@ -85,6 +85,10 @@ SIGMA_EXPORT std::unique_ptr<Store> open_store(const std::string& uri);
 class SIGMA_EXPORT HalBootstrap {
  public:
   HalBootstrap(std::shared_ptr<Store> store, std::string key_prefix);
+  // Cancels what waits, waits for callbacks in flight, and makes every later
+  // call through the table return HAL_ERR_INVALID_ARGUMENT: a plugin that
+  // keeps the table past comm_destroy gets an error, not freed memory.
+  ~HalBootstrap();
   HalBootstrap(const HalBootstrap&) = delete;
   HalBootstrap& operator=(const HalBootstrap&) = delete;
   const hal_bootstrap_t* table() const { return &table_; }
@@ -102,6 +106,9 @@ class SIGMA_EXPORT HalBootstrap {
   std::string uri_;
   hal_bootstrap_t table_{};
   std::atomic<bool> cancelled_{false};
+  uint64_t id_ = 0;    // the table's ctx: a key into the live bootstraps, never a pointer
+  int in_flight_ = 0;  // callbacks running (guarded by the registry's lock)
+  friend struct BootstrapCall;
 };
 
 }  // namespace sigma::bootstrap

@@ -7,8 +7,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <thread>
 
 namespace sigma::bootstrap {
@@ -156,14 +159,57 @@ std::unique_ptr<Store> open_store(const std::string& uri) {
                   "or a directory path)");
 }
 
+namespace {
+
+// The live bootstraps by id: the ctx a plugin holds is an id, looked up on
+// every call, so a call after the bootstrap is gone finds nothing.
+std::mutex g_live_mu;
+std::condition_variable g_live_cv;
+std::map<uint64_t, HalBootstrap*> g_live;  // guarded by g_live_mu
+uint64_t g_next_id = 1;                    // guarded by g_live_mu
+
+}  // namespace
+
+// One callback's hold on its bootstrap: none when it is gone.
+struct BootstrapCall {
+  HalBootstrap* self = nullptr;
+  explicit BootstrapCall(void* ctx) {
+    std::lock_guard<std::mutex> lk(g_live_mu);
+    auto it = g_live.find(reinterpret_cast<uintptr_t>(ctx));
+    if (it == g_live.end()) return;
+    self = it->second;
+    ++self->in_flight_;
+  }
+  ~BootstrapCall() {
+    if (self == nullptr) return;
+    std::lock_guard<std::mutex> lk(g_live_mu);
+    --self->in_flight_;
+    g_live_cv.notify_all();
+  }
+  BootstrapCall(const BootstrapCall&) = delete;
+  BootstrapCall& operator=(const BootstrapCall&) = delete;
+};
+
 HalBootstrap::HalBootstrap(std::shared_ptr<Store> store, std::string key_prefix)
     : store_(std::move(store)), prefix_(std::move(key_prefix)), uri_(store_->uri()) {
+  {
+    std::lock_guard<std::mutex> lk(g_live_mu);
+    id_ = g_next_id++;
+    g_live[id_] = this;
+  }
   table_.struct_size = sizeof(hal_bootstrap_t);
-  table_.ctx = this;
+  table_.ctx = reinterpret_cast<void*>(static_cast<uintptr_t>(id_));
   table_.kv_set = &HalBootstrap::kv_set;
   table_.kv_get = &HalBootstrap::kv_get;
   table_.store_uri = uri_.c_str();
   table_.key_prefix = prefix_.c_str();
+}
+
+HalBootstrap::~HalBootstrap() {
+  cancel();  // a kv_get in flight returns within one slice
+  std::unique_lock<std::mutex> lk(g_live_mu);
+  g_live.erase(id_);
+  g_live_cv.wait(lk, [&] { return in_flight_ == 0; });
 }
 
 hal_status_t HalBootstrap::kv_set(void* ctx, const char* key, const void* value, uint64_t size) {
@@ -173,7 +219,9 @@ hal_status_t HalBootstrap::kv_set(void* ctx, const char* key, const void* value,
       ::strnlen(key, kMaxKeyBytes + 1) > kMaxKeyBytes) {
     return HAL_ERR_INVALID_ARGUMENT;
   }
-  auto* self = static_cast<HalBootstrap*>(ctx);
+  const BootstrapCall call(ctx);
+  HalBootstrap* self = call.self;
+  if (self == nullptr) return HAL_ERR_INVALID_ARGUMENT;  // used after comm_destroy
   try {
     const auto* bytes = static_cast<const uint8_t*>(value);
     self->store_->set(self->prefix_ + key, std::vector<uint8_t>(bytes, bytes + size));
@@ -190,7 +238,9 @@ hal_status_t HalBootstrap::kv_get(void* ctx, const char* key, void* value, uint6
   if (ctx == nullptr || key == nullptr || size == nullptr || (value == nullptr && capacity > 0)) {
     return HAL_ERR_INVALID_ARGUMENT;
   }
-  auto* self = static_cast<HalBootstrap*>(ctx);
+  const BootstrapCall call(ctx);
+  HalBootstrap* self = call.self;
+  if (self == nullptr) return HAL_ERR_INVALID_ARGUMENT;  // used after comm_destroy
   try {
     // Clamp "for ever" so the chrono arithmetic cannot overflow. The wait
     // runs in slices so that cancel() ends it within one slice.

@@ -131,6 +131,18 @@ TEST_F(FileStoreTest, HalBootstrapCallbacksPrefixKeysAndReportFullSize) {
   EXPECT_EQ(std::string(t->key_prefix), "comm7/");
 }
 
+TEST_F(FileStoreTest, ACallbackAfterTheBootstrapIsGoneIsAnErrorNotFreedMemory) {
+  auto store = std::make_shared<FileStore>(dir_);
+  auto bs = std::make_unique<HalBootstrap>(store, "comm9/");
+  const hal_bootstrap_t kept = *bs->table();  // what a plugin that forgot to let go holds
+  EXPECT_EQ(kept.kv_set(kept.ctx, "k", "v", 1), HAL_OK);
+  bs.reset();  // comm_destroy
+  EXPECT_EQ(kept.kv_set(kept.ctx, "k", "v", 1), HAL_ERR_INVALID_ARGUMENT);
+  char buf[4];
+  uint64_t size = 0;
+  EXPECT_EQ(kept.kv_get(kept.ctx, "k", buf, sizeof buf, &size, 0), HAL_ERR_INVALID_ARGUMENT);
+}
+
 TEST(OpenStore, UnknownSchemeIsRefusedWithTheUri) {
   try {
     open_store("zk://host:2181");
