@@ -493,7 +493,6 @@ void Coordinator::rejoined() {
     restore_s = std::max(restore_s, m->restore_s);
   }
   round_.rejoined = true;
-  round_.rejoined_s = t_;
   const uint64_t redo = round_.reached > round_.index ? round_.reached - round_.index : 0;
   ledger_.detection_s += round_.detected_s - round_.fault_s;
   ledger_.restart_s += std::max(0.0, t_ - round_.detected_s - restore_s);

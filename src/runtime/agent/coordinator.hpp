@@ -162,7 +162,6 @@ class Coordinator {
     uint64_t index = 0;
     std::string tier;
     bool rejoined = false;
-    double rejoined_s = 0;
     uint32_t failed_assignments = 0;  // assignments no rank could carry out
   };
 
