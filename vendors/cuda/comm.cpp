@@ -274,6 +274,17 @@ ncclResult_t enqueue(hal_comm_s* c, const hal_coll_args_t& a, ncclDataType_t dt,
   const size_t es = elem_size(a.dtype);
   const auto* send = static_cast<const char*>(a.sendbuf);
   auto* recv = static_cast<char*>(a.recvbuf);
+  const bool reducing = a.op == HAL_COLL_ALL_REDUCE || a.op == HAL_COLL_REDUCE_SCATTER;
+  if (c->world == 1 && reducing) {
+    // Every reduction of one contribution is that contribution: a copy, or
+    // nothing in place. NCCL 2.28.9's own one-rank path leaves the last
+    // count % 4 elements of an out-of-place average unwritten (seen on an
+    // H200; docs/vendors.md).
+    if (a.count == 0 || send == recv) return ncclSuccess;
+    return cudaMemcpyAsync(recv, send, a.count * es, cudaMemcpyDeviceToDevice, s) == cudaSuccess
+               ? ncclSuccess
+               : ncclUnhandledCudaError;
+  }
   switch (a.op) {
     case HAL_COLL_ALL_REDUCE:
       return ncclAllReduce(send, recv, a.count, dt, op, c->nccl, s);
@@ -307,6 +318,27 @@ ncclResult_t enqueue(hal_comm_s* c, const hal_coll_args_t& a, ncclDataType_t dt,
   }
 }
 
+// A NULL buffer where the op reads or writes elements: NCCL would fault on
+// it and leave the communicator unusable, so it is refused here.
+hal_status_t check_buffers(const hal_coll_args_t& a, uint32_t world) {
+  if (a.op == HAL_COLL_BARRIER) return HAL_OK;
+  uint64_t sent = a.count, received = a.count;
+  if (a.op == HAL_COLL_ALL_TO_ALLV) {
+    if (!a.send_counts || !a.send_displs || !a.recv_counts || !a.recv_displs)
+      return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: all-to-allv needs its four count/displacement arrays");
+    sent = received = 0;
+    for (uint32_t p = 0; p < world; ++p) {
+      sent += a.send_counts[p];
+      received += a.recv_counts[p];
+    }
+  }
+  if (a.op == HAL_COLL_RECV) sent = 0;
+  if (a.op == HAL_COLL_SEND) received = 0;
+  if ((sent > 0 && a.sendbuf == nullptr) || (received > 0 && a.recvbuf == nullptr))
+    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: NULL buffer with count " + std::to_string(a.count));
+  return HAL_OK;
+}
+
 hal_status_t post(hal_comm_t comm, const hal_coll_args_t* a, hal_stream_t stream, hal_request_t* out) {
   if (a == nullptr || out == nullptr || a->struct_size < HAL_COLL_ARGS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: args/request NULL or struct_size too small");
@@ -327,9 +359,7 @@ hal_status_t post(hal_comm_t comm, const hal_coll_args_t* a, hal_stream_t stream
   if (a->op == HAL_COLL_BROADCAST && a->root >= comm->world)
     return fail(HAL_ERR_INVALID_ARGUMENT,
                 "cuda: root " + std::to_string(a->root) + " of world " + std::to_string(comm->world));
-  if (a->op == HAL_COLL_ALL_TO_ALLV &&
-      (!a->send_counts || !a->send_displs || !a->recv_counts || !a->recv_displs))
-    return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: all-to-allv needs its four count/displacement arrays");
+  if (hal_status_t st = check_buffers(*a, comm->world); st != HAL_OK) return st;
   if ((a->op == HAL_COLL_ALL_TO_ALL || a->op == HAL_COLL_ALL_TO_ALLV) && a->sendbuf == a->recvbuf &&
       a->sendbuf)
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: all-to-all may not run in place");

@@ -206,8 +206,14 @@ hal_status_t copy(uint32_t device, void* dst, const void* src, uint64_t size, ha
   if (size == 0) return HAL_OK;
   static const cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                          cudaMemcpyDeviceToDevice};
-  const cudaError_t e = stream ? cudaMemcpyAsync(dst, src, size, kinds[kind], stream->stream)
-                               : cudaMemcpy(dst, src, size, kinds[kind]);
+  // Without a stream the copy must be done on return. A plain cudaMemcpy
+  // from pageable memory returns once the bytes are staged, before the DMA
+  // lands, and our streams do not wait for the legacy stream: a collective
+  // posted next could read the old bytes (seen on an H200). So this thread's
+  // own stream, then a wait for it.
+  cudaStream_t s = stream ? stream->stream : cudaStreamPerThread;
+  cudaError_t e = cudaMemcpyAsync(dst, src, size, kinds[kind], s);
+  if (e == cudaSuccess && stream == nullptr) e = cudaStreamSynchronize(s);
   return e == cudaSuccess ? HAL_OK : cuda_fail(e, "cudaMemcpy");
 }
 
