@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -88,7 +89,9 @@ class SIGMA_EXPORT Plugin {
   const hal_ext_kernels_t* kernels() const;
   // Whether the host may read and write `device`'s memory through its
   // pointers (HAL_CAP_HOST_MEMORY, or a memory_kind other than device).
-  // The one answer every engine asks before touching a buffer.
+  // The one answer every engine asks before touching a buffer; asked of
+  // the plugin once per device, then remembered (a device's memory kind
+  // does not change, and get_props can take milliseconds).
   bool host_addressable(uint32_t device) const;
 
   // Throws Error when `status` is an error or not a status ABI 1.0 defines
@@ -108,6 +111,8 @@ class SIGMA_EXPORT Plugin {
   void* handle_ = nullptr;
   const hal_api_t* api_ = nullptr;
   std::string path_;
+  mutable std::mutex addressable_mu_;
+  mutable std::vector<int8_t> addressable_;  // per device: -1 not asked yet, else 0/1
 };
 
 // Device memory from hal_mem_alloc_fn; freed when destroyed.

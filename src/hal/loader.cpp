@@ -266,10 +266,20 @@ const hal_ext_kernels_t* Plugin::kernels() const {
 
 bool Plugin::host_addressable(uint32_t device) const {
   if ((api_->capabilities & HAL_CAP_HOST_MEMORY) != 0) return true;
+  {
+    std::lock_guard lk(addressable_mu_);
+    if (device < addressable_.size() && addressable_[device] >= 0) return addressable_[device] != 0;
+  }
   hal_device_props_t p{};
   p.struct_size = sizeof p;
   check(api_->device->get_props(device, &p), "get_props");
-  return p.memory_kind != HAL_MEMORY_DEVICE;
+  const bool yes = p.memory_kind != HAL_MEMORY_DEVICE;
+  constexpr uint32_t kRemembered = 4096;  // devices per process, far above any node's
+  if (device >= kRemembered) return yes;
+  std::lock_guard lk(addressable_mu_);
+  if (device >= addressable_.size()) addressable_.resize(device + 1, -1);
+  addressable_[device] = yes ? 1 : 0;
+  return yes;
 }
 
 hal_status_t Plugin::check(hal_status_t status, const char* entry, bool allow_in_progress) const {
