@@ -38,15 +38,24 @@ int blocks_for(uint64_t n) {
   return static_cast<int>(std::clamp<uint64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks));
 }
 
-// Device memory the host reads back, freed on scope exit.
+// Device memory the host reads back, freed on scope exit. Stream-ordered
+// (cudaMallocAsync): a plain cudaFree would wait for the whole device, a
+// collective hung on another stream included.
 template <typename T>
 struct DeviceArray {
   T* p = nullptr;
-  explicit DeviceArray(size_t n) { check(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc"); }
-  ~DeviceArray() { cudaFree(p); }
+  explicit DeviceArray(size_t n) {
+    check(cudaMallocAsync(reinterpret_cast<void**>(&p), n * sizeof(T), cudaStreamPerThread),
+          "cudaMallocAsync");
+  }
+  ~DeviceArray() { cudaFreeAsync(p, cudaStreamPerThread); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
   std::vector<T> to_host(size_t n) const {
     std::vector<T> h(n);
-    check(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    check(cudaMemcpyAsync(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost, cudaStreamPerThread),
+          "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
     return h;
   }
 };
@@ -82,21 +91,71 @@ struct Partial {
   float amax;
 };
 
-template <int kDt>
-__global__ void scan_kernel(const uint8_t* data, uint64_t n, Partial* out) {
+// The split of a buffer into 16-byte vectors: `head` elements before the
+// first aligned vector, `vecs` vectors, then the rest. A start that is not
+// a whole element off alignment has no vectors at all.
+struct Split {
+  uint64_t head;
+  uint64_t vecs;
+};
+
+Split split(const void* p, uint64_t n, uint32_t es) {
+  const auto off = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) % 16);
+  if (off % es != 0) return {n, 0};
+  const uint64_t head = std::min<uint64_t>(n, ((16 - off) % 16) / es);
+  return {head, (n - head) / (16 / es)};
+}
+
+struct ScanAcc {
   unsigned long long bad = 0;
-  double s = 0;
-  float m = 0;
-  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-    const float v = load<kDt>(data, i);
-    if (!isfinite(v)) {
-      ++bad;
-      continue;
-    }
-    s += static_cast<double>(v) * v;
-    m = fmaxf(m, fabsf(v));
+  double ssq = 0;
+  float amax = 0;
+  __device__ void add(float v) {
+    const bool ok = isfinite(v);
+    const float a = ok ? v : 0.0f;
+    bad += ok ? 0 : 1;
+    ssq += static_cast<double>(a) * a;
+    amax = fmaxf(amax, fabsf(a));
   }
+};
+
+template <int kDt>
+__device__ void scan_vec(const uint4& w, ScanAcc& acc) {
+  if constexpr (kDt == HAL_DTYPE_F32) {
+    const float* f = reinterpret_cast<const float*>(&w);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) acc.add(f[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc.add(load<kDt>(reinterpret_cast<const uint8_t*>(&w), k));
+  }
+}
+
+// Each thread reads 16-byte vectors, four in flight at a time, so the
+// memory system sees enough requests to run at its rate.
+template <int kDt>
+__global__ void scan_kernel(const uint8_t* data, uint64_t n, Split sp, Partial* out) {
+  constexpr uint32_t kEs = kDt == HAL_DTYPE_F32 ? 4 : 2;
+  constexpr uint64_t kPer = 16 / kEs;
+  const uint64_t gid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  ScanAcc acc;
+  for (uint64_t i = gid; i < sp.head; i += stride) acc.add(load<kDt>(data, i));
+  const auto* v = reinterpret_cast<const uint4*>(data + sp.head * kEs);
+  uint64_t j = gid;
+  for (; j + 3 * stride < sp.vecs; j += 4 * stride) {
+    const uint4 a = __ldcs(v + j), b = __ldcs(v + j + stride), c = __ldcs(v + j + 2 * stride),
+                d = __ldcs(v + j + 3 * stride);
+    scan_vec<kDt>(a, acc);
+    scan_vec<kDt>(b, acc);
+    scan_vec<kDt>(c, acc);
+    scan_vec<kDt>(d, acc);
+  }
+  for (; j < sp.vecs; j += stride) scan_vec<kDt>(__ldcs(v + j), acc);
+  for (uint64_t i = sp.head + sp.vecs * kPer + gid; i < n; i += stride) acc.add(load<kDt>(data, i));
+  unsigned long long bad = acc.bad;
+  double s = acc.ssq;
+  float m = acc.amax;
   __shared__ Partial warp[kThreads / 32];
   for (int o = 16; o > 0; o >>= 1) {
     bad += __shfl_down_sync(0xFFFFFFFFu, bad, o);
@@ -138,12 +197,37 @@ __device__ uint64_t word_at(const uint8_t* p, uint64_t i, uint64_t bytes) {
   return w;
 }
 
-__global__ void checksum_kernel(const uint8_t* p, uint64_t bytes, unsigned long long* out) {
+__device__ unsigned long long word_term(uint64_t w, uint64_t i) { return fmix64(w + (i + 1) * kGolden); }
+
+// Word i is bytes 8i..8i+7 of the buffer. Where the buffer starts on a
+// whole word, the words between its first 16-byte boundary and the last
+// whole pair are read as 16-byte vectors, four in flight per thread; the
+// head, the tail and any other start read word by word.
+__global__ void checksum_kernel(const uint8_t* p, uint64_t bytes, Split sp, unsigned long long* out) {
   const uint64_t words = (bytes + 7) / 8;
+  const uint64_t gid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   unsigned long long s = 0;
-  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < words;
-       i += static_cast<uint64_t>(gridDim.x) * blockDim.x)
-    s += fmix64(word_at(p, i, bytes) + (i + 1) * kGolden);
+  for (uint64_t i = gid; i < sp.head; i += stride) s += word_term(word_at(p, i, bytes), i);
+  const auto* v = reinterpret_cast<const ulonglong2*>(p + sp.head * 8);
+  uint64_t j = gid;
+  for (; j + 3 * stride < sp.vecs; j += 4 * stride) {
+    ulonglong2 w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = __ldcs(v + j + k * stride);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t i = sp.head + 2 * (j + k * stride);
+      s += word_term(w[k].x, i) + word_term(w[k].y, i + 1);
+    }
+  }
+  for (; j < sp.vecs; j += stride) {
+    const ulonglong2 w = __ldcs(v + j);
+    const uint64_t i = sp.head + 2 * j;
+    s += word_term(w.x, i) + word_term(w.y, i + 1);
+  }
+  for (uint64_t i = sp.head + 2 * sp.vecs + gid; i < words; i += stride)
+    s += word_term(word_at(p, i, bytes), i);
   for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xFFFFFFFFu, s, o);
   __shared__ unsigned long long warp[kThreads / 32];
   if (threadIdx.x % 32 == 0) warp[threadIdx.x / 32] = s;
@@ -210,15 +294,17 @@ hal_status_t grad_scan(uint32_t device, const void* data, uint64_t count, hal_dt
   *out = hal_kernel_scan_result_t{0, 0, 0};
   if (count == 0) return HAL_OK;
   return on(device, [&] {
-    const int blocks = blocks_for(count);
+    const uint32_t es = dtype == HAL_DTYPE_F32 ? 4 : 2;
+    const Split sp = split(data, count, es);
+    const int blocks = blocks_for(sp.vecs > 0 ? sp.vecs : count);
     DeviceArray<Partial> part(blocks);
     const auto* p = static_cast<const uint8_t*>(data);
     if (dtype == HAL_DTYPE_F32)
-      scan_kernel<HAL_DTYPE_F32><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+      scan_kernel<HAL_DTYPE_F32><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, sp, part.p);
     else if (dtype == HAL_DTYPE_F16)
-      scan_kernel<HAL_DTYPE_F16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+      scan_kernel<HAL_DTYPE_F16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, sp, part.p);
     else
-      scan_kernel<HAL_DTYPE_BF16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, part.p);
+      scan_kernel<HAL_DTYPE_BF16><<<blocks, kThreads, 0, cudaStreamPerThread>>>(p, count, sp, part.p);
     finish("grad_scan");
     for (const Partial& q : part.to_host(blocks)) {
       out->non_finite += q.bad;
@@ -246,10 +332,13 @@ hal_status_t checksum(uint32_t device, const void* data, uint64_t bytes, uint64_
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: checksum: NULL data or result");
   uint64_t sum = 0;
   const hal_status_t st = bytes == 0 ? HAL_OK : on(device, [&] {
-    const int blocks = blocks_for((bytes + 7) / 8);
+    // Whole 16-byte pairs of words only: the last, partial word is the tail's.
+    Split sp = split(data, bytes / 8, 8);
+    if (reinterpret_cast<uintptr_t>(data) % 8 != 0) sp = {0, 0};
+    const int blocks = blocks_for(sp.vecs > 0 ? sp.vecs : (bytes + 7) / 8);
     DeviceArray<unsigned long long> part(blocks);
     checksum_kernel<<<blocks, kThreads, 0, cudaStreamPerThread>>>(static_cast<const uint8_t*>(data), bytes,
-                                                                  part.p);
+                                                                  sp, part.p);
     finish("checksum");
     for (unsigned long long q : part.to_host(blocks)) sum += q;
   });

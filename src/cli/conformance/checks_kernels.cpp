@@ -81,8 +81,12 @@ void run_kernel_checks(Context& ctx) {
     auto* f = ENTRY(k, grad_scan);
     for (hal_dtype_t dt : {HAL_DTYPE_F32, HAL_DTYPE_F16, HAL_DTYPE_BF16}) {
       const uint64_t es = dt == HAL_DTYPE_F32 ? 4 : 2;
-      for (auto [n, skew] :
-           {std::pair<uint64_t, uint64_t>{0, 0}, {1, 1}, {33, 3}, {100003, 2}, {1u << 20, 0}}) {
+      for (auto [n, skew] : {std::pair<uint64_t, uint64_t>{0, 0},
+                             {1, 1},
+                             {33, 3},
+                             {100003, 2},
+                             {1u << 20, 0},
+                             {(1u << 23) + 5, 1}}) {
         const auto h = values(dt, n, static_cast<uint32_t>(n + dt));
         At d(pp, h.size(), skew * es);
         d.put(h.data(), h.size());
@@ -133,11 +137,12 @@ void run_kernel_checks(Context& ctx) {
   ctx.run("kernels.checksum", [&] {
     need();
     auto* f = ENTRY(k, checksum);
-    const auto h = random_bytes(1 << 20, 99);
-    for (uint64_t skew : {0u, 1u, 5u}) {
+    // Up to 32 MiB: past what a device's first pass over the threads covers.
+    const auto h = random_bytes((1 << 25) + 11, 99);
+    for (uint64_t skew : {0u, 1u, 5u, 8u, 12u}) {
       At d(pp, h.size(), skew);
       d.put(h.data(), h.size());
-      for (uint64_t len : {0u, 1u, 7u, 8u, 9u, 4099u, 1u << 20}) {
+      for (uint64_t len : {0u, 1u, 7u, 8u, 9u, 4099u, 1u << 20, (1u << 25) + 11}) {
         uint64_t got = 0;
         plugin.check(f(0, d.ptr(), len, &got), "hal_ext_kernels_t.checksum");
         expect(got == kernels::checksum_parallel(h.data(), len),
