@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -126,7 +127,8 @@ class SIGMA_EXPORT Scheduler {
 
   DeviceState state(uint32_t device) const;  // throws invalid_argument if unknown
   std::optional<uint32_t> device_of(uint32_t rank) const;
-  std::vector<uint32_t> spares() const;  // available devices, ascending
+  std::optional<uint32_t> rank_of(uint32_t device) const;  // the rank a device runs, if any
+  std::vector<uint32_t> spares() const;                    // available devices, ascending
   uint32_t world_size() const noexcept { return world_size_; }
   bool paused() const noexcept { return !missing_ranks_.empty(); }
   std::optional<uint32_t> pending_migration(uint32_t device) const;  // the target spare
@@ -135,14 +137,23 @@ class SIGMA_EXPORT Scheduler {
  private:
   std::vector<Action> emit(std::vector<Action> actions);
   DeviceState& at(uint32_t device);
-  std::optional<uint32_t> rank_of(uint32_t device) const;
   std::optional<uint32_t> take_spare(uint32_t exclude);
+  void set_state(uint32_t device, DeviceState s);
+  void bind(uint32_t rank, uint32_t device);
+  void unbind(uint32_t rank);
+  void reserve(uint32_t device, uint32_t spare);
+  void unreserve(std::map<uint32_t, uint32_t>::iterator it);
+  void drop_reservation_of(uint32_t spare);
 
   Config config_;
   uint32_t world_size_;
   bool started_ = false;
   std::map<uint32_t, DeviceState> devices_;
   std::map<uint32_t, uint32_t> rank_device_;  // rank -> device
+  std::map<uint32_t, uint32_t> device_rank_;  // its inverse
+  std::set<uint32_t> available_;              // devices in state available, ascending
+  std::set<uint32_t> suspects_;               // devices in state suspect
+  std::set<uint32_t> reserved_;               // spares a migration counts on (migrations_'s values)
   std::map<uint32_t, uint32_t> migrations_;   // suspect device -> reserved spare
   std::vector<uint32_t> missing_ranks_;       // paused: ranks without a device
   std::vector<Action> history_;

@@ -60,15 +60,22 @@ const char* action_name(Action::Kind k) noexcept {
 namespace {
 
 // P(X > s) for X ~ Poisson(m), summed stably.
-double poisson_tail_above(double m, uint32_t s) {
-  double term = std::exp(-m);
-  double cdf = term;
-  for (uint32_t k = 1; k <= s; ++k) {
-    term *= m / k;
-    cdf += term;
+// P(X <= k) of a Poisson(m), extended one k at a time. The terms are
+// computed in log space: exp(-m) alone underflows to 0 once m passes ~745
+// (a large cluster's mean number of devices in repair).
+class PoissonCdf {
+ public:
+  explicit PoissonCdf(double m) : m_(m), log_m_(std::log(m)) {}
+  double next() {  // P(X <= k) for k = 0, 1, 2, ... on successive calls
+    const double k = static_cast<double>(k_++);
+    cdf_ += m_ > 0 ? std::exp(-m_ + k * log_m_ - std::lgamma(k + 1.0)) : (k == 0 ? 1.0 : 0.0);
+    return std::min(1.0, cdf_);
   }
-  return std::max(0.0, 1.0 - cdf);
-}
+
+ private:
+  double m_, log_m_, cdf_ = 0;
+  uint64_t k_ = 0;
+};
 
 }  // namespace
 
@@ -88,8 +95,9 @@ SparePlan size_spares(uint32_t n, const FailureModel& m) {
   const double windows = std::max(1.0, m.job_hours / m.repair_hours);
   SparePlan plan;
   plan.expected_failures = n * m.failures_per_device_hour * m.job_hours;
+  PoissonCdf cdf(mean_out);
   for (uint32_t s = 0;; ++s) {
-    const double p = poisson_tail_above(mean_out, s);
+    const double p = std::max(0.0, 1.0 - cdf.next());
     const double risk = 1.0 - std::pow(1.0 - p, windows);
     if (risk <= m.target_risk || s >= n) {
       plan.spares = s;
@@ -143,21 +151,63 @@ std::optional<uint32_t> Scheduler::device_of(uint32_t rank) const {
 }
 
 std::optional<uint32_t> Scheduler::rank_of(uint32_t device) const {
-  for (auto& [r, d] : rank_device_) {
-    if (d == device) return r;
-  }
-  return std::nullopt;
+  auto it = device_rank_.find(device);
+  if (it == device_rank_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::vector<uint32_t> Scheduler::spares() const {
   std::vector<uint32_t> out;
-  for (auto& [d, s] : devices_) {
-    if (s != DeviceState::available) continue;
-    bool reserved = false;
-    for (auto& [from, to] : migrations_) reserved |= to == d;
-    if (!reserved) out.push_back(d);
+  for (uint32_t d : available_) {
+    if (!reserved_.count(d)) out.push_back(d);
   }
   return out;
+}
+
+// Every change of a device's state goes through here, so the indexes of
+// spares and suspects stay true.
+void Scheduler::set_state(uint32_t device, DeviceState s) {
+  DeviceState& now = devices_[device];
+  if (now == DeviceState::available) available_.erase(device);
+  if (now == DeviceState::suspect) suspects_.erase(device);
+  now = s;
+  if (s == DeviceState::available) available_.insert(device);
+  if (s == DeviceState::suspect) suspects_.insert(device);
+}
+
+void Scheduler::bind(uint32_t rank, uint32_t device) {
+  if (auto it = rank_device_.find(rank); it != rank_device_.end()) device_rank_.erase(it->second);
+  rank_device_[rank] = device;
+  device_rank_[device] = rank;
+}
+
+void Scheduler::unbind(uint32_t rank) {
+  if (auto it = rank_device_.find(rank); it != rank_device_.end()) {
+    device_rank_.erase(it->second);
+    rank_device_.erase(it);
+  }
+}
+
+void Scheduler::reserve(uint32_t device, uint32_t spare) {
+  migrations_[device] = spare;
+  reserved_.insert(spare);
+}
+
+void Scheduler::unreserve(std::map<uint32_t, uint32_t>::iterator it) {
+  reserved_.erase(it->second);
+  migrations_.erase(it);
+}
+
+// A spare that can no longer be one: the migration counting on it waits
+// for another.
+void Scheduler::drop_reservation_of(uint32_t spare) {
+  if (!reserved_.count(spare)) return;
+  for (auto it = migrations_.begin(); it != migrations_.end(); ++it) {
+    if (it->second == spare) {
+      unreserve(it);
+      return;
+    }
+  }
 }
 
 std::optional<uint32_t> Scheduler::pending_migration(uint32_t device) const {
@@ -167,8 +217,8 @@ std::optional<uint32_t> Scheduler::pending_migration(uint32_t device) const {
 }
 
 std::optional<uint32_t> Scheduler::take_spare(uint32_t exclude) {
-  for (uint32_t d : spares()) {
-    if (d != exclude) return d;
+  for (uint32_t d : available_) {
+    if (d != exclude && !reserved_.count(d)) return d;
   }
   return std::nullopt;
 }
@@ -177,7 +227,7 @@ std::vector<Action> Scheduler::add_device(uint32_t device, double t) {
   if (devices_.count(device)) {
     throw Error(Code::invalid_argument, "scheduler: device " + std::to_string(device) + " added twice");
   }
-  devices_[device] = DeviceState::validating;
+  set_state(device, DeviceState::validating);
   return emit({{Action::Kind::validate, device, kNone, kNone, 0, "", "new device", t}});
 }
 
@@ -189,17 +239,17 @@ std::vector<Action> Scheduler::validation_done(uint32_t device, bool passed, con
                 "scheduler: device " + std::to_string(device) + " is " + state_name(s) + ", not validating");
   }
   if (!passed) {
-    s = DeviceState::cordoned;
+    set_state(device, DeviceState::cordoned);
     return emit({{Action::Kind::cordon, device, kNone, kNone, 0, "", "validation failed: " + detail, t}});
   }
-  s = DeviceState::available;
+  set_state(device, DeviceState::available);
   std::vector<Action> out{{Action::Kind::admit, device, kNone, kNone, 0, "", detail, t}};
   if (!missing_ranks_.empty()) {
     // Paused for want of a device: this one takes the first missing rank.
     const uint32_t rank = missing_ranks_.front();
     missing_ranks_.erase(missing_ranks_.begin());
-    s = DeviceState::in_use;
-    rank_device_[rank] = device;
+    set_state(device, DeviceState::in_use);
+    bind(rank, device);
     out.push_back({Action::Kind::replace, kNone, rank, device, world_size_, "", "a validated device", t});
     out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_, "disk",
                    "the rank's memory replica did not survive the pause", t});
@@ -222,8 +272,8 @@ std::vector<Action> Scheduler::start(double t) {
   started_ = true;
   std::vector<Action> out;
   for (uint32_t r = 0; r < world_size_; ++r) {
-    devices_[avail[r]] = DeviceState::in_use;
-    rank_device_[r] = avail[r];
+    set_state(avail[r], DeviceState::in_use);
+    bind(r, avail[r]);
     out.push_back({Action::Kind::assign, avail[r], r, kNone, world_size_, "", "job start", t});
   }
   return emit(std::move(out));
@@ -232,21 +282,22 @@ std::vector<Action> Scheduler::start(double t) {
 std::vector<Action> Scheduler::on_warning(uint32_t device, const std::string& reason, double t) {
   DeviceState& s = at(device);
   if (s == DeviceState::available) {
-    s = DeviceState::cordoned;
+    drop_reservation_of(device);
+    set_state(device, DeviceState::cordoned);
     return emit({{Action::Kind::cordon, device, kNone, kNone, 0, "", "spare warned: " + reason, t}});
   }
   if (s != DeviceState::in_use) return {};
-  s = DeviceState::suspect;
+  set_state(device, DeviceState::suspect);
   if (!config_.proactive_migration) return {};
-  if (auto spare = take_spare(device)) migrations_[device] = *spare;
+  if (auto spare = take_spare(device)) reserve(device, *spare);
   return {};
 }
 
 std::vector<Action> Scheduler::on_calm(uint32_t device, double /*t*/) {
   DeviceState& s = at(device);
   if (s == DeviceState::suspect) {
-    s = DeviceState::in_use;
-    migrations_.erase(device);
+    set_state(device, DeviceState::in_use);
+    if (auto it = migrations_.find(device); it != migrations_.end()) unreserve(it);
   }
   return {};
 }
@@ -254,22 +305,23 @@ std::vector<Action> Scheduler::on_calm(uint32_t device, double /*t*/) {
 std::vector<Action> Scheduler::at_step_boundary(uint64_t step, double t) {
   std::vector<Action> out;
   // A suspect device still waiting for a spare gets one that appeared since.
-  for (auto& [d, s] : devices_) {
-    if (s == DeviceState::suspect && config_.proactive_migration && !migrations_.count(d)) {
-      if (auto spare = take_spare(d)) migrations_[d] = *spare;
+  for (uint32_t d : suspects_) {
+    if (config_.proactive_migration && !migrations_.count(d)) {
+      if (auto spare = take_spare(d)) reserve(d, *spare);
     }
   }
   for (auto& [from, to] : migrations_) {
     const auto rank = rank_of(from);
     if (!rank) continue;
-    devices_[from] = DeviceState::cordoned;
-    devices_[to] = DeviceState::in_use;
-    rank_device_[*rank] = to;
+    set_state(from, DeviceState::cordoned);
+    set_state(to, DeviceState::in_use);
+    bind(*rank, to);
     out.push_back({Action::Kind::migrate, from, *rank, to, world_size_, "memory",
                    "early warning; moved at the boundary of step " + std::to_string(step), t});
     out.push_back({Action::Kind::cordon, from, kNone, kNone, 0, "", "migrated away after a warning", t});
   }
   migrations_.clear();
+  reserved_.clear();
   return emit(std::move(out));
 }
 
@@ -277,20 +329,18 @@ std::vector<Action> Scheduler::on_fault(uint32_t device, const std::string& reas
                                         double t) {
   DeviceState& s = at(device);
   if (s == DeviceState::available || s == DeviceState::validating || s == DeviceState::repaired) {
-    s = DeviceState::cordoned;
-    for (auto it = migrations_.begin(); it != migrations_.end();) {
-      it = it->second == device ? migrations_.erase(it) : std::next(it);
-    }
+    drop_reservation_of(device);
+    set_state(device, DeviceState::cordoned);
     return emit({{Action::Kind::cordon, device, kNone, kNone, 0, "", "spare failed: " + reason, t}});
   }
   if (s != DeviceState::in_use && s != DeviceState::suspect) return {};
   const auto rank = rank_of(device);
-  s = DeviceState::cordoned;
+  set_state(device, DeviceState::cordoned);
   // A migration reserved for this device is moot: its spare replaces it now.
   std::optional<uint32_t> spare;
   if (auto it = migrations_.find(device); it != migrations_.end()) {
     spare = it->second;
-    migrations_.erase(it);
+    unreserve(it);
   } else {
     spare = take_spare(device);
   }
@@ -300,8 +350,8 @@ std::vector<Action> Scheduler::on_fault(uint32_t device, const std::string& reas
   out.push_back({Action::Kind::cordon, device, kNone, kNone, 0, "", "hard fault: " + reason, t});
   if (!rank) return emit(std::move(out));
   if (spare) {
-    devices_[*spare] = DeviceState::in_use;
-    rank_device_[*rank] = *spare;
+    set_state(*spare, DeviceState::in_use);
+    bind(*rank, *spare);
     out.push_back(
         {Action::Kind::replace, device, *rank, *spare, world_size_, "", "spare replaces a failed device", t});
     out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_,
@@ -309,12 +359,14 @@ std::vector<Action> Scheduler::on_fault(uint32_t device, const std::string& reas
                    memory_tier_ok ? "a peer holds the rank's snapshot" : "no memory replica of the rank", t});
     return emit(std::move(out));
   }
-  rank_device_.erase(*rank);
+  unbind(*rank);
   if (config_.allow_shrink && world_size_ - 1 >= config_.min_world_size) {
     // Ranks above the lost one move down by one; the world shrinks.
     std::map<uint32_t, uint32_t> renumbered;
     for (auto& [r, d] : rank_device_) renumbered[r > *rank ? r - 1 : r] = d;
     rank_device_ = std::move(renumbered);
+    device_rank_.clear();
+    for (auto& [r, d] : rank_device_) device_rank_[d] = r;
     --world_size_;
     out.push_back({Action::Kind::shrink, device, *rank, kNone, world_size_, "",
                    "no spare left: continuing with " + std::to_string(world_size_) + " ranks", t});
@@ -340,7 +392,7 @@ std::vector<Action> Scheduler::on_repaired(uint32_t device, double t) {
     throw Error(Code::invalid_argument, "scheduler: device " + std::to_string(device) + " is " +
                                             state_name(s) + ", only a cordoned device is repaired");
   }
-  s = DeviceState::validating;
+  set_state(device, DeviceState::validating);
   return emit({{Action::Kind::validate, device, kNone, kNone, 0, "", "back from repair", t}});
 }
 

@@ -58,6 +58,21 @@ TEST(SpareSizing, MatchesADirectPoissonComputation) {
   EXPECT_EQ(size_spares(1024, m).spares, 0u);
 }
 
+// Past ~745 devices in repair at once, exp(-mean) is 0 in double precision;
+// the sizing must still find the pool (it once answered "every device").
+TEST(SpareSizing, ALargeClusterWithHundredsInRepairGetsAPoolNearItsMean) {
+  FailureModel m;
+  m.failures_per_device_hour = 6e-4;
+  m.repair_hours = 24;
+  m.job_hours = 24 * 30;
+  m.target_risk = 0.01;
+  const SparePlan p = size_spares(131072, m);
+  const double mean = 131072 * 6e-4 * 24;  // 1887
+  EXPECT_GT(p.spares, mean);
+  EXPECT_LT(p.spares, mean + 6 * std::sqrt(mean));
+  EXPECT_LE(p.risk, 0.01);
+}
+
 TEST(SpareSizing, ImpossibleModelsAreRefused) {
   FailureModel m;
   m.failures_per_device_hour = -1;
