@@ -1,0 +1,174 @@
+// sigma/sim.hpp -- the cluster simulator: a discrete-event, seeded,
+// deterministic model of one synchronous training job on a cluster of
+// early-life accelerators, run under several recovery policies with the
+// same failure draws.
+//
+// It decides nothing itself: synthetic telemetry feeds the real health
+// Monitor, the real Scheduler places ranks, replaces and migrates, and the
+// real restore planner chooses the tier. The simulator applies their
+// actions, advances a clock and books every accelerator-second once.
+//
+// Thread-safety: run() and sweep() are pure functions of their arguments
+// (sweep runs its points on oneTBB's pool); nothing is shared.
+#pragma once
+
+#include <sigma/export.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sigma::sim {
+
+// How far a failure reaches and how the job meets it.
+enum class Scope : int {
+  device,    // one accelerator dies; it goes to repair
+  node,      // every accelerator of its node dies; they go to repair
+  software,  // a process crashes; the hardware is fine
+  hang,      // a collective hangs; found by the policy's hang detection
+  silent,    // silent data corruption; found by the policy's SDC detection
+};
+SIGMA_EXPORT const char* scope_name(Scope s) noexcept;
+
+struct Category {
+  std::string name;
+  Scope scope = Scope::device;
+  double weight = 0;       // share of all failures (counts from the source)
+  bool precursor = false;  // telemetry can show it coming (hardware of the accelerator)
+};
+
+// The failure model: a base rate, its early-life multiplier, the hazard's
+// shape, the categories and the assumptions that must be swept.
+struct FailureModel {
+  double per_accelerator_day = 4.74e-4;  // Llama 3's unexpected interruptions per GPU-day
+  double rate_multiplier = 5;            // early-life hardware vs Llama 3's (assumed)
+  double weibull_shape = 0.7;            // < 1: infant mortality, a hazard falling with age
+  double precursor_fraction = 0.3;       // of precursor-capable failures (assumed)
+  double precursor_lead_min = 30;        // how long before the failure telemetry drifts (assumed)
+  double repair_hours = 24;              // (assumed)
+  std::vector<Category> categories;
+};
+
+// Reads the public failure figures (data/failure-model.json): the base rate
+// and the categories with their counts; the assumptions take the middle of
+// each swept list. Throws Error(invalid_argument) naming the file and field.
+SIGMA_EXPORT FailureModel load_failure_model(const std::string& path);
+
+enum class SpareRule : int { none, fraction, model };
+
+// One recovery policy. Times in seconds.
+struct Policy {
+  std::string name;
+  SpareRule spares = SpareRule::none;
+  double spare_fraction = 0;    // SpareRule::fraction
+  double spare_risk = 0.01;     // SpareRule::model: chance of running out during the job
+  double disk_every_s = 1800;   // job progress between disk checkpoints
+  double disk_stall_s = 60;     // training blocked per disk checkpoint
+  double disk_restore_s = 120;  // reading the checkpoint back
+  bool memory_tier = false;     // ring-replicated in-memory snapshots
+  double snapshot_every_s = 0;  // job progress between snapshots
+  double snapshot_stall_s = 0;  // training blocked per snapshot
+  double memory_restore_s = 0;  // from a surviving rank's memory or its ring neighbour's replica
+  double crash_detect_s = 5;    // a dead process or device
+  double hang_detect_s = 600;   // a hung collective
+  double sdc_detect_s = 7200;   // silent corruption until found
+  bool full_restart = true;     // every fault restarts every rank (else: replace one rank)
+  double restart_s = 600;       // full restart: reschedule, start, rendezvous
+  double replace_s = 30;        // one rank swapped for a warm spare, communicators re-formed
+  bool migrate_on_warning = false;
+  double migrate_s = 10;  // state handed to a spare at a step boundary
+};
+
+// "reactive" (torchrun-like), "sigma-paper" (SIGMA's published stack) and
+// "libsigma" (ours), with the defaults docs/sim.md derives.
+SIGMA_EXPORT std::vector<Policy> standard_policies();
+
+// A failure at a fixed time, beside (or, with rate_multiplier 0, instead
+// of) the drawn ones: for hand-checked cases and replayed incidents.
+struct ScriptedFailure {
+  double at_s = 0;
+  uint32_t device = 0;
+  std::string category;    // a name from FailureModel::categories
+  bool precursor = false;  // telemetry drifts for precursor_lead_min before it
+};
+
+struct Scenario {
+  uint64_t seed = 1;
+  uint32_t accelerators = 2048;
+  uint32_t per_node = 8;
+  double days = 75;
+  double step_s = 10;  // one training step
+  double telemetry_period_s = 30;
+  FailureModel failures;
+  std::vector<Policy> policies;
+  std::vector<ScriptedFailure> script;
+};
+
+// A scenario file (YAML, docs/sim.md): the cluster, the job, the failure
+// assumptions and the policies, each key checked. The failure model is
+// `failures` (its `model:` key names another failure-model file, relative
+// to the scenario's folder) over `defaults`; policies name a standard one
+// and change what they list. Throws Error(invalid_argument)
+// "file:line: key: why".
+SIGMA_EXPORT Scenario load_scenario(const std::string& path, const FailureModel& defaults);
+
+// Accelerator-seconds by what they were spent on; they add up to
+// accelerators x duration.
+struct SIGMA_EXPORT Ledger {
+  double productive = 0;  // training that was kept
+  double lost_work = 0;   // training thrown away by a rollback
+  double detection = 0;   // the job stalled before a fault was noticed
+  double restart = 0;     // processes restarted, communicators re-formed
+  double restore = 0;     // state read back
+  double checkpoint = 0;  // training blocked by disk checkpoints and snapshots
+  double migration = 0;   // training blocked by proactive migrations
+  double paused = 0;      // job ranks idle for want of a device
+  double spare = 0;       // healthy spares waiting
+  double repair = 0;      // accelerators out of service (failed, in repair, validating)
+  double total() const noexcept;
+};
+
+struct PolicyResult {
+  std::string policy;
+  uint32_t spares = 0;
+  uint32_t world = 0;
+  Ledger ledger;
+  double utilization = 0;  // productive / (accelerators x duration)
+  double ettr = 0;         // the job's productive time / duration
+  uint64_t failures = 0;   // every failure drawn, spares' and repaired devices' included
+  uint64_t incidents = 0;  // failures that stopped the job
+  uint64_t migrations = 0;
+  uint64_t averted = 0;  // failures of a device already migrated away from
+  uint64_t restores_memory = 0, restores_disk = 0;
+  uint64_t pauses = 0;
+  std::vector<std::pair<std::string, uint64_t>> by_category;  // failures per category
+};
+
+struct Result {
+  Scenario scenario;
+  std::vector<PolicyResult> policies;
+};
+
+// Runs every policy of `scenario` over the same failure draws. Deterministic:
+// the same scenario gives the same result, bit for bit. Throws
+// Error(invalid_argument) for an impossible scenario.
+SIGMA_EXPORT Result run(const Scenario& scenario);
+
+// The scenario under every combination of the failure model's assumed
+// values (rate multiplier, precursor fraction, lead, repair time), each run
+// as run() would; oneTBB runs the points in parallel, the order of the
+// result is the order of the combinations.
+struct SweepAxes {
+  std::vector<double> rate_multiplier{2, 5, 10};
+  std::vector<double> precursor_fraction{0.0, 0.3, 0.6};
+  std::vector<double> precursor_lead_min{5, 30, 120};
+  std::vector<double> repair_hours{4, 24, 72};
+};
+SIGMA_EXPORT std::vector<Result> sweep(const Scenario& base, const SweepAxes& axes);
+
+// The result as JSON (scenario, per-policy ledger and figures) and as a
+// fixed-width table, one row per policy.
+SIGMA_EXPORT std::string to_json(const std::vector<Result>& results);
+SIGMA_EXPORT std::string to_table(const Result& result);
+
+}  // namespace sigma::sim

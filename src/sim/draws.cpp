@@ -1,0 +1,54 @@
+#include "draws.hpp"
+
+#include <cmath>
+
+namespace sigma::sim::detail {
+namespace {
+
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Stream::Stream(uint64_t seed, uint32_t device, uint32_t incarnation)
+    : state_(mix(mix(seed) ^ (uint64_t{device} << 32 | incarnation))) {}
+
+uint64_t Stream::next() {
+  state_ += 0x9E3779B97F4A7C15ull;
+  return mix(state_);
+}
+
+double Stream::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+std::optional<FailureDraw> draw_failure(const FailureModel& m, double install_s, double horizon_s,
+                                        uint64_t seed, uint32_t device, uint32_t incarnation) {
+  Stream s(seed, device, incarnation);
+  const double rate_per_s = m.per_accelerator_day * m.rate_multiplier / 86400.0;
+  if (rate_per_s <= 0 || horizon_s <= 0) return std::nullopt;
+  // H(t) = (t / scale)^k with H(horizon) = rate * horizon.
+  const double k = m.weibull_shape;
+  const double scale = horizon_s / std::pow(rate_per_s * horizon_s, 1.0 / k);
+  const double e = -std::log1p(-s.uniform());  // Exp(1)
+  const double at = install_s + scale * std::pow(e, 1.0 / k);
+  if (!(at < horizon_s)) return std::nullopt;
+  FailureDraw d;
+  d.at_s = at;
+  double total = 0;
+  for (const Category& c : m.categories) total += c.weight;
+  double u = s.uniform() * total;
+  d.category = m.categories.size() - 1;
+  for (size_t i = 0; i < m.categories.size(); ++i) {
+    if (u < m.categories[i].weight) {
+      d.category = i;
+      break;
+    }
+    u -= m.categories[i].weight;
+  }
+  d.precursor = m.categories[d.category].precursor && s.uniform() < m.precursor_fraction;
+  return d;
+}
+
+}  // namespace sigma::sim::detail

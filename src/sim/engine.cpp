@@ -1,0 +1,541 @@
+#include "engine.hpp"
+
+#include "draws.hpp"
+#include "tiers.hpp"
+
+#include <sigma/error.hpp>
+#include <sigma/health.hpp>
+#include <sigma/scheduler.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <map>
+#include <memory>
+#include <queue>
+
+namespace sigma::sim::detail {
+namespace {
+
+using scheduler::Action;
+using scheduler::DeviceState;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kEps = 1e-9;
+
+struct Event {
+  enum class Kind { failure, precursor, sample, repaired, boundary, sdc_found } kind;
+  double t = 0;
+  uint64_t seq = 0;
+  uint32_t device = 0;
+  uint32_t incarnation = 0;
+  size_t category = 0;
+  double progress = 0;  // sdc_found: the job's progress when the corruption began
+};
+
+struct Later {
+  bool operator()(const Event& a, const Event& b) const { return a.t != b.t ? a.t > b.t : a.seq > b.seq; }
+};
+
+enum class Phase { detection, restart, restore, checkpoint, migration };
+
+struct Stall {
+  Phase phase;
+  double left_s;
+};
+
+// Where an accelerator's time goes, from its scheduler state.
+enum class Bucket { job, spare, out };
+
+Bucket bucket_of(DeviceState s) {
+  if (s == DeviceState::in_use || s == DeviceState::suspect) return Bucket::job;
+  if (s == DeviceState::available) return Bucket::spare;
+  return Bucket::out;
+}
+
+// A precursor episode: the device's telemetry drifting towards its failure,
+// read by a health Monitor of its own.
+struct Episode {
+  std::unique_ptr<health::Monitor> monitor;
+  double start_s = 0, fail_s = 0;
+  bool memory = false;  // an HBM/SRAM category: corrected ECC errors climb too
+  uint64_t ecc = 0;
+};
+
+class PolicySim {
+ public:
+  PolicySim(const Scenario& s, const Policy& p);
+  PolicyResult run();
+
+ private:
+  void push(Event e);
+  void draw_next(uint32_t device);
+  void apply(const std::vector<Action>& actions);
+  void refresh(uint32_t device);
+  void advance(double t);
+  bool running() const { return stalls_.empty() && !sched_.paused(); }
+  double next_internal() const;
+  void internal();
+  void checkpoint_due();
+  void on_event(const Event& e);
+  void on_failure(const Event& e);
+  void hardware_fault(const std::vector<uint32_t>& devices, const std::string& reason);
+  void job_fault(const std::vector<uint32_t>& ranks, bool everyone, double detect_s, double since_progress);
+  void to_repair(uint32_t device);
+  void on_sample(const Event& e);
+  void on_warning(uint32_t device, const std::string& why);
+  uint64_t step_of(double progress) const { return static_cast<uint64_t>(std::floor(progress / s_.step_s)); }
+
+  const Scenario& s_;
+  const Policy& p_;
+  const double horizon_;
+  scheduler::Scheduler sched_;
+  PolicyResult r_;
+  std::priority_queue<Event, std::vector<Event>, Later> queue_;
+  uint64_t seq_ = 0;
+  double now_ = 0;
+  double progress_ = 0;  // job seconds of training kept so far
+  std::deque<Stall> stalls_;
+  std::vector<double> snapshots_;  // progress at each kept snapshot (the last two)
+  std::vector<double> disk_;       // progress at each committed disk checkpoint
+  double next_snapshot_ = kInf, next_disk_ = kInf;
+  std::vector<uint32_t> incarnation_;
+  std::vector<double> installed_;
+  std::vector<DeviceState> state_;
+  std::vector<bool> in_repair_, migrated_;
+  uint64_t n_job_ = 0, n_spare_ = 0, n_out_ = 0;
+  std::map<uint32_t, Episode> episodes_;
+  std::vector<uint64_t> per_category_;
+  std::string last_tier_;
+};
+
+scheduler::Config sched_config(const Scenario& s, const Policy& p) {
+  scheduler::Config c;
+  c.world_size = s.accelerators - spares_for(s, p);
+  c.proactive_migration = p.migrate_on_warning;
+  return c;
+}
+
+PolicySim::PolicySim(const Scenario& s, const Policy& p)
+    : s_(s), p_(p), horizon_(s.days * 86400.0), sched_(sched_config(s, p)) {
+  const uint32_t n = s.accelerators;
+  incarnation_.assign(n, 0);
+  installed_.assign(n, 0);
+  state_.assign(n, DeviceState::fresh);
+  in_repair_.assign(n, false);
+  migrated_.assign(n, false);
+  per_category_.assign(s.failures.categories.size(), 0);
+  n_out_ = n;
+  r_.policy = p.name;
+  r_.world = sched_.world_size();
+  r_.spares = n - r_.world;
+}
+
+void PolicySim::push(Event e) {
+  e.seq = seq_++;
+  queue_.push(e);
+}
+
+void PolicySim::draw_next(uint32_t d) {
+  const auto f = draw_failure(s_.failures, installed_[d], horizon_, s_.seed, d, incarnation_[d]);
+  if (!f) return;
+  push({Event::Kind::failure, f->at_s, 0, d, incarnation_[d], f->category, 0});
+  const bool watched = p_.migrate_on_warning && f->precursor;
+  const double lead = s_.failures.precursor_lead_min * 60.0;
+  if (watched && f->at_s - lead >= now_)
+    push({Event::Kind::precursor, f->at_s - lead, 0, d, incarnation_[d], f->category, 0});
+}
+
+void PolicySim::refresh(uint32_t d) {
+  if (d == scheduler::kNone) return;
+  const DeviceState now = sched_.state(d);
+  auto count = [&](DeviceState s, int by) {
+    const Bucket b = bucket_of(s);
+    uint64_t& c = b == Bucket::job ? n_job_ : b == Bucket::spare ? n_spare_ : n_out_;
+    c = static_cast<uint64_t>(static_cast<int64_t>(c) + by);
+  };
+  count(state_[d], -1);
+  count(now, +1);
+  state_[d] = now;
+}
+
+// Keeps the per-bucket counts in step with the scheduler and sends what it
+// cordoned to repair.
+void PolicySim::apply(const std::vector<Action>& actions) {
+  for (const Action& a : actions) {
+    refresh(a.device);
+    refresh(a.to_device);
+    if (a.kind == Action::Kind::migrate) {
+      ++r_.migrations;
+      migrated_[a.device] = true;
+      stalls_.push_back({Phase::migration, p_.migrate_s});
+    }
+    if (a.kind == Action::Kind::pause) ++r_.pauses;
+    if (a.kind == Action::Kind::cordon) to_repair(a.device);
+  }
+}
+
+void PolicySim::to_repair(uint32_t d) {
+  if (in_repair_[d]) return;
+  in_repair_[d] = true;
+  episodes_.erase(d);
+  push({Event::Kind::repaired, now_ + s_.failures.repair_hours * 3600.0, 0, d, incarnation_[d], 0, 0});
+}
+
+void PolicySim::advance(double t) {
+  const double dt = t - now_;
+  if (dt <= 0) return;
+  Ledger& l = r_.ledger;
+  const double job = static_cast<double>(n_job_) * dt;
+  if (sched_.paused()) {
+    l.paused += job;
+  } else if (!stalls_.empty()) {
+    Stall& st = stalls_.front();
+    double* b = st.phase == Phase::detection    ? &l.detection
+                : st.phase == Phase::restart    ? &l.restart
+                : st.phase == Phase::restore    ? &l.restore
+                : st.phase == Phase::checkpoint ? &l.checkpoint
+                                                : &l.migration;
+    *b += job;
+    st.left_s -= dt;
+  } else {
+    l.productive += job;
+    progress_ += dt;
+  }
+  l.spare += static_cast<double>(n_spare_) * dt;
+  l.repair += static_cast<double>(n_out_) * dt;
+  now_ = t;
+}
+
+double PolicySim::next_internal() const {
+  if (sched_.paused()) return kInf;
+  if (!stalls_.empty()) return now_ + std::max(0.0, stalls_.front().left_s);
+  return now_ + std::max(0.0, std::min(next_snapshot_, next_disk_) - progress_);
+}
+
+void PolicySim::internal() {
+  if (!stalls_.empty()) {
+    stalls_.pop_front();
+    return;
+  }
+  checkpoint_due();
+}
+
+void PolicySim::checkpoint_due() {
+  if (progress_ + kEps >= next_snapshot_) {
+    snapshots_.push_back(progress_);
+    if (snapshots_.size() > 2) snapshots_.erase(snapshots_.begin());
+    next_snapshot_ = progress_ + p_.snapshot_every_s;
+    if (p_.snapshot_stall_s > 0) stalls_.push_back({Phase::checkpoint, p_.snapshot_stall_s});
+  }
+  if (progress_ + kEps >= next_disk_) {
+    disk_.push_back(progress_);
+    next_disk_ = progress_ + p_.disk_every_s;
+    if (p_.disk_stall_s > 0) stalls_.push_back({Phase::checkpoint, p_.disk_stall_s});
+  }
+}
+
+void PolicySim::on_event(const Event& e) {
+  switch (e.kind) {
+    case Event::Kind::failure:
+      on_failure(e);
+      break;
+    case Event::Kind::precursor:
+      if (e.incarnation != incarnation_[e.device] || in_repair_[e.device]) break;
+      episodes_[e.device] = {std::make_unique<health::Monitor>(), e.t,
+                             e.t + s_.failures.precursor_lead_min * 60.0,
+                             s_.failures.categories[e.category].name.find("memory") != std::string::npos, 0};
+      episodes_[e.device].monitor->add_device(e.device);
+      push({Event::Kind::sample, e.t, 0, e.device, e.incarnation, e.category, 0});
+      break;
+    case Event::Kind::sample:
+      on_sample(e);
+      break;
+    case Event::Kind::repaired:
+      in_repair_[e.device] = false;
+      migrated_[e.device] = false;
+      ++incarnation_[e.device];
+      installed_[e.device] = now_;
+      apply(sched_.on_repaired(e.device, now_));
+      apply(sched_.validation_done(e.device, true, "repaired", now_));
+      draw_next(e.device);
+      break;
+    case Event::Kind::boundary:
+      apply(sched_.at_step_boundary(step_of(progress_), now_));
+      break;
+    case Event::Kind::sdc_found: {
+      // The guardrails (or, without them, the loss curve) show the
+      // corruption: roll back to state from before it.
+      std::vector<uint32_t> rank;
+      if (auto r = sched_.rank_of(e.device)) rank.push_back(*r);
+      job_fault(rank, p_.full_restart || rank.empty(), 0, e.progress);
+      if (!p_.full_restart && bucket_of(state_[e.device]) == Bucket::job)
+        apply(sched_.on_fault(e.device, "silent data corruption", true, now_));
+      break;
+    }
+  }
+}
+
+void PolicySim::on_failure(const Event& e) {
+  const uint32_t d = e.device;
+  if (e.incarnation != incarnation_[d]) return;  // a draw of an installation since repaired
+  if (in_repair_[d]) {
+    if (migrated_[d]) ++r_.averted;  // it failed where the job no longer was
+    return;
+  }
+  const Category& c = s_.failures.categories[e.category];
+  ++r_.failures;
+  ++per_category_[e.category];
+  episodes_.erase(d);
+  const bool in_job = bucket_of(state_[d]) == Bucket::job;
+  switch (c.scope) {
+    case Scope::device:
+      hardware_fault({d}, c.name);
+      break;
+    case Scope::node: {
+      std::vector<uint32_t> node;
+      const uint32_t first = d / s_.per_node * s_.per_node;
+      for (uint32_t x = first; x < std::min(first + s_.per_node, s_.accelerators); ++x)
+        if (!in_repair_[x]) node.push_back(x);
+      hardware_fault(node, c.name);
+      break;
+    }
+    case Scope::software:
+    case Scope::hang:
+      if (in_job) {
+        std::vector<uint32_t> rank;
+        if (auto r = sched_.rank_of(d)) rank.push_back(*r);
+        job_fault(rank, p_.full_restart, c.scope == Scope::hang ? p_.hang_detect_s : p_.crash_detect_s, -1);
+      }
+      break;
+    case Scope::silent:
+      if (in_job && running()) {
+        push({Event::Kind::sdc_found, now_ + p_.sdc_detect_s, 0, d, incarnation_[d], e.category, progress_});
+      }
+      break;
+  }
+}
+
+// Accelerators that died: the scheduler replaces, pauses or cordons; the
+// job restores from what the planner finds.
+void PolicySim::hardware_fault(const std::vector<uint32_t>& devices, const std::string& reason) {
+  std::vector<uint32_t> ranks;
+  for (uint32_t d : devices)
+    if (auto r = sched_.rank_of(d)) ranks.push_back(*r);
+  std::sort(ranks.begin(), ranks.end());
+  const bool job_hit = !ranks.empty();
+  if (job_hit) job_fault(ranks, p_.full_restart, p_.crash_detect_s, -1);
+  const bool memory_ok = job_hit && last_tier_ == "memory";
+  for (uint32_t d : devices) {
+    if (!in_repair_[d]) apply(sched_.on_fault(d, reason, memory_ok, now_));  // cordons: repair starts
+  }
+}
+
+// The job stops: roll back to what the planner restores, then detection,
+// restart and restore stall it. `since` >= 0: state newer than that
+// progress is corrupt and may not be restored.
+void PolicySim::job_fault(const std::vector<uint32_t>& ranks, bool everyone, double detect_s, double since) {
+  ++r_.incidents;
+  const double limit = since >= 0 ? since : progress_;
+  std::vector<uint64_t> snaps, disk;
+  for (double x : snapshots_)
+    if (x <= limit + kEps) snaps.push_back(step_of(x));
+  for (double x : disk_)
+    if (x <= limit + kEps) disk.push_back(step_of(x));
+  const bool memory = p_.memory_tier && !everyone;
+  const TierChoice c = choose_restore(sched_.world_size(), ranks, !memory,
+                                      memory ? snaps : std::vector<uint64_t>{}, disk, step_of(progress_));
+  last_tier_ = c.tier;
+  double back_to = 0;
+  if (c.tier == "memory") {
+    ++r_.restores_memory;
+    for (double x : snapshots_)
+      if (step_of(x) == c.step) back_to = x;
+  } else if (c.tier == "disk") {
+    ++r_.restores_disk;
+    for (double x : disk_)
+      if (step_of(x) == c.step) back_to = x;
+  }
+  const double lost = std::max(0.0, progress_ - back_to);
+  r_.ledger.productive -= lost * sched_.world_size();
+  r_.ledger.lost_work += lost * sched_.world_size();
+  progress_ = back_to;
+  std::erase_if(snapshots_, [&](double x) { return x > back_to + kEps; });
+  std::erase_if(disk_, [&](double x) { return x > back_to + kEps; });
+  next_snapshot_ = p_.memory_tier ? back_to + p_.snapshot_every_s : kInf;
+  next_disk_ = back_to + p_.disk_every_s;
+  stalls_.clear();
+  stalls_.push_back({Phase::detection, detect_s});
+  stalls_.push_back({Phase::restart, everyone ? p_.restart_s : p_.replace_s});
+  const double restore_s = c.tier == "memory" ? p_.memory_restore_s
+                           : c.tier == "disk" ? p_.disk_restore_s
+                                              : 0;
+  stalls_.push_back({Phase::restore, restore_s});
+}
+
+// One telemetry sample of a drifting device, read by the real Monitor; the
+// first warning goes to the scheduler and ends the episode.
+void PolicySim::on_sample(const Event& e) {
+  auto it = episodes_.find(e.device);
+  if (it == episodes_.end() || e.incarnation != incarnation_[e.device]) return;
+  Episode& ep = it->second;
+  const double frac = std::clamp((now_ - ep.start_s) / (ep.fail_s - ep.start_s), 0.0, 1.0);
+  hal_telemetry_sample_t v[2]{};
+  v[0].id = HAL_FIELD_TEMPERATURE_C;
+  v[0].status = HAL_OK;
+  v[0].type = HAL_VALUE_F64;
+  v[0].value.f64 = 70.0 + 30.0 * frac;  // to 100 °C at the failure
+  size_t n = 1;
+  if (ep.memory) {
+    // Corrected errors climbing to 120 a minute by the failure.
+    ep.ecc += static_cast<uint64_t>(120.0 * frac * s_.telemetry_period_s / 60.0);
+    v[1].id = HAL_FIELD_ECC_CORRECTABLE;
+    v[1].status = HAL_OK;
+    v[1].type = HAL_VALUE_U64;
+    v[1].value.u64 = ep.ecc;
+    n = 2;
+  }
+  ep.monitor->observe_telemetry(e.device, now_, v, n);
+  for (const health::Event& h : ep.monitor->evaluate(now_)) {
+    if (h.kind == health::Event::Kind::state_changed && h.to != health::State::healthy) {
+      const std::string why = h.warning.message.empty() ? health::state_name(h.to) : h.warning.message;
+      episodes_.erase(it);
+      on_warning(e.device, why);
+      return;
+    }
+  }
+  if (now_ + s_.telemetry_period_s < ep.fail_s)
+    push({Event::Kind::sample, now_ + s_.telemetry_period_s, 0, e.device, e.incarnation, e.category, 0});
+}
+
+void PolicySim::on_warning(uint32_t d, const std::string& why) {
+  apply(sched_.on_warning(d, why, now_));
+  if (sched_.pending_migration(d)) {
+    // The next step boundary of the running job.
+    const double to_boundary = s_.step_s - std::fmod(progress_, s_.step_s);
+    push({Event::Kind::boundary, now_ + to_boundary, 0, d, incarnation_[d], 0, 0});
+  }
+}
+
+PolicyResult PolicySim::run() {
+  for (uint32_t d = 0; d < s_.accelerators; ++d) {
+    apply(sched_.add_device(d, 0));
+    apply(sched_.validation_done(d, true, "installed", 0));
+  }
+  apply(sched_.start(0));
+  next_snapshot_ = p_.memory_tier ? p_.snapshot_every_s : kInf;
+  next_disk_ = p_.disk_every_s;
+  for (uint32_t d = 0; d < s_.accelerators; ++d) draw_next(d);
+  for (const ScriptedFailure& f : s_.script) {
+    size_t c = 0;
+    while (s_.failures.categories[c].name != f.category) ++c;  // run() checked the name
+    push({Event::Kind::failure, f.at_s, 0, f.device, 0, c, 0});
+    const double lead = s_.failures.precursor_lead_min * 60.0;
+    if (f.precursor && p_.migrate_on_warning && f.at_s - lead >= 0)
+      push({Event::Kind::precursor, f.at_s - lead, 0, f.device, 0, c, 0});
+  }
+  while (true) {
+    const double t_ext = queue_.empty() ? horizon_ : std::min(queue_.top().t, horizon_);
+    const double t_int = next_internal();
+    const double t = std::min(t_ext, t_int);
+    advance(t);
+    if (t >= horizon_) break;
+    if (t_int <= t_ext) {
+      internal();
+    } else {
+      const Event e = queue_.top();
+      queue_.pop();
+      on_event(e);
+    }
+  }
+  const double total = static_cast<double>(s_.accelerators) * horizon_;
+  r_.utilization = std::max(0.0, r_.ledger.productive) / total;
+  r_.ettr = progress_ / horizon_;
+  for (size_t i = 0; i < per_category_.size(); ++i)
+    r_.by_category.emplace_back(s_.failures.categories[i].name, per_category_[i]);
+  return r_;
+}
+
+// Poisson(m) probabilities for 0..n (log space: exp(-m) underflows for large m).
+std::vector<double> poisson_pmf(double m, size_t n) {
+  std::vector<double> p(n + 1, 0.0);
+  for (size_t k = 0; k <= n; ++k)
+    p[k] = m > 0 ? std::exp(-m + static_cast<double>(k) * std::log(m) - std::lgamma(k + 1.0))
+                 : (k == 0 ? 1.0 : 0.0);
+  return p;
+}
+
+// P(exactly x accelerators out of service) for x < the returned size, in
+// one repair window where `events` failures are expected: D + per_node x N
+// accelerators, D and N Poisson (device and node failures). Truncated ten
+// standard deviations past the mean.
+std::vector<double> out_of_service(double events, double dev_share, double node_share, uint32_t per_node,
+                                   size_t n) {
+  const double mu_d = events * dev_share, mu_n = events * node_share;
+  const double mean = mu_d + per_node * mu_n, sd = std::sqrt(mu_d + double(per_node) * per_node * mu_n);
+  const size_t len = std::min<size_t>(n + 1, static_cast<size_t>(mean + 10 * sd + 2.0 * per_node + 16));
+  const auto pd = poisson_pmf(mu_d, len), pn = poisson_pmf(mu_n, len / per_node + 1);
+  std::vector<double> out(len, 0.0);
+  for (size_t j = 0; j < pn.size() && j * per_node < len; ++j)
+    for (size_t i = 0; i + j * per_node < len; ++i) out[i + j * per_node] += pd[i] * pn[j];
+  return out;
+}
+
+// The smallest pool that runs out with at most `risk` over the job: the
+// job is cut into repair windows, each with the failures the Weibull hazard
+// puts there (infant mortality: many in the first, fewer later), and a
+// window runs out when more accelerators are out at once than the pool
+// holds. The scheduler's size_spares assumes single-device failures at a
+// constant rate; a node failure's block of eight and early-life hazard both
+// break that, so the simulator sizes with the model it draws from.
+uint32_t model_spares(const Scenario& s, double risk) {
+  const FailureModel& f = s.failures;
+  double dev = 0, node = 0, all = 0;
+  for (const Category& c : f.categories) {
+    all += c.weight;
+    if (c.scope == Scope::device) dev += c.weight;
+    if (c.scope == Scope::node) node += c.weight;
+  }
+  if (all <= 0) return 0;
+  const double horizon = s.days * 86400.0, window = f.repair_hours * 3600.0;
+  const double per_device = f.per_accelerator_day * f.rate_multiplier / 86400.0 * horizon;  // H(horizon)
+  auto hazard = [&](double t) {
+    return per_device * std::pow(std::min(t, horizon) / horizon, f.weibull_shape);
+  };
+  std::vector<std::vector<double>> cdfs;
+  size_t len = 1;
+  for (double t0 = 0; t0 < horizon; t0 += window) {
+    const double events = s.accelerators * (hazard(t0 + window) - hazard(t0));
+    auto pmf = out_of_service(events, dev / all, node / all, s.per_node, s.accelerators);
+    for (size_t x = 1; x < pmf.size(); ++x) pmf[x] += pmf[x - 1];
+    len = std::max(len, pmf.size());
+    cdfs.push_back(std::move(pmf));
+  }
+  for (size_t k = 0; k < len; ++k) {
+    double fine = 1;  // no window runs out with k spares
+    for (const auto& c : cdfs) fine *= k < c.size() ? std::min(1.0, c[k]) : 1.0;
+    if (1.0 - fine <= risk) return static_cast<uint32_t>(k);
+  }
+  return static_cast<uint32_t>(std::min<size_t>(len, s.accelerators));
+}
+
+}  // namespace
+
+uint32_t spares_for(const Scenario& s, const Policy& p) {
+  const uint32_t n = s.accelerators;
+  uint32_t k = 0;
+  if (p.spares == SpareRule::fraction) {
+    k = static_cast<uint32_t>(std::ceil(p.spare_fraction * n));
+  } else if (p.spares == SpareRule::model) {
+    k = model_spares(s, p.spare_risk);
+  }
+  if (k >= n)
+    throw Error(Code::invalid_argument, "policy '" + p.name + "' keeps " + std::to_string(k) + " spares of " +
+                                            std::to_string(n) + " accelerators");
+  return k;
+}
+
+PolicyResult simulate(const Scenario& s, const Policy& p) { return PolicySim(s, p).run(); }
+
+}  // namespace sigma::sim::detail

@@ -1,0 +1,169 @@
+// The failure model's public figures and the three standard policies.
+#include <sigma/error.hpp>
+#include <sigma/sim.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+namespace sigma::sim {
+namespace {
+
+// How each Llama 3 interruption cause reaches the job (Table 5's names).
+struct Mapping {
+  const char* name;
+  Scope scope;
+  bool precursor;
+};
+
+constexpr Mapping kMappings[] = {
+    {"faulty_gpu", Scope::device, true},
+    {"gpu_hbm3_memory", Scope::device, true},
+    {"gpu_sram_memory", Scope::device, true},
+    {"gpu_system_processor", Scope::device, true},
+    {"gpu_thermal_interface_sensor", Scope::device, true},
+    {"software_bug", Scope::software, false},
+    {"dependency", Scope::software, false},
+    {"nccl_watchdog_timeout", Scope::hang, false},
+    {"silent_data_corruption", Scope::silent, false},
+    {"network_switch_or_cable", Scope::node, false},
+    {"nic", Scope::node, false},
+    {"host_maintenance_unplanned", Scope::node, false},
+    {"ssd", Scope::node, false},
+    {"power_supply", Scope::node, false},
+    {"server_chassis", Scope::node, false},
+    {"io_expansion_board", Scope::node, false},
+    {"cpu", Scope::node, false},
+    {"system_memory", Scope::node, false},
+};
+
+[[noreturn]] void refuse(const std::string& path, const std::string& field, const std::string& why) {
+  throw Error(Code::invalid_argument, path + ": " + field + ": " + why);
+}
+
+double middle(const nlohmann::json& list, const std::string& path, const std::string& field) {
+  if (!list.is_array() || list.empty() || !list[list.size() / 2].is_number())
+    refuse(path, field, "expected a non-empty list of numbers");
+  return list[list.size() / 2].get<double>();
+}
+
+}  // namespace
+
+const char* scope_name(Scope s) noexcept {
+  switch (s) {
+    case Scope::device:
+      return "device";
+    case Scope::node:
+      return "node";
+    case Scope::software:
+      return "software";
+    case Scope::hang:
+      return "hang";
+    case Scope::silent:
+      return "silent";
+  }
+  return "?";
+}
+
+FailureModel load_failure_model(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) refuse(path, "(file)", "cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    refuse(path, "(syntax)", e.what());
+  }
+  FailureModel m;
+  try {
+    const auto& causes = j.at("llama3_interruptions").at("unexpected_by_cause");
+    for (const Mapping& map : kMappings) {
+      if (!causes.contains(map.name)) continue;
+      const auto& n = causes.at(map.name);
+      if (!n.is_number() || n.get<double>() < 0)
+        refuse(path, std::string("llama3_interruptions.unexpected_by_cause.") + map.name,
+               "expected a count >= 0");
+      m.categories.push_back({map.name, map.scope, n.get<double>(), map.precursor});
+    }
+    for (const auto& [name, n] : causes.items()) {
+      bool known = false;
+      for (const Mapping& map : kMappings) known = known || name == map.name;
+      if (!known)
+        refuse(path, "llama3_interruptions.unexpected_by_cause." + name,
+               "a cause the simulator cannot place");
+    }
+    if (m.categories.empty()) refuse(path, "llama3_interruptions.unexpected_by_cause", "no causes");
+    const auto& rate = j.at("derived_rates").at("llama3_unexpected_per_gpu_day");
+    if (!rate.is_number() || rate.get<double>() <= 0)
+      refuse(path, "derived_rates.llama3_unexpected_per_gpu_day", "expected a positive number");
+    m.per_accelerator_day = rate.get<double>();
+    const auto& a = j.at("early_life_assumptions");
+    m.rate_multiplier =
+        middle(a.at("rate_multiplier_vs_llama3"), path, "early_life_assumptions.rate_multiplier_vs_llama3");
+    m.precursor_fraction =
+        middle(a.at("fraction_of_hardware_failures_with_telemetry_precursor"), path,
+               "early_life_assumptions.fraction_of_hardware_failures_with_telemetry_precursor");
+    m.precursor_lead_min =
+        middle(a.at("precursor_lead_minutes"), path, "early_life_assumptions.precursor_lead_minutes");
+    m.repair_hours = middle(a.at("repair_hours"), path, "early_life_assumptions.repair_hours");
+    const auto& shape = a.at("weibull_shape_infant_mortality");
+    if (!shape.is_number() || shape.get<double>() <= 0)
+      refuse(path, "early_life_assumptions.weibull_shape_infant_mortality", "expected a positive number");
+    m.weibull_shape = shape.get<double>();
+  } catch (const nlohmann::json::out_of_range& e) {
+    refuse(path, "(missing field)", e.what());
+  }
+  return m;
+}
+
+std::vector<Policy> standard_policies() {
+  Policy reactive;
+  reactive.name = "reactive";
+  reactive.spares = SpareRule::model;  // the cluster scheduler finds replacement nodes
+  reactive.disk_every_s = 1800;
+  reactive.disk_stall_s = 60;  // a synchronous save
+  reactive.disk_restore_s = 300;
+  reactive.crash_detect_s = 60;
+  reactive.hang_detect_s = 600;  // NCCL's watchdog
+  reactive.sdc_detect_s = 4 * 3600.0;
+  reactive.full_restart = true;
+  reactive.restart_s = 900;
+
+  Policy paper;
+  paper.name = "sigma-paper";
+  paper.spares = SpareRule::fraction;
+  paper.spare_fraction = 0.034;
+  paper.disk_every_s = 1800;
+  paper.disk_stall_s = 60;
+  paper.disk_restore_s = 300;
+  paper.crash_detect_s = 30;
+  paper.hang_detect_s = 90;
+  paper.sdc_detect_s = 3600;
+  paper.full_restart = true;
+  paper.restart_s = 600;
+  paper.migrate_on_warning = true;
+  paper.migrate_s = 60;
+
+  Policy ours;
+  ours.name = "libsigma";
+  ours.spares = SpareRule::model;
+  ours.spare_risk = 0.01;
+  ours.disk_every_s = 1800;
+  ours.disk_stall_s = 1;  // asynchronous: the snapshot copy only
+  ours.disk_restore_s = 300;
+  ours.memory_tier = true;
+  ours.snapshot_every_s = 100;  // every 10 steps of 10 s
+  ours.snapshot_stall_s = 1;
+  ours.memory_restore_s = 5;
+  ours.crash_detect_s = 1;
+  ours.hang_detect_s = 5;
+  ours.sdc_detect_s = 20;  // the guardrails' cross-rank check, two steps
+  ours.full_restart = false;
+  ours.replace_s = 60;
+  ours.restart_s = 600;
+  ours.migrate_on_warning = true;
+  ours.migrate_s = 10;
+  return {reactive, paper, ours};
+}
+
+}  // namespace sigma::sim

@@ -1,0 +1,96 @@
+// The simulator's results as JSON and as a table.
+#include <sigma/sim.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <sstream>
+
+namespace sigma::sim {
+namespace {
+
+nlohmann::json ledger_json(const Ledger& l) {
+  return {{"productive", l.productive}, {"lost_work", l.lost_work}, {"detection", l.detection},
+          {"restart", l.restart},       {"restore", l.restore},     {"checkpoint", l.checkpoint},
+          {"migration", l.migration},   {"paused", l.paused},       {"spare", l.spare},
+          {"repair", l.repair},         {"total", l.total()}};
+}
+
+nlohmann::json policy_json(const PolicyResult& p) {
+  nlohmann::json cats = nlohmann::json::object();
+  for (const auto& [name, n] : p.by_category) cats[name] = n;
+  return {{"policy", p.policy},
+          {"world", p.world},
+          {"spares", p.spares},
+          {"effective_accelerator_utilization", p.utilization},
+          {"effective_training_time_ratio", p.ettr},
+          {"failures", p.failures},
+          {"incidents", p.incidents},
+          {"migrations", p.migrations},
+          {"averted", p.averted},
+          {"restores", {{"memory", p.restores_memory}, {"disk", p.restores_disk}}},
+          {"pauses", p.pauses},
+          {"failures_by_category", cats},
+          {"accelerator_seconds", ledger_json(p.ledger)}};
+}
+
+nlohmann::json scenario_json(const Scenario& s) {
+  const FailureModel& f = s.failures;
+  return {{"seed", s.seed},
+          {"accelerators", s.accelerators},
+          {"per_node", s.per_node},
+          {"days", s.days},
+          {"step_s", s.step_s},
+          {"failures",
+           {{"per_accelerator_day", f.per_accelerator_day},
+            {"rate_multiplier", f.rate_multiplier},
+            {"weibull_shape", f.weibull_shape},
+            {"precursor_fraction", f.precursor_fraction},
+            {"precursor_lead_min", f.precursor_lead_min},
+            {"repair_hours", f.repair_hours}}}};
+}
+
+}  // namespace
+
+std::string to_json(const std::vector<Result>& results) {
+  nlohmann::json runs = nlohmann::json::array();
+  for (const Result& r : results) {
+    nlohmann::json ps = nlohmann::json::array();
+    for (const PolicyResult& p : r.policies) ps.push_back(policy_json(p));
+    runs.push_back({{"scenario", scenario_json(r.scenario)}, {"policies", ps}});
+  }
+  return nlohmann::json{{"runs", runs}}.dump(2) + "\n";
+}
+
+std::string to_table(const Result& r) {
+  std::ostringstream o;
+  const FailureModel& f = r.scenario.failures;
+  char line[512];
+  std::snprintf(
+      line, sizeof line,
+      "%u accelerators x %.1f days, seed %llu; rate x%.3g, Weibull %.2f, precursors %.0f%% at %.0f min, "
+      "repair %.0f h\n",
+      r.scenario.accelerators, r.scenario.days, static_cast<unsigned long long>(r.scenario.seed),
+      f.rate_multiplier, f.weibull_shape, f.precursor_fraction * 100, f.precursor_lead_min, f.repair_hours);
+  o << line;
+  o << "policy        spares  util    ETTR    fail  incid  migr  mem/disk  | lost %: work  detect restart "
+       "restore ckpt  migr  paused spare repair\n";
+  for (const PolicyResult& p : r.policies) {
+    const double t = p.ledger.total() > 0 ? p.ledger.total() : 1;
+    const Ledger& l = p.ledger;
+    std::snprintf(
+        line, sizeof line,
+        "%-13s %6u  %6.2f%% %6.2f%% %5llu %6llu %5llu %4llu/%-4llu |      %5.2f %6.2f %7.2f %7.2f %5.2f "
+        "%5.2f %6.2f %5.2f %6.2f\n",
+        p.policy.c_str(), p.spares, p.utilization * 100, p.ettr * 100,
+        static_cast<unsigned long long>(p.failures), static_cast<unsigned long long>(p.incidents),
+        static_cast<unsigned long long>(p.migrations), static_cast<unsigned long long>(p.restores_memory),
+        static_cast<unsigned long long>(p.restores_disk), 100 * l.lost_work / t, 100 * l.detection / t,
+        100 * l.restart / t, 100 * l.restore / t, 100 * l.checkpoint / t, 100 * l.migration / t,
+        100 * l.paused / t, 100 * l.spare / t, 100 * l.repair / t);
+    o << line;
+  }
+  return o.str();
+}
+
+}  // namespace sigma::sim

@@ -1,0 +1,72 @@
+// run() and sweep(): every policy of a scenario, every point of a sweep.
+#include "engine.hpp"
+
+#include <sigma/error.hpp>
+#include <sigma/sim.hpp>
+
+#include <tbb/parallel_for.h>
+
+#include <cmath>
+
+namespace sigma::sim {
+namespace {
+
+void check(const Scenario& s) {
+  auto bad = [](const std::string& why) { throw Error(Code::invalid_argument, "sim: " + why); };
+  if (s.accelerators < 2) bad("a cluster needs at least 2 accelerators");
+  if (s.per_node == 0) bad("per_node must be at least 1");
+  if (!(s.days > 0) || !std::isfinite(s.days)) bad("days must be a positive number");
+  if (!(s.step_s > 0) || !std::isfinite(s.step_s)) bad("step_s must be a positive number");
+  if (!(s.telemetry_period_s > 0)) bad("telemetry_period_s must be positive");
+  if (s.failures.categories.empty()) bad("the failure model has no categories");
+  if (!(s.failures.weibull_shape > 0)) bad("the Weibull shape must be positive");
+  if (!(s.failures.repair_hours > 0)) bad("repair_hours must be positive");
+  if (s.policies.empty()) bad("no policy to run");
+  for (const ScriptedFailure& f : s.script) {
+    if (f.device >= s.accelerators)
+      bad("scripted failure on device " + std::to_string(f.device) + " of " + std::to_string(s.accelerators));
+    if (!(f.at_s >= 0) || !std::isfinite(f.at_s)) bad("scripted failure at a negative or infinite time");
+    bool known = false;
+    for (const Category& c : s.failures.categories) known = known || c.name == f.category;
+    if (!known) bad("scripted failure of unknown category '" + f.category + "'");
+  }
+  for (const Policy& p : s.policies)
+    if (p.memory_tier && !(p.snapshot_every_s > 0))
+      bad("policy '" + p.name + "': a memory tier needs snapshot_every_s");
+}
+
+}  // namespace
+
+double Ledger::total() const noexcept {
+  return productive + lost_work + detection + restart + restore + checkpoint + migration + paused + spare +
+         repair;
+}
+
+Result run(const Scenario& scenario) {
+  check(scenario);
+  Result r;
+  r.scenario = scenario;
+  for (const Policy& p : scenario.policies) r.policies.push_back(detail::simulate(scenario, p));
+  return r;
+}
+
+std::vector<Result> sweep(const Scenario& base, const SweepAxes& axes) {
+  check(base);
+  std::vector<Scenario> points;
+  for (double m : axes.rate_multiplier)
+    for (double f : axes.precursor_fraction)
+      for (double lead : axes.precursor_lead_min)
+        for (double repair : axes.repair_hours) {
+          Scenario s = base;
+          s.failures.rate_multiplier = m;
+          s.failures.precursor_fraction = f;
+          s.failures.precursor_lead_min = lead;
+          s.failures.repair_hours = repair;
+          points.push_back(std::move(s));
+        }
+  std::vector<Result> out(points.size());
+  tbb::parallel_for(size_t{0}, points.size(), [&](size_t i) { out[i] = run(points[i]); });
+  return out;
+}
+
+}  // namespace sigma::sim

@@ -1,0 +1,25 @@
+// Which state a simulated recovery restores, asked of the agent's own
+// restore planner (runtime::recovery::plan_restore) on a reduced world that
+// gives the same answer as the whole one: the failed ranks, their ring
+// successors (which hold their replicas) and nothing else, in rank order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sigma::sim::detail {
+
+struct TierChoice {
+  std::string tier;  // "memory", "disk", "none" (a fresh start) or "lost" (nothing to restore)
+  uint64_t step = 0;
+};
+
+// `failed`: ranks whose memory is gone (ascending); `everyone` when every
+// process restarts. `snapshots`: the steps every survivor holds in memory
+// and as replicas; `disk`: committed checkpoints.
+TierChoice choose_restore(uint32_t world, const std::vector<uint32_t>& failed, bool everyone,
+                          const std::vector<uint64_t>& snapshots, const std::vector<uint64_t>& disk,
+                          uint64_t steps_done);
+
+}  // namespace sigma::sim::detail

@@ -1,0 +1,235 @@
+// The cluster simulator: determinism, conservation of accelerator-seconds,
+// a hand-computed case, the tiers the restore planner picks, proactive
+// migration through the real health monitor, and refused inputs.
+#include <sigma/error.hpp>
+#include <sigma/sim.hpp>
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace sim = sigma::sim;
+
+namespace {
+
+std::string model_path() { return std::string(SIGMA_SOURCE_DIR) + "/data/failure-model.json"; }
+
+sim::Scenario base(uint32_t accelerators, double days) {
+  sim::Scenario s;
+  s.failures = sim::load_failure_model(model_path());
+  s.accelerators = accelerators;
+  s.days = days;
+  s.policies = sim::standard_policies();
+  return s;
+}
+
+const sim::Policy& standard(const std::string& name) {
+  static const auto all = sim::standard_policies();
+  for (const auto& p : all)
+    if (p.name == name) return p;
+  throw std::runtime_error("no policy " + name);
+}
+
+std::string write(const std::string& name, const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / ("sigma_sim_test." + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+}  // namespace
+
+TEST(ClusterSim, TheSameSeedGivesTheSameResultByteForByte) {
+  const auto s = base(512, 20);
+  const std::string a = sim::to_json({sim::run(s)}), b = sim::to_json({sim::run(s)});
+  EXPECT_EQ(a, b);
+  auto other = s;
+  other.seed = 2;
+  EXPECT_NE(a, sim::to_json({sim::run(other)}));
+}
+
+TEST(ClusterSim, EveryAcceleratorSecondIsBookedOnce) {
+  sim::SweepAxes axes;
+  axes.rate_multiplier = {2, 10};
+  axes.precursor_fraction = {0.0, 0.6};
+  axes.precursor_lead_min = {5, 120};
+  axes.repair_hours = {4, 72};
+  for (const auto& r : sim::sweep(base(256, 10), axes)) {
+    const double total = 256.0 * 10 * 86400;
+    for (const auto& p : r.policies) {
+      EXPECT_NEAR(p.ledger.total(), total, total * 1e-9) << p.policy;
+      EXPECT_GE(p.ledger.productive, 0) << p.policy;
+      EXPECT_NEAR(p.utilization * total, p.ledger.productive, total * 1e-9);
+      EXPECT_LE(p.utilization, p.ettr + 1e-12) << p.policy;  // spares and repairs are in the denominator
+    }
+  }
+}
+
+// 4 accelerators, one spare, one job of 3 ranks for a day; device 0 dies
+// at t = 5000 s. Disk checkpoints every 3600 s of progress (free), detection
+// 10 s, a full restart 100 s, a restore 50 s; the repair outlasts the day.
+TEST(ClusterSim, OneFailureWithKnownCostsGivesTheHandComputedLedger) {
+  auto s = base(4, 1);
+  s.per_node = 1;
+  s.failures.rate_multiplier = 0;  // the scripted failure only
+  s.failures.repair_hours = 48;
+  s.script = {{5000, 0, "faulty_gpu", false}};
+  sim::Policy p;
+  p.name = "hand";
+  p.spares = sim::SpareRule::fraction;
+  p.spare_fraction = 0.25;
+  p.disk_every_s = 3600;
+  p.disk_stall_s = 0;
+  p.disk_restore_s = 50;
+  p.crash_detect_s = 10;
+  p.full_restart = true;
+  p.restart_s = 100;
+  s.policies = {p};
+  const auto r = sim::run(s).policies.at(0);
+  const double kept = 3600 + (86400 - 5160);  // progress: the checkpoint, then after the stall
+  EXPECT_EQ(r.world, 3u);
+  EXPECT_EQ(r.spares, 1u);
+  EXPECT_EQ(r.incidents, 1u);
+  EXPECT_EQ(r.restores_disk, 1u);
+  EXPECT_DOUBLE_EQ(r.ledger.productive, 3 * kept);
+  EXPECT_DOUBLE_EQ(r.ledger.lost_work, 3 * 1400.0);
+  EXPECT_DOUBLE_EQ(r.ledger.detection, 30);
+  EXPECT_DOUBLE_EQ(r.ledger.restart, 300);
+  EXPECT_DOUBLE_EQ(r.ledger.restore, 150);
+  EXPECT_DOUBLE_EQ(r.ledger.spare, 5000);           // device 3 waited until it replaced device 0
+  EXPECT_DOUBLE_EQ(r.ledger.repair, 86400 - 5000);  // device 0 from its failure on
+  EXPECT_DOUBLE_EQ(r.ettr, kept / 86400);
+}
+
+// The restore planner decides the tier: a lone device's rank is restored
+// from its ring successor's replica; a node failure takes the successors
+// with it (ranks are consecutive on a node), so the disk it is.
+TEST(ClusterSim, ThePlannerRestoresFromMemoryUnlessTheReplicaDiedToo) {
+  auto s = base(32, 1);
+  s.failures.rate_multiplier = 0;
+  s.policies = {standard("libsigma")};
+  s.policies[0].spares = sim::SpareRule::fraction;
+  s.policies[0].spare_fraction = 0.3;
+  s.script = {{20000, 3, "faulty_gpu", false}};
+  auto r = sim::run(s).policies.at(0);
+  EXPECT_EQ(r.restores_memory, 1u);
+  EXPECT_EQ(r.restores_disk, 0u);
+  s.script = {{20000, 3, "power_supply", false}};  // node 0: devices 0-7
+  r = sim::run(s).policies.at(0);
+  EXPECT_EQ(r.restores_memory, 0u);
+  EXPECT_EQ(r.restores_disk, 1u);
+  EXPECT_GT(r.ledger.repair, 8 * (86400 - 20000) - 1);
+}
+
+// A failure with a precursor: the synthetic temperature ramp reaches the
+// real health monitor, the real scheduler migrates the rank at a step
+// boundary, and the failure lands on a device the job has left.
+TEST(ClusterSim, APrecursorLeadsToAMigrationAndTheFailureMissesTheJob) {
+  auto s = base(16, 1);
+  s.failures.rate_multiplier = 0;
+  s.failures.precursor_lead_min = 30;
+  s.policies = {standard("libsigma"), standard("reactive")};
+  for (auto& p : s.policies) {
+    p.spares = sim::SpareRule::fraction;
+    p.spare_fraction = 0.25;
+  }
+  s.script = {{40000, 2, "faulty_gpu", true}};
+  const auto r = sim::run(s);
+  const auto& ours = r.policies.at(0);
+  EXPECT_EQ(ours.migrations, 1u);
+  EXPECT_EQ(ours.averted, 1u);
+  EXPECT_EQ(ours.incidents, 0u);
+  EXPECT_DOUBLE_EQ(ours.ledger.lost_work, 0);
+  const auto& reactive = r.policies.at(1);  // watches no telemetry
+  EXPECT_EQ(reactive.migrations, 0u);
+  EXPECT_EQ(reactive.incidents, 1u);
+  EXPECT_GT(reactive.ledger.lost_work, 0);
+}
+
+TEST(ClusterSim, SilentCorruptionRollsBackToStateFromBeforeIt) {
+  auto s = base(16, 1);
+  s.failures.rate_multiplier = 0;
+  s.policies = {standard("libsigma")};
+  s.policies[0].spares = sim::SpareRule::fraction;
+  s.policies[0].spare_fraction = 0.25;
+  s.script = {{30000, 5, "silent_data_corruption", false}};
+  const auto r = sim::run(s).policies.at(0);
+  EXPECT_EQ(r.incidents, 1u);
+  EXPECT_EQ(r.restores_memory, 1u);
+  // Found 20 s later; the newest snapshot from before it is at most 100 s older.
+  EXPECT_GT(r.ledger.lost_work, 0);
+  EXPECT_LE(r.ledger.lost_work, r.world * (20.0 + 100.0 + 1.0));
+}
+
+TEST(ClusterSim, TheStandardPoliciesRankAsExpectedOnAnEarlyLifeCluster) {
+  const auto r = sim::run(base(2048, 30));
+  ASSERT_EQ(r.policies.size(), 3u);
+  const auto &reactive = r.policies[0], &paper = r.policies[1], &ours = r.policies[2];
+  EXPECT_GT(ours.ettr, paper.ettr);
+  EXPECT_GT(paper.ettr, reactive.ettr);
+  EXPECT_GT(ours.failures, 100u);
+  EXPECT_GT(ours.migrations, 0u);
+}
+
+TEST(ClusterSim, ScenarioFilesAreCheckedKeyByKeyWithFileAndLine) {
+  const auto model = sim::load_failure_model(model_path());
+  const std::string good = write("good.yaml",
+                                 "seed: 3\naccelerators: 64\ndays: 2\nfailures:\n  rate_multiplier: 2\n"
+                                 "policies:\n  - name: libsigma\n  - name: fast\n    base: reactive\n"
+                                 "    restart_s: 60\nscript:\n  - {at_s: 100, device: 3, category: nic}\n");
+  const auto s = sim::load_scenario(good, model);
+  EXPECT_EQ(s.seed, 3u);
+  EXPECT_EQ(s.accelerators, 64u);
+  EXPECT_EQ(s.failures.rate_multiplier, 2);
+  ASSERT_EQ(s.policies.size(), 2u);
+  EXPECT_EQ(s.policies[1].name, "fast");
+  EXPECT_EQ(s.policies[1].restart_s, 60);
+  EXPECT_EQ(s.policies[1].disk_every_s, standard("reactive").disk_every_s);
+  ASSERT_EQ(s.script.size(), 1u);
+  auto refused = [&](const std::string& text, const std::string& want) {
+    const std::string path = write("bad.yaml", text);
+    try {
+      sim::load_scenario(path, model);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const sigma::Error& e) {
+      EXPECT_EQ(e.code(), sigma::Code::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused("accelerators: 64\ndays: -1\n", "bad.yaml:2: days");
+  refused("accelerators: 64\nflux: 1\n", "bad.yaml:2: flux");
+  refused("policies:\n  - name: mine\n", "bad.yaml:2: policies[0].name: 'mine' is not a standard policy");
+  refused("policies:\n  - name: libsigma\n    spares: many\n", "bad.yaml:3: policies[0].spares");
+  refused("script:\n  - {at_s: 1, device: 0, category: gremlins}\n", "script[0].category");
+  refused("failures:\n  model: missing.json\n", "bad.yaml:2: failures.model");
+  refused("days: [1\n", "(syntax): end of sequence flow not found");
+}
+
+TEST(ClusterSim, AFailureModelThatCannotBeReadIsRefusedWithTheField) {
+  const std::string bad =
+      write("model.json", R"({"llama3_interruptions": {"unexpected_by_cause": {"gremlins": 3}}})");
+  try {
+    sim::load_failure_model(bad);
+    FAIL() << "accepted";
+  } catch (const sigma::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected_by_cause.gremlins"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(sim::load_failure_model(write("syntax.json", "{")), sigma::Error);
+  EXPECT_THROW(sim::load_failure_model("/nonexistent/model.json"), sigma::Error);
+}
+
+TEST(ClusterSim, ImpossibleScenariosAreRefused) {
+  auto s = base(64, 1);
+  s.script = {{10, 64, "nic", false}};
+  EXPECT_THROW(sim::run(s), sigma::Error);
+  s = base(64, 1);
+  s.policies[0].spares = sim::SpareRule::fraction;
+  s.policies[0].spare_fraction = 1.0;
+  EXPECT_THROW(sim::run(s), sigma::Error);
+  s = base(1, 1);
+  EXPECT_THROW(sim::run(s), sigma::Error);
+}
