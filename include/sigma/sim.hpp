@@ -53,6 +53,8 @@ struct FailureModel {
 // and the categories with their counts; the assumptions take the middle of
 // each swept list. Throws Error(invalid_argument) naming the file and field.
 SIGMA_EXPORT FailureModel load_failure_model(const std::string& path);
+// The same from the file's text; `name` is the file named in errors.
+SIGMA_EXPORT FailureModel parse_failure_model(const std::string& json, const std::string& name);
 
 enum class SpareRule : int { none, fraction, model };
 
@@ -111,6 +113,10 @@ struct Scenario {
 // and change what they list. Throws Error(invalid_argument)
 // "file:line: key: why".
 SIGMA_EXPORT Scenario load_scenario(const std::string& path, const FailureModel& defaults);
+// The same from the file's text; `name` is the file named in errors and the
+// folder of its relative paths.
+SIGMA_EXPORT Scenario parse_scenario(const std::string& yaml, const std::string& name,
+                                     const FailureModel& defaults);
 
 // Accelerator-seconds by what they were spent on; they add up to
 // accelerators x duration.

@@ -41,10 +41,16 @@ constexpr Mapping kMappings[] = {
   throw Error(Code::invalid_argument, path + ": " + field + ": " + why);
 }
 
-double middle(const nlohmann::json& list, const std::string& path, const std::string& field) {
+// The middle of a list of swept values, within [lo, hi].
+double middle(const nlohmann::json& list, const std::string& path, const std::string& field, double lo,
+              double hi) {
   if (!list.is_array() || list.empty() || !list[list.size() / 2].is_number())
     refuse(path, field, "expected a non-empty list of numbers");
-  return list[list.size() / 2].get<double>();
+  const double v = list[list.size() / 2].get<double>();
+  if (!(v >= lo && v <= hi))
+    refuse(path, field,
+           "the middle value is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
 }
 
 }  // namespace
@@ -66,23 +72,34 @@ const char* scope_name(Scope s) noexcept {
 }
 
 FailureModel load_failure_model(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) refuse(path, "(file)", "cannot open");
+  std::string text;
+  constexpr size_t kMax = size_t{1} << 20;
+  text.resize(kMax + 1);
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMax) refuse(path, "(file)", "larger than 1 MiB");
+  return parse_failure_model(text, path);
+}
+
+FailureModel parse_failure_model(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     refuse(path, "(syntax)", e.what());
   }
+  if (!j.is_object()) refuse(path, "(top level)", "expected an object");
   FailureModel m;
   try {
     const auto& causes = j.at("llama3_interruptions").at("unexpected_by_cause");
     for (const Mapping& map : kMappings) {
       if (!causes.contains(map.name)) continue;
       const auto& n = causes.at(map.name);
-      if (!n.is_number() || n.get<double>() < 0)
+      if (!n.is_number() || !(n.get<double>() >= 0 && n.get<double>() <= 1e9))
         refuse(path, std::string("llama3_interruptions.unexpected_by_cause.") + map.name,
-               "expected a count >= 0");
+               "expected a count in [0, 1e9]");
       m.categories.push_back({map.name, map.scope, n.get<double>(), map.precursor});
     }
     for (const auto& [name, n] : causes.items()) {
@@ -94,24 +111,27 @@ FailureModel load_failure_model(const std::string& path) {
     }
     if (m.categories.empty()) refuse(path, "llama3_interruptions.unexpected_by_cause", "no causes");
     const auto& rate = j.at("derived_rates").at("llama3_unexpected_per_gpu_day");
-    if (!rate.is_number() || rate.get<double>() <= 0)
-      refuse(path, "derived_rates.llama3_unexpected_per_gpu_day", "expected a positive number");
+    if (!rate.is_number() || !(rate.get<double>() > 0 && rate.get<double>() <= 1))
+      refuse(path, "derived_rates.llama3_unexpected_per_gpu_day", "expected a number in (0, 1]");
     m.per_accelerator_day = rate.get<double>();
     const auto& a = j.at("early_life_assumptions");
-    m.rate_multiplier =
-        middle(a.at("rate_multiplier_vs_llama3"), path, "early_life_assumptions.rate_multiplier_vs_llama3");
+    m.rate_multiplier = middle(a.at("rate_multiplier_vs_llama3"), path,
+                               "early_life_assumptions.rate_multiplier_vs_llama3", 0, 1e6);
     m.precursor_fraction =
         middle(a.at("fraction_of_hardware_failures_with_telemetry_precursor"), path,
-               "early_life_assumptions.fraction_of_hardware_failures_with_telemetry_precursor");
+               "early_life_assumptions.fraction_of_hardware_failures_with_telemetry_precursor", 0, 1);
     m.precursor_lead_min =
-        middle(a.at("precursor_lead_minutes"), path, "early_life_assumptions.precursor_lead_minutes");
-    m.repair_hours = middle(a.at("repair_hours"), path, "early_life_assumptions.repair_hours");
+        middle(a.at("precursor_lead_minutes"), path, "early_life_assumptions.precursor_lead_minutes", 0, 1e6);
+    m.repair_hours = middle(a.at("repair_hours"), path, "early_life_assumptions.repair_hours", 0.01, 1e6);
     const auto& shape = a.at("weibull_shape_infant_mortality");
-    if (!shape.is_number() || shape.get<double>() <= 0)
-      refuse(path, "early_life_assumptions.weibull_shape_infant_mortality", "expected a positive number");
+    if (!shape.is_number() || !(shape.get<double>() >= 0.05 && shape.get<double>() <= 10))
+      refuse(path, "early_life_assumptions.weibull_shape_infant_mortality",
+             "expected a number in [0.05, 10]");
     m.weibull_shape = shape.get<double>();
   } catch (const nlohmann::json::out_of_range& e) {
     refuse(path, "(missing field)", e.what());
+  } catch (const nlohmann::json::type_error& e) {
+    refuse(path, "(wrong type)", e.what());
   }
   return m;
 }

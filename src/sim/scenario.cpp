@@ -112,9 +112,19 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
 }  // namespace
 
 Scenario load_scenario(const std::string& path, const FailureModel& defaults) {
+  std::string text;
+  try {
+    text = yaml::read_file(path);
+  } catch (const yaml::Refused& r) {
+    throw Error(Code::invalid_argument, r.message);
+  }
+  return parse_scenario(text, path, defaults);
+}
+
+Scenario parse_scenario(const std::string& text, const std::string& path, const FailureModel& defaults) {
   try {
     const yaml::Reader y(path);
-    const YAML::Node root = yaml::parse(yaml::read_file(path), path);
+    const YAML::Node root = yaml::parse(text, path);
     y.only_keys(root, "",
                 {"seed", "accelerators", "per_node", "days", "step_s", "telemetry_period_s", "failures",
                  "policies", "script"});
