@@ -81,7 +81,8 @@ class PolicySim {
   void on_event(const Event& e);
   void on_failure(const Event& e);
   void hardware_fault(const std::vector<uint32_t>& devices, const std::string& reason);
-  void job_fault(const std::vector<uint32_t>& ranks, bool everyone, double detect_s, double since_progress);
+  std::string job_fault(const std::vector<uint32_t>& ranks, bool everyone, double detect_s,
+                        double since_progress);
   void to_repair(uint32_t device);
   void on_sample(const Event& e);
   void on_warning(uint32_t device, const std::string& why);
@@ -107,7 +108,6 @@ class PolicySim {
   uint64_t n_job_ = 0, n_spare_ = 0, n_out_ = 0;
   std::map<uint32_t, Episode> episodes_;
   std::vector<uint64_t> per_category_;
-  std::string last_tier_;
 };
 
 scheduler::Config sched_config(const Scenario& s, const Policy& p) {
@@ -325,8 +325,7 @@ void PolicySim::hardware_fault(const std::vector<uint32_t>& devices, const std::
     if (auto r = sched_.rank_of(d)) ranks.push_back(*r);
   std::sort(ranks.begin(), ranks.end());
   const bool job_hit = !ranks.empty();
-  if (job_hit) job_fault(ranks, p_.full_restart, p_.crash_detect_s, -1);
-  const bool memory_ok = job_hit && last_tier_ == "memory";
+  const bool memory_ok = job_hit && job_fault(ranks, p_.full_restart, p_.crash_detect_s, -1) == "memory";
   for (uint32_t d : devices) {
     if (!in_repair_[d]) apply(sched_.on_fault(d, reason, memory_ok, now_));  // cordons: repair starts
   }
@@ -334,8 +333,9 @@ void PolicySim::hardware_fault(const std::vector<uint32_t>& devices, const std::
 
 // The job stops: roll back to what the planner restores, then detection,
 // restart and restore stall it. `since` >= 0: state newer than that
-// progress is corrupt and may not be restored.
-void PolicySim::job_fault(const std::vector<uint32_t>& ranks, bool everyone, double detect_s, double since) {
+// progress is corrupt and may not be restored. Returns the tier restored.
+std::string PolicySim::job_fault(const std::vector<uint32_t>& ranks, bool everyone, double detect_s,
+                                 double since) {
   ++r_.incidents;
   const double limit = since >= 0 ? since : progress_;
   std::vector<uint64_t> snaps, disk;
@@ -346,7 +346,6 @@ void PolicySim::job_fault(const std::vector<uint32_t>& ranks, bool everyone, dou
   const bool memory = p_.memory_tier && !everyone;
   const TierChoice c = choose_restore(sched_.world_size(), ranks, !memory,
                                       memory ? snaps : std::vector<uint64_t>{}, disk, step_of(progress_));
-  last_tier_ = c.tier;
   double back_to = 0;
   if (c.tier == "memory") {
     ++r_.restores_memory;
@@ -372,6 +371,7 @@ void PolicySim::job_fault(const std::vector<uint32_t>& ranks, bool everyone, dou
                            : c.tier == "disk" ? p_.disk_restore_s
                                               : 0;
   stalls_.push_back({Phase::restore, restore_s});
+  return c.tier;
 }
 
 // One telemetry sample of a drifting device, read by the real Monitor; the
