@@ -64,6 +64,16 @@ struct Config {
   bool proactive_migration = true;
   bool allow_shrink = false;    // degraded mode may shrink the data-parallel world
   uint32_t min_world_size = 1;  // ... but never below this
+  // Locality: devices fall into groups of this many consecutive ids (a node,
+  // a rack); 0 is one group. start() spreads the ranks over the groups in
+  // proportion to their devices, so each keeps spares; a rank is replaced
+  // from its own group's spares first and migrates only within its group.
+  uint32_t group_size = 0;
+  // This scheduler is one group's controller inside a Hierarchy: at a hard
+  // fault with no spare it emits `escalate` and holds the rank missing;
+  // shrinking, pausing and resuming are the root's, and validation_done
+  // does not fill a missing rank by itself (fill_missing does).
+  bool escalate = false;
 };
 
 inline constexpr uint32_t kNone = UINT32_MAX;
@@ -82,6 +92,7 @@ struct Action {
     shrink,               // degraded: continue with `world_size` ranks, `rank` dropped
     pause,                // degraded: no spare and no shrinking; wait for a repaired device
     resume,               // leaving pause
+    escalate,             // a group controller has no spare for `rank` (lost `device`): the root decides
   } kind;
   uint32_t device = kNone;
   uint32_t rank = kNone;
@@ -91,6 +102,12 @@ struct Action {
   std::string reason;
   double at_s = 0;
 };
+
+// The ranks each group runs when `world` ranks spread over groups with
+// these numbers of available devices: in proportion, the remainder to the
+// groups with the most left over (lowest first), never more than a group
+// has. Throws Error(unavailable) when the groups hold fewer than `world`.
+SIGMA_EXPORT std::vector<uint32_t> split_world(uint32_t world, const std::vector<uint32_t>& available);
 
 // "validate", "admit", ... as written in journals.
 SIGMA_EXPORT const char* action_name(Action::Kind k) noexcept;
@@ -107,6 +124,9 @@ class SIGMA_EXPORT Scheduler {
   // Assigns ranks 0..world-1 to available devices, lowest id first; the rest
   // stay spares. Throws Error(unavailable) when too few devices are available.
   std::vector<Action> start(double t_s);
+  // The same with `world` ranks instead of Config::world_size (a group
+  // controller learns its share at start; 0 is allowed when escalating).
+  std::vector<Action> start(double t_s, uint32_t world);
 
   // An early warning (the health monitor's suspect/failing). In use: the
   // device turns suspect and, with a spare and proactive migration on, a
@@ -125,11 +145,29 @@ class SIGMA_EXPORT Scheduler {
   // the job is paused, a device that then passes validation resumes it.
   std::vector<Action> on_repaired(uint32_t device, double t_s);
 
+  // What a Hierarchy's root does with its group controllers. Each throws
+  // Error(invalid_argument) when the device or rank is not as stated.
+  // A device handed over by another group joins in `state` (available or
+  // cordoned); release() forgets one (an unreserved spare or a cordoned
+  // device) so that another group can adopt it.
+  void adopt(uint32_t device, DeviceState state);
+  void release(uint32_t device);
+  // The first missing rank (escalated or paused) runs on the available
+  // `device` from now on: replace (of `failed`, kNone after a pause) and
+  // restore from `tier`.
+  std::vector<Action> fill_missing(uint32_t device, uint32_t failed, const std::string& tier,
+                                   const std::string& reason, double t_s);
+  // The first missing rank is dropped: ranks above it move down by one.
+  void drop_missing();
+
   DeviceState state(uint32_t device) const;  // throws invalid_argument if unknown
+  bool knows(uint32_t device) const { return devices_.count(device) != 0; }
   std::optional<uint32_t> device_of(uint32_t rank) const;
   std::optional<uint32_t> rank_of(uint32_t device) const;  // the rank a device runs, if any
   std::vector<uint32_t> spares() const;                    // available devices, ascending
   uint32_t world_size() const noexcept { return world_size_; }
+  // Ranks without a device: the job is paused (a group controller: waiting
+  // for its root).
   bool paused() const noexcept { return !missing_ranks_.empty(); }
   std::optional<uint32_t> pending_migration(uint32_t device) const;  // the target spare
   const std::vector<Action>& history() const noexcept { return history_; }
@@ -137,7 +175,10 @@ class SIGMA_EXPORT Scheduler {
  private:
   std::vector<Action> emit(std::vector<Action> actions);
   DeviceState& at(uint32_t device);
-  std::optional<uint32_t> take_spare(uint32_t exclude);
+  std::optional<uint32_t> take_spare(uint32_t exclude, bool other_groups);
+  uint32_t group_of_device(uint32_t device) const;
+  uint32_t group_of_rank(uint32_t rank) const;
+  void renumber_without(uint32_t rank);
   void set_state(uint32_t device, DeviceState s);
   void bind(uint32_t rank, uint32_t device);
   void unbind(uint32_t rank);
@@ -156,6 +197,7 @@ class SIGMA_EXPORT Scheduler {
   std::set<uint32_t> reserved_;               // spares a migration counts on (migrations_'s values)
   std::map<uint32_t, uint32_t> migrations_;   // suspect device -> reserved spare
   std::vector<uint32_t> missing_ranks_;       // paused: ranks without a device
+  std::vector<uint32_t> group_ranks_;         // ranks per group, in rank order (start)
   std::vector<Action> history_;
 };
 

@@ -53,6 +53,8 @@ const char* action_name(Action::Kind k) noexcept {
       return "pause";
     case Action::Kind::resume:
       return "resume";
+    case Action::Kind::escalate:
+      return "escalate";
   }
   return "unknown";
 }
@@ -114,6 +116,30 @@ SparePlan size_spares(uint32_t n, const FailureModel& m) {
                 plan.risk, plan.expected_failures, m.job_hours);
   plan.rule = buf;
   return plan;
+}
+
+std::vector<uint32_t> split_world(uint32_t world, const std::vector<uint32_t>& available) {
+  uint64_t total = 0;
+  for (uint32_t a : available) total += a;
+  if (total < world) {
+    throw Error(Code::unavailable, "scheduler: " + std::to_string(total) +
+                                       " device(s) passed validation, the job needs " +
+                                       std::to_string(world));
+  }
+  std::vector<uint32_t> out(available.size(), 0);
+  uint64_t given = 0;
+  for (size_t g = 0; g < available.size(); ++g) {
+    out[g] = static_cast<uint32_t>(uint64_t{world} * available[g] / total);
+    given += out[g];
+  }
+  // Fewer than one rank per group is left; each goes where most are left.
+  for (; given < world; ++given) {
+    size_t best = 0;
+    for (size_t g = 1; g < available.size(); ++g)
+      if (available[g] - out[g] > available[best] - out[best]) best = g;
+    ++out[best];
+  }
+  return out;
 }
 
 Scheduler::Scheduler(Config config) : config_(config), world_size_(config.world_size) {
@@ -216,11 +242,49 @@ std::optional<uint32_t> Scheduler::pending_migration(uint32_t device) const {
   return it->second;
 }
 
-std::optional<uint32_t> Scheduler::take_spare(uint32_t exclude) {
+uint32_t Scheduler::group_of_device(uint32_t device) const {
+  return config_.group_size ? device / config_.group_size : 0;
+}
+
+uint32_t Scheduler::group_of_rank(uint32_t rank) const {
+  uint32_t first = 0;
+  for (uint32_t g = 0; g < group_ranks_.size(); ++g) {
+    first += group_ranks_[g];
+    if (rank < first) return g;
+  }
+  return 0;
+}
+
+// A free spare for the rank on `exclude` (or for the device itself when it
+// runs none): its own group's lowest first, then, when `other_groups`, the
+// lowest anywhere.
+std::optional<uint32_t> Scheduler::take_spare(uint32_t exclude, bool other_groups) {
+  if (config_.group_size) {
+    const auto rank = rank_of(exclude);
+    const uint64_t lo = uint64_t{rank ? group_of_rank(*rank) : group_of_device(exclude)} * config_.group_size;
+    for (auto it = available_.lower_bound(static_cast<uint32_t>(lo));
+         it != available_.end() && *it < lo + config_.group_size; ++it) {
+      if (*it != exclude && !reserved_.count(*it)) return *it;
+    }
+    if (!other_groups) return std::nullopt;
+  }
   for (uint32_t d : available_) {
     if (d != exclude && !reserved_.count(d)) return d;
   }
   return std::nullopt;
+}
+
+// `rank` leaves the job: the ranks above it (bound or missing) move down.
+void Scheduler::renumber_without(uint32_t rank) {
+  if (!group_ranks_.empty()) --group_ranks_[group_of_rank(rank)];
+  std::map<uint32_t, uint32_t> renumbered;
+  for (auto& [r, d] : rank_device_) renumbered[r > rank ? r - 1 : r] = d;
+  rank_device_ = std::move(renumbered);
+  device_rank_.clear();
+  for (auto& [r, d] : rank_device_) device_rank_[d] = r;
+  for (uint32_t& r : missing_ranks_)
+    if (r > rank) --r;
+  --world_size_;
 }
 
 std::vector<Action> Scheduler::add_device(uint32_t device, double t) {
@@ -243,38 +307,90 @@ std::vector<Action> Scheduler::validation_done(uint32_t device, bool passed, con
     return emit({{Action::Kind::cordon, device, kNone, kNone, 0, "", "validation failed: " + detail, t}});
   }
   set_state(device, DeviceState::available);
-  std::vector<Action> out{{Action::Kind::admit, device, kNone, kNone, 0, "", detail, t}};
-  if (!missing_ranks_.empty()) {
-    // Paused for want of a device: this one takes the first missing rank.
-    const uint32_t rank = missing_ranks_.front();
-    missing_ranks_.erase(missing_ranks_.begin());
-    set_state(device, DeviceState::in_use);
-    bind(rank, device);
-    out.push_back({Action::Kind::replace, kNone, rank, device, world_size_, "", "a validated device", t});
-    out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_, "disk",
-                   "the rank's memory replica did not survive the pause", t});
-    if (missing_ranks_.empty()) {
-      out.push_back(
-          {Action::Kind::resume, kNone, kNone, kNone, world_size_, "", "every rank has a device", t});
-    }
+  std::vector<Action> out = emit({{Action::Kind::admit, device, kNone, kNone, 0, "", detail, t}});
+  if (missing_ranks_.empty() || config_.escalate) return out;
+  // Paused for want of a device: this one takes the first missing rank.
+  auto more = fill_missing(device, kNone, "disk", "a validated device", t);
+  if (missing_ranks_.empty()) {
+    more.push_back(
+        emit({{Action::Kind::resume, kNone, kNone, kNone, world_size_, "", "every rank has a device", t}})
+            .front());
   }
-  return emit(std::move(out));
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
 }
 
-std::vector<Action> Scheduler::start(double t) {
-  if (started_) throw Error(Code::invalid_argument, "scheduler: start called twice");
-  std::vector<uint32_t> avail = spares();
-  if (avail.size() < world_size_) {
-    throw Error(Code::unavailable, "scheduler: " + std::to_string(avail.size()) +
-                                       " device(s) passed validation, the job needs " +
-                                       std::to_string(world_size_));
+std::vector<Action> Scheduler::fill_missing(uint32_t device, uint32_t failed, const std::string& tier,
+                                            const std::string& reason, double t) {
+  if (missing_ranks_.empty()) throw Error(Code::invalid_argument, "scheduler: no rank is missing");
+  if (state(device) != DeviceState::available || reserved_.count(device)) {
+    throw Error(Code::invalid_argument,
+                "scheduler: device " + std::to_string(device) + " is not a free spare");
   }
+  const uint32_t rank = missing_ranks_.front();
+  missing_ranks_.erase(missing_ranks_.begin());
+  set_state(device, DeviceState::in_use);
+  bind(rank, device);
+  const char* why = tier == "memory"  ? "a peer holds the rank's snapshot"
+                    : failed == kNone ? "the rank's memory replica did not survive the pause"
+                                      : "no memory replica of the rank";
+  return emit({{Action::Kind::replace, failed, rank, device, world_size_, "", reason, t},
+               {Action::Kind::restore, kNone, kNone, kNone, world_size_, tier, why, t}});
+}
+
+void Scheduler::drop_missing() {
+  if (missing_ranks_.empty()) throw Error(Code::invalid_argument, "scheduler: no rank is missing");
+  const uint32_t rank = missing_ranks_.front();
+  missing_ranks_.erase(missing_ranks_.begin());
+  renumber_without(rank);
+}
+
+void Scheduler::adopt(uint32_t device, DeviceState s) {
+  if (devices_.count(device)) {
+    throw Error(Code::invalid_argument, "scheduler: device " + std::to_string(device) + " adopted twice");
+  }
+  if (s != DeviceState::available && s != DeviceState::cordoned) {
+    throw Error(Code::invalid_argument, "scheduler: only an available or cordoned device is adopted");
+  }
+  set_state(device, s);
+}
+
+void Scheduler::release(uint32_t device) {
+  const DeviceState s = state(device);
+  if (!(s == DeviceState::available && !reserved_.count(device)) && s != DeviceState::cordoned) {
+    throw Error(Code::invalid_argument, "scheduler: device " + std::to_string(device) + " is " +
+                                            state_name(s) +
+                                            ": only a free spare or a cordoned device is released");
+  }
+  set_state(device, DeviceState::cordoned);
+  devices_.erase(device);
+}
+
+std::vector<Action> Scheduler::start(double t) { return start(t, config_.world_size); }
+
+std::vector<Action> Scheduler::start(double t, uint32_t world) {
+  if (started_) throw Error(Code::invalid_argument, "scheduler: start called twice");
+  if (world == 0 && !config_.escalate) throw Error(Code::invalid_argument, "scheduler: a job of 0 ranks");
+  // The free devices of each group, ascending; ranks fill group after group.
+  std::vector<std::vector<uint32_t>> groups;
+  for (uint32_t d : spares()) {
+    const uint32_t g = group_of_device(d);
+    if (groups.size() <= g) groups.resize(g + 1);
+    groups[g].push_back(d);
+  }
+  std::vector<uint32_t> counts;
+  for (const auto& g : groups) counts.push_back(static_cast<uint32_t>(g.size()));
+  group_ranks_ = split_world(world, counts);
   started_ = true;
+  world_size_ = world;
   std::vector<Action> out;
-  for (uint32_t r = 0; r < world_size_; ++r) {
-    set_state(avail[r], DeviceState::in_use);
-    bind(r, avail[r]);
-    out.push_back({Action::Kind::assign, avail[r], r, kNone, world_size_, "", "job start", t});
+  uint32_t r = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (uint32_t k = 0; k < group_ranks_[g]; ++k, ++r) {
+      set_state(groups[g][k], DeviceState::in_use);
+      bind(r, groups[g][k]);
+      out.push_back({Action::Kind::assign, groups[g][k], r, kNone, world_size_, "", "job start", t});
+    }
   }
   return emit(std::move(out));
 }
@@ -289,7 +405,7 @@ std::vector<Action> Scheduler::on_warning(uint32_t device, const std::string& re
   if (s != DeviceState::in_use) return {};
   set_state(device, DeviceState::suspect);
   if (!config_.proactive_migration) return {};
-  if (auto spare = take_spare(device)) reserve(device, *spare);
+  if (auto spare = take_spare(device, false)) reserve(device, *spare);
   return {};
 }
 
@@ -307,7 +423,7 @@ std::vector<Action> Scheduler::at_step_boundary(uint64_t step, double t) {
   // A suspect device still waiting for a spare gets one that appeared since.
   for (uint32_t d : suspects_) {
     if (config_.proactive_migration && !migrations_.count(d)) {
-      if (auto spare = take_spare(d)) reserve(d, *spare);
+      if (auto spare = take_spare(d, false)) reserve(d, *spare);
     }
   }
   for (auto& [from, to] : migrations_) {
@@ -342,7 +458,7 @@ std::vector<Action> Scheduler::on_fault(uint32_t device, const std::string& reas
     spare = it->second;
     unreserve(it);
   } else {
-    spare = take_spare(device);
+    spare = take_spare(device, true);
   }
   std::vector<Action> out;
   out.push_back(
@@ -360,14 +476,13 @@ std::vector<Action> Scheduler::on_fault(uint32_t device, const std::string& reas
     return emit(std::move(out));
   }
   unbind(*rank);
-  if (config_.allow_shrink && world_size_ - 1 >= config_.min_world_size) {
+  if (config_.escalate) {
+    missing_ranks_.push_back(*rank);
+    out.push_back({Action::Kind::escalate, device, *rank, kNone, world_size_, "",
+                   "no spare in the group: " + reason, t});
+  } else if (config_.allow_shrink && world_size_ - 1 >= config_.min_world_size) {
     // Ranks above the lost one move down by one; the world shrinks.
-    std::map<uint32_t, uint32_t> renumbered;
-    for (auto& [r, d] : rank_device_) renumbered[r > *rank ? r - 1 : r] = d;
-    rank_device_ = std::move(renumbered);
-    device_rank_.clear();
-    for (auto& [r, d] : rank_device_) device_rank_[d] = r;
-    --world_size_;
+    renumber_without(*rank);
     out.push_back({Action::Kind::shrink, device, *rank, kNone, world_size_, "",
                    "no spare left: continuing with " + std::to_string(world_size_) + " ranks", t});
     out.push_back({Action::Kind::restore, kNone, kNone, kNone, world_size_,
