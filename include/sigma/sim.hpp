@@ -177,4 +177,53 @@ SIGMA_EXPORT std::vector<Result> sweep(const Scenario& base, const SweepAxes& ax
 SIGMA_EXPORT std::string to_json(const std::vector<Result>& results);
 SIGMA_EXPORT std::string to_table(const Result& result);
 
+// ---- The control plane under load ----------------------------------------
+//
+// How long decisions take when every accelerator's node agent reports to
+// one flat scheduler, and when it reports to its group's controller under a
+// root (scheduler::Hierarchy). Every event runs the real code on this
+// machine: the agent protocol's heartbeat (JSON, with telemetry) decoded,
+// the health Monitor fed and evaluated, the scheduler's fault decision. The
+// time each call takes is its service time; the calls then queue at their
+// controller (one thread each, as the agent's control loop) in virtual time,
+// with a network hop per message between levels. The event counts are
+// deterministic; the latencies are measurements and vary run to run.
+struct ControlPlaneSpec {
+  uint32_t accelerators = 2048;
+  uint32_t group_size = 256;       // accelerators per group controller
+  double spare_fraction = 0.03;    // spares, spread over the groups
+  double report_period_s = 0.1;    // heartbeat with telemetry per accelerator (sigmarun's default)
+  double tick_s = 1;               // each controller evaluates its Monitor
+  double fault_rate_per_s = 1e-4;  // hard faults per accelerator-second (a storm: ~1,000x early life)
+  double seconds = 5;              // virtual time simulated
+  double hop_s = 100e-6;           // node agent <-> its group controller
+  double root_hop_s = 500e-6;      // node agent or group controller <-> the root
+  size_t history_samples = 8;      // the Monitor's telemetry history per device
+  uint64_t seed = 1;
+};
+
+struct LatencyFigures {
+  uint64_t count = 0;
+  double p50_s = 0, p99_s = 0, max_s = 0;
+};
+
+struct ControlPlaneResult {
+  std::string mode;  // "flat" or "hierarchical"
+  uint32_t accelerators = 0;
+  uint32_t controllers = 0;        // servers: 1 (flat) or the root and the groups
+  LatencyFigures reports;          // a heartbeat's arrival to its decision
+  LatencyFigures faults;           // a fault to the action back at the node agent
+  uint64_t escalations = 0;        // faults the root decided
+  double root_events_per_s = 0;    // offered to the root
+  double root_capacity_per_s = 0;  // the root's events per busy second
+  double busiest_utilisation = 0;  // busy / simulated time of the busiest controller (> 1: it falls behind)
+  double service_p50_s = 0;        // one report's service time
+};
+
+// Both modes over the same events. Throws Error(invalid_argument) for a
+// spec that cannot run.
+SIGMA_EXPORT std::vector<ControlPlaneResult> control_plane(const ControlPlaneSpec& spec);
+SIGMA_EXPORT std::string to_table(const std::vector<ControlPlaneResult>& results);
+SIGMA_EXPORT std::string to_json(const std::vector<ControlPlaneResult>& results);
+
 }  // namespace sigma::sim

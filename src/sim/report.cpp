@@ -94,3 +94,49 @@ std::string to_table(const Result& r) {
 }
 
 }  // namespace sigma::sim
+
+namespace sigma::sim {
+namespace {
+
+nlohmann::json latency_json(const LatencyFigures& f) {
+  return {{"count", f.count}, {"p50_s", f.p50_s}, {"p99_s", f.p99_s}, {"max_s", f.max_s}};
+}
+
+}  // namespace
+
+std::string to_json(const std::vector<ControlPlaneResult>& results) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ControlPlaneResult& r : results) {
+    out.push_back({{"mode", r.mode},
+                   {"accelerators", r.accelerators},
+                   {"controllers", r.controllers},
+                   {"reports", latency_json(r.reports)},
+                   {"faults", latency_json(r.faults)},
+                   {"escalations", r.escalations},
+                   {"root_events_per_s", r.root_events_per_s},
+                   {"root_capacity_per_s", r.root_capacity_per_s},
+                   {"busiest_utilisation", r.busiest_utilisation},
+                   {"report_service_p50_s", r.service_p50_s}});
+  }
+  return out.dump(2) + "\n";
+}
+
+std::string to_table(const std::vector<ControlPlaneResult>& results) {
+  std::ostringstream o;
+  char line[320];
+  std::snprintf(line, sizeof line, "%-13s %8s %6s %11s %11s %11s %11s %6s %11s %11s %6s\n", "mode", "accel",
+                "ctrls", "report p50", "report p99", "fault p50", "fault p99", "escal", "root ev/s",
+                "root cap/s", "busy");
+  o << line;
+  for (const ControlPlaneResult& r : results) {
+    std::snprintf(line, sizeof line,
+                  "%-13s %8u %6u %9.3fms %9.3fms %9.3fms %9.3fms %6llu %11.0f %11.0f %6.2f\n", r.mode.c_str(),
+                  r.accelerators, r.controllers, r.reports.p50_s * 1e3, r.reports.p99_s * 1e3,
+                  r.faults.p50_s * 1e3, r.faults.p99_s * 1e3, static_cast<unsigned long long>(r.escalations),
+                  r.root_events_per_s, r.root_capacity_per_s, r.busiest_utilisation);
+    o << line;
+  }
+  return o.str();
+}
+
+}  // namespace sigma::sim

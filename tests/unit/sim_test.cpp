@@ -233,3 +233,41 @@ TEST(ClusterSim, ImpossibleScenariosAreRefused) {
   s = base(1, 1);
   EXPECT_THROW(sim::run(s), sigma::Error);
 }
+
+TEST(ControlPlane, TheHierarchyTakesTheSameEventsOffTheRootAndEscalatesOnlyWhatAGroupCannotSettle) {
+  sim::ControlPlaneSpec spec;
+  spec.accelerators = 512;
+  spec.group_size = 64;  // 8 groups with 2 spares each
+  spec.fault_rate_per_s = 0.02;
+  spec.seconds = 2;
+  const auto r = sim::control_plane(spec);
+  ASSERT_EQ(r.size(), 2u);
+  const auto& flat = r[0];
+  const auto& tree = r[1];
+  EXPECT_EQ(flat.mode, "flat");
+  EXPECT_EQ(tree.controllers, 9u);
+  // The same events decided in both: every report of a live device, every
+  // fault on a rank that still had a device.
+  EXPECT_EQ(flat.reports.count, tree.reports.count);
+  EXPECT_GT(flat.reports.count, 512u * 19);
+  EXPECT_EQ(flat.faults.count, tree.faults.count);
+  EXPECT_GT(tree.faults.count, 5u);
+  EXPECT_EQ(flat.escalations, 0u);
+  EXPECT_GT(tree.escalations, 0u);
+  EXPECT_LT(tree.escalations, tree.faults.count);
+  // The root hears one summary per group instead of every heartbeat.
+  EXPECT_LT(tree.root_events_per_s * 20, flat.root_events_per_s);
+  for (const auto& x : r) {
+    EXPECT_GT(x.reports.p50_s, 0);
+    EXPECT_GE(x.reports.p99_s, x.reports.p50_s);
+    EXPECT_GE(x.faults.p99_s, x.faults.p50_s);
+    EXPECT_GT(x.busiest_utilisation, 0);
+  }
+  // A heartbeat's latency includes at least the hop to its controller.
+  EXPECT_GE(flat.reports.p50_s, spec.root_hop_s);
+  EXPECT_GE(tree.reports.p50_s, spec.hop_s);
+  EXPECT_NE(sim::to_table(r).find("hierarchical"), std::string::npos);
+  EXPECT_NE(sim::to_json(r).find("\"root_events_per_s\""), std::string::npos);
+  spec.group_size = 0;
+  EXPECT_THROW(sim::control_plane(spec), sigma::Error);
+}

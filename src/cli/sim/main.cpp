@@ -4,6 +4,8 @@
 //
 //   sigma-sim [--scenario FILE.yaml] [--failure-model FILE.json]
 //             [--accelerators N] [--days D] [--seed S] [--sweep] [--json OUT]
+//   sigma-sim --control-plane [--accelerators N]... [--group-size G]
+//             [--seconds S] [--json OUT]
 //
 // Exit status: 0 done, 2 bad usage or a refused scenario (the message names
 // the file, line and key).
@@ -27,6 +29,28 @@ std::string default_model() {
   return (exe.parent_path().parent_path() / "share" / "sigma" / "failure-model.json").string();
 }
 
+// Each size, flat and hierarchical, one table.
+int control_plane(const std::vector<uint32_t>& sizes, sigma::sim::ControlPlaneSpec spec,
+                  const std::string& json) {
+  try {
+    std::vector<sigma::sim::ControlPlaneResult> all;
+    for (uint32_t n : sizes) {
+      spec.accelerators = n;
+      for (auto& r : sigma::sim::control_plane(spec)) all.push_back(r);
+    }
+    std::cout << sigma::sim::to_table(all);
+    if (!json.empty()) {
+      std::ofstream out(json);
+      out << sigma::sim::to_json(all);
+      if (!out.flush()) throw sigma::Error(sigma::Code::unavailable, "cannot write " + json);
+    }
+    return 0;
+  } catch (const sigma::Error& e) {
+    std::cerr << "sigma-sim: " << e.what() << "\n";
+    return 2;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,7 +70,22 @@ int main(int argc, char** argv) {
   });
   app.add_flag("--sweep", do_sweep, "every combination of the failure model's assumed values");
   app.add_option("--json", json_path, "write every figure here");
+  bool plane = false;
+  std::vector<uint32_t> sizes;
+  sigma::sim::ControlPlaneSpec spec;
+  app.add_flag("--control-plane", plane,
+               "decision latency and throughput, flat vs hierarchical scheduler (measured on this machine)");
+  app.add_option("--sizes", sizes, "--control-plane: cluster sizes (default 2048 16384 131072)")
+      ->check(CLI::Range(2u, 1u << 20));
+  app.add_option("--group-size", spec.group_size, "--control-plane: accelerators per group controller")
+      ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--seconds", spec.seconds, "--control-plane: virtual seconds")
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--report-period", spec.report_period_s, "--control-plane: heartbeat period (s)")
+      ->check(CLI::Range(1e-3, 60.0));
   CLI11_PARSE(app, argc, argv);
+  if (plane)
+    return control_plane(sizes.empty() ? std::vector<uint32_t>{2048, 16384, 131072} : sizes, spec, json_path);
   try {
     const sigma::sim::FailureModel model = sigma::sim::load_failure_model(model_path);
     sigma::sim::Scenario s;
