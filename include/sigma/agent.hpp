@@ -41,7 +41,11 @@ struct AgentOptions {
   uint32_t nnodes = 1;     // agents (hosts) in the job
   uint32_t node_rank = 0;  // 0: the root agent, which decides; others follow (run_follower)
   std::string host;        // where the root is reached (nnodes > 1)
-  std::string job_id;      // names the job in the store; default: the job folder's name
+  // The root's scheduler as a tree (sigma/hierarchy.hpp): a group
+  // controller per this many agents replaces and migrates within its group
+  // and escalates only a fault it has no spare for. 0: one group (flat).
+  uint32_t nodes_per_group = 0;
+  std::string job_id;  // names the job in the store; default: the job folder's name
   std::string vendor = "cpu";
   // Passed to every worker's plugin as SIGMA_HAL_OPTIONS; "{device}" becomes
   // the worker's device number.

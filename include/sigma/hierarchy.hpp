@@ -28,7 +28,7 @@ namespace sigma::scheduler {
 
 class SIGMA_EXPORT Hierarchy {
  public:
-  // `config.group_size` (devices per group) must be >= 1; allow_shrink and
+  // `config.group_size` (devices per group) or `config.groups` must be set; allow_shrink and
   // min_world_size are the root's. Throws Error(invalid_argument).
   explicit Hierarchy(Config config);
   ~Hierarchy();
@@ -56,7 +56,7 @@ class SIGMA_EXPORT Hierarchy {
 
   // The group a device belongs to (by id) and the one deciding for it now
   // (another while it is lent).
-  uint32_t home_group(uint32_t device) const noexcept { return device / config_.group_size; }
+  uint32_t home_group(uint32_t device) const noexcept { return group_of(config_, device); }
   uint32_t owner_group(uint32_t device) const;
   uint32_t groups() const noexcept { return static_cast<uint32_t>(groups_.size()); }
 

@@ -69,6 +69,9 @@ struct Config {
   // proportion to their devices, so each keeps spares; a rank is replaced
   // from its own group's spares first and migrates only within its group.
   uint32_t group_size = 0;
+  // Or explicitly: groups[device] is the device's group (ids past the end
+  // follow group_size). sigmarun groups its agents' devices this way.
+  std::vector<uint32_t> groups{};
   // This scheduler is one group's controller inside a Hierarchy: at a hard
   // fault with no spare it emits `escalate` and holds the rank missing;
   // shrinking, pausing and resuming are the root's, and validation_done
@@ -77,6 +80,10 @@ struct Config {
 };
 
 inline constexpr uint32_t kNone = UINT32_MAX;
+
+// The group of `device` under `config` (Config::groups, else group_size;
+// 0 without either).
+SIGMA_EXPORT uint32_t group_of(const Config& config, uint32_t device) noexcept;
 
 struct Action {
   enum class Kind {
@@ -176,7 +183,6 @@ class SIGMA_EXPORT Scheduler {
   std::vector<Action> emit(std::vector<Action> actions);
   DeviceState& at(uint32_t device);
   std::optional<uint32_t> take_spare(uint32_t exclude, bool other_groups);
-  uint32_t group_of_device(uint32_t device) const;
   uint32_t group_of_rank(uint32_t rank) const;
   void renumber_without(uint32_t rank);
   void set_state(uint32_t device, DeviceState s);

@@ -16,7 +16,9 @@ bool has_world(Action::Kind k) {
 }  // namespace
 
 Hierarchy::Hierarchy(Config config) : config_(config), world_size_(config.world_size) {
-  if (config_.group_size == 0) throw Error(Code::invalid_argument, "hierarchy: group_size must be >= 1");
+  if (config_.group_size == 0 && config_.groups.empty()) {
+    throw Error(Code::invalid_argument, "hierarchy: group_size must be >= 1 or groups given");
+  }
   if (config_.world_size == 0) throw Error(Code::invalid_argument, "hierarchy: world_size must be >= 1");
   if (config_.min_world_size == 0 || config_.min_world_size > config_.world_size) {
     throw Error(Code::invalid_argument, "hierarchy: min_world_size must be in [1, world_size]");
@@ -157,6 +159,9 @@ std::vector<Action> Hierarchy::at_step_boundary(uint64_t step, double t) {
     out.insert(out.end(), part.begin(), part.end());
   }
   traffic_.group_calls += groups_.size();
+  // In the flat scheduler's order: by the device moved away from.
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Action& a, const Action& b) { return a.device < b.device; });
   return emit(std::move(out));
 }
 
@@ -176,14 +181,17 @@ std::vector<Action> Hierarchy::on_fault(uint32_t device, const std::string& reas
 // spare of another group, else shrink or pause the job.
 std::vector<Action> Hierarchy::escalated(uint32_t g, const Action& e, bool memory_tier_ok, double t) {
   ++traffic_.root_calls;
+  uint32_t best = kNone, from = 0;
   for (uint32_t h = 0; h < groups_.size(); ++h) {
     if (h == g || !groups_[h]) continue;
     const auto free = groups_[h]->spares();
-    if (free.empty()) continue;
-    lend(free.front(), g);
+    if (!free.empty() && free.front() < best) best = free.front(), from = h;
+  }
+  if (best != kNone) {
+    lend(best, g);
     return lift(g, group(g).fill_missing(
-                       free.front(), e.device, memory_tier_ok ? "memory" : "disk",
-                       "a spare lent by group " + std::to_string(h) + " replaces a failed device", t));
+                       best, e.device, memory_tier_ok ? "memory" : "disk",
+                       "a spare lent by group " + std::to_string(from) + " replaces a failed device", t));
   }
   if (config_.allow_shrink && world_size_ - 1 >= config_.min_world_size) {
     group(g).drop_missing();
@@ -228,6 +236,7 @@ std::vector<uint32_t> Hierarchy::spares() const {
     auto part = g->spares();
     out.insert(out.end(), part.begin(), part.end());
   }
+  std::sort(out.begin(), out.end());
   return out;
 }
 

@@ -242,8 +242,9 @@ std::optional<uint32_t> Scheduler::pending_migration(uint32_t device) const {
   return it->second;
 }
 
-uint32_t Scheduler::group_of_device(uint32_t device) const {
-  return config_.group_size ? device / config_.group_size : 0;
+uint32_t group_of(const Config& c, uint32_t device) noexcept {
+  if (device < c.groups.size()) return c.groups[device];
+  return c.group_size ? device / c.group_size : 0;
 }
 
 uint32_t Scheduler::group_of_rank(uint32_t rank) const {
@@ -259,12 +260,19 @@ uint32_t Scheduler::group_of_rank(uint32_t rank) const {
 // runs none): its own group's lowest first, then, when `other_groups`, the
 // lowest anywhere.
 std::optional<uint32_t> Scheduler::take_spare(uint32_t exclude, bool other_groups) {
-  if (config_.group_size) {
+  if (config_.group_size || !config_.groups.empty()) {
     const auto rank = rank_of(exclude);
-    const uint64_t lo = uint64_t{rank ? group_of_rank(*rank) : group_of_device(exclude)} * config_.group_size;
-    for (auto it = available_.lower_bound(static_cast<uint32_t>(lo));
-         it != available_.end() && *it < lo + config_.group_size; ++it) {
-      if (*it != exclude && !reserved_.count(*it)) return *it;
+    const uint32_t g = rank ? group_of_rank(*rank) : group_of(config_, exclude);
+    if (config_.groups.empty()) {  // consecutive ids: look in the group's range only
+      const uint64_t lo = uint64_t{g} * config_.group_size;
+      for (auto it = available_.lower_bound(static_cast<uint32_t>(lo));
+           it != available_.end() && *it < lo + config_.group_size; ++it) {
+        if (*it != exclude && !reserved_.count(*it)) return *it;
+      }
+    } else {
+      for (uint32_t d : available_) {
+        if (d != exclude && !reserved_.count(d) && group_of(config_, d) == g) return d;
+      }
     }
     if (!other_groups) return std::nullopt;
   }
@@ -374,7 +382,7 @@ std::vector<Action> Scheduler::start(double t, uint32_t world) {
   // The free devices of each group, ascending; ranks fill group after group.
   std::vector<std::vector<uint32_t>> groups;
   for (uint32_t d : spares()) {
-    const uint32_t g = group_of_device(d);
+    const uint32_t g = group_of(config_, d);
     if (groups.size() <= g) groups.resize(g + 1);
     groups[g].push_back(d);
   }

@@ -627,46 +627,63 @@ TEST_F(Sigmarun, ACollectiveThatHangsWhileTheProcessBeatsIsFoundByTheStepWatchdo
   expect_exact(r);
 }
 
-// Two agents, as on two hosts: the root (node 0) and a follower (node 1),
-// each with 2 ranks and 1 spare, meeting through a real Redis. Returns the
-// root's run; the follower's folder is `dir + "-node1"`.
-JobRun two_nodes(const std::string& name, int redis_port, std::vector<std::string> worker_args) {
-  const std::string follower_dir = job_dir(name + "-node1");
-  std::vector<std::string> common{"--nnodes", "2",
-                                  "--nproc",  "2",
-                                  "--spares", "1",
-                                  "--store",  "redis://127.0.0.1:" + std::to_string(redis_port),
-                                  "--job-id", name + "-" + std::to_string(::getpid())};
-  std::vector<std::string> args{SIGMARUN, "--node-rank", "1", "--job-dir", follower_dir, "--no-progress"};
-  args.insert(args.end(), common.begin(), common.end());
-  args.push_back("--");
-  args.push_back(RUNTIME_WORKER);
-  args.insert(args.end(), worker_args.begin(), worker_args.end());
-  const pid_t follower = spawn(std::move(args));
+// Several agents, as on several hosts: the root (node 0) and followers,
+// each with `per_node` = {nproc, spares}, meeting through a real Redis.
+// Returns the root's run; follower k's folder is `dir + "-nodeK"`.
+JobRun agents(const std::string& name, int redis_port, uint32_t nnodes, std::vector<std::string> common,
+              std::vector<std::string> worker_args) {
+  common.insert(common.end(), {"--nnodes", std::to_string(nnodes), "--store",
+                               "redis://127.0.0.1:" + std::to_string(redis_port), "--job-id",
+                               name + "-" + std::to_string(::getpid())});
+  std::vector<pid_t> followers;
+  for (uint32_t k = 1; k < nnodes; ++k) {
+    const std::string dir = job_dir(name + "-node" + std::to_string(k));
+    g_dirs.push_back(dir);
+    std::vector<std::string> args{SIGMARUN,    "--node-rank", std::to_string(k),
+                                  "--job-dir", dir,           "--no-progress"};
+    args.insert(args.end(), common.begin(), common.end());
+    args.push_back("--");
+    args.push_back(RUNTIME_WORKER);
+    args.insert(args.end(), worker_args.begin(), worker_args.end());
+    followers.push_back(spawn(std::move(args)));
+  }
   common.insert(common.begin(), {"--node-rank", "0", "--host", "127.0.0.1"});
   JobRun r = sigmarun(name, common, worker_args);
-  int status = 0;
-  ::waitpid(follower, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == r.exit_code) << "the follower ended otherwise";
-  g_dirs.push_back(follower_dir);
+  for (pid_t f : followers) {
+    int status = 0;
+    ::waitpid(f, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == r.exit_code) << "a follower ended otherwise";
+  }
   return r;
 }
 
+// Two agents, each with 2 ranks and 1 spare.
+JobRun two_nodes(const std::string& name, int redis_port, std::vector<std::string> worker_args) {
+  return agents(name, redis_port, 2, {"--nproc", "2", "--spares", "1"}, std::move(worker_args));
+}
+
 // Each rank's final state, from whichever host ran it last.
-std::vector<std::string> finals_of(const JobRun& r, uint32_t world) {
+std::vector<std::string> finals_of(const JobRun& r, uint32_t world, uint32_t nnodes = 2) {
   std::vector<std::string> out;
   for (uint32_t k = 0; k < world; ++k) {
-    std::string f = read_file(r.dir + "/final-rank-" + std::to_string(k) + ".bin");
-    if (f.empty()) f = read_file(r.dir + "-node1/final-rank-" + std::to_string(k) + ".bin");
+    const std::string file = "/final-rank-" + std::to_string(k) + ".bin";
+    std::string f = read_file(r.dir + file);
+    for (uint32_t n = 1; f.empty() && n < nnodes; ++n)
+      f = read_file(r.dir + "-node" + std::to_string(n) + file);
     out.push_back(f);
   }
   return out;
 }
 
-TEST(SigmarunNodes, TwoAgentsFormOneJobAndASpareOnOneHostReplacesAWorkerOnTheOther) {
+int redis_port() {
   std::ifstream in(std::string(SIGMA_REDIS_FIXTURE_DIR) + "/port");
   int port = 0;
   in >> port;
+  return port;
+}
+
+TEST(SigmarunNodes, TwoAgentsFormOneJobAndASpareOnOneHostReplacesAWorkerOnTheOther) {
+  const int port = redis_port();
   ASSERT_GT(port, 0) << "the redis fixture did not start";
   JobRun clean = two_nodes("nodes-clean", port, {"--steps", "120"});
   ASSERT_EQ(clean.exit_code, 0) << logs(clean);
@@ -682,6 +699,36 @@ TEST(SigmarunNodes, TwoAgentsFormOneJobAndASpareOnOneHostReplacesAWorkerOnTheOth
   EXPECT_EQ((*replace)["to_device"], 4);
   EXPECT_EQ(r.report["incidents"][0]["restore"], "memory");
   const auto a = finals_of(clean, 4), b = finals_of(r, 4);
+  ASSERT_EQ(a[0].size(), 2 * 4096 * sizeof(float));
+  for (uint32_t k = 0; k < 4; ++k) EXPECT_TRUE(a[k] == b[k]) << "rank " << k;
+}
+
+// Four agents in two groups of two, 1 rank and 1 spare each: ranks 0-3 on
+// devices 0-3 (nodes 0-3), spares 4-7 (nodes 0-3); group 0 holds devices
+// 0, 1, 4, 5 and group 1 holds 2, 3, 6, 7. Rank 3 loses its device three
+// times: its group's two spares replace it, then the root lends group 0's.
+TEST(SigmarunNodes, GroupControllersReplaceWithinTheirGroupAndEscalateOnlyWhenItHasNoSpare) {
+  const int port = redis_port();
+  ASSERT_GT(port, 0) << "the redis fixture did not start";
+  const std::vector<std::string> layout{"--nproc", "1", "--spares", "1", "--nodes-per-group", "2"};
+  JobRun clean = agents("groups-clean", port, 4, layout, {"--steps", "120"});
+  ASSERT_EQ(clean.exit_code, 0) << logs(clean);
+  JobRun r = agents("groups-kill", port, 4, layout,
+                    {"--steps", "120", "--kill-at", "30", "--kill-device", "3", "--kill-at", "60",
+                     "--kill-device", "6", "--kill-at", "90", "--kill-device", "7"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  std::vector<uint32_t> replaced_by;
+  std::vector<json> escalations;
+  for (const json& e : r.journal) {
+    if (e["event"] != "scheduler") continue;
+    if (e["action"] == "replace") replaced_by.push_back(e["to_device"].get<uint32_t>());
+    if (e["action"] == "escalate") escalations.push_back(e);
+  }
+  EXPECT_EQ(replaced_by, (std::vector<uint32_t>{6, 7, 4})) << logs(r);
+  ASSERT_EQ(escalations.size(), 1u) << logs(r);
+  EXPECT_EQ(escalations[0]["device"], 7);
+  EXPECT_EQ(escalations[0]["rank"], 3);
+  const auto a = finals_of(clean, 4, 4), b = finals_of(r, 4, 4);
   ASSERT_EQ(a[0].size(), 2 * 4096 * sizeof(float));
   for (uint32_t k = 0; k < 4; ++k) EXPECT_TRUE(a[k] == b[k]) << "rank " << k;
 }

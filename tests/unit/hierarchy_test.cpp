@@ -134,8 +134,12 @@ std::vector<Key> decisions(const std::vector<Action>& actions) {
   return out;
 }
 
-void compare(uint64_t seed, bool shrink) {
+void compare(uint64_t seed, bool shrink, bool interleaved = false) {
   Config c = grouped(52, 8);  // 64 devices in 8 groups
+  if (interleaved) {          // groups of ids that are not consecutive, as sigmarun's nodes
+    c.group_size = 0;
+    for (uint32_t d = 0; d < 64; ++d) c.groups.push_back(d % 8);
+  }
   c.allow_shrink = shrink;
   c.min_world_size = 40;
   Scheduler flat(c);
@@ -189,6 +193,10 @@ TEST(Hierarchy, MakesTheFlatSchedulersDecisionsOnRandomEvents) {
 
 TEST(Hierarchy, MakesTheFlatSchedulersDecisionsWhenTheJobShrinks) {
   for (uint64_t seed = 101; seed <= 120; ++seed) compare(seed, true);
+}
+
+TEST(Hierarchy, MakesTheFlatSchedulersDecisionsWithGroupsOfScatteredIds) {
+  for (uint64_t seed = 201; seed <= 220; ++seed) compare(seed, seed % 2 == 0, true);
 }
 
 }  // namespace

@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
                  "agents (hosts) in the job; each runs --nproc ranks and --spares spares")
       ->check(CLI::Range(1u, 4096u));
   app.add_option("--node-rank", o.node_rank, "this agent's node: 0 is the root, the others follow it");
+  app.add_option("--nodes-per-group", o.nodes_per_group,
+                 "a group controller per this many agents: it replaces and migrates within its group and "
+                 "escalates to the root only a fault it has no spare for (0: one group)")
+      ->check(CLI::Range(0u, 4096u));
   app.add_option("--host", o.host,
                  "the address other hosts reach the root agent at (default: this host's name)");
   app.add_option("--job-id", o.job_id, "names the job in the store (default: the job folder's name)");

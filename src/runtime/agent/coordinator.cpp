@@ -24,9 +24,24 @@ health::Config monitor_config(const AgentOptions& o) {
   return health::time_scaled(c, o.health_time_scale);
 }
 
-scheduler::Config scheduler_config(const AgentOptions& o) {
+// Device d's node: devices 0..world-1 are every node's ranks, then every
+// node's spares, so the lowest ids (which get the ranks) are spread over
+// the nodes.
+uint32_t node_of_device(const AgentOptions& o, uint32_t d) {
   const uint32_t world = o.nproc * o.nnodes;
-  return {world, o.proactive_migration, o.allow_shrink, o.allow_shrink ? std::max(1u, o.min_world) : world};
+  return d < world ? d / o.nproc : (d - world) / std::max(1u, o.spares);
+}
+
+// A group controller per `nodes_per_group` agents (0: one for the job).
+scheduler::Config scheduler_config(const AgentOptions& o) {
+  scheduler::Config c;
+  c.world_size = o.nproc * o.nnodes;
+  c.proactive_migration = o.proactive_migration;
+  c.allow_shrink = o.allow_shrink;
+  c.min_world_size = o.allow_shrink ? std::max(1u, o.min_world) : c.world_size;
+  for (uint32_t d = 0; d < o.nnodes * (o.nproc + o.spares); ++d)
+    c.groups.push_back(o.nodes_per_group ? node_of_device(o, d) / o.nodes_per_group : 0);
+  return c;
 }
 
 }  // namespace
@@ -54,12 +69,10 @@ Coordinator::Coordinator(const AgentOptions& o, DiskHoldings disk, double t)
   for (auto& [rank, steps] : disk) {
     if (rank < world_) disk_[rank] = std::move(steps);
   }
-  // Devices 0..world-1 are every node's ranks, then every node's spares, so
-  // the lowest ids (which get the ranks) are spread over the nodes.
   slots_.resize(static_cast<size_t>(o.nnodes) * (o.nproc + o.spares));
   for (uint32_t d = 0; d < slots_.size(); ++d) {
     slots_[d].device = d;
-    slots_[d].node = d < world_ ? d / o.nproc : (d - world_) / std::max(1u, o.spares);
+    slots_[d].node = node_of_device(o, d);
   }
 }
 

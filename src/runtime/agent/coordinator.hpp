@@ -38,7 +38,7 @@
 
 #include <sigma/agent.hpp>
 #include <sigma/health.hpp>
-#include <sigma/scheduler.hpp>
+#include <sigma/hierarchy.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -203,7 +203,7 @@ class Coordinator {
 
   AgentOptions o_;
   uint32_t world_;
-  scheduler::Scheduler scheduler_;
+  scheduler::Hierarchy scheduler_;  // one group per nodes_per_group agents; one group: the flat decisions
   health::Monitor monitor_;
   double t_ = 0;  // the clock at the event being handled
   std::vector<Slot> slots_;
