@@ -14,7 +14,8 @@
 // The decisions are the flat Scheduler's with Config::group_size set to the
 // same group size, action for action (a unit test drives both with the same
 // random events); only `escalate` actions, the groups' messages to the
-// root, are added. Global ranks are contiguous per group, in group order.
+// root, are added (none with a single group, which is its own root).
+// Global ranks are contiguous per group, in group order.
 //
 // Thread-safety: one thread at a time, like Scheduler. Nothing blocks.
 #pragma once

@@ -56,7 +56,7 @@ SIGMA_EXPORT FailureModel load_failure_model(const std::string& path);
 // The same from the file's text; `name` is the file named in errors.
 SIGMA_EXPORT FailureModel parse_failure_model(const std::string& json, const std::string& name);
 
-enum class SpareRule : int { none, fraction, model };
+enum class SpareRule : int { none, fraction, model, count };
 
 // One recovery policy. Times in seconds.
 struct Policy {
@@ -64,6 +64,7 @@ struct Policy {
   SpareRule spares = SpareRule::none;
   double spare_fraction = 0;    // SpareRule::fraction
   double spare_risk = 0.01;     // SpareRule::model: chance of running out during the job
+  uint32_t spare_count = 0;     // SpareRule::count
   double disk_every_s = 1800;   // job progress between disk checkpoints
   double disk_stall_s = 60;     // training blocked per disk checkpoint
   double disk_restore_s = 120;  // reading the checkpoint back
@@ -78,7 +79,9 @@ struct Policy {
   double restart_s = 600;       // full restart: reschedule, start, rendezvous
   double replace_s = 30;        // one rank swapped for a warm spare, communicators re-formed
   bool migrate_on_warning = false;
-  double migrate_s = 10;  // state handed to a spare at a step boundary
+  double migrate_s = 10;      // state handed to a spare at a step boundary
+  bool allow_shrink = false;  // no spare left: go on with fewer ranks ...
+  uint32_t min_world = 1;     // ... but never fewer than this
 };
 
 // "reactive" (torchrun-like), "sigma-paper" (SIGMA's published stack) and
@@ -92,6 +95,10 @@ struct ScriptedFailure {
   uint32_t device = 0;
   std::string category;    // a name from FailureModel::categories
   bool precursor = false;  // telemetry drifts for precursor_lead_min before it
+  // Not a failure but a health change a replayed journal saw: "warning"
+  // (the monitor turned the device suspect or failing) or "calm" (healthy
+  // again). Empty: a failure of `category`.
+  std::string health{};
 };
 
 struct Scenario {
@@ -104,6 +111,10 @@ struct Scenario {
   FailureModel failures;
   std::vector<Policy> policies;
   std::vector<ScriptedFailure> script;
+  // The scheduler's locality groups (scheduler::Config::groups), as
+  // sigmarun's --nodes-per-group makes them; empty: none.
+  std::vector<uint32_t> groups;
+  bool record_decisions = false;  // keep every scheduler action in PolicyResult::decisions
 };
 
 // A scenario file (YAML, docs/sim.md): the cluster, the job, the failure
@@ -134,6 +145,14 @@ struct SIGMA_EXPORT Ledger {
   double total() const noexcept;
 };
 
+// One scheduler action, as the simulator or sigmarun's journal has it.
+struct Decision {
+  double at_s = 0;
+  std::string action;  // scheduler::action_name: "replace", "restore", ...
+  uint32_t device = UINT32_MAX, rank = UINT32_MAX, to_device = UINT32_MAX;
+  std::string tier;
+};
+
 struct PolicyResult {
   std::string policy;
   uint32_t spares = 0;
@@ -148,6 +167,7 @@ struct PolicyResult {
   uint64_t restores_memory = 0, restores_disk = 0;
   uint64_t pauses = 0;
   std::vector<std::pair<std::string, uint64_t>> by_category;  // failures per category
+  std::vector<Decision> decisions;                            // Scenario::record_decisions
 };
 
 struct Result {
@@ -176,6 +196,31 @@ SIGMA_EXPORT std::vector<Result> sweep(const Scenario& base, const SweepAxes& ax
 // fixed-width table, one row per policy.
 SIGMA_EXPORT std::string to_json(const std::vector<Result>& results);
 SIGMA_EXPORT std::string to_table(const Result& result);
+
+// ---- Replaying what the runtime did --------------------------------------
+//
+// A sigmarun job's incident journal (JOB_DIR/incidents.jsonl) as a
+// scenario: the layout from its start line, its faults and health changes
+// as the script (nothing drawn, nothing repaired), one policy like the
+// agent's (a spare replaces one rank; the memory tier every
+// --snapshot-every steps), and the decisions the agent journalled. Run it
+// and compare: the simulator's decisions should be the agent's.
+struct Replay {
+  Scenario scenario;
+  std::vector<Decision> journalled;
+  uint64_t faults = 0, health_changes = 0;
+};
+
+// Throws Error(invalid_argument) "name:line: field: why" for a journal it
+// cannot read (no start line, a line that is not JSON, a device out of
+// range).
+SIGMA_EXPORT Replay parse_journal(const std::string& jsonl, const std::string& name);
+
+// The recovery decisions (replace, restore, migrate, shrink, pause, resume)
+// of both, in order, by device, rank, target and tier: "" when they agree,
+// else the first difference in words.
+SIGMA_EXPORT std::string compare_decisions(const std::vector<Decision>& journalled,
+                                           const std::vector<Decision>& simulated);
 
 // ---- The control plane under load ----------------------------------------
 //

@@ -172,6 +172,7 @@ std::vector<Action> Hierarchy::on_fault(uint32_t device, const std::string& reas
   auto out = lift(g, owner(device).on_fault(device, reason, memory_tier_ok, t));
   if (!out.empty() && out.back().kind == Action::Kind::escalate) {
     auto more = escalated(g, out.back(), memory_tier_ok, t);
+    if (groups_.size() == 1) out.pop_back();  // one group: it is the root, no message went up
     out.insert(out.end(), more.begin(), more.end());
   }
   return emit(std::move(out));
@@ -204,8 +205,15 @@ std::vector<Action> Hierarchy::escalated(uint32_t g, const Action& e, bool memor
              "re-shard the state onto the smaller world", t}};
   }
   waiting_.push_back(g);
+  const std::string where = groups_.size() > 1 ? " in any group" : "";
   return {{Action::Kind::pause, e.device, e.rank, kNone, world_size_, "",
-           "no spare left in any group: paused until a repaired device passes validation", t}};
+           config_.allow_shrink ? "no spare left" + where + " and the world cannot shrink below " +
+                                      std::to_string(config_.min_world_size) +
+                                      ": paused until a repaired device passes validation"
+                                : "no spare left" + where +
+                                      " and the job does not allow shrinking: paused until a repaired device "
+                                      "passes validation",
+           t}};
 }
 
 std::vector<Action> Hierarchy::on_repaired(uint32_t device, double t) {

@@ -25,7 +25,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kEps = 1e-9;
 
 struct Event {
-  enum class Kind { failure, precursor, sample, repaired, boundary, sdc_found } kind;
+  enum class Kind { failure, precursor, sample, repaired, boundary, sdc_found, warning, calm } kind;
   double t = 0;
   uint64_t seq = 0;
   uint32_t device = 0;
@@ -114,6 +114,9 @@ scheduler::Config sched_config(const Scenario& s, const Policy& p) {
   scheduler::Config c;
   c.world_size = s.accelerators - spares_for(s, p);
   c.proactive_migration = p.migrate_on_warning;
+  c.groups = s.groups;
+  c.allow_shrink = p.allow_shrink;
+  c.min_world_size = p.allow_shrink ? std::clamp(p.min_world, 1u, c.world_size) : c.world_size;
   return c;
 }
 
@@ -164,6 +167,8 @@ void PolicySim::refresh(uint32_t d) {
 // cordoned to repair.
 void PolicySim::apply(const std::vector<Action>& actions) {
   for (const Action& a : actions) {
+    if (s_.record_decisions)
+      r_.decisions.push_back({now_, scheduler::action_name(a.kind), a.device, a.rank, a.to_device, a.tier});
     refresh(a.device);
     refresh(a.to_device);
     if (a.kind == Action::Kind::migrate) {
@@ -263,6 +268,12 @@ void PolicySim::on_event(const Event& e) {
       break;
     case Event::Kind::boundary:
       apply(sched_.at_step_boundary(step_of(progress_), now_));
+      break;
+    case Event::Kind::warning:
+      if (!in_repair_[e.device]) on_warning(e.device, "replayed warning");
+      break;
+    case Event::Kind::calm:
+      if (!in_repair_[e.device]) apply(sched_.on_calm(e.device, now_));
       break;
     case Event::Kind::sdc_found: {
       // The guardrails (or, without them, the loss curve) show the
@@ -428,6 +439,10 @@ PolicyResult PolicySim::run() {
   next_disk_ = p_.disk_every_s;
   for (uint32_t d = 0; d < s_.accelerators; ++d) draw_next(d);
   for (const ScriptedFailure& f : s_.script) {
+    if (!f.health.empty()) {
+      push({f.health == "warning" ? Event::Kind::warning : Event::Kind::calm, f.at_s, 0, f.device, 0, 0, 0});
+      continue;
+    }
     size_t c = 0;
     while (s_.failures.categories[c].name != f.category) ++c;  // run() checked the name
     push({Event::Kind::failure, f.at_s, 0, f.device, 0, c, 0});
@@ -525,7 +540,9 @@ uint32_t model_spares(const Scenario& s, double risk) {
 uint32_t spares_for(const Scenario& s, const Policy& p) {
   const uint32_t n = s.accelerators;
   uint32_t k = 0;
-  if (p.spares == SpareRule::fraction) {
+  if (p.spares == SpareRule::count) {
+    k = p.spare_count;
+  } else if (p.spares == SpareRule::fraction) {
     k = static_cast<uint32_t>(std::ceil(p.spare_fraction * n));
   } else if (p.spares == SpareRule::model) {
     k = model_spares(s, p.spare_risk);

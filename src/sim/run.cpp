@@ -22,10 +22,16 @@ void check(const Scenario& s) {
   if (!(s.failures.weibull_shape > 0)) bad("the Weibull shape must be positive");
   if (!(s.failures.repair_hours > 0)) bad("repair_hours must be positive");
   if (s.policies.empty()) bad("no policy to run");
+  if (s.groups.size() > s.accelerators) bad("more scheduler groups than accelerators");
   for (const ScriptedFailure& f : s.script) {
     if (f.device >= s.accelerators)
       bad("scripted failure on device " + std::to_string(f.device) + " of " + std::to_string(s.accelerators));
     if (!(f.at_s >= 0) || !std::isfinite(f.at_s)) bad("scripted failure at a negative or infinite time");
+    if (!f.health.empty()) {
+      if (f.health != "warning" && f.health != "calm")
+        bad("scripted health '" + f.health + "' is not warning or calm");
+      continue;
+    }
     bool known = false;
     for (const Category& c : s.failures.categories) known = known || c.name == f.category;
     if (!known) bad("scripted failure of unknown category '" + f.category + "'");

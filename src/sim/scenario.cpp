@@ -44,6 +44,7 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
                "spares",
                "spare_fraction",
                "spare_risk",
+               "spare_count",
                "disk_every_s",
                "disk_stall_s",
                "disk_restore_s",
@@ -78,8 +79,10 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
       p.spares = SpareRule::fraction;
     else if (r == "model")
       p.spares = SpareRule::model;
+    else if (r == "count")
+      p.spares = SpareRule::count;
     else
-      y.fail(n["spares"], at + ".spares", "expected none, fraction or model, not '" + r + "'");
+      y.fail(n["spares"], at + ".spares", "expected none, fraction, model or count, not '" + r + "'");
   }
   auto num = [&](const char* key, double& out, double lo, double hi) {
     if (n[key]) out = y.number(n[key], at + "." + key, lo, hi);
@@ -89,6 +92,8 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
   };
   num("spare_fraction", p.spare_fraction, 0, 0.9);
   num("spare_risk", p.spare_risk, 1e-9, 0.999);
+  if (n["spare_count"])
+    p.spare_count = static_cast<uint32_t>(y.number(n["spare_count"], at + ".spare_count", 0, 1 << 24));
   num("disk_every_s", p.disk_every_s, 1, kBig);
   num("disk_stall_s", p.disk_stall_s, 0, kBig);
   num("disk_restore_s", p.disk_restore_s, 0, kBig);

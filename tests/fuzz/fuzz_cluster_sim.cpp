@@ -1,6 +1,6 @@
-// libFuzzer target for the cluster simulator's two parsers of outside
-// bytes: the scenario YAML and the failure-model JSON. The first byte picks
-// the parser. Any input must be accepted or refused with
+// libFuzzer target for the cluster simulator's three parsers of outside
+// bytes: the scenario YAML, the failure-model JSON and a sigmarun journal
+// to replay. The first byte picks the parser (mod 3). Any input must be accepted or refused with
 // sigma::Error(invalid_argument) naming the file — never a crash or a hang.
 // An accepted small scenario is run too: whatever it says, it must run.
 #include <sigma/error.hpp>
@@ -35,7 +35,27 @@ sigma::sim::FailureModel small_model() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || size > (1u << 16)) return 0;
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if (data[0] % 2 == 1) {
+  if (data[0] % 3 == 2) {
+    sigma::sim::Replay r;
+    try {
+      r = sigma::sim::parse_journal(text, "fuzz.jsonl");
+      sigma_fuzz_accepted("journal");
+    } catch (const sigma::Error& e) {
+      refused(e, "fuzz.jsonl");
+      return 0;
+    }
+    if (r.scenario.accelerators > 64 || r.scenario.days > 1 ||
+        r.scenario.days * 86400 / r.scenario.step_s > 1e5)
+      return 0;  // large but valid: running it only costs time
+    try {
+      const auto res = sigma::sim::run(r.scenario);
+      sigma::sim::compare_decisions(r.journalled, res.policies.at(0).decisions);
+    } catch (const sigma::Error& e) {
+      if (e.code() != sigma::Code::invalid_argument) __builtin_trap();  // e.g. more spares than devices
+    }
+    return 0;
+  }
+  if (data[0] % 3 == 1) {
     try {
       sigma::sim::parse_failure_model(text, "fuzz.json");
       sigma_fuzz_accepted("model");

@@ -3,6 +3,7 @@
 // toward failure, and run out of spares. Every recovered run must end with
 // exactly the bytes of a fault-free run.
 #include <sigma/checkpoint.hpp>
+#include <sigma/sim.hpp>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -147,6 +148,16 @@ std::string logs(const JobRun& r) {
   return out;
 }
 
+// The journal's faults and health changes replayed through the cluster
+// simulator: it must decide as the agent did, decision for decision.
+void expect_replayed(const JobRun& r) {
+  const auto replay = sigma::sim::parse_journal(read_file(r.dir + "/incidents.jsonl"), r.dir);
+  ASSERT_GT(replay.faults + replay.health_changes, 0u);
+  ASSERT_FALSE(replay.journalled.empty());
+  const auto sim = sigma::sim::run(replay.scenario);
+  EXPECT_EQ(sigma::sim::compare_decisions(replay.journalled, sim.policies.at(0).decisions), "") << logs(r);
+}
+
 std::vector<std::string> finals(const JobRun& r, uint32_t world) {
   std::vector<std::string> out;
   for (uint32_t k = 0; k < world; ++k)
@@ -253,6 +264,7 @@ TEST_F(Sigmarun, AKilledWorkerIsReplacedByASpareFromTheMemoryTierWithinFiveSecon
   EXPECT_EQ((*replace)["rank"], 1);
   EXPECT_EQ((*replace)["to_device"], 3);
   expect_exact(r);
+  expect_replayed(r);
 }
 
 TEST_F(Sigmarun, AHungWorkerIsFoundWithinTheHeartbeatTimeoutAndReplaced) {
@@ -293,6 +305,7 @@ TEST_F(Sigmarun, WithNoSpareLeftTheJobPausesAndSaysWhy) {
             std::string::npos)
       << r.report["reason"];
   ASSERT_NE(find_event(r, "paused"), nullptr);
+  expect_replayed(r);
   // Nothing lost: every rank's checkpoint of step 40 is on disk ...
   for (int k = 0; k < 3; ++k) {
     EXPECT_TRUE(fs::exists(r.dir + "/checkpoints/sigmarun/step-00000000000000000040/rank-0000" +
@@ -313,6 +326,7 @@ TEST_F(Sigmarun, AJobThatAllowsItShrinksWhenNoSpareIsLeftAndNeverBelowItsFloor) 
                       {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "1"});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   EXPECT_EQ(r.report["world"], 2);
+  expect_replayed(r);
   const json* shrink = find_event(r, "scheduler", "action", "shrink");
   ASSERT_NE(shrink, nullptr) << logs(r);
   EXPECT_EQ((*shrink)["world_size"], 2);
@@ -331,6 +345,7 @@ TEST_F(Sigmarun, AJobThatAllowsItShrinksWhenNoSpareIsLeftAndNeverBelowItsFloor) 
                       {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "1"});
   EXPECT_EQ(p.exit_code, 3) << logs(p);
   EXPECT_EQ(p.report["status"], "paused");
+  expect_replayed(p);
   // It took no disk checkpoint, and says so instead of promising one.
   EXPECT_NE(p.report["reason"].get<std::string>().find("no disk checkpoint common to every rank was taken"),
             std::string::npos)
@@ -386,6 +401,7 @@ TEST_F(Sigmarun, AThermalRunawayIsMigratedBeforeTheDeviceFails) {
   ASSERT_NE(move, nullptr);
   EXPECT_EQ((*move)["to_device"], 3);
   expect_exact(r);
+  expect_replayed(r);
 }
 
 TEST_F(Sigmarun, ALostDeviceIsReplacedByASpare) {
@@ -405,6 +421,7 @@ TEST_F(Sigmarun, ALostDeviceIsReplacedByASpare) {
   EXPECT_EQ((*replace)["device"], 2);
   EXPECT_EQ((*replace)["to_device"], 3);
   expect_exact(r);
+  expect_replayed(r);
 }
 
 TEST_F(Sigmarun, ACrashBeforeTheFirstSnapshotIsRecoveredByAFreshStart) {
@@ -728,6 +745,7 @@ TEST(SigmarunNodes, GroupControllersReplaceWithinTheirGroupAndEscalateOnlyWhenIt
   ASSERT_EQ(escalations.size(), 1u) << logs(r);
   EXPECT_EQ(escalations[0]["device"], 7);
   EXPECT_EQ(escalations[0]["rank"], 3);
+  expect_replayed(r);
   const auto a = finals_of(clean, 4, 4), b = finals_of(r, 4, 4);
   ASSERT_EQ(a[0].size(), 2 * 4096 * sizeof(float));
   for (uint32_t k = 0; k < 4; ++k) EXPECT_TRUE(a[k] == b[k]) << "rank " << k;

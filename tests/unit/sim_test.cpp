@@ -271,3 +271,47 @@ TEST(ControlPlane, TheHierarchyTakesTheSameEventsOffTheRootAndEscalatesOnlyWhatA
   spec.group_size = 0;
   EXPECT_THROW(sim::control_plane(spec), sigma::Error);
 }
+
+TEST(ClusterSim, AReplayedJournalMakesTheAgentsDecisionsAndADifferentOneIsNamed) {
+  const std::string start = R"({"event":"start","t":0,"nproc":2,"spares":1,"nnodes":1})"
+                            "\n";
+  const std::string fault = R"({"event":"recovery_started","t":1,"reached_step":100})"
+                            "\n"
+                            R"({"event":"fault","t":1,"device":1,"cause":"killed"})"
+                            "\n";
+  auto replace = [](int to) {
+    return R"({"event":"scheduler","t":1,"action":"replace","device":1,"rank":1,"to_device":)" +
+           std::to_string(to) + "}\n" + R"({"event":"scheduler","t":1,"action":"restore","tier":"memory"})" +
+           "\n";
+  };
+  const auto ok = sim::parse_journal(start + fault + replace(2), "job.jsonl");
+  EXPECT_EQ(ok.faults, 1u);
+  EXPECT_EQ(ok.scenario.accelerators, 3u);
+  EXPECT_DOUBLE_EQ(ok.scenario.step_s, 0.01);
+  const auto res = sim::run(ok.scenario);
+  EXPECT_EQ(sim::compare_decisions(ok.journalled, res.policies[0].decisions), "");
+  const auto wrong = sim::parse_journal(start + fault + replace(0), "job.jsonl");
+  EXPECT_EQ(sim::compare_decisions(wrong.journalled, res.policies[0].decisions),
+            "decision 1: the journal has replace device 1 rank 1 to device 0, the simulator replace device 1 "
+            "rank 1 to device 2");
+}
+
+TEST(ClusterSim, AJournalItCannotReadIsRefusedWithTheLineAndField) {
+  auto refused = [](const std::string& text, const std::string& want) {
+    try {
+      sim::parse_journal(text, "job.jsonl");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const sigma::Error& e) {
+      EXPECT_EQ(e.code(), sigma::Code::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  const std::string start = R"({"event":"start","t":0,"nproc":2,"spares":1,"nnodes":1})"
+                            "\n";
+  refused("", "job.jsonl:0: event: no start line");
+  refused("not json\n", "job.jsonl:1: (line): not a JSON object");
+  refused(R"({"event":"fault","t":1,"device":0})", "job.jsonl:1: event: 'fault' before the start line");
+  refused(start + R"({"event":"fault","t":1,"device":3})", "job.jsonl:2: device: out of range [0, 2]");
+  refused(start + R"({"event":"fault","t":-1,"device":0})", "job.jsonl:2: t: out of range");
+  refused(R"({"event":"start","t":0,"nproc":"2","spares":1,"nnodes":1})", "job.jsonl:1: nproc");
+}

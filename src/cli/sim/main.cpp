@@ -4,6 +4,7 @@
 //
 //   sigma-sim [--scenario FILE.yaml] [--failure-model FILE.json]
 //             [--accelerators N] [--days D] [--seed S] [--sweep] [--json OUT]
+//   sigma-sim --replay JOB_DIR/incidents.jsonl
 //   sigma-sim --control-plane [--accelerators N]... [--group-size G]
 //             [--seconds S] [--json OUT]
 //
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 namespace {
 
@@ -27,6 +29,32 @@ std::string default_model() {
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return "data/failure-model.json";
   return (exe.parent_path().parent_path() / "share" / "sigma" / "failure-model.json").string();
+}
+
+// The journal's faults through the simulator; its decisions against the agent's.
+int replay(const std::string& path) {
+  try {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) throw sigma::Error(sigma::Code::invalid_argument, "cannot read " + path);
+    const sigma::sim::Replay r = sigma::sim::parse_journal(text.str(), path);
+    const sigma::sim::Result res = sigma::sim::run(r.scenario);
+    const std::string diff = sigma::sim::compare_decisions(r.journalled, res.policies.at(0).decisions);
+    std::cout << "replayed " << r.faults << " fault(s) and " << r.health_changes << " health change(s) on "
+              << r.scenario.accelerators << " devices\n";
+    if (!diff.empty()) {
+      std::cout << "the decisions differ: " << diff << "\n";
+      return 1;
+    }
+    size_t n = 0;
+    for (const auto& d : r.journalled) n += d.action != "assign" ? 1 : 0;
+    std::cout << n << " recovery decision(s), each the same as the agent's\n";
+    return 0;
+  } catch (const sigma::Error& e) {
+    std::cerr << "sigma-sim: " << e.what() << "\n";
+    return 2;
+  }
 }
 
 // Each size, flat and hierarchical, one table.
@@ -83,7 +111,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--report-period", spec.report_period_s, "--control-plane: heartbeat period (s)")
       ->check(CLI::Range(1e-3, 60.0));
+  std::string replay_path;
+  app.add_option(
+         "--replay", replay_path,
+         "a sigmarun incident journal: replay its faults and compare the decisions (exit 1 if they differ)")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
+  if (!replay_path.empty()) return replay(replay_path);
   if (plane)
     return control_plane(sizes.empty() ? std::vector<uint32_t>{2048, 16384, 131072} : sizes, spec, json_path);
   try {
