@@ -25,6 +25,18 @@ for p in runs[0]["policies"]:
     total = p["accelerator_seconds"]["total"]
     assert abs(total - 256 * 3 * 86400) < 1e-3 * total, total
 PY
+# The chart: an SVG that PLplot drew, naming every policy.
+"$sim" --scenario "$dir/ok.yaml" --svg "$dir/chart.svg" >/dev/null
+python3 - "$dir/chart.svg" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag.endswith("svg"), root.tag
+text = " ".join("".join(t.itertext()) for t in root.iter() if t.tag.endswith("text"))
+for want in ("reactive: ", "libsigma: ", "productive", "in repair"):
+    assert want in text, (want, text)
+shapes = sum(1 for t in root.iter() if t.tag.split("}")[-1] in ("polygon", "polyline", "path"))
+assert shapes > 20, shapes
+PY
 # The same seed twice: the same bytes.
 "$sim" --scenario "$dir/ok.yaml" --json "$dir/again.json" >/dev/null
 cmp "$dir/out.json" "$dir/again.json"

@@ -4,12 +4,15 @@
 //
 //   sigma-sim [--scenario FILE.yaml] [--failure-model FILE.json]
 //             [--accelerators N] [--days D] [--seed S] [--sweep] [--json OUT]
+//             [--svg CHART.svg]
 //   sigma-sim --replay JOB_DIR/incidents.jsonl
 //   sigma-sim --control-plane [--accelerators N]... [--group-size G]
 //             [--seconds S] [--json OUT]
 //
 // Exit status: 0 done, 2 bad usage or a refused scenario (the message names
 // the file, line and key).
+#include "chart.hpp"
+
 #include <sigma/error.hpp>
 #include <sigma/sim.hpp>
 
@@ -98,6 +101,9 @@ int main(int argc, char** argv) {
   });
   app.add_flag("--sweep", do_sweep, "every combination of the failure model's assumed values");
   app.add_option("--json", json_path, "write every figure here");
+  std::string svg_path;
+  app.add_option("--svg", svg_path,
+                 "draw a chart here: where time went per policy, or a sweep's utilisation");
   bool plane = false;
   std::vector<uint32_t> sizes;
   sigma::sim::ControlPlaneSpec spec;
@@ -138,6 +144,7 @@ int main(int argc, char** argv) {
     else
       results.push_back(sigma::sim::run(s));
     for (const auto& r : results) std::cout << sigma::sim::to_table(r) << "\n";
+    if (!svg_path.empty()) sigma_sim::write_chart(results, svg_path);
     if (!json_path.empty()) {
       std::ofstream out(json_path);
       out << sigma::sim::to_json(results);
