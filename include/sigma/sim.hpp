@@ -47,6 +47,17 @@ struct FailureModel {
   double precursor_lead_min = 30;        // how long before the failure telemetry drifts (assumed)
   double repair_hours = 24;              // (assumed)
   std::vector<Category> categories;
+  // Degradations: the device keeps working but slows the synchronous job
+  // until the episode clears or its rank moves away (all assumed). A
+  // straggler's steps take `straggler_slowdown` times as long; a slow link's
+  // collectives stretch the step by `slow_link_slowdown`, and its link
+  // error counter climbs, which the health monitor reads.
+  double straggler_per_accelerator_day = 1e-3;
+  double straggler_slowdown = 1.5;
+  double straggler_hours = 6;
+  double slow_link_per_accelerator_day = 1e-3;
+  double slow_link_slowdown = 1.15;
+  double slow_link_hours = 12;
 };
 
 // Reads the public failure figures (data/failure-model.json): the base rate
@@ -97,7 +108,8 @@ struct ScriptedFailure {
   bool precursor = false;  // telemetry drifts for precursor_lead_min before it
   // Not a failure but a health change a replayed journal saw: "warning"
   // (the monitor turned the device suspect or failing) or "calm" (healthy
-  // again). Empty: a failure of `category`.
+  // again); or a degradation: "straggler" or "slow_link" (the model's
+  // slowdown and duration). Empty: a failure of `category`.
   std::string health{};
 };
 
@@ -140,6 +152,7 @@ struct SIGMA_EXPORT Ledger {
   double checkpoint = 0;  // training blocked by disk checkpoints and snapshots
   double migration = 0;   // training blocked by proactive migrations
   double paused = 0;      // job ranks idle for want of a device
+  double slow = 0;        // training time lost to a degraded pace (stragglers, slow links)
   double spare = 0;       // healthy spares waiting
   double repair = 0;      // accelerators out of service (failed, in repair, validating)
   double total() const noexcept;
@@ -162,10 +175,13 @@ struct PolicyResult {
   double ettr = 0;         // the job's productive time / duration
   uint64_t failures = 0;   // every failure drawn, spares' and repaired devices' included
   uint64_t incidents = 0;  // failures that stopped the job
+  double mtti_h = 0;       // the job's mean time to interruption: duration / incidents (0: none)
   uint64_t migrations = 0;
   uint64_t averted = 0;  // failures of a device already migrated away from
   uint64_t restores_memory = 0, restores_disk = 0;
   uint64_t pauses = 0;
+  uint64_t degradations = 0;        // stragglers and slow links that began on a job's device
+  uint64_t degradations_moved = 0;  // ... whose rank the policy moved away before they cleared
   std::vector<std::pair<std::string, uint64_t>> by_category;  // failures per category
   std::vector<Decision> decisions;                            // Scenario::record_decisions
 };
@@ -189,6 +205,13 @@ struct SweepAxes {
   std::vector<double> precursor_fraction{0.0, 0.3, 0.6};
   std::vector<double> precursor_lead_min{5, 30, 120};
   std::vector<double> repair_hours{4, 24, 72};
+  // Stragglers and slow links, low / middle / high together: each level
+  // sets both rates (per accelerator-day) and the straggler's slowdown.
+  struct Degradation {
+    double per_accelerator_day;
+    double straggler_slowdown;
+  };
+  std::vector<Degradation> degradation{{2e-4, 1.2}, {1e-3, 1.5}, {5e-3, 2.0}};
 };
 SIGMA_EXPORT std::vector<Result> sweep(const Scenario& base, const SweepAxes& axes);
 

@@ -1,5 +1,6 @@
 #include "draws.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace sigma::sim::detail {
@@ -49,6 +50,26 @@ std::optional<FailureDraw> draw_failure(const FailureModel& m, double install_s,
   }
   d.precursor = m.categories[d.category].precursor && s.uniform() < m.precursor_fraction;
   return d;
+}
+
+std::vector<DegradeDraw> draw_degradations(const Scenario& s) {
+  std::vector<DegradeDraw> out;
+  const double horizon = s.days * 86400.0;
+  const double rates[2] = {s.failures.straggler_per_accelerator_day,
+                           s.failures.slow_link_per_accelerator_day};
+  for (int kind = 0; kind < 2; ++kind) {
+    const double per_s = rates[kind] * s.accelerators / 86400.0;
+    if (!(per_s > 0)) continue;
+    Stream st(s.seed, UINT32_MAX - static_cast<uint32_t>(kind), 0);
+    for (double t = 0;;) {
+      t += -std::log1p(-st.uniform()) / per_s;
+      if (!(t < horizon)) break;
+      out.push_back({t, static_cast<uint32_t>(st.next() % s.accelerators), kind == 1});
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const DegradeDraw& a, const DegradeDraw& b) { return a.at_s < b.at_s; });
+  return out;
 }
 
 }  // namespace sigma::sim::detail

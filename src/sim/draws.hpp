@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace sigma::sim::detail {
 
@@ -32,5 +33,17 @@ struct FailureDraw {
 // model's rate times the horizon), or nullopt when it falls past the horizon.
 std::optional<FailureDraw> draw_failure(const FailureModel& m, double install_s, double horizon_s,
                                         uint64_t seed, uint32_t device, uint32_t incarnation);
+
+// A straggler or slow-link episode: on `device` from `at_s` for `hours`.
+struct DegradeDraw {
+  double at_s = 0;
+  uint32_t device = 0;
+  bool link = false;  // a slow link, else a straggler
+};
+
+// Every degradation of the scenario, in time order: a Poisson process per
+// kind over the whole cluster (devices drawn uniformly), from streams of
+// their own so that failures draw the same numbers with or without them.
+std::vector<DegradeDraw> draw_degradations(const Scenario& s);
 
 }  // namespace sigma::sim::detail

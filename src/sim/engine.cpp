@@ -25,7 +25,19 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kEps = 1e-9;
 
 struct Event {
-  enum class Kind { failure, precursor, sample, repaired, boundary, sdc_found, warning, calm } kind;
+  enum class Kind {
+    failure,
+    precursor,
+    sample,
+    repaired,
+    boundary,
+    sdc_found,
+    warning,
+    calm,
+    degrade,         // a straggler (category 0) or slow link (1) begins
+    degrade_sample,  // the degraded device's next step or telemetry, for its Monitor
+    clear,           // the degradation that began at `progress` ends
+  } kind;
   double t = 0;
   uint64_t seq = 0;
   uint32_t device = 0;
@@ -63,6 +75,16 @@ struct Episode {
   uint64_t ecc = 0;
 };
 
+// A straggler or slow link on a device: how much it slows the job, and the
+// health Monitor that watches it when the policy acts on warnings.
+struct Degraded {
+  double factor = 1;
+  bool link = false;
+  double since_s = 0;
+  std::unique_ptr<health::Monitor> monitor;
+  uint64_t samples = 0;
+};
+
 class PolicySim {
  public:
   PolicySim(const Scenario& s, const Policy& p);
@@ -86,6 +108,9 @@ class PolicySim {
   void to_repair(uint32_t device);
   void on_sample(const Event& e);
   void on_warning(uint32_t device, const std::string& why);
+  void on_degrade(const Event& e);
+  void on_degrade_sample(const Event& e);
+  void update_slowdown();
   uint64_t step_of(double progress) const { return static_cast<uint64_t>(std::floor(progress / s_.step_s)); }
 
   const Scenario& s_;
@@ -107,6 +132,8 @@ class PolicySim {
   std::vector<bool> in_repair_, migrated_;
   uint64_t n_job_ = 0, n_spare_ = 0, n_out_ = 0;
   std::map<uint32_t, Episode> episodes_;
+  std::map<uint32_t, Degraded> degraded_;
+  double slow_ = 1;  // the job's pace: its slowest degraded device's factor
   std::vector<uint64_t> per_category_;
 };
 
@@ -173,18 +200,27 @@ void PolicySim::apply(const std::vector<Action>& actions) {
     refresh(a.to_device);
     if (a.kind == Action::Kind::migrate) {
       ++r_.migrations;
+      if (degraded_.count(a.device)) ++r_.degradations_moved;
       migrated_[a.device] = true;
       stalls_.push_back({Phase::migration, p_.migrate_s});
     }
     if (a.kind == Action::Kind::pause) ++r_.pauses;
     if (a.kind == Action::Kind::cordon) to_repair(a.device);
   }
+  if (!degraded_.empty()) update_slowdown();
+}
+
+void PolicySim::update_slowdown() {
+  slow_ = 1;
+  for (const auto& [d, g] : degraded_)
+    if (bucket_of(state_[d]) == Bucket::job) slow_ = std::max(slow_, g.factor);
 }
 
 void PolicySim::to_repair(uint32_t d) {
   if (in_repair_[d]) return;
   in_repair_[d] = true;
   episodes_.erase(d);
+  if (degraded_.erase(d)) update_slowdown();
   push({Event::Kind::repaired, now_ + s_.failures.repair_hours * 3600.0, 0, d, incarnation_[d], 0, 0});
 }
 
@@ -205,8 +241,9 @@ void PolicySim::advance(double t) {
     *b += job;
     st.left_s -= dt;
   } else {
-    l.productive += job;
-    progress_ += dt;
+    l.productive += job / slow_;
+    l.slow += job * (1 - 1 / slow_);
+    progress_ += dt / slow_;
   }
   l.spare += static_cast<double>(n_spare_) * dt;
   l.repair += static_cast<double>(n_out_) * dt;
@@ -216,7 +253,7 @@ void PolicySim::advance(double t) {
 double PolicySim::next_internal() const {
   if (sched_.paused()) return kInf;
   if (!stalls_.empty()) return now_ + std::max(0.0, stalls_.front().left_s);
-  return now_ + std::max(0.0, std::min(next_snapshot_, next_disk_) - progress_);
+  return now_ + std::max(0.0, (std::min(next_snapshot_, next_disk_) - progress_) * slow_);
 }
 
 void PolicySim::internal() {
@@ -274,6 +311,18 @@ void PolicySim::on_event(const Event& e) {
       break;
     case Event::Kind::calm:
       if (!in_repair_[e.device]) apply(sched_.on_calm(e.device, now_));
+      break;
+    case Event::Kind::degrade:
+      on_degrade(e);
+      break;
+    case Event::Kind::degrade_sample:
+      on_degrade_sample(e);
+      break;
+    case Event::Kind::clear:
+      if (auto it = degraded_.find(e.device); it != degraded_.end() && it->second.since_s == e.progress) {
+        degraded_.erase(it);
+        update_slowdown();
+      }
       break;
     case Event::Kind::sdc_found: {
       // The guardrails (or, without them, the loss curve) show the
@@ -420,11 +469,67 @@ void PolicySim::on_sample(const Event& e) {
     push({Event::Kind::sample, now_ + s_.telemetry_period_s, 0, e.device, e.incarnation, e.category, 0});
 }
 
+// A device starts to straggle or its link slows: the job slows with it
+// until the episode clears, unless the policy, warned by the Monitor,
+// moves the rank away first.
+void PolicySim::on_degrade(const Event& e) {
+  const uint32_t d = e.device;
+  if (in_repair_[d] || degraded_.count(d)) return;
+  const FailureModel& f = s_.failures;
+  const bool link = e.category == 1;
+  Degraded& g = degraded_[d];
+  g.factor = link ? f.slow_link_slowdown : f.straggler_slowdown;
+  g.link = link;
+  g.since_s = now_;
+  if (bucket_of(state_[d]) == Bucket::job) ++r_.degradations;
+  update_slowdown();
+  push(
+      {Event::Kind::clear, now_ + (link ? f.slow_link_hours : f.straggler_hours) * 3600.0, 0, d, 0, 0, now_});
+  if (!p_.migrate_on_warning) return;
+  g.monitor = std::make_unique<health::Monitor>();
+  g.monitor->add_device(d);
+  for (uint32_t k = 1; k <= 4; ++k) g.monitor->add_device(s_.accelerators + k);  // healthy peers
+  push({Event::Kind::degrade_sample, now_, 0, d, 0, e.category, now_});
+}
+
+// One step (a straggler: its time and four healthy peers') or one
+// telemetry sample (a slow link: link errors climbing at 120 a minute)
+// for the real Monitor; its first warning goes to the scheduler.
+void PolicySim::on_degrade_sample(const Event& e) {
+  auto it = degraded_.find(e.device);
+  if (it == degraded_.end() || it->second.since_s != e.progress || !it->second.monitor) return;
+  Degraded& g = it->second;
+  health::Monitor& m = *g.monitor;
+  ++g.samples;
+  double next = s_.telemetry_period_s;
+  if (g.link) {
+    hal_telemetry_sample_t v{};
+    v.id = HAL_FIELD_LINK_ERRORS;
+    v.status = HAL_OK;
+    v.type = HAL_VALUE_U64;
+    v.value.u64 = static_cast<uint64_t>(2.0 * (now_ - g.since_s));
+    m.observe_telemetry(e.device, now_, &v, 1);
+  } else {
+    next = s_.step_s * g.factor;
+    m.observe_step(e.device, g.samples, next, now_);
+    for (uint32_t k = 1; k <= 4; ++k) m.observe_step(s_.accelerators + k, g.samples, s_.step_s, now_);
+  }
+  for (const health::Event& h : m.evaluate(now_)) {
+    if (h.device == e.device && h.kind == health::Event::Kind::state_changed &&
+        h.to != health::State::healthy) {
+      g.monitor.reset();
+      on_warning(e.device, h.warning.message);
+      return;
+    }
+  }
+  push({Event::Kind::degrade_sample, now_ + next, 0, e.device, 0, e.category, e.progress});
+}
+
 void PolicySim::on_warning(uint32_t d, const std::string& why) {
   apply(sched_.on_warning(d, why, now_));
   if (sched_.pending_migration(d)) {
     // The next step boundary of the running job.
-    const double to_boundary = s_.step_s - std::fmod(progress_, s_.step_s);
+    const double to_boundary = (s_.step_s - std::fmod(progress_, s_.step_s)) * slow_;
     push({Event::Kind::boundary, now_ + to_boundary, 0, d, incarnation_[d], 0, 0});
   }
 }
@@ -438,7 +543,14 @@ PolicyResult PolicySim::run() {
   next_snapshot_ = p_.memory_tier ? p_.snapshot_every_s : kInf;
   next_disk_ = p_.disk_every_s;
   for (uint32_t d = 0; d < s_.accelerators; ++d) draw_next(d);
+  for (const DegradeDraw& g : draw_degradations(s_))
+    push({Event::Kind::degrade, g.at_s, 0, g.device, 0, g.link ? size_t{1} : size_t{0}, 0});
   for (const ScriptedFailure& f : s_.script) {
+    if (f.health == "straggler" || f.health == "slow_link") {
+      push(
+          {Event::Kind::degrade, f.at_s, 0, f.device, 0, f.health == "slow_link" ? size_t{1} : size_t{0}, 0});
+      continue;
+    }
     if (!f.health.empty()) {
       push({f.health == "warning" ? Event::Kind::warning : Event::Kind::calm, f.at_s, 0, f.device, 0, 0, 0});
       continue;
@@ -467,6 +579,7 @@ PolicyResult PolicySim::run() {
   const double total = static_cast<double>(s_.accelerators) * horizon_;
   r_.utilization = std::max(0.0, r_.ledger.productive) / total;
   r_.ettr = progress_ / horizon_;
+  r_.mtti_h = r_.incidents ? horizon_ / 3600.0 / static_cast<double>(r_.incidents) : 0;
   for (size_t i = 0; i < per_category_.size(); ++i)
     r_.by_category.emplace_back(s_.failures.categories[i].name, per_category_[i]);
   return r_;

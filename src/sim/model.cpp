@@ -53,6 +53,13 @@ double middle(const nlohmann::json& list, const std::string& path, const std::st
   return v;
 }
 
+double single(const nlohmann::json& v, const std::string& path, const std::string& field, double lo,
+              double hi) {
+  if (!v.is_number() || !(v.get<double>() >= lo && v.get<double>() <= hi))
+    refuse(path, field, "expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v.get<double>();
+}
+
 }  // namespace
 
 const char* scope_name(Scope s) noexcept {
@@ -128,6 +135,16 @@ FailureModel parse_failure_model(const std::string& text, const std::string& pat
       refuse(path, "early_life_assumptions.weibull_shape_infant_mortality",
              "expected a number in [0.05, 10]");
     m.weibull_shape = shape.get<double>();
+    if (j.contains("degradation_assumptions")) {  // this project's addition to the public figures
+      const auto& d = j.at("degradation_assumptions");
+      const std::string at = "degradation_assumptions.";
+      m.straggler_per_accelerator_day = m.slow_link_per_accelerator_day =
+          middle(d.at("per_accelerator_day"), path, at + "per_accelerator_day", 0, 100);
+      m.straggler_slowdown = middle(d.at("straggler_slowdown"), path, at + "straggler_slowdown", 1, 100);
+      m.straggler_hours = single(d.at("straggler_hours"), path, at + "straggler_hours", 1e-3, 1e6);
+      m.slow_link_slowdown = single(d.at("slow_link_slowdown"), path, at + "slow_link_slowdown", 1, 100);
+      m.slow_link_hours = single(d.at("slow_link_hours"), path, at + "slow_link_hours", 1e-3, 1e6);
+    }
   } catch (const nlohmann::json::out_of_range& e) {
     refuse(path, "(missing field)", e.what());
   } catch (const nlohmann::json::type_error& e) {

@@ -12,8 +12,8 @@ namespace {
 nlohmann::json ledger_json(const Ledger& l) {
   return {{"productive", l.productive}, {"lost_work", l.lost_work}, {"detection", l.detection},
           {"restart", l.restart},       {"restore", l.restore},     {"checkpoint", l.checkpoint},
-          {"migration", l.migration},   {"paused", l.paused},       {"spare", l.spare},
-          {"repair", l.repair},         {"total", l.total()}};
+          {"migration", l.migration},   {"paused", l.paused},       {"slow", l.slow},
+          {"spare", l.spare},           {"repair", l.repair},       {"total", l.total()}};
 }
 
 nlohmann::json policy_json(const PolicyResult& p) {
@@ -26,10 +26,12 @@ nlohmann::json policy_json(const PolicyResult& p) {
           {"effective_training_time_ratio", p.ettr},
           {"failures", p.failures},
           {"incidents", p.incidents},
+          {"mean_time_to_interruption_h", p.mtti_h},
           {"migrations", p.migrations},
           {"averted", p.averted},
           {"restores", {{"memory", p.restores_memory}, {"disk", p.restores_disk}}},
           {"pauses", p.pauses},
+          {"degradations", {{"on_the_job", p.degradations}, {"moved_away", p.degradations_moved}}},
           {"failures_by_category", cats},
           {"accelerator_seconds", ledger_json(p.ledger)}};
 }
@@ -47,7 +49,13 @@ nlohmann::json scenario_json(const Scenario& s) {
             {"weibull_shape", f.weibull_shape},
             {"precursor_fraction", f.precursor_fraction},
             {"precursor_lead_min", f.precursor_lead_min},
-            {"repair_hours", f.repair_hours}}}};
+            {"repair_hours", f.repair_hours},
+            {"straggler_per_accelerator_day", f.straggler_per_accelerator_day},
+            {"straggler_slowdown", f.straggler_slowdown},
+            {"straggler_hours", f.straggler_hours},
+            {"slow_link_per_accelerator_day", f.slow_link_per_accelerator_day},
+            {"slow_link_slowdown", f.slow_link_slowdown},
+            {"slow_link_hours", f.slow_link_hours}}}};
 }
 
 }  // namespace
@@ -66,28 +74,28 @@ std::string to_table(const Result& r) {
   std::ostringstream o;
   const FailureModel& f = r.scenario.failures;
   char line[512];
-  std::snprintf(
-      line, sizeof line,
-      "%u accelerators x %.1f days, seed %llu; rate x%.3g, Weibull %.2f, precursors %.0f%% at %.0f min, "
-      "repair %.0f h\n",
-      r.scenario.accelerators, r.scenario.days, static_cast<unsigned long long>(r.scenario.seed),
-      f.rate_multiplier, f.weibull_shape, f.precursor_fraction * 100, f.precursor_lead_min, f.repair_hours);
+  std::snprintf(line, sizeof line,
+                "%u accelerators x %.1f days, seed %llu; rate x%.3g, Weibull %.2f, precursors %.0f%% at %.0f "
+                "min, repair %.0f h; stragglers x%.2f, slow links x%.2f, %.2g each per accelerator-day\n",
+                r.scenario.accelerators, r.scenario.days, static_cast<unsigned long long>(r.scenario.seed),
+                f.rate_multiplier, f.weibull_shape, f.precursor_fraction * 100, f.precursor_lead_min,
+                f.repair_hours, f.straggler_slowdown, f.slow_link_slowdown, f.straggler_per_accelerator_day);
   o << line;
-  o << "policy        spares  util    ETTR    fail  incid  migr  mem/disk  | lost %: work  detect restart "
-       "restore ckpt  migr  paused spare repair\n";
+  o << "policy        spares  util    ETTR    fail  incid MTTI h  migr  mem/disk  | lost %: work  detect "
+       "restart restore ckpt  migr  paused slow  spare repair\n";
   for (const PolicyResult& p : r.policies) {
     const double t = p.ledger.total() > 0 ? p.ledger.total() : 1;
     const Ledger& l = p.ledger;
     std::snprintf(
         line, sizeof line,
-        "%-13s %6u  %6.2f%% %6.2f%% %5llu %6llu %5llu %4llu/%-4llu |      %5.2f %6.2f %7.2f %7.2f %5.2f "
-        "%5.2f %6.2f %5.2f %6.2f\n",
+        "%-13s %6u  %6.2f%% %6.2f%% %5llu %6llu %6.2f %5llu %4llu/%-4llu |      %5.2f %6.2f %7.2f "
+        "%7.2f %5.2f %5.2f %6.2f %5.2f %5.2f %6.2f\n",
         p.policy.c_str(), p.spares, p.utilization * 100, p.ettr * 100,
-        static_cast<unsigned long long>(p.failures), static_cast<unsigned long long>(p.incidents),
+        static_cast<unsigned long long>(p.failures), static_cast<unsigned long long>(p.incidents), p.mtti_h,
         static_cast<unsigned long long>(p.migrations), static_cast<unsigned long long>(p.restores_memory),
         static_cast<unsigned long long>(p.restores_disk), 100 * l.lost_work / t, 100 * l.detection / t,
         100 * l.restart / t, 100 * l.restore / t, 100 * l.checkpoint / t, 100 * l.migration / t,
-        100 * l.paused / t, 100 * l.spare / t, 100 * l.repair / t);
+        100 * l.paused / t, 100 * l.slow / t, 100 * l.spare / t, 100 * l.repair / t);
     o << line;
   }
   return o.str();

@@ -21,6 +21,11 @@ void check(const Scenario& s) {
   if (s.failures.categories.empty()) bad("the failure model has no categories");
   if (!(s.failures.weibull_shape > 0)) bad("the Weibull shape must be positive");
   if (!(s.failures.repair_hours > 0)) bad("repair_hours must be positive");
+  const FailureModel& f = s.failures;
+  if (!(f.straggler_per_accelerator_day >= 0) || !(f.slow_link_per_accelerator_day >= 0) ||
+      !(f.straggler_slowdown >= 1) || !(f.slow_link_slowdown >= 1) || !(f.straggler_hours > 0) ||
+      !(f.slow_link_hours > 0))
+    bad("degradation rates must be >= 0, slowdowns >= 1 and durations positive");
   if (s.policies.empty()) bad("no policy to run");
   if (s.groups.size() > s.accelerators) bad("more scheduler groups than accelerators");
   for (const ScriptedFailure& f : s.script) {
@@ -28,8 +33,8 @@ void check(const Scenario& s) {
       bad("scripted failure on device " + std::to_string(f.device) + " of " + std::to_string(s.accelerators));
     if (!(f.at_s >= 0) || !std::isfinite(f.at_s)) bad("scripted failure at a negative or infinite time");
     if (!f.health.empty()) {
-      if (f.health != "warning" && f.health != "calm")
-        bad("scripted health '" + f.health + "' is not warning or calm");
+      if (f.health != "warning" && f.health != "calm" && f.health != "straggler" && f.health != "slow_link")
+        bad("scripted health '" + f.health + "' is not warning, calm, straggler or slow_link");
       continue;
     }
     bool known = false;
@@ -44,8 +49,8 @@ void check(const Scenario& s) {
 }  // namespace
 
 double Ledger::total() const noexcept {
-  return productive + lost_work + detection + restart + restore + checkpoint + migration + paused + spare +
-         repair;
+  return productive + lost_work + detection + restart + restore + checkpoint + migration + paused + slow +
+         spare + repair;
 }
 
 Result run(const Scenario& scenario) {
@@ -62,14 +67,18 @@ std::vector<Result> sweep(const Scenario& base, const SweepAxes& axes) {
   for (double m : axes.rate_multiplier)
     for (double f : axes.precursor_fraction)
       for (double lead : axes.precursor_lead_min)
-        for (double repair : axes.repair_hours) {
-          Scenario s = base;
-          s.failures.rate_multiplier = m;
-          s.failures.precursor_fraction = f;
-          s.failures.precursor_lead_min = lead;
-          s.failures.repair_hours = repair;
-          points.push_back(std::move(s));
-        }
+        for (double repair : axes.repair_hours)
+          for (const auto& deg : axes.degradation) {
+            Scenario s = base;
+            s.failures.straggler_per_accelerator_day = deg.per_accelerator_day;
+            s.failures.slow_link_per_accelerator_day = deg.per_accelerator_day;
+            s.failures.straggler_slowdown = deg.straggler_slowdown;
+            s.failures.rate_multiplier = m;
+            s.failures.precursor_fraction = f;
+            s.failures.precursor_lead_min = lead;
+            s.failures.repair_hours = repair;
+            points.push_back(std::move(s));
+          }
   std::vector<Result> out(points.size());
   tbb::parallel_for(size_t{0}, points.size(), [&](size_t i) { out[i] = run(points[i]); });
   return out;

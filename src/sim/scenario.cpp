@@ -15,7 +15,8 @@ constexpr double kBig = 1e12;
 void read_failures(const yaml::Reader& y, const YAML::Node& n, const std::string& folder, FailureModel& m) {
   y.only_keys(n, "failures",
               {"model", "per_accelerator_day", "rate_multiplier", "weibull_shape", "precursor_fraction",
-               "precursor_lead_min", "repair_hours"});
+               "precursor_lead_min", "repair_hours", "straggler_per_accelerator_day", "straggler_slowdown",
+               "straggler_hours", "slow_link_per_accelerator_day", "slow_link_slowdown", "slow_link_hours"});
   if (n["model"]) {
     const std::filesystem::path p(y.text(n["model"], "failures.model"));
     try {
@@ -34,6 +35,15 @@ void read_failures(const yaml::Reader& y, const YAML::Node& n, const std::string
   if (n["precursor_lead_min"])
     m.precursor_lead_min = y.number(n["precursor_lead_min"], "failures.precursor_lead_min", 0, 1e6);
   if (n["repair_hours"]) m.repair_hours = y.number(n["repair_hours"], "failures.repair_hours", 0.01, 1e6);
+  auto num = [&](const char* key, double& out, double lo, double hi) {
+    if (n[key]) out = y.number(n[key], std::string("failures.") + key, lo, hi);
+  };
+  num("straggler_per_accelerator_day", m.straggler_per_accelerator_day, 0, 100);
+  num("straggler_slowdown", m.straggler_slowdown, 1, 100);
+  num("straggler_hours", m.straggler_hours, 1e-3, 1e6);
+  num("slow_link_per_accelerator_day", m.slow_link_per_accelerator_day, 0, 100);
+  num("slow_link_slowdown", m.slow_link_slowdown, 1, 100);
+  num("slow_link_hours", m.slow_link_hours, 1e-3, 1e6);
 }
 
 Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
@@ -158,17 +168,27 @@ Scenario parse_scenario(const std::string& text, const std::string& path, const 
       if (!fs.IsSequence()) y.fail(fs, "script", "expected a list of failures");
       for (size_t i = 0; i < fs.size(); ++i) {
         const std::string at = "script[" + std::to_string(i) + "]";
-        y.only_keys(fs[i], at, {"at_s", "device", "category", "precursor"});
-        for (const char* k : {"at_s", "device", "category"})
+        y.only_keys(fs[i], at, {"at_s", "device", "category", "precursor", "health"});
+        const bool health = static_cast<bool>(fs[i]["health"]);
+        for (const char* k : {"at_s", "device"})
           if (!fs[i][k]) y.fail(fs[i], at + "." + k, "missing");
+        if (!health && !fs[i]["category"]) y.fail(fs[i], at + ".category", "missing (or give health)");
         ScriptedFailure f;
         f.at_s = y.number(fs[i]["at_s"], at + ".at_s", 0, s.days * 86400.0);
         f.device = static_cast<uint32_t>(y.integer(fs[i]["device"], at + ".device", 0, s.accelerators - 1));
-        f.category = y.text(fs[i]["category"], at + ".category");
-        bool known = false;
-        for (const Category& c : s.failures.categories) known = known || c.name == f.category;
-        if (!known)
-          y.fail(fs[i]["category"], at + ".category", "'" + f.category + "' is not a category of the model");
+        if (health) {
+          f.health = y.text(fs[i]["health"], at + ".health");
+          if (f.health != "warning" && f.health != "calm" && f.health != "straggler" &&
+              f.health != "slow_link")
+            y.fail(fs[i]["health"], at + ".health", "expected warning, calm, straggler or slow_link");
+        } else {
+          f.category = y.text(fs[i]["category"], at + ".category");
+          bool known = false;
+          for (const Category& c : s.failures.categories) known = known || c.name == f.category;
+          if (!known)
+            y.fail(fs[i]["category"], at + ".category",
+                   "'" + f.category + "' is not a category of the model");
+        }
         if (fs[i]["precursor"]) f.precursor = y.boolean(fs[i]["precursor"], at + ".precursor");
         s.script.push_back(f);
       }

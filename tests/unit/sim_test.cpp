@@ -76,6 +76,7 @@ TEST(ClusterSim, OneFailureWithKnownCostsGivesTheHandComputedLedger) {
   auto s = base(4, 1);
   s.per_node = 1;
   s.failures.rate_multiplier = 0;  // the scripted failure only
+  s.failures.straggler_per_accelerator_day = s.failures.slow_link_per_accelerator_day = 0;
   s.failures.repair_hours = 48;
   s.script = {{5000, 0, "faulty_gpu", false}};
   sim::Policy p;
@@ -314,4 +315,48 @@ TEST(ClusterSim, AJournalItCannotReadIsRefusedWithTheLineAndField) {
   refused(start + R"({"event":"fault","t":1,"device":3})", "job.jsonl:2: device: out of range [0, 2]");
   refused(start + R"({"event":"fault","t":-1,"device":0})", "job.jsonl:2: t: out of range");
   refused(R"({"event":"start","t":0,"nproc":"2","spares":1,"nnodes":1})", "job.jsonl:1: nproc");
+}
+
+// 3 accelerators (2 ranks and a spare) for a day; device 0 straggles at
+// twice the step time from t = 1000 s for an hour; steps of 10 s.
+TEST(ClusterSim, AStragglerSlowsTheJobUntilItClearsOrItsRankMoves) {
+  auto s = base(3, 1);
+  s.per_node = 1;
+  s.failures.rate_multiplier = 0;
+  s.failures.straggler_per_accelerator_day = s.failures.slow_link_per_accelerator_day = 0;
+  s.failures.straggler_slowdown = 2;
+  s.failures.straggler_hours = 1;
+  s.failures.repair_hours = 48;
+  s.script = {{1000, 0, "", false, "straggler"}};
+  sim::Policy p;
+  p.name = "watch";
+  p.spares = sim::SpareRule::count;
+  p.spare_count = 1;
+  p.disk_every_s = 1e9;
+  p.disk_stall_s = 0;
+  p.full_restart = false;
+  p.migrate_s = 10;
+  sim::Policy blind = p;
+  blind.name = "blind";
+  p.migrate_on_warning = true;
+  s.policies = {blind, p};
+  const auto r = sim::run(s);
+  // Unwatched: the job runs at half pace for the hour.
+  const auto& b = r.policies[0];
+  EXPECT_DOUBLE_EQ(b.ledger.slow, 2 * 3600 * 0.5);
+  EXPECT_DOUBLE_EQ(b.ledger.productive, 2 * (86400.0 - 1800));
+  EXPECT_DOUBLE_EQ(b.ledger.spare, 86400);
+  EXPECT_EQ(b.degradations, 1u);
+  EXPECT_EQ(b.degradations_moved, 0u);
+  // Watched: the Monitor's straggler rule fires on the 20th slow step
+  // (t = 1380), the rank moves at the next step boundary (progress 1200,
+  // t = 1400) in 10 s, and device 0 goes to repair.
+  const auto& w = r.policies[1];
+  EXPECT_DOUBLE_EQ(w.ledger.slow, 2 * 400 * 0.5);
+  EXPECT_DOUBLE_EQ(w.ledger.migration, 2 * 10);
+  EXPECT_DOUBLE_EQ(w.ledger.productive, 2 * (86400.0 - 200 - 10));
+  EXPECT_DOUBLE_EQ(w.ledger.spare, 1400);
+  EXPECT_DOUBLE_EQ(w.ledger.repair, 86400 - 1400);
+  EXPECT_EQ(w.migrations, 1u);
+  EXPECT_EQ(w.degradations_moved, 1u);
 }
