@@ -81,6 +81,10 @@ struct Policy {
   double disk_restore_s = 120;  // reading the checkpoint back
   bool memory_tier = false;     // ring-replicated in-memory snapshots
   double snapshot_every_s = 0;  // job progress between snapshots
+  // ... or Young and Daly's interval from the failure model instead:
+  // sqrt(2 x snapshot_stall_s x the job's mean time between failures), in
+  // whole steps.
+  bool snapshot_from_model = false;
   double snapshot_stall_s = 0;  // training blocked per snapshot
   double memory_restore_s = 0;  // from a surviving rank's memory or its ring neighbour's replica
   double crash_detect_s = 5;    // a dead process or device

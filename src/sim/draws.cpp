@@ -24,8 +24,9 @@ uint64_t Stream::next() {
 
 double Stream::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
-std::optional<FailureDraw> draw_failure(const FailureModel& m, double install_s, double horizon_s,
-                                        uint64_t seed, uint32_t device, uint32_t incarnation) {
+std::optional<FailureDraw> draw_failure(const FailureModel& m, double install_s, double now_s,
+                                        double horizon_s, uint64_t seed, uint32_t device,
+                                        uint32_t incarnation) {
   Stream s(seed, device, incarnation);
   const double rate_per_s = m.per_accelerator_day * m.rate_multiplier / 86400.0;
   if (rate_per_s <= 0 || horizon_s <= 0) return std::nullopt;
@@ -33,7 +34,9 @@ std::optional<FailureDraw> draw_failure(const FailureModel& m, double install_s,
   const double k = m.weibull_shape;
   const double scale = horizon_s / std::pow(rate_per_s * horizon_s, 1.0 / k);
   const double e = -std::log1p(-s.uniform());  // Exp(1)
-  const double at = install_s + scale * std::pow(e, 1.0 / k);
+  // Conditional on surviving to now: H(at) = H(age now) + e.
+  const double survived = std::max(0.0, now_s - install_s) / scale;
+  const double at = install_s + scale * std::pow((survived > 0 ? std::pow(survived, k) : 0.0) + e, 1.0 / k);
   if (!(at < horizon_s)) return std::nullopt;
   FailureDraw d;
   d.at_s = at;

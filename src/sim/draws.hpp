@@ -30,9 +30,11 @@ struct FailureDraw {
 
 // The next failure of a device installed at `install_s` (its age starts
 // there; a Weibull hazard whose cumulative value over `horizon_s` is the
-// model's rate times the horizon), or nullopt when it falls past the horizon.
-std::optional<FailureDraw> draw_failure(const FailureModel& m, double install_s, double horizon_s,
-                                        uint64_t seed, uint32_t device, uint32_t incarnation);
+// model's rate times the horizon) that has survived to `now_s`, or nullopt
+// when it falls past the horizon.
+std::optional<FailureDraw> draw_failure(const FailureModel& m, double install_s, double now_s,
+                                        double horizon_s, uint64_t seed, uint32_t device,
+                                        uint32_t incarnation);
 
 // A straggler or slow-link episode: on `device` from `at_s` for `hours`.
 struct DegradeDraw {

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <queue>
+#include <set>
 
 namespace sigma::sim::detail {
 namespace {
@@ -133,7 +134,9 @@ class PolicySim {
   uint64_t n_job_ = 0, n_spare_ = 0, n_out_ = 0;
   std::map<uint32_t, Episode> episodes_;
   std::map<uint32_t, Degraded> degraded_;
-  double slow_ = 1;  // the job's pace: its slowest degraded device's factor
+  std::set<uint32_t> failing_;  // warned or failed: hardware to repair, whatever else it has
+  double slow_ = 1;             // the job's pace: its slowest degraded device's factor
+  double snapshot_every_;       // the policy's, or Young and Daly's from the model
   std::vector<uint64_t> per_category_;
 };
 
@@ -147,8 +150,23 @@ scheduler::Config sched_config(const Scenario& s, const Policy& p) {
   return c;
 }
 
+// Young and Daly: the interval that balances the stall of taking a
+// snapshot against the work a failure throws away, sqrt(2 x stall x MTBF),
+// with the job's MTBF at the model's constant-rate equivalent.
+double snapshot_interval(const Scenario& s, const Policy& p) {
+  if (!p.snapshot_from_model) return p.snapshot_every_s;
+  const double per_s = s.accelerators * s.failures.per_accelerator_day * s.failures.rate_multiplier / 86400.0;
+  if (!(per_s > 0) || !(p.snapshot_stall_s > 0)) return p.snapshot_every_s;
+  const double steps = std::round(std::sqrt(2 * p.snapshot_stall_s / per_s) / s.step_s);
+  return std::max(1.0, steps) * s.step_s;
+}
+
 PolicySim::PolicySim(const Scenario& s, const Policy& p)
-    : s_(s), p_(p), horizon_(s.days * 86400.0), sched_(sched_config(s, p)) {
+    : s_(s),
+      p_(p),
+      horizon_(s.days * 86400.0),
+      sched_(sched_config(s, p)),
+      snapshot_every_(snapshot_interval(s, p)) {
   const uint32_t n = s.accelerators;
   incarnation_.assign(n, 0);
   installed_.assign(n, 0);
@@ -168,7 +186,7 @@ void PolicySim::push(Event e) {
 }
 
 void PolicySim::draw_next(uint32_t d) {
-  const auto f = draw_failure(s_.failures, installed_[d], horizon_, s_.seed, d, incarnation_[d]);
+  const auto f = draw_failure(s_.failures, installed_[d], now_, horizon_, s_.seed, d, incarnation_[d]);
   if (!f) return;
   push({Event::Kind::failure, f->at_s, 0, d, incarnation_[d], f->category, 0});
   const bool watched = p_.migrate_on_warning && f->precursor;
@@ -216,12 +234,24 @@ void PolicySim::update_slowdown() {
     if (bucket_of(state_[d]) == Bucket::job) slow_ = std::max(slow_, g.factor);
 }
 
+// A cordoned device leaves service: to repair, or, moved away only for a
+// straggler or slow link, until the episode is over and it validates again.
 void PolicySim::to_repair(uint32_t d) {
   if (in_repair_[d]) return;
   in_repair_[d] = true;
   episodes_.erase(d);
-  if (degraded_.erase(d)) update_slowdown();
-  push({Event::Kind::repaired, now_ + s_.failures.repair_hours * 3600.0, 0, d, incarnation_[d], 0, 0});
+  double back = now_ + s_.failures.repair_hours * 3600.0;
+  size_t why = 0;
+  if (auto it = degraded_.find(d); it != degraded_.end()) {
+    if (!failing_.count(d)) {
+      const double hours = it->second.link ? s_.failures.slow_link_hours : s_.failures.straggler_hours;
+      back = std::max(now_, it->second.since_s + hours * 3600.0);
+      why = 1;
+    }
+    degraded_.erase(it);
+    update_slowdown();
+  }
+  push({Event::Kind::repaired, back, 0, d, incarnation_[d], why, 0});
 }
 
 void PolicySim::advance(double t) {
@@ -268,7 +298,7 @@ void PolicySim::checkpoint_due() {
   if (progress_ + kEps >= next_snapshot_) {
     snapshots_.push_back(progress_);
     if (snapshots_.size() > 2) snapshots_.erase(snapshots_.begin());
-    next_snapshot_ = progress_ + p_.snapshot_every_s;
+    next_snapshot_ = progress_ + snapshot_every_;
     if (p_.snapshot_stall_s > 0) stalls_.push_back({Phase::checkpoint, p_.snapshot_stall_s});
   }
   if (progress_ + kEps >= next_disk_) {
@@ -294,13 +324,15 @@ void PolicySim::on_event(const Event& e) {
     case Event::Kind::sample:
       on_sample(e);
       break;
-    case Event::Kind::repaired:
+    case Event::Kind::repaired:  // category 1: back after a degradation, not a repair
       in_repair_[e.device] = false;
       migrated_[e.device] = false;
+      failing_.erase(e.device);
       ++incarnation_[e.device];
-      installed_[e.device] = now_;
+      if (e.category == 0) installed_[e.device] = now_;  // new hardware: its age starts again
       apply(sched_.on_repaired(e.device, now_));
-      apply(sched_.validation_done(e.device, true, "repaired", now_));
+      apply(
+          sched_.validation_done(e.device, true, e.category == 0 ? "repaired" : "degradation cleared", now_));
       draw_next(e.device);
       break;
     case Event::Kind::boundary:
@@ -348,6 +380,7 @@ void PolicySim::on_failure(const Event& e) {
   ++r_.failures;
   ++per_category_[e.category];
   episodes_.erase(d);
+  failing_.insert(d);  // whatever else it had, it goes to repair now
   const bool in_job = bucket_of(state_[d]) == Bucket::job;
   switch (c.scope) {
     case Scope::device:
@@ -422,7 +455,7 @@ std::string PolicySim::job_fault(const std::vector<uint32_t>& ranks, bool everyo
   progress_ = back_to;
   std::erase_if(snapshots_, [&](double x) { return x > back_to + kEps; });
   std::erase_if(disk_, [&](double x) { return x > back_to + kEps; });
-  next_snapshot_ = p_.memory_tier ? back_to + p_.snapshot_every_s : kInf;
+  next_snapshot_ = p_.memory_tier ? back_to + snapshot_every_ : kInf;
   next_disk_ = back_to + p_.disk_every_s;
   stalls_.clear();
   stalls_.push_back({Phase::detection, detect_s});
@@ -461,6 +494,7 @@ void PolicySim::on_sample(const Event& e) {
     if (h.kind == health::Event::Kind::state_changed && h.to != health::State::healthy) {
       const std::string why = h.warning.message.empty() ? health::state_name(h.to) : h.warning.message;
       episodes_.erase(it);
+      failing_.insert(e.device);
       on_warning(e.device, why);
       return;
     }
@@ -540,7 +574,7 @@ PolicyResult PolicySim::run() {
     apply(sched_.validation_done(d, true, "installed", 0));
   }
   apply(sched_.start(0));
-  next_snapshot_ = p_.memory_tier ? p_.snapshot_every_s : kInf;
+  next_snapshot_ = p_.memory_tier ? snapshot_every_ : kInf;
   next_disk_ = p_.disk_every_s;
   for (uint32_t d = 0; d < s_.accelerators; ++d) draw_next(d);
   for (const DegradeDraw& g : draw_degradations(s_))
@@ -598,9 +632,9 @@ std::vector<double> poisson_pmf(double m, size_t n) {
 // one repair window where `events` failures are expected: D + per_node x N
 // accelerators, D and N Poisson (device and node failures). Truncated ten
 // standard deviations past the mean.
-std::vector<double> out_of_service(double events, double dev_share, double node_share, uint32_t per_node,
-                                   size_t n) {
-  const double mu_d = events * dev_share, mu_n = events * node_share;
+std::vector<double> out_of_service(double events, double dev_share, double node_share, double extra,
+                                   uint32_t per_node, size_t n) {
+  const double mu_d = events * dev_share + extra, mu_n = events * node_share;
   const double mean = mu_d + per_node * mu_n, sd = std::sqrt(mu_d + double(per_node) * per_node * mu_n);
   const size_t len = std::min<size_t>(n + 1, static_cast<size_t>(mean + 10 * sd + 2.0 * per_node + 16));
   const auto pd = poisson_pmf(mu_d, len), pn = poisson_pmf(mu_n, len / per_node + 1);
@@ -616,8 +650,10 @@ std::vector<double> out_of_service(double events, double dev_share, double node_
 // window runs out when more accelerators are out at once than the pool
 // holds. The scheduler's size_spares assumes single-device failures at a
 // constant rate; a node failure's block of eight and early-life hazard both
-// break that, so the simulator sizes with the model it draws from.
-uint32_t model_spares(const Scenario& s, double risk) {
+// break that, so the simulator sizes with the model it draws from. A
+// policy that migrates on warnings also sends stragglers and slow links to
+// repair: they count as device outages too.
+uint32_t model_spares(const Scenario& s, const Policy& p, double risk) {
   const FailureModel& f = s.failures;
   double dev = 0, node = 0, all = 0;
   for (const Category& c : f.categories) {
@@ -633,9 +669,17 @@ uint32_t model_spares(const Scenario& s, double risk) {
   };
   std::vector<std::vector<double>> cdfs;
   size_t len = 1;
+  // Devices moved away from a degradation are out until it clears: on
+  // average rate x duration of them at once.
+  const double degraded_out = p.migrate_on_warning
+                                  ? s.accelerators *
+                                        (f.straggler_per_accelerator_day * f.straggler_hours +
+                                         f.slow_link_per_accelerator_day * f.slow_link_hours) /
+                                        24.0
+                                  : 0;
   for (double t0 = 0; t0 < horizon; t0 += window) {
     const double events = s.accelerators * (hazard(t0 + window) - hazard(t0));
-    auto pmf = out_of_service(events, dev / all, node / all, s.per_node, s.accelerators);
+    auto pmf = out_of_service(events, dev / all, node / all, degraded_out, s.per_node, s.accelerators);
     for (size_t x = 1; x < pmf.size(); ++x) pmf[x] += pmf[x - 1];
     len = std::max(len, pmf.size());
     cdfs.push_back(std::move(pmf));
@@ -658,7 +702,7 @@ uint32_t spares_for(const Scenario& s, const Policy& p) {
   } else if (p.spares == SpareRule::fraction) {
     k = static_cast<uint32_t>(std::ceil(p.spare_fraction * n));
   } else if (p.spares == SpareRule::model) {
-    k = model_spares(s, p.spare_risk);
+    k = model_spares(s, p, p.spare_risk);
   }
   if (k >= n)
     throw Error(Code::invalid_argument, "policy '" + p.name + "' keeps " + std::to_string(k) + " spares of " +

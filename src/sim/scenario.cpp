@@ -60,6 +60,7 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
                "disk_restore_s",
                "memory_tier",
                "snapshot_every_s",
+               "snapshot_from_model",
                "snapshot_stall_s",
                "memory_restore_s",
                "crash_detect_s",
@@ -109,6 +110,7 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
   num("disk_restore_s", p.disk_restore_s, 0, kBig);
   flag("memory_tier", p.memory_tier);
   num("snapshot_every_s", p.snapshot_every_s, 1, kBig);
+  flag("snapshot_from_model", p.snapshot_from_model);
   num("snapshot_stall_s", p.snapshot_stall_s, 0, kBig);
   num("memory_restore_s", p.memory_restore_s, 0, kBig);
   num("crash_detect_s", p.crash_detect_s, 0, kBig);

@@ -350,13 +350,14 @@ TEST(ClusterSim, AStragglerSlowsTheJobUntilItClearsOrItsRankMoves) {
   EXPECT_EQ(b.degradations_moved, 0u);
   // Watched: the Monitor's straggler rule fires on the 20th slow step
   // (t = 1380), the rank moves at the next step boundary (progress 1200,
-  // t = 1400) in 10 s, and device 0 goes to repair.
+  // t = 1400) in 10 s, and device 0 is out until the episode is over
+  // (t = 4600), then a spare again.
   const auto& w = r.policies[1];
   EXPECT_DOUBLE_EQ(w.ledger.slow, 2 * 400 * 0.5);
   EXPECT_DOUBLE_EQ(w.ledger.migration, 2 * 10);
   EXPECT_DOUBLE_EQ(w.ledger.productive, 2 * (86400.0 - 200 - 10));
-  EXPECT_DOUBLE_EQ(w.ledger.spare, 1400);
-  EXPECT_DOUBLE_EQ(w.ledger.repair, 86400 - 1400);
+  EXPECT_DOUBLE_EQ(w.ledger.spare, 1400 + (86400 - 4600));
+  EXPECT_DOUBLE_EQ(w.ledger.repair, 4600 - 1400);
   EXPECT_EQ(w.migrations, 1u);
   EXPECT_EQ(w.degradations_moved, 1u);
 }
