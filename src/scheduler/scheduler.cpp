@@ -61,6 +61,13 @@ const char* action_name(Action::Kind k) noexcept {
 
 namespace {
 
+// log(k!) through lgamma_r: std::lgamma writes the global signgam, a data
+// race when sweeps size spares on several threads.
+double log_factorial(double k) {
+  int sign = 0;
+  return ::lgamma_r(k + 1.0, &sign);
+}
+
 // P(X > s) for X ~ Poisson(m), summed stably.
 // P(X <= k) of a Poisson(m), extended one k at a time. The terms are
 // computed in log space: exp(-m) alone underflows to 0 once m passes ~745
@@ -70,7 +77,7 @@ class PoissonCdf {
   explicit PoissonCdf(double m) : m_(m), log_m_(std::log(m)) {}
   double next() {  // P(X <= k) for k = 0, 1, 2, ... on successive calls
     const double k = static_cast<double>(k_++);
-    cdf_ += m_ > 0 ? std::exp(-m_ + k * log_m_ - std::lgamma(k + 1.0)) : (k == 0 ? 1.0 : 0.0);
+    cdf_ += m_ > 0 ? std::exp(-m_ + k * log_m_ - log_factorial(k)) : (k == 0 ? 1.0 : 0.0);
     return std::min(1.0, cdf_);
   }
 

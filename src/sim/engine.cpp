@@ -619,11 +619,18 @@ PolicyResult PolicySim::run() {
   return r_;
 }
 
+// log(k!) through lgamma_r: std::lgamma writes the global signgam, a data
+// race between a sweep's threads.
+double log_factorial(double k) {
+  int sign = 0;
+  return ::lgamma_r(k + 1.0, &sign);
+}
+
 // Poisson(m) probabilities for 0..n (log space: exp(-m) underflows for large m).
 std::vector<double> poisson_pmf(double m, size_t n) {
   std::vector<double> p(n + 1, 0.0);
   for (size_t k = 0; k <= n; ++k)
-    p[k] = m > 0 ? std::exp(-m + static_cast<double>(k) * std::log(m) - std::lgamma(k + 1.0))
+    p[k] = m > 0 ? std::exp(-m + static_cast<double>(k) * std::log(m) - log_factorial(static_cast<double>(k)))
                  : (k == 0 ? 1.0 : 0.0);
   return p;
 }
