@@ -15,11 +15,11 @@ struct SuiteRun {
   nlohmann::json report;
 };
 
-SuiteRun run_suite(const std::string& args) {
+SuiteRun run_suite(const std::string& args, const std::string& env = "") {
   static int counter = 0;
   const std::string json = ::testing::TempDir() + "conformance-" + std::to_string(::getpid()) + "-" +
                            std::to_string(counter++) + ".json";
-  const std::string cmd = std::string(SIGMA_CONFORMANCE_BIN) + " " + args + " --json " + json + " 2>&1";
+  const std::string cmd = env + " " + SIGMA_CONFORMANCE_BIN + " " + args + " --json " + json + " 2>&1";
   SuiteRun r;
   FILE* f = ::popen(cmd.c_str(), "r");
   char buf[4096];
@@ -118,6 +118,99 @@ TEST(Conformance, AnUnknownPluginFailsClearly) {
   SuiteRun r = run_suite("--plugin no_such_vendor_xyz");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("libsigma_hal_no_such_vendor_xyz.so"), std::string::npos) << r.output;
+}
+
+// A plugin that exits, crashes or hangs in one phase: the suite fails the
+// check it was in, names the status or signal and what the plugin said
+// last, and (unless nothing can run without the plugin) resumes with the
+// next group. It never exits 0 and never prints nothing.
+struct Misbehaviour {
+  const char* what;   // SIGMA_BAD_MISBEHAVE
+  const char* check;  // the check that must fail
+  const char* after;  // a check of a later group that must have run ("" when nothing can)
+  bool after_passes;  // ... and passed (not when it meets the misbehaviour again)
+};
+
+void PrintTo(const Misbehaviour& m, std::ostream* os) { *os << m.what; }
+
+class ConformanceSupervision : public ::testing::TestWithParam<Misbehaviour> {};
+
+TEST_P(ConformanceSupervision, FailsTheCheckItWasInByNameAndGoesOn) {
+  const Misbehaviour& m = GetParam();
+  const std::string action = std::string(m.what).substr(0, std::string(m.what).find(':'));
+  SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR +
+                             "/misbehave.so --check-timeout-s 3 --op-timeout-ms 1000 --large-count 1031",
+                         std::string("SIGMA_BAD_MISBEHAVE=") + m.what);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("FAIL"), std::string::npos) << r.output;
+  const auto* c = find_check(r.report, m.check);
+  ASSERT_NE(c, nullptr) << m.what << "\n" << r.output;
+  EXPECT_EQ((*c)["outcome"], "FAIL") << r.output;
+  const std::string detail = (*c)["detail"];
+  const char* says = action == "exit"    ? "exited with status 0 before its results were complete"
+                     : action == "crash" ? "was killed by signal Segmentation fault"
+                                         : "was still in this check after 3 s";
+  EXPECT_NE(detail.find(says), std::string::npos) << detail;
+  EXPECT_NE(detail.find(std::string("its last words: bad plugin: misbehaving (") + m.what + ")"),
+            std::string::npos)
+      << detail;
+  if (*m.after == '\0') {
+    EXPECT_EQ(r.report["summary"]["passed"], 0) << r.output;
+  } else {
+    const auto* later = find_check(r.report, m.after);
+    ASSERT_NE(later, nullptr) << "did not resume after " << m.check << ":\n" << r.output;
+    if (m.after_passes) {
+      EXPECT_EQ((*later)["outcome"], "pass") << r.output;
+    }
+  }
+}
+
+std::vector<Misbehaviour> misbehaviours() {
+  std::vector<Misbehaviour> out;
+  for (const char* action : {"exit", "crash", "hang"}) {
+    static std::vector<std::string> names;  // stable storage for the parameters' strings
+    names.reserve(64);
+    for (const char* phase : {"discovery", "init", "props", "collective", "finalize"}) {
+      names.push_back(std::string(action) + ":" + phase);
+      const std::string p = phase;
+      out.push_back({names.back().c_str(),
+                     p == "discovery" || p == "init" ? "load"
+                     : p == "props"                  ? "abi.props_size"
+                     : p == "collective"             ? "coll.matrix.all_reduce.f32"
+                                                     : "unload",
+                     p == "discovery" || p == "init" ? ""
+                     : p == "props"                  ? "telemetry.read"
+                     : p == "collective"             ? "lifecycle.reload"
+                                                     : "lifecycle.double_init",
+                     p != "finalize"});
+    }
+  }
+  return out;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Misbehaviour>& i) {
+  std::string n = i.param.what;
+  n[n.find(':')] = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryPhase, ConformanceSupervision, ::testing::ValuesIn(misbehaviours()), case_name);
+
+TEST(ConformanceSupervisionRanks, ARankThatExitsInsideThePluginFailsTheSuiteWithTwoRanks) {
+  SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR +
+                             "/misbehave.so --ranks 2 --check-timeout-s 3 --op-timeout-ms 1000",
+                         "SIGMA_BAD_MISBEHAVE=exit:props");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto* c = find_check(r.report, "abi.props_size");
+  ASSERT_NE(c, nullptr) << r.output;
+  EXPECT_EQ((*c)["outcome"], "FAIL");
+  EXPECT_NE((*c)["detail"].get<std::string>().find("exited with status 0 before its results were complete"),
+            std::string::npos)
+      << (*c)["detail"];
+  // Both ranks ran the groups after it: nothing is blamed on a missing rank.
+  const auto* t = find_check(r.report, "telemetry.read");
+  ASSERT_NE(t, nullptr) << r.output;
+  EXPECT_EQ((*t)["outcome"], "pass") << (*t)["detail"];
 }
 
 }  // namespace

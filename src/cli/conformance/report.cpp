@@ -43,11 +43,12 @@ std::vector<Merged> merge(const std::map<uint32_t, std::vector<Result>>& per_ran
     const auto& ranks = by_name[name];
     Merged m{name, Outcome::pass, "", 0};
     size_t skips = 0;
+    std::string missing;  // a rank without a result, said only when no rank's failure says more
     for (uint32_t r = 0; r < world; ++r) {
       auto it = ranks.find(r);
       if (it == ranks.end()) {
-        if (m.outcome != Outcome::fail) m.detail = "rank " + std::to_string(r) + " has no result (it died)";
-        m.outcome = Outcome::fail;
+        if (missing.empty())
+          missing = "rank " + std::to_string(r) + " has no result (its worker was stopped)";
         continue;
       }
       const Result& res = *it->second;
@@ -59,6 +60,10 @@ std::vector<Merged> merge(const std::map<uint32_t, std::vector<Result>>& per_ran
         ++skips;
         if (m.detail.empty()) m.detail = res.detail;
       }
+    }
+    if (!missing.empty() && m.outcome != Outcome::fail) {  // a rank ended without it: not a pass
+      m.outcome = Outcome::fail;
+      m.detail = missing;
     }
     if (m.outcome != Outcome::fail && skips == world) m.outcome = Outcome::skip;
     if (m.outcome == Outcome::pass && skips == 0) m.detail.clear();

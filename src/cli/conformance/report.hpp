@@ -25,8 +25,8 @@ nlohmann::json results_to_json(const std::vector<Result>& results);
 std::vector<Result> results_from_json(const nlohmann::json& j);
 
 // One row per check, in first-seen order. A check fails when any rank failed
-// it or any rank has no result for it (that rank died); it is skipped only
-// when every rank skipped it.
+// it (that rank's reason is given) or any rank has no result for it (its
+// worker was stopped); it is skipped only when every rank skipped it.
 std::vector<Merged> merge(const std::map<uint32_t, std::vector<Result>>& per_rank, uint32_t world);
 
 Summary summarize(const std::vector<Merged>& rows);

@@ -1,6 +1,11 @@
 #include "suite.hpp"
 
+#include "report.hpp"
+
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <sstream>
 
@@ -20,11 +25,24 @@ const char* outcome_name(Outcome o) {
 
 Context::Context(Options opts) : opts_(std::move(opts)) { store_ = bootstrap::open_store(opts_.store_uri); }
 
+void Context::stream(const std::string& line) {
+  if (opts_.stream_fd < 0) return;
+  const std::string out = line + "\n";
+  for (size_t done = 0; done < out.size();) {
+    const ssize_t n = ::write(opts_.stream_fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the supervisor is gone: nobody to tell
+    done += static_cast<size_t>(n);
+  }
+}
+
 void Context::record(const std::string& name, Outcome outcome, std::string detail) {
   results_.push_back(Result{name, outcome, std::move(detail), 0});
+  stream(nlohmann::json{{"result", results_to_json({results_.back()}).at(0)}}.dump());
 }
 
 void Context::run(const std::string& name, const std::function<void()>& body) {
+  stream(nlohmann::json{{"begin", name}}.dump());
   Result r{name, Outcome::pass, "", 0};
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -44,6 +62,7 @@ void Context::run(const std::string& name, const std::function<void()>& body) {
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   results_.push_back(std::move(r));
+  stream(nlohmann::json{{"result", results_to_json({results_.back()}).at(0)}}.dump());
 }
 
 std::unique_ptr<bootstrap::HalBootstrap> Context::next_bootstrap() {
@@ -90,29 +109,44 @@ void expect_status(hal_status_t got, hal_status_t want, const std::string& call)
 }
 
 void run_suite(Context& ctx) {
-  bool loaded = false;
-  ctx.run("load", [&] {
-    hal::LoadOptions lo;
-    lo.options = ctx.opts().plugin_options;
-    try {
-      ctx.plugin() = hal::Plugin::load(ctx.opts().plugin, lo);
-    } catch (const hal::PluginInitError& e) {
-      // The plugin is sound but this machine has nothing for it to drive.
-      if (e.code() == Code::unavailable) throw Skip{std::string("no device: ") + e.what()};
-      throw;
+  const uint32_t from = ctx.opts().from_group;
+  const uint32_t lifecycle = kGroupCount - 1;
+  void (*const groups[])(Context&) = {run_abi_checks,    run_error_checks,     run_device_checks,
+                                      run_kernel_checks, run_telemetry_checks, run_coll_checks,
+                                      run_fault_checks,  run_lifecycle_checks};
+  static_assert(sizeof(groups) / sizeof(groups[0]) == kGroupCount);
+  // The lifecycle checks load and unload the plugin themselves: a worker
+  // resumed there does not load it first.
+  if (from < lifecycle) {
+    bool loaded = false;
+    ctx.run("load", [&] {
+      hal::LoadOptions lo;
+      lo.options = ctx.opts().plugin_options;
+      try {
+        ctx.plugin() = hal::Plugin::load(ctx.opts().plugin, lo);
+      } catch (const hal::PluginInitError& e) {
+        // The plugin is sound but this machine has nothing for it to drive.
+        if (e.code() == Code::unavailable) throw Skip{std::string("no device: ") + e.what()};
+        throw;
+      }
+      loaded = true;
+    });
+    if (!loaded) {  // the load failure says why; nothing else can run
+      ctx.stream(R"({"end": true})");
+      return;
     }
-    loaded = true;
-  });
-  if (!loaded) return;  // the load failure says why; nothing else can run
-  run_abi_checks(ctx);
-  run_error_checks(ctx);
-  run_device_checks(ctx);
-  run_kernel_checks(ctx);
-  run_telemetry_checks(ctx);
-  run_coll_checks(ctx);
-  run_fault_checks(ctx);
-  ctx.plugin().reset();
-  run_lifecycle_checks(ctx);
+  }
+  if (from > 1 && ctx.plugin()) {  // resumed past the group that counts the devices
+    uint32_t n = 0;
+    if (ctx.plugin()->api().device->get_count(&n) == HAL_OK) ctx.set_device_count(n);
+  }
+  if (from > 5) ctx.comm_skip_reason = "no communicator: the coll group ended in a crash";
+  for (uint32_t g = from; g < kGroupCount; ++g) {
+    ctx.stream(nlohmann::json{{"group", g}, {"name", kGroups[g]}}.dump());
+    groups[g](ctx);
+    if (g + 1 == lifecycle) ctx.run("unload", [&] { ctx.plugin().reset(); });
+  }
+  ctx.stream(R"({"end": true})");
 }
 
 }  // namespace sigma::conformance

@@ -40,7 +40,18 @@ struct Options {
   std::string store_uri;  // bootstrap store shared by the ranks (file:// or redis://)
   uint64_t large_count = 262147;
   std::chrono::milliseconds op_timeout{60000};  // a collective that takes longer failed
+  // A worker process under supervision: each check's start and result go
+  // to this file descriptor as JSON lines (supervise.hpp), and the checks
+  // start at group `from_group` (kGroups), after a crash in an earlier one.
+  int stream_fd = -1;
+  uint32_t from_group = 0;
 };
+
+// The check groups, in the order they run; a crashed group's successor is
+// where a restarted worker resumes.
+inline constexpr const char* kGroups[] = {"abi",       "errors", "device", "kernels",
+                                          "telemetry", "coll",   "fault",  "lifecycle"};
+inline constexpr uint32_t kGroupCount = sizeof(kGroups) / sizeof(kGroups[0]);
 
 class Context {
  public:
@@ -58,6 +69,8 @@ class Context {
   void run(const std::string& name, const std::function<void()>& body);
   // Records a result without running anything.
   void record(const std::string& name, Outcome outcome, std::string detail);
+  // One JSON line to the supervisor (nothing without a stream).
+  void stream(const std::string& json_line);
 
   // A bootstrap for a new communicator; the key prefix is unique per call and
   // identical on every rank as long as every rank makes the same calls.

@@ -120,7 +120,49 @@ __attribute__((unused)) static hal_status_t bad_post_wrong(hal_comm_t comm, cons
   return st;
 }
 
+#if defined(BAD_MISBEHAVE)
+#include <signal.h>
+#include <unistd.h>
+/* The skeleton, except in the phase SIGMA_BAD_MISBEHAVE names ("ACTION:PHASE",
+ * ACTION exit, crash or hang; PHASE discovery, init, props, collective or
+ * finalize), where it exits with status 0, dies of SIGSEGV, or blocks for
+ * ever ignoring abort: the conformance suite must fail that check by name
+ * and go on. */
+static void misbehave(const char* phase) {
+  const char* what = getenv("SIGMA_BAD_MISBEHAVE");
+  const char* colon = what ? strchr(what, ':') : NULL;
+  if (colon == NULL || strcmp(colon + 1, phase) != 0) return;
+  fprintf(stderr, "bad plugin: misbehaving (%s) in %s\n", what, phase);
+  fflush(stderr);
+  if (strncmp(what, "exit:", 5) == 0) exit(0);
+  if (strncmp(what, "crash:", 6) == 0) raise(SIGSEGV);
+  if (strncmp(what, "hang:", 5) == 0)
+    for (;;) pause();
+}
+static const hal_api_t* g_inner;
+static hal_status_t mb_init(const hal_init_args_t* args) {
+  misbehave("init");
+  return g_inner->init(args);
+}
+static hal_status_t mb_finalize(void) {
+  misbehave("finalize");
+  return g_inner->finalize();
+}
+static hal_status_t mb_get_props(uint32_t device, hal_device_props_t* props) {
+  misbehave("props");
+  return g_inner->device->get_props(device, props);
+}
+static hal_status_t mb_post(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t stream,
+                            hal_request_t* request) {
+  misbehave("collective");
+  return g_inner->coll->post(comm, args, stream, request);
+}
+#endif
+
 HAL_EXPORT const hal_api_t* hal_get_api_v1(uint32_t host_major, uint32_t host_minor) {
+#if defined(BAD_MISBEHAVE)
+  misbehave("discovery");
+#endif
   const hal_api_t* inner = skeleton_inner_get_api_v1(host_major, host_minor);
   if (inner == NULL) return NULL;
   g_bad.api = *inner;
@@ -179,6 +221,12 @@ HAL_EXPORT const hal_api_t* hal_get_api_v1(uint32_t host_major, uint32_t host_mi
   g_bad.api.abi_minor = 0;
   g_bad_coll.struct_size = HAL_COLL_API_V1_0_SIZE;
   g_bad_coll.run = (hal_coll_run_fn*)(uintptr_t)&g_bad;
+#elif defined(BAD_MISBEHAVE)
+  g_inner = inner;
+  g_bad.api.init = mb_init;
+  g_bad.api.finalize = mb_finalize;
+  g_bad_device.get_props = mb_get_props;
+  g_bad_coll.post = mb_post;
 #else
 #error "define one BAD_* macro"
 #endif
