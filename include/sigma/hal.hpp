@@ -175,15 +175,20 @@ class SIGMA_EXPORT Communicator {
   PluginPtr plugin_;
   hal_comm_t comm_ = nullptr;
   bool owned_ = true;
+  std::chrono::nanoseconds bound_ = std::chrono::seconds(10);  // from the create args' timeout
 };
 
 // One posted operation. Destroying an unfinished request waits for it up to
-// the wait timeout given at destruction policy (10 s); if it is still not
-// done, the communicator is aborted so the buffers are no longer used.
+// `bound` (the communicator's timeout from its create args, else 10 s); if
+// it is still not done, the communicator is aborted so the buffers are no
+// longer used, and the abort gets the same bound. A request that outlives
+// even that (a plugin that ignores abort) is abandoned, never freed or
+// waited on again, and said so once on stderr: the host goes on.
 class SIGMA_EXPORT Request {
  public:
-  Request(PluginPtr plugin, hal_comm_t comm, hal_request_t req)
-      : plugin_(std::move(plugin)), comm_(comm), req_(req) {}
+  Request(PluginPtr plugin, hal_comm_t comm, hal_request_t req,
+          std::chrono::nanoseconds bound = std::chrono::seconds(10))
+      : plugin_(std::move(plugin)), comm_(comm), req_(req), bound_(bound) {}
   ~Request();
   Request(Request&& other) noexcept;
   Request& operator=(Request&&) = delete;
@@ -193,7 +198,9 @@ class SIGMA_EXPORT Request {
   // finished with an error.
   bool test();
   // True when finished well within `timeout`, false when time ran out; throws
-  // Error when it finished with an error (aborted, remote_error, ...).
+  // Error when it finished with an error (aborted, remote_error, ...), and
+  // Error(internal) for IN_PROGRESS after a non-zero timeout (the ABI says
+  // TIMEOUT: a plugin bug).
   bool wait(std::chrono::nanoseconds timeout);
   hal_request_t handle() const { return req_; }
 
@@ -201,6 +208,7 @@ class SIGMA_EXPORT Request {
   PluginPtr plugin_;
   hal_comm_t comm_;
   hal_request_t req_ = nullptr;
+  std::chrono::nanoseconds bound_;
 };
 
 // The arguments of one collective, struct_size set and the rest zero but

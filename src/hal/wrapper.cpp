@@ -1,6 +1,9 @@
 // RAII owners over the HAL's memory, communicators and requests.
 #include <sigma/hal.hpp>
 
+#include <algorithm>
+#include <cstdio>
+
 namespace sigma::hal {
 
 Buffer::Buffer(PluginPtr plugin, uint32_t device, uint64_t size_bytes)
@@ -39,6 +42,8 @@ void Buffer::copy_to_host(void* dst, uint64_t size_bytes, uint64_t offset) const
 
 Communicator::Communicator(PluginPtr plugin, const hal_comm_create_args_t& args)
     : plugin_(std::move(plugin)) {
+  if (args.timeout_ns > 0 && args.timeout_ns < UINT64_MAX)
+    bound_ = std::chrono::nanoseconds(std::min<uint64_t>(args.timeout_ns, uint64_t{INT64_MAX}));
   plugin_->check(plugin_->coll_api().comm_create(&args, &comm_), "hal_coll_api_t.comm_create");
 }
 
@@ -55,7 +60,7 @@ Communicator::~Communicator() {
 Request Communicator::post(const hal_coll_args_t& args, hal_stream_t stream) {
   hal_request_t req = nullptr;
   plugin_->check(plugin_->coll_api().post(comm_, &args, stream, &req), "hal_coll_api_t.post");
-  return Request(plugin_, comm_, req);
+  return Request(plugin_, comm_, req, bound_);
 }
 
 void Communicator::run(const hal_coll_args_t& args, std::chrono::nanoseconds timeout, hal_stream_t stream) {
@@ -102,12 +107,23 @@ Request::Request(Request&& other) noexcept
 Request::~Request() {
   if (req_ == nullptr) return;
   const hal_coll_api_t& c = plugin_->coll_api();
-  hal_status_t st = c.wait(req_, 10'000'000'000ull);
+  const auto ns = static_cast<uint64_t>(std::max<int64_t>(1, bound_.count()));
+  hal_status_t st = c.wait(req_, ns);
   if (st == HAL_ERR_TIMEOUT || st == HAL_IN_PROGRESS) {
     // The buffers may be freed right after us: make the plugin stop using
     // them. Aborting the communicator is drastic, but a request that outlives
-    // its owner after 10 s is already a hang.
+    // its owner past its bound is already a hang.
     c.comm_abort(comm_);
+    st = c.wait(req_, ns);
+    if (st == HAL_ERR_TIMEOUT || st == HAL_IN_PROGRESS) {
+      // It ignores abort: freeing it under the plugin is unsafe and waiting
+      // again would hang the host. Abandoned (leaked), said once.
+      std::fprintf(stderr,
+                   "sigma: HAL plugin '%s': a request was still running %.3g s after comm_abort and is "
+                   "abandoned (the plugin ignores abort: a plugin bug)\n",
+                   plugin_->path().c_str(), static_cast<double>(ns) * 1e-9);
+      return;
+    }
   }
   c.request_free(req_);
 }
@@ -119,6 +135,11 @@ bool Request::test() {
 bool Request::wait(std::chrono::nanoseconds timeout) {
   const uint64_t ns = timeout.count() < 0 ? 0 : static_cast<uint64_t>(timeout.count());
   hal_status_t st = plugin_->coll_api().wait(req_, ns);
+  if (st == HAL_IN_PROGRESS && ns > 0) {
+    throw Error(Code::internal, "HAL plugin '" + plugin_->path() +
+                                    "': hal_coll_api_t.wait returned HAL_IN_PROGRESS after a timeout of " +
+                                    std::to_string(ns) + " ns; ABI 1 says HAL_ERR_TIMEOUT (plugin bug)");
+  }
   if (st == HAL_ERR_TIMEOUT || st == HAL_IN_PROGRESS) return false;
   plugin_->check(st, "hal_coll_api_t.wait");
   return true;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <thread>
 
 namespace sigma::hal {
@@ -174,6 +175,56 @@ TEST(Request, DeviceLostFailsPendingWorkWithDeviceLost) {
   }
   EXPECT_EQ(comm.async_error(), HAL_ERR_DEVICE_LOST);
   p->check(p->fault_injection()->clear(0), "clear");
+}
+
+// A request that ignores abort: its owner's destructor waits the
+// communicator's bound, aborts, waits the bound again and then abandons it,
+// instead of hanging the host.
+TEST(Request, OneThatIgnoresAbortIsAbandonedAfterTheCommunicatorsBound) {
+  ::setenv("SIGMA_BAD_MISBEHAVE", "deaf:collective", 1);
+  {
+    auto p = Plugin::load(std::string(SIGMA_BAD_PLUGIN_DIR) + "/misbehave.so");
+    auto args = world_of_one();
+    args.timeout_ns = 200'000'000ull;  // 0.2 s
+    Communicator comm(p, args);
+    Buffer b(p, 0, 16);
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      auto req = comm.post(all_reduce(b.data(), 4));
+      EXPECT_FALSE(req.wait(10ms));
+      ::testing::internal::CaptureStderr();
+    }
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(took, 400ms);  // the bound, the abort, the bound again
+    EXPECT_LT(took, 3s);
+    EXPECT_NE(said.find("abandoned (the plugin ignores abort"), std::string::npos) << said;
+  }
+  ::unsetenv("SIGMA_BAD_MISBEHAVE");
+}
+
+TEST(Request, InProgressFromAWaitWithATimeoutIsNamedAsAPluginBug) {
+  ::setenv("SIGMA_BAD_MISBEHAVE", "inprogress:collective", 1);
+  {
+    auto p = Plugin::load(std::string(SIGMA_BAD_PLUGIN_DIR) + "/misbehave.so");
+    auto args = world_of_one();
+    args.timeout_ns = 50'000'000ull;
+    Communicator comm(p, args);
+    Buffer b(p, 0, 16);
+    auto req = comm.post(all_reduce(b.data(), 4));
+    try {
+      req.wait(10ms);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::internal);
+      EXPECT_NE(std::string(e.what()).find("returned HAL_IN_PROGRESS after a timeout"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(req.test());
+    ::testing::internal::CaptureStderr();
+  }
+  ::testing::internal::GetCapturedStderr();
+  ::unsetenv("SIGMA_BAD_MISBEHAVE");
 }
 
 TEST(Names, DtypesOpsAndReductionsHaveStableNames) {

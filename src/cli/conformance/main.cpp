@@ -62,7 +62,8 @@ constexpr size_t kMaxLine = 1 << 20;  // a streamed line longer than this is the
 constexpr double kCatchUpS = 5;       // after a stop, how long lagging peers may catch up
 
 // The last non-empty line a worker wrote to stdout or stderr (read from at
-// most its last 4 KiB).
+// most its last 4 KiB); a sanitizer's SUMMARY line instead when there is one
+// (its report ends in "ABORTING", which says nothing).
 std::string last_line(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";
@@ -70,6 +71,10 @@ std::string last_line(const std::string& path) {
   const std::streamoff size = in.tellg();
   in.seekg(std::max<std::streamoff>(0, size - 4096));
   std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (const size_t s = tail.rfind("SUMMARY: "); s != std::string::npos) {
+    return tail.substr(s,
+                       tail.find('\n', s) == std::string::npos ? std::string::npos : tail.find('\n', s) - s);
+  }
   while (!tail.empty() && std::isspace(static_cast<unsigned char>(tail.back()))) tail.pop_back();
   const size_t nl = tail.rfind('\n');
   return nl == std::string::npos ? tail : tail.substr(nl + 1);

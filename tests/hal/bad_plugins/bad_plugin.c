@@ -127,7 +127,10 @@ __attribute__((unused)) static hal_status_t bad_post_wrong(hal_comm_t comm, cons
  * ACTION exit, crash or hang; PHASE discovery, init, props, collective or
  * finalize), where it exits with status 0, dies of SIGSEGV, or blocks for
  * ever ignoring abort: the conformance suite must fail that check by name
- * and go on. */
+ * and go on. Two more break the request contract: "deaf:collective" posts
+ * a request that never finishes and ignores abort (wait always times out),
+ * "inprogress:collective" one whose wait answers IN_PROGRESS after a
+ * non-zero timeout. */
 static void misbehave(const char* phase) {
   const char* what = getenv("SIGMA_BAD_MISBEHAVE");
   const char* colon = what ? strchr(what, ':') : NULL;
@@ -152,10 +155,34 @@ static hal_status_t mb_get_props(uint32_t device, hal_device_props_t* props) {
   misbehave("props");
   return g_inner->device->get_props(device, props);
 }
+static int g_broken_request; /* the address is the handle of a request that never finishes */
+static int broken(const char* action) {
+  const char* what = getenv("SIGMA_BAD_MISBEHAVE");
+  return what != NULL && strncmp(what, action, strlen(action)) == 0 && strstr(what, ":collective") != NULL;
+}
 static hal_status_t mb_post(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t stream,
                             hal_request_t* request) {
+  if (broken("deaf") || broken("inprogress")) {
+    (void)comm, (void)args, (void)stream;
+    *request = (hal_request_t)&g_broken_request;
+    return HAL_OK;
+  }
   misbehave("collective");
   return g_inner->coll->post(comm, args, stream, request);
+}
+static hal_status_t mb_wait(hal_request_t request, uint64_t timeout_ns) {
+  if (request != (hal_request_t)&g_broken_request) return g_inner->coll->wait(request, timeout_ns);
+  struct timespec ts = {(time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u)};
+  if (timeout_ns > 0 && timeout_ns < 10000000000u) nanosleep(&ts, NULL);
+  return broken("inprogress") ? HAL_IN_PROGRESS : HAL_ERR_TIMEOUT;
+}
+static hal_status_t mb_test(hal_request_t request) {
+  if (request != (hal_request_t)&g_broken_request) return g_inner->coll->test(request);
+  return HAL_IN_PROGRESS;
+}
+static hal_status_t mb_request_free(hal_request_t request) {
+  if (request != (hal_request_t)&g_broken_request) return g_inner->coll->request_free(request);
+  return HAL_OK;
 }
 #endif
 
@@ -227,6 +254,9 @@ HAL_EXPORT const hal_api_t* hal_get_api_v1(uint32_t host_major, uint32_t host_mi
   g_bad.api.finalize = mb_finalize;
   g_bad_device.get_props = mb_get_props;
   g_bad_coll.post = mb_post;
+  g_bad_coll.wait = mb_wait;
+  g_bad_coll.test = mb_test;
+  g_bad_coll.request_free = mb_request_free;
 #else
 #error "define one BAD_* macro"
 #endif
