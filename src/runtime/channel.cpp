@@ -115,6 +115,14 @@ bool Channel::fill() {
       return false;
     }
     buffer_.append(buf, static_cast<size_t>(n));
+    if (buffer_.size() > kMaxMessage && buffer_.find('\n') == std::string::npos) {
+      // Control messages are small; a line this long is a broken or hostile
+      // peer. Hang up rather than keep reading it.
+      oversized_ = closed_ = true;
+      buffer_.clear();
+      ::shutdown(fd_, SHUT_RDWR);
+      return false;
+    }
     return true;
   }
 }

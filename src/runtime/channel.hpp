@@ -34,6 +34,10 @@ class Channel {
   // call after poll() said the fd is readable).
   std::optional<nlohmann::json> receive_ready();
   bool closed() const { return closed_; }
+  // The peer sent a line longer than kMaxMessage: the connection was closed
+  // (closed() is true), so a peer cannot grow the reader without bound.
+  bool oversized() const { return oversized_; }
+  static constexpr size_t kMaxMessage = size_t{1} << 20;
   int fd() const { return fd_; }
   // Shuts the socket down so a blocked receive() returns (closed()).
   void shutdown();
@@ -43,6 +47,7 @@ class Channel {
   bool fill();  // one read(); false when the peer hung up
   int fd_;
   bool closed_ = false;
+  bool oversized_ = false;
   std::string buffer_;
   std::mutex send_mu_;
 };

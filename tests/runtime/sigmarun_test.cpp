@@ -2,6 +2,7 @@
 // (SIGKILL), hung (SIGSTOP), moved off a device that the sim vendor heats
 // toward failure, and run out of spares. Every recovered run must end with
 // exactly the bytes of a fault-free run.
+#include <sigma/agent.hpp>
 #include <sigma/checkpoint.hpp>
 #include <sigma/sim.hpp>
 
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -827,6 +829,82 @@ TEST(SigmarunUsage, AWorkerOfAnotherProtocolVersionIsRefusedByName) {
   // The worker was told why, in the same words.
   const std::string log = read_file(r.dir + "/logs/device-0.log");
   EXPECT_NE(log.find("refused: it speaks sigmarun protocol version 1"), std::string::npos) << log;
+}
+
+// Everything the agent can check before it starts is checked then: exit 2
+// with the reason, nothing launched.
+TEST(SigmarunUsage, BadOptionsAFolderThatIsAFileAndAVendorThatDoesNotLoadAreRefusedUpFront) {
+  const std::string dir = job_dir("upfront");
+  g_dirs.push_back(dir);
+  auto refused = [&](const std::string& args, const std::string& says) {
+    const std::string out = dir + ".err";
+    const std::string cmd =
+        std::string(SIGMARUN) + " --nproc 1 --no-progress " + args + " -- /bin/true 2>" + out;
+    EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 2) << args;
+    const std::string err = read_file(out);
+    EXPECT_NE(err.find(says), std::string::npos) << args << ": " << err;
+    std::filesystem::remove(out);
+  };
+  refused("--job-dir " + dir + " --step-timeout nan",
+          "step timeout (--step-timeout) must be a finite number");
+  refused("--job-dir " + dir + " --metrics-port 70000", "--metrics-port: Value 70000 not in range");
+  // The library checks what a host embedding the agent passes, too.
+  sigma::runtime::AgentOptions o;
+  o.job_dir = dir;
+  o.worker = {"/bin/true"};
+  o.heartbeat_s = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(sigma::runtime::Agent{o}, sigma::Error);
+  o.heartbeat_s = 0.1;
+  o.metrics_port = 70000;
+  EXPECT_THROW(sigma::runtime::Agent{o}, sigma::Error);
+  refused("--job-dir " + dir + " --checkpoint-every -1", "--checkpoint-every");
+  refused("--job-dir " + dir + " --vendor nosuch", "vendor 'nosuch' does not load");
+  const std::string scenario = dir + "-bad.yaml";
+  std::ofstream(scenario) << "devices:\n  0:\n    bogus: 1\n";
+  refused("--job-dir " + dir + " --vendor sim --vendor-options scenario=" + scenario, scenario + ":1:");
+  std::filesystem::remove(scenario);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/logs")) << "a worker was launched";
+  const std::string file = dir + "-file";
+  std::ofstream(file) << "x";
+  refused("--job-dir " + file, "exists and is not a folder");
+  std::filesystem::remove(file);
+  refused("--job-dir /proc/sigma-job", "cannot make the job folder /proc/sigma-job");
+}
+
+// One agent per job folder: a second one is refused naming the first; and a
+// peer that sends a line without end is cut off, not read for ever.
+TEST(SigmarunUsage, ASecondAgentOnTheSameFolderIsRefusedAndAnEndlessLineIsCutOff) {
+  const std::string dir = job_dir("locked");
+  g_dirs.push_back(dir);
+  const pid_t first = spawn({SIGMARUN, "--nproc", "2", "--no-progress", "--job-dir", dir, "--",
+                             RUNTIME_WORKER, "--steps", "150", "--step-ms", "10"});
+  for (int i = 0; i < 500 && !std::filesystem::exists(dir + "/agent.sock"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(std::filesystem::exists(dir + "/agent.sock"));
+  const std::string err = dir + ".err";
+  const std::string cmd =
+      std::string(SIGMARUN) + " --nproc 1 --no-progress --job-dir " + dir + " -- /bin/true 2>" + err;
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 2);
+  EXPECT_NE(read_file(err).find("is in use by sigmarun pid " + std::to_string(first)), std::string::npos)
+      << read_file(err);
+  std::filesystem::remove(err);
+  // 4 MiB without a newline on the agent's socket: the agent hangs up.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", (dir + "/agent.sock").c_str());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string chunk(1 << 16, 'x');
+  bool cut_off = false;
+  for (int i = 0; i < 64 && !cut_off; ++i) cut_off = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0;
+  char c;
+  cut_off = cut_off || ::recv(fd, &c, 1, 0) <= 0;
+  ::close(fd);
+  EXPECT_TRUE(cut_off);
+  int status = 0;
+  ::waitpid(first, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the first job was hurt";
+  EXPECT_NE(read_file(dir + "/incidents.jsonl").find("refused_connection"), std::string::npos);
 }
 
 TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {

@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-keep", o.checkpoint_keep, "newest disk checkpoints kept (with their bases)")
       ->check(CLI::Range(1u, 1000000u));
   app.add_option("--metrics-port", o.metrics_port,
-                 "serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)");
+                 "serve Prometheus /metrics on 127.0.0.1:PORT (0: any free port)")
+      ->check(CLI::Range(-1, 65535));
   app.add_flag("!--no-progress", o.progress, "no progress line on stderr");
   app.add_flag("!--no-migration", o.proactive_migration, "no proactive migration on early warnings");
   app.add_flag(
@@ -124,6 +125,9 @@ int main(int argc, char** argv) {
     sigma::runtime::stop_agent_on_signals(agent);
     return agent.run();
   } catch (const sigma::Error& e) {
+    std::cerr << "sigmarun: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {  // the file system's refusals, named by the library
     std::cerr << "sigmarun: " << e.what() << "\n";
     return 2;
   }

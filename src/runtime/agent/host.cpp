@@ -8,6 +8,7 @@
 #include "runtime/agent/journal.hpp"
 #include "runtime/agent/launcher.hpp"
 #include "runtime/agent/metrics.hpp"
+#include "runtime/agent/preflight.hpp"
 #include "runtime/channel.hpp"
 #include "runtime/protocol.hpp"
 
@@ -287,6 +288,9 @@ void Agent::Impl::poll_once(int wake_fd) {
   for (auto it = pending.begin(); it != pending.end();) {
     auto m = (*it)->receive_ready();
     if ((*it)->closed()) {
+      if ((*it)->oversized())
+        journal->write(
+            {{"event", "refused_connection"}, {"reason", "a line over 1 MiB before its greeting"}});
       it = pending.erase(it);
       continue;
     }
@@ -302,6 +306,9 @@ void Agent::Impl::poll_once(int wake_fd) {
     if (!workers[d]) continue;
     read_messages(d);
     // The channel broke before the exit was reaped: the exit decides.
+    if (workers[d] && workers[d]->oversized())
+      journal->write(
+          {{"event", "bad_message"}, {"device", d}, {"error", "a line over 1 MiB: connection closed"}});
     if (workers[d] && workers[d]->closed()) workers[d].reset();
   }
   reap();
@@ -321,6 +328,8 @@ void Agent::Impl::progress_tick() {
 }
 
 int Agent::Impl::run() {
+  JobDirLock lock(o.job_dir);  // before anything is written there
+  preflight_vendor(o);
   open_endpoints();
   const int wake_fd = wake_pipe();
   core = std::make_unique<Coordinator>(o, disk_holdings(o.job_dir), now());
@@ -406,6 +415,7 @@ Agent::Agent(AgentOptions options, AgentObserver observer) : impl_(std::make_uni
   options.job_dir = fs::absolute(options.job_dir).string();
   if (options.job_id.empty()) options.job_id = fs::path(options.job_dir).filename().string();
   if (options.host.empty()) options.host = "127.0.0.1";
+  check_options(options);
   impl_->o = std::move(options);
   impl_->observer = std::move(observer);
 }

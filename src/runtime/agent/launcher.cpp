@@ -1,6 +1,7 @@
 #include "runtime/agent/launcher.hpp"
 
 #include "runtime/agent/journal.hpp"
+#include "runtime/agent/preflight.hpp"
 #include "runtime/channel.hpp"
 #include "runtime/protocol.hpp"
 
@@ -154,6 +155,9 @@ namespace sigma::runtime {
 using namespace agent;
 
 int run_follower(const AgentOptions& o) {
+  check_options(o);
+  JobDirLock lock(o.job_dir);
+  preflight_vendor(o);
   std::filesystem::create_directories(o.job_dir + "/logs");
   Journal journal(o.job_dir + "/node.jsonl", health::monotonic_s());
   const int wake = wake_pipe();

@@ -1,0 +1,98 @@
+#include "runtime/agent/preflight.hpp"
+
+#include "runtime/agent/launcher.hpp"
+
+#include <sigma/error.hpp>
+#include <sigma/hal.hpp>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+namespace sigma::runtime::agent {
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& option, const std::string& why) {
+  throw Error(Code::invalid_argument, "agent: " + option + " " + why);
+}
+
+void positive(double v, const char* option) {
+  if (!std::isfinite(v) || !(v > 0)) bad(option, "must be a finite number above 0, not " + std::to_string(v));
+}
+
+void non_negative(double v, const char* option) {
+  if (!std::isfinite(v) || !(v >= 0))
+    bad(option, "must be a finite number of at least 0, not " + std::to_string(v));
+}
+
+}  // namespace
+
+void check_options(const AgentOptions& o) {
+  positive(o.heartbeat_s, "heartbeat (--heartbeat)");
+  positive(o.heartbeat_timeout_s, "heartbeat timeout (--heartbeat-timeout)");
+  positive(o.abort_grace_s, "abort grace (--abort-grace)");
+  positive(o.recovery_timeout_s, "recovery timeout (--recovery-timeout)");
+  positive(o.validate_timeout_s, "validate timeout");
+  positive(o.health_time_scale, "health time scale (--health-time-scale)");
+  non_negative(o.step_timeout_s, "step timeout (--step-timeout)");
+  non_negative(o.failure_rate_per_device_hour, "failure rate (--failure-rate)");
+  positive(o.repair_hours, "repair hours (--repair-hours)");
+  positive(o.job_hours, "job hours (--job-hours)");
+  if (o.metrics_port < -1 || o.metrics_port > 65535)
+    bad("metrics port (--metrics-port)",
+        "must be -1 (off), 0 (any) or a port up to 65535, not " + std::to_string(o.metrics_port));
+  if (o.snapshot_every == 0) bad("snapshot period (--snapshot-every)", "must be at least 1 step");
+  if (o.checkpoint_every > (uint64_t{1} << 40))
+    bad("checkpoint period (--checkpoint-every)", "is not a step count (a negative number?)");
+}
+
+JobDirLock::JobDirLock(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw Error(Code::invalid_argument, "job folder " + dir + " exists and is not a folder");
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(Code::unavailable, "cannot make the job folder " + dir + ": " + ec.message());
+  const std::string path = dir + "/sigmarun.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw Error(Code::unavailable, "cannot write in the job folder " + dir + ": " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(Code::unavailable, "job folder " + dir + " is in use by sigmarun pid " +
+                                       (n > 0 ? std::string(pid, static_cast<size_t>(n)) : "(unknown)") +
+                                       " (" + path + "); one agent per job folder");
+  }
+  const std::string me = std::to_string(::getpid());
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
+    throw Error(Code::unavailable, "cannot write in the job folder " + dir + ": " + std::strerror(errno));
+}
+
+JobDirLock::~JobDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+void preflight_vendor(const AgentOptions& o) {
+  try {
+    hal::LoadOptions lo;
+    lo.options = vendor_options_for(o.vendor_options, 0);
+    lo.job_dir = o.job_dir;
+    hal::Plugin::load(o.vendor, lo).reset();
+  } catch (const Error& e) {
+    throw Error(Code::invalid_argument,
+                "vendor '" + o.vendor + "'" +
+                    (o.vendor_options.empty() ? "" : " with --vendor-options '" + o.vendor_options + "'") +
+                    " does not load: " + e.what());
+  }
+}
+
+}  // namespace sigma::runtime::agent
