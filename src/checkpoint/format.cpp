@@ -4,6 +4,7 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <set>
@@ -200,6 +201,19 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
       for (const fb::Entry* e : *meta->extra())
         m.meta.extra[e->key()->str()] = e->value() ? e->value()->str() : "";
   }
+  // Every stored byte belongs to one chunk: thousands of tensors aliasing
+  // one stored range would each pass their hash check and multiply what a
+  // restore allocates for the same bytes on disk.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [data_offset, end)
+  for (const Tensor& t : m.tensors)
+    for (const Chunk& c : t.chunks)
+      if (c.stored_size > 0) ranges.emplace_back(c.data_offset, c.data_offset + c.stored_size);
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t k = 1; k < ranges.size(); ++k)
+    if (ranges[k].first < ranges[k - 1].second)
+      bad(path, "stored bytes [" + std::to_string(ranges[k].first) + ", " + std::to_string(ranges[k].second) +
+                    ") overlap another chunk's [" + std::to_string(ranges[k - 1].first) + ", " +
+                    std::to_string(ranges[k - 1].second) + ")");
   return m;
 }
 

@@ -157,9 +157,23 @@ std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
 }
 
 Reader::Reader(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer for
+  // ever. Only regular files are read; anything else is refused by name.
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0)
     throw Error(Code::data_loss, "checkpoint: " + path_ + ": cannot open (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(Code::data_loss, "checkpoint: " + path_ + ": not a regular file (" +
+                                     (S_ISFIFO(st.st_mode)                         ? "a FIFO"
+                                      : S_ISDIR(st.st_mode)                        ? "a folder"
+                                      : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                                   : "not a file") +
+                                     "): refused");
+  }
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
 }
 
 Reader::~Reader() {

@@ -86,12 +86,10 @@ void export_safetensors(const std::string& shard_path, const std::string& out_pa
     for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * i));
     w.write(len, 8);
     w.write(h.data(), h.size());
-    std::vector<uint8_t> buf;
-    for (const auto& t : s.manifest.tensors) {
-      buf.resize(t.bytes);
-      shard::read_tensor(s, t, base.get(), buf.data());
-      w.write(buf.data(), buf.size());
-    }
+    // Chunk by chunk, in order: memory stays a chunk whatever the tensors.
+    for (const auto& t : s.manifest.tensors)
+      shard::stream_tensor(s, t, base.get(),
+                           [&](uint64_t, const uint8_t* bytes, uint64_t n) { w.write(bytes, n); });
     w.sync_and_close();
     io::rename(tmp, out_path);
   } catch (...) {

@@ -217,10 +217,12 @@ std::unique_ptr<Shard> open_base(const Shard& s) {
 namespace {
 
 // Runs `fn(k, chunk, where, base_chunk, base_reader)` for every chunk of
-// tensor `t` on oneTBB's threads; `base_chunk` (and its reader) is the
-// base's same chunk for a chunk that needs it, checked to match, else NULL.
+// tensor `t` on oneTBB's threads (in order on this one when not
+// `parallel`); `base_chunk` (and its reader) is the base's same chunk for a
+// chunk that needs it, checked to match, else NULL.
 template <typename Fn>
-void for_each_chunk(const Shard& s, const format::Tensor& t, const Shard* base, Fn&& fn) {
+void for_each_chunk(const Shard& s, const format::Tensor& t, const Shard* base, Fn&& fn,
+                    bool parallel = true) {
   const format::Tensor* bt = nullptr;
   if (base) {
     for (const auto& x : base->manifest.tensors)
@@ -232,7 +234,7 @@ void for_each_chunk(const Shard& s, const format::Tensor& t, const Shard* base, 
   for (const auto& c : t.chunks)
     if (c.codec != format::kShuffleZstd && base != nullptr && !base_data)
       base_data = std::make_unique<io::Reader>(base->path + "/" + format::kData);
-  tbb::parallel_for(size_t{0}, t.chunks.size(), [&](size_t k) {
+  auto one = [&](size_t k) {
     const format::Chunk& c = t.chunks[k];
     const std::string where = dpath + ": tensor " + t.name + " chunk " + std::to_string(k);
     const format::Chunk* b = nullptr;
@@ -245,32 +247,60 @@ void for_each_chunk(const Shard& s, const format::Tensor& t, const Shard* base, 
       b = &bt->chunks[k];
     }
     fn(k, c, where, data, b, base_data.get());
-  });
+  };
+  if (parallel) {
+    tbb::parallel_for(size_t{0}, t.chunks.size(), one);
+  } else {
+    for (size_t k = 0; k < t.chunks.size(); ++k) one(k);
+  }
+}
+
+// Decodes every chunk of `t`, hashes checked: into `out` at its offset, or,
+// without `out`, into a chunk-sized buffer of the thread that `sink` (when
+// given) sees, in order.
+void decode(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out, const ChunkSink* sink) {
+  const auto es = static_cast<uint32_t>(hal::dtype_size(t.dtype));
+  // Chunks decode independently, each into its place.
+  for_each_chunk(
+      s, t, base,
+      [&](size_t k, const format::Chunk& c, const std::string& where, const io::Reader& data,
+          const format::Chunk* b, const io::Reader* base_data) {
+        thread_local std::vector<uint8_t> stored, bstored, base_raw, raw;
+        const uint8_t* br = nullptr;
+        if (b != nullptr) {
+          // The base's same chunk, decoded (and verified) first.
+          base_raw.resize(c.raw_size);
+          bstored.resize(b->stored_size);
+          base_data->read_at(b->data_offset, bstored.data(), b->stored_size);
+          codec::decode(*b, bstored.data(), es, nullptr, base_raw.data(),
+                        base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
+          br = base_raw.data();
+        }
+        stored.resize(c.stored_size);
+        if (c.stored_size) data.read_at(c.data_offset, stored.data(), c.stored_size);
+        if (out != nullptr) {
+          codec::decode(c, stored.data(), es, br, out + c.offset, where);
+          return;
+        }
+        raw.resize(c.raw_size);
+        codec::decode(c, stored.data(), es, br, raw.data(), where);
+        if (sink != nullptr) (*sink)(c.offset, raw.data(), c.raw_size);
+      },
+      out != nullptr || sink == nullptr);
 }
 
 }  // namespace
 
 void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out) {
-  const auto es = static_cast<uint32_t>(hal::dtype_size(t.dtype));
-  // Chunks decode independently, each into its place.
-  for_each_chunk(s, t, base,
-                 [&](size_t k, const format::Chunk& c, const std::string& where, const io::Reader& data,
-                     const format::Chunk* b, const io::Reader* base_data) {
-                   thread_local std::vector<uint8_t> stored, bstored, base_raw;
-                   const uint8_t* br = nullptr;
-                   if (b != nullptr) {
-                     // The base's same chunk, decoded (and verified) first.
-                     base_raw.resize(c.raw_size);
-                     bstored.resize(b->stored_size);
-                     base_data->read_at(b->data_offset, bstored.data(), b->stored_size);
-                     codec::decode(*b, bstored.data(), es, nullptr, base_raw.data(),
-                                   base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
-                     br = base_raw.data();
-                   }
-                   stored.resize(c.stored_size);
-                   if (c.stored_size) data.read_at(c.data_offset, stored.data(), c.stored_size);
-                   codec::decode(c, stored.data(), es, br, out + c.offset, where);
-                 });
+  decode(s, t, base, out, nullptr);
+}
+
+void check_tensor(const Shard& s, const format::Tensor& t, const Shard* base) {
+  decode(s, t, base, nullptr, nullptr);
+}
+
+void stream_tensor(const Shard& s, const format::Tensor& t, const Shard* base, const ChunkSink& sink) {
+  decode(s, t, base, nullptr, &sink);
 }
 
 void verify_stored(const Shard& s, const format::Tensor& t, const Shard* base) {

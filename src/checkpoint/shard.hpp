@@ -5,6 +5,7 @@
 #include "format.hpp"
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -85,6 +86,13 @@ std::unique_ptr<Shard> open_base(const Shard& s);
 // Decodes tensor `t` of `s` into `out` (t.bytes bytes), every hash checked;
 // `base` must be open when `s` is differential.
 void read_tensor(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out);
+// The same, keeping nothing: every chunk decoded and its hashes checked in
+// a chunk-sized buffer per thread, whatever the tensor's size.
+void check_tensor(const Shard& s, const format::Tensor& t, const Shard* base);
+// Decodes `t` chunk by chunk, in order, each handed to `sink(offset, bytes,
+// size)`: memory stays one chunk whatever the tensor's size.
+using ChunkSink = std::function<void(uint64_t offset, const uint8_t* bytes, uint64_t size)>;
+void stream_tensor(const Shard& s, const format::Tensor& t, const Shard* base, const ChunkSink& sink);
 // Reads tensor `t`'s stored bytes (and, for a differential shard, those of
 // the base chunks it needs) and checks their hashes, decoding nothing: what
 // lets a restore decode straight into the caller's memory once every

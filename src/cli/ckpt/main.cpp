@@ -312,7 +312,11 @@ int main(int argc, char** argv) {
   imp->add_option("--dir", dir, "the checkpoint root")->required();
   imp->add_option("--job", job, "the job folder's name");
   imp->add_option("--step", step, "the step to record");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // usage: the documented 2, not the parser's own codes
+  }
   try {
     if (*ls) return cmd_ls(a);
     if (*verify) return cmd_verify(a);
