@@ -203,6 +203,7 @@ TEST(ClusterSim, ScenarioFilesAreCheckedKeyByKeyWithFileAndLine) {
   };
   refused("accelerators: 64\ndays: -1\n", "bad.yaml:2: days");
   refused("accelerators: 64\nflux: 1\n", "bad.yaml:2: flux");
+  refused("accelerators: 64\ndays: 3\ndays: 4\n", "bad.yaml:3: days: given twice");
   refused("policies:\n  - name: mine\n", "bad.yaml:2: policies[0].name: 'mine' is not a standard policy");
   refused("policies:\n  - name: libsigma\n    spares: many\n", "bad.yaml:3: policies[0].spares");
   refused("script:\n  - {at_s: 1, device: 0, category: gremlins}\n", "script[0].category");

@@ -43,10 +43,12 @@ void Reader::fail(const YAML::Node& at, const std::string& key, const std::strin
 void Reader::only_keys(const YAML::Node& map, const std::string& path,
                        std::initializer_list<const char*> allowed) const {
   if (!map.IsMap()) fail(map, path.empty() ? "(top)" : path, "expected a mapping of keys to values");
-  std::set<std::string> ok(allowed.begin(), allowed.end());
+  std::set<std::string> ok(allowed.begin(), allowed.end()), seen;
   for (const auto& kv : map) {
     if (!kv.first.IsScalar()) fail(kv.first, path, "keys must be plain names");
     const std::string k = kv.first.Scalar();
+    if (!seen.insert(k).second)
+      fail(kv.first, path.empty() ? k : path + "." + k, "given twice (one value would silently replace the other)");
     if (!ok.count(k)) {
       std::string list;
       for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
