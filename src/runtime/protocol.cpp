@@ -142,6 +142,7 @@ Hello hello_of(const Fields& f) {
     h.self_test_passed = t.boolean("passed");
     h.self_test_detail = t.text_or("detail", "");
   }
+  h.token = f.text_or("token", "");
   return h;
 }
 
@@ -155,11 +156,13 @@ json encode(const WorkerMessage& m) {
   return std::visit(
       Overloaded{
           [](const Hello& h) -> json {
-            return {{"type", "hello"},
-                    {"version", h.version},
-                    {"device", h.device},
-                    {"pid", h.pid},
-                    {"self_test", {{"passed", h.self_test_passed}, {"detail", h.self_test_detail}}}};
+            json j{{"type", "hello"},
+                   {"version", h.version},
+                   {"device", h.device},
+                   {"pid", h.pid},
+                   {"self_test", {{"passed", h.self_test_passed}, {"detail", h.self_test_detail}}}};
+            if (!h.token.empty()) j["token"] = h.token;
+            return j;
           },
           [](const Heartbeat& h) -> json {
             json t = json::array();

@@ -41,6 +41,9 @@ struct Hello {
   int64_t pid = 0;
   bool self_test_passed = false;
   std::string self_test_detail;
+  // The token the agent gave this launch (SIGMA_WORKER_TOKEN): the greeter
+  // is the process it started, not whoever reached the socket first.
+  std::string token;
 };
 
 // Liveness and telemetry, every heartbeat interval. `step` is the step the

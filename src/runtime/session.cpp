@@ -333,6 +333,7 @@ Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
   protocol::Hello hello;
   hello.device = m.o.device;
   hello.pid = ::getpid();
+  if (const char* token = std::getenv("SIGMA_WORKER_TOKEN")) hello.token = token;
   // The agent hears exactly one greeting: the admission's verdict, passed or
   // failed with the reason.
   bool greeted = false;

@@ -7,7 +7,7 @@
 //   runtime_worker --steps N [--size K] [--step-ms MS]
 //                  [--kill-at STEP --kill-device D [--kill-signal KILL|STOP]
 //                   [--kill-after-reduce] [--kill-delay-ms MS]]...
-//                  [--log PREFIX]
+//                  [--log PREFIX] [--start-delay-ms MS]
 //
 // --kill-at: the process on device D sends itself the signal when it starts
 // step STEP (the first time only: a replacement on another device does not),
@@ -48,7 +48,7 @@ struct Kill {
 
 int main(int argc, char** argv) {
   uint64_t steps = 100, size = 4096;
-  double step_ms = 0;
+  double step_ms = 0, start_delay_ms = 0;
   std::vector<Kill> kills;
   std::string log_prefix;
   for (int i = 1; i < argc; ++i) {
@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
       step_ms = std::stod(next());
     else if (a == "--log")
       log_prefix = next();
+    else if (a == "--start-delay-ms")
+      start_delay_ms = std::stod(next());
     else if (a == "--kill-at")
       kills.push_back({std::stoull(next()), 0, SIGKILL});
     else if (a == "--kill-device" && !kills.empty())
@@ -84,6 +86,8 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    if (start_delay_ms > 0)  // lets a test's stranger reach the agent first
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(start_delay_ms));
     sigma::runtime::Session s;
     const uint32_t device = static_cast<uint32_t>(std::atoi(std::getenv("SIGMA_DEVICE")));
     std::vector<float> params(size), momentum(size, 0.0f), grad(size);

@@ -907,6 +907,35 @@ TEST(SigmarunUsage, ASecondAgentOnTheSameFolderIsRefusedAndAnEndlessLineIsCutOff
   EXPECT_NE(read_file(dir + "/incidents.jsonl").find("refused_connection"), std::string::npos);
 }
 
+// A stranger who reaches the agent's socket first and greets as device 0
+// is refused (it has no launch token); the real worker then joins.
+TEST(SigmarunUsage, AStrangersGreetingIsRefusedAndTheRealWorkerJoins) {
+  const std::string dir = job_dir("stranger");
+  g_dirs.push_back(dir);
+  const pid_t agent = spawn({SIGMARUN, "--nproc", "2", "--no-progress", "--job-dir", dir, "--",
+                             RUNTIME_WORKER, "--steps", "40", "--start-delay-ms", "1500"});
+  for (int i = 0; i < 2000 && !std::filesystem::exists(dir + "/agent.sock"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", (dir + "/agent.sock").c_str());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string hello =
+      R"({"type":"hello","version":2,"device":0,"pid":1,"self_test":{"passed":true,"detail":"trust me"}})"
+      "\n";
+  ASSERT_EQ(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
+  std::string reply;
+  char buf[512];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  EXPECT_NE(reply.find("lacks the token"), std::string::npos) << reply;
+  int status = 0;
+  ::waitpid(agent, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file(dir + "/incidents.jsonl");
+  EXPECT_NE(read_file(dir + "/incidents.jsonl").find("SIGMA_WORKER_TOKEN"), std::string::npos);
+}
+
 TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {
   const std::string dir = job_dir("usage");
   g_dirs.push_back(dir);

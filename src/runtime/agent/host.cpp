@@ -19,12 +19,15 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 namespace sigma::runtime {
@@ -43,6 +46,7 @@ struct Agent::Impl {
   std::unique_ptr<MetricsServer> metrics;
   std::vector<std::unique_ptr<Channel>> workers;  // [device]
   std::vector<pid_t> pids;                        // [device], on its host
+  std::vector<std::string> tokens;                // [device]: its launch's SIGMA_WORKER_TOKEN
   std::vector<std::unique_ptr<Channel>> nodes;    // [node] -> its agent (1..nnodes-1)
   std::vector<std::unique_ptr<Channel>> pending;  // connected, not yet greeted
   int listen_fd = -1, tcp_fd = -1;
@@ -110,6 +114,24 @@ void Agent::Impl::carry_out(Commands commands) {
   }
 }
 
+namespace {
+
+// 128 random bits, hex: what a launched worker proves itself with.
+std::string random_token() {
+  uint8_t b[16];
+  for (size_t got = 0; got < sizeof b;) {
+    const ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error(Code::internal, std::string("getrandom: ") + std::strerror(errno));
+    got += static_cast<size_t>(n);
+  }
+  char hex[33];
+  for (size_t i = 0; i < sizeof b; ++i) std::snprintf(hex + 2 * i, 3, "%02x", b[i]);
+  return hex;
+}
+
+}  // namespace
+
 void Agent::Impl::spawn(uint32_t device) {
   const uint32_t node = core->node_of(device);
   EnvList env;
@@ -122,6 +144,8 @@ void Agent::Impl::spawn(uint32_t device) {
   env.emplace_back("SIGMA_SNAPSHOT_KEEP", std::to_string(o.snapshot_keep));
   env.emplace_back("SIGMA_CHECKPOINT_BASE_EVERY", std::to_string(o.checkpoint_base_every));
   env.emplace_back("SIGMA_CHECKPOINT_KEEP", std::to_string(o.checkpoint_keep));
+  tokens[device] = random_token();
+  env.emplace_back("SIGMA_WORKER_TOKEN", tokens[device]);
   // A plain program (no session) still learns its place, torchrun-style.
   if (device < core->world()) {
     env.emplace_back("SIGMA_RANK", std::to_string(device));
@@ -166,6 +190,9 @@ void Agent::Impl::greeted(std::unique_ptr<Channel> ch, const json& first) {
   const auto& hello = std::get<protocol::Hello>(g);
   if (!core->expects_hello(hello.device))
     return refuse("device " + std::to_string(hello.device) + " is not one this agent is starting");
+  if (hello.device >= tokens.size() || hello.token != tokens[hello.device])
+    return refuse("device " + std::to_string(hello.device) +
+                  ": the greeting lacks the token of the process this agent started (SIGMA_WORKER_TOKEN)");
   workers[hello.device] = std::move(ch);
   carry_out(core->hello(hello, now()));
 }
@@ -335,6 +362,7 @@ int Agent::Impl::run() {
   core = std::make_unique<Coordinator>(o, disk_holdings(o.job_dir), now());
   workers.resize(core->devices());
   pids.assign(core->devices(), -1);
+  tokens.assign(core->devices(), "");
   nodes.resize(o.nnodes);
   journal->write({{"event", "start"},
                   {"nproc", o.nproc},
