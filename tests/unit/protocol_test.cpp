@@ -2,6 +2,7 @@
 // malformed message is refused naming its kind and field, and a peer of
 // another version is refused by name.
 #include "runtime/protocol.hpp"
+#include "runtime/agent/launcher.hpp"
 
 #include <sigma/error.hpp>
 
@@ -181,6 +182,27 @@ TEST(Protocol, APeerOfAnotherVersionIsRefusedByName) {
   EXPECT_NE(why->find("this agent speaks version " + std::to_string(kVersion)), std::string::npos) << *why;
   EXPECT_TRUE(refusal(kVersion + 1).has_value());
   EXPECT_EQ(std::get<NodeHello>(decode_greeting(json{{"type", "node"}, {"node", 1}})).version, 1u);
+}
+
+// What a follower agent lets through of a root's spawn request: its own
+// SIGMA_* variables, never a preload, a PATH or a plugin folder.
+TEST(Follower, SpawnsWorkersWithOnlyTheAgentsOwnEnvironment) {
+  const auto [env, refused] = agent::allowed_env({{"SIGMA_DEVICE", "3"},
+                                                  {"LD_PRELOAD", "/tmp/evil.so"},
+                                                  {"SIGMA_WORKER_TOKEN", "ab"},
+                                                  {"PATH", "/tmp"},
+                                                  {"SIGMA_HAL_PLUGIN_PATH", "/tmp"}});
+  EXPECT_EQ(env, (agent::EnvList{{"SIGMA_DEVICE", "3"}, {"SIGMA_WORKER_TOKEN", "ab"}}));
+  EXPECT_EQ(refused, (std::vector<std::string>{"LD_PRELOAD", "PATH", "SIGMA_HAL_PLUGIN_PATH"}));
+}
+
+TEST(Protocol, AHelloCarriesItsLaunchToken) {
+  Hello h;
+  h.device = 2;
+  h.token = "0123abcd";
+  EXPECT_EQ(std::get<Hello>(decode_worker(encode(WorkerMessage{h}))).token, "0123abcd");
+  h.token.clear();
+  EXPECT_FALSE(encode(WorkerMessage{h}).contains("token"));
 }
 
 }  // namespace

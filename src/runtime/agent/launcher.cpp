@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <thread>
 
 extern char** environ;
@@ -154,6 +155,24 @@ namespace sigma::runtime {
 
 using namespace agent;
 
+std::pair<EnvList, std::vector<std::string>> allowed_env(const EnvList& given) {
+  static const std::set<std::string> kAllowed = {"SIGMA_AGENT_SOCKET",    "SIGMA_DEVICE",
+                                                 "SIGMA_STORE",           "SIGMA_HEARTBEAT_S",
+                                                 "SIGMA_SNAPSHOT_EVERY",  "SIGMA_CHECKPOINT_EVERY",
+                                                 "SIGMA_SNAPSHOT_KEEP",   "SIGMA_CHECKPOINT_BASE_EVERY",
+                                                 "SIGMA_CHECKPOINT_KEEP", "SIGMA_RANK",
+                                                 "SIGMA_WORLD_SIZE",      "SIGMA_WORKER_TOKEN"};
+  std::pair<EnvList, std::vector<std::string>> out;
+  for (const auto& [k, v] : given) {
+    if (kAllowed.count(k)) {
+      out.first.emplace_back(k, v);
+    } else {
+      out.second.push_back(k);
+    }
+  }
+  return out;
+}
+
 int run_follower(const AgentOptions& o) {
   check_options(o);
   JobDirLock lock(o.job_dir);
@@ -191,7 +210,10 @@ int run_follower(const AgentOptions& o) {
       }
       if (const auto* spawn = std::get_if<protocol::Spawn>(&msg)) {
         try {
-          const pid_t pid = spawn_worker(o, spawn->device, spawn->env);
+          const auto [env, refused] = allowed_env(spawn->env);
+          if (!refused.empty())
+            journal.write({{"event", "refused_env"}, {"device", spawn->device}, {"names", refused}});
+          const pid_t pid = spawn_worker(o, spawn->device, env);
           children[pid] = spawn->device;
           root->send(protocol::encode(protocol::Launched{spawn->device, pid}));
           journal.write({{"event", "launch"}, {"device", spawn->device}, {"pid", pid}});

@@ -26,6 +26,12 @@ std::string vendor_options_for(const std::string& options, uint32_t device);
 // Throws Error(invalid_argument) when the program cannot be started.
 pid_t spawn_worker(const AgentOptions& o, uint32_t device, const EnvList& env);
 
+// What a follower lets through of the environment the root asks a worker
+// to get: the agent's own SIGMA_* variables only, never LD_PRELOAD, PATH or
+// anything a forged root could run code with. Returns the kept pairs and
+// the refused names.
+std::pair<EnvList, std::vector<std::string>> allowed_env(const EnvList& given);
+
 // "killed by signal Killed", "exited with status 3".
 std::string describe_status(int status);
 
