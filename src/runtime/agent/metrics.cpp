@@ -2,11 +2,8 @@
 
 #include <sigma/error.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <httplib.h>
+
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -40,69 +37,34 @@ std::string render_metrics(const MetricsSnapshot& s) {
   return o.str();
 }
 
-MetricsServer::MetricsServer(int port) {
-  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) throw Error(Code::unavailable, std::string("agent: metrics socket: ") + std::strerror(errno));
-  const int one = 1;
-  ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) {
-    const int e = errno;
-    ::close(fd_);
-    throw Error(Code::unavailable,
-                "agent: cannot serve metrics on 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(e));
-  }
-  socklen_t len = sizeof a;
-  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-  port_ = ntohs(a.sin_port);
-  thread_ = std::thread([this] { serve(); });
+MetricsServer::MetricsServer(int port) : server_(std::make_unique<httplib::Server>()) {
+  server_->set_read_timeout(1, 0);
+  server_->set_write_timeout(1, 0);
+  server_->set_keep_alive_max_count(1);
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> lk(mu_);
+    res.set_content(body_, "text/plain; version=0.0.4");
+  });
+  server_->set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (res.status == 404) res.set_content("only /metrics is served here\n", "text/plain");
+  });
+  port_ = port == 0 ? server_->bind_to_any_port("127.0.0.1")
+                    : (server_->bind_to_port("127.0.0.1", port) ? port : -1);
+  if (port_ <= 0)
+    throw Error(Code::unavailable, "agent: cannot serve metrics on 127.0.0.1:" + std::to_string(port) + ": " +
+                                       std::strerror(errno));
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
 }
 
 MetricsServer::~MetricsServer() {
-  stop_ = true;
+  server_->stop();
   if (thread_.joinable()) thread_.join();
-  ::close(fd_);
 }
 
 void MetricsServer::publish(const MetricsSnapshot& s) {
   std::string body = render_metrics(s);
   std::lock_guard<std::mutex> lk(mu_);
   body_ = std::move(body);
-}
-
-void MetricsServer::serve() {
-  while (!stop_) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    timeval tv{1, 0};
-    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    std::string req;
-    char buf[1024];
-    while (req.find("\r\n\r\n") == std::string::npos && req.size() < 8192) {
-      const ssize_t n = ::recv(c, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      req.append(buf, static_cast<size_t>(n));
-    }
-    std::string status = "200 OK", body;
-    if (req.rfind("GET /metrics ", 0) == 0 || req.rfind("GET /metrics?", 0) == 0) {
-      std::lock_guard<std::mutex> lk(mu_);
-      body = body_;
-    } else {
-      status = "404 Not Found";
-      body = "only /metrics is served here\n";
-    }
-    const std::string resp =
-        "HTTP/1.1 " + status +
-        "\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " + std::to_string(body.size()) +
-        "\r\nConnection: close\r\n\r\n" + body;
-    (void)!::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
-    ::close(c);
-  }
 }
 
 }  // namespace sigma::runtime::agent

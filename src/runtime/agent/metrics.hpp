@@ -1,14 +1,20 @@
-// Prometheus text exposition on loopback: GET /metrics. One thread serves
-// the last published snapshot; the agent loop publishes about once a second.
+// Prometheus text exposition on loopback: GET /metrics, served by
+// cpp-httplib's pool of threads with 1 s read and write timeouts (a slow or
+// silent client holds one thread for at most that, never the others); the
+// agent loop publishes a snapshot about once a second.
 #pragma once
 
 #include "runtime/agent/records.hpp"
 
-#include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+namespace httplib {
+class Server;
+}
 
 namespace sigma::runtime::agent {
 
@@ -26,10 +32,8 @@ class MetricsServer {
   void publish(const MetricsSnapshot& s);
 
  private:
-  void serve();
-  int fd_ = -1;
+  std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
-  std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::string body_;  // guarded by mu_
   std::thread thread_;
