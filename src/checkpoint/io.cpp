@@ -17,6 +17,17 @@ namespace {
   throw Error(Code::unavailable, "checkpoint: " + what + " " + path + ": " + std::strerror(err));
 }
 
+// Only regular files are checkpoint files: a FIFO would block a reader for
+// ever, a device or folder is not what the manifest describes.
+[[noreturn]] void refuse_kind(const std::string& path, mode_t mode) {
+  const char* kind = S_ISFIFO(mode)                   ? "a FIFO"
+                     : S_ISDIR(mode)                  ? "a folder"
+                     : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
+                     : S_ISSOCK(mode)                 ? "a socket"
+                                                      : "not a file";
+  throw Error(Code::data_loss, "checkpoint: " + path + ": not a regular file (" + kind + "): refused");
+}
+
 }  // namespace
 
 constexpr uint64_t kDirectBuffer = uint64_t{8} << 20;
@@ -143,6 +154,7 @@ uint64_t file_size(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     throw Error(Code::data_loss, "checkpoint: " + path + ": missing (" + std::strerror(errno) + ")");
+  if (!S_ISREG(st.st_mode)) refuse_kind(path, st.st_mode);
   return static_cast<uint64_t>(st.st_size);
 }
 
@@ -166,12 +178,7 @@ Reader::Reader(std::string path) : path_(std::move(path)) {
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
     fd_ = -1;
-    throw Error(Code::data_loss, "checkpoint: " + path_ + ": not a regular file (" +
-                                     (S_ISFIFO(st.st_mode)                         ? "a FIFO"
-                                      : S_ISDIR(st.st_mode)                        ? "a folder"
-                                      : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                                                                                   : "not a file") +
-                                     "): refused");
+    refuse_kind(path_, st.st_mode);
   }
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
 }

@@ -43,7 +43,7 @@ struct Hello {
   std::string self_test_detail;
   // The token the agent gave this launch (SIGMA_WORKER_TOKEN): the greeter
   // is the process it started, not whoever reached the socket first.
-  std::string token;
+  std::string token{};
 };
 
 // Liveness and telemetry, every heartbeat interval. `step` is the step the

@@ -23,15 +23,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
+struct CliRun {
   int code = -1;
   std::string out;
   long max_rss_kib = 0;
 };
 
 // sigma-ckpt ARGS, its output, exit status and peak resident memory.
-Run ckpt(const std::vector<std::string>& args) {
-  Run r;
+CliRun ckpt(const std::vector<std::string>& args) {
+  CliRun r;
   const std::string out = ::testing::TempDir() + "hostile-out-" + std::to_string(::getpid());
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -111,10 +111,10 @@ TEST_F(Hostile, AManifestPromisingGigabytesIsVerifiedInChunkSizedMemory) {
   t.bytes = 128 * c.raw_size;
   m.data_bytes = data.size();
   write(m, data);
-  const Run r = ckpt({"verify", shard});
+  const CliRun r = ckpt({"verify", shard});
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_LT(r.max_rss_kib, 1024 * 1024) << "verify held " << r.max_rss_kib << " KiB for an 8 GiB tensor";
-  const Run e = ckpt({"export", shard, "--safetensors", "/dev/null"});
+  const CliRun e = ckpt({"export", shard, "--safetensors", "/dev/null"});
   EXPECT_LT(e.max_rss_kib, 1024 * 1024) << "export held " << e.max_rss_kib << " KiB";
 }
 
@@ -126,7 +126,7 @@ TEST_F(Hostile, TensorsAliasingOneStoredRangeAreRefused) {
     m.tensors.push_back(t);
   }
   write(m, slurp(shard + "/" + format::kData));
-  const Run r = ckpt({"verify", shard});
+  const CliRun r = ckpt({"verify", shard});
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("overlap another chunk's"), std::string::npos) << r.out;
 }
@@ -135,11 +135,11 @@ TEST_F(Hostile, AFifoInPlaceOfTheDataFileIsRefusedNotWaitedOn) {
   fs::remove(shard + "/" + format::kData);
   ASSERT_EQ(::mkfifo((shard + "/" + format::kData).c_str(), 0600), 0);
   for (const char* cmd : {"verify", "inspect"}) {
-    const Run r = ckpt({cmd, shard});
+    const CliRun r = ckpt({cmd, shard});
     EXPECT_NE(r.code, 0) << cmd << ": " << r.out;
     EXPECT_LT(r.code, 128) << cmd << " was killed (a hang?): " << r.out;
   }
-  const Run r = ckpt({"verify", shard});
+  const CliRun r = ckpt({"verify", shard});
   EXPECT_NE(r.out.find("not a regular file (a FIFO)"), std::string::npos) << r.out;
 }
 
@@ -148,7 +148,7 @@ TEST_F(Hostile, AFlippedShardSizeInTheStepsGlobalManifestIsDamage) {
   format::StepManifest g = format::decode_step(slurp(global), global);
   g.shards.at(0).data_bytes ^= 0x100;
   spit(global, format::encode_step(g));
-  const Run r = ckpt({"verify", dir});
+  const CliRun r = ckpt({"verify", dir});
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("recorded with"), std::string::npos) << r.out;
 }
@@ -157,7 +157,7 @@ TEST_F(Hostile, PathsOfTheWrongKindAreUsageErrors) {
   const std::string file = dir + "/a-file";
   std::ofstream(file) << "x";
   for (const char* cmd : {"ls", "verify", "inspect"}) {
-    const Run r = ckpt({cmd, file});
+    const CliRun r = ckpt({cmd, file});
     EXPECT_EQ(r.code, 2) << cmd << ": " << r.out;
   }
   EXPECT_EQ(ckpt({"verify", dir + "/missing"}).code, 2);

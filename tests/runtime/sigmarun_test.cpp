@@ -763,7 +763,7 @@ std::string http_get(int port, const std::string& path) {
     ::close(fd);
     return "";
   }
-  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
   (void)!::send(fd, req.data(), req.size(), 0);
   std::string out;
   char buf[4096];

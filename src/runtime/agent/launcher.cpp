@@ -149,12 +149,6 @@ std::unique_ptr<Channel> reach_root(const AgentOptions& o, double timeout_s) {
 
 }  // namespace
 
-}  // namespace sigma::runtime::agent
-
-namespace sigma::runtime {
-
-using namespace agent;
-
 std::pair<EnvList, std::vector<std::string>> allowed_env(const EnvList& given) {
   static const std::set<std::string> kAllowed = {"SIGMA_AGENT_SOCKET",    "SIGMA_DEVICE",
                                                  "SIGMA_STORE",           "SIGMA_HEARTBEAT_S",
@@ -172,6 +166,12 @@ std::pair<EnvList, std::vector<std::string>> allowed_env(const EnvList& given) {
   }
   return out;
 }
+
+}  // namespace sigma::runtime::agent
+
+namespace sigma::runtime {
+
+using namespace agent;
 
 int run_follower(const AgentOptions& o) {
   check_options(o);
@@ -212,7 +212,8 @@ int run_follower(const AgentOptions& o) {
         try {
           const auto [env, refused] = allowed_env(spawn->env);
           if (!refused.empty())
-            journal.write({{"event", "refused_env"}, {"device", spawn->device}, {"names", refused}});
+            journal.write(
+                {{"event", "refused_env"}, {"device", spawn->device}, {"names", nlohmann::json(refused)}});
           const pid_t pid = spawn_worker(o, spawn->device, env);
           children[pid] = spawn->device;
           root->send(protocol::encode(protocol::Launched{spawn->device, pid}));
