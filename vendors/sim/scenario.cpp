@@ -206,8 +206,9 @@ class Parser : public sigma::yaml::Reader {
           fail(kv.first, "devices." + key,
                "unknown device " + key + " (world_size is " + std::to_string(s.world_size) + ")");
         if (s.devices.count(static_cast<uint32_t>(idx)))
-          fail(kv.first, "devices." + key,
-               "device " + std::to_string(idx) + " given twice (as another key too): one model would be lost");
+          fail(
+              kv.first, "devices." + key,
+              "device " + std::to_string(idx) + " given twice (as another key too): one model would be lost");
         s.devices[static_cast<uint32_t>(idx)] =
             device(kv.second, "devices." + key, s.default_device, s.duration_s);
       }

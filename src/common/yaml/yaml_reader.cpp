@@ -48,7 +48,8 @@ void Reader::only_keys(const YAML::Node& map, const std::string& path,
     if (!kv.first.IsScalar()) fail(kv.first, path, "keys must be plain names");
     const std::string k = kv.first.Scalar();
     if (!seen.insert(k).second)
-      fail(kv.first, path.empty() ? k : path + "." + k, "given twice (one value would silently replace the other)");
+      fail(kv.first, path.empty() ? k : path + "." + k,
+           "given twice (one value would silently replace the other)");
     if (!ok.count(k)) {
       std::string list;
       for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);

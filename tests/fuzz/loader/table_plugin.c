@@ -30,8 +30,9 @@ static int bit(size_t i) { return (byte_at(i / 8) >> (i % 8)) & 1; }
 
 /* A status the byte picks: one ABI 1 defines, or one it does not. */
 static hal_status_t status_of(uint8_t b) {
-  static const hal_status_t s[] = {HAL_OK, HAL_OK, HAL_OK, HAL_ERR_INVALID_ARGUMENT, HAL_ERR_UNAVAILABLE,
-                                   HAL_ERR_INTERNAL, 42, -9999, HAL_IN_PROGRESS};
+  static const hal_status_t s[] = {
+      HAL_OK,           HAL_OK, HAL_OK, HAL_ERR_INVALID_ARGUMENT, HAL_ERR_UNAVAILABLE,
+      HAL_ERR_INTERNAL, 42,     -9999,  HAL_IN_PROGRESS};
   return s[b % (sizeof s / sizeof s[0])];
 }
 
@@ -59,7 +60,8 @@ static hal_status_t fz_get_count(uint32_t* count) {
   return st;
 }
 
-static hal_status_t fz_list_fields(uint32_t device, hal_field_info_t* fields, uint32_t capacity, uint32_t* count) {
+static hal_status_t fz_list_fields(uint32_t device, hal_field_info_t* fields, uint32_t capacity,
+                                   uint32_t* count) {
   const hal_status_t s = status_of(byte_at(42));
   if (s != HAL_OK) return s;
   hal_status_t st = g_inner->telemetry->list_fields(device, fields, capacity, count);
@@ -68,7 +70,8 @@ static hal_status_t fz_list_fields(uint32_t device, hal_field_info_t* fields, ui
   return st;
 }
 
-static hal_status_t fz_read(uint32_t device, const hal_field_id_t* ids, uint32_t n, hal_telemetry_sample_t* samples) {
+static hal_status_t fz_read(uint32_t device, const hal_field_id_t* ids, uint32_t n,
+                            hal_telemetry_sample_t* samples) {
   hal_status_t st = g_inner->telemetry->read(device, ids, n, samples);
   if (st == HAL_OK && samples != NULL && bit(230))
     for (uint32_t i = 0; i < n; i++) samples[i].value.f64 = NAN;
