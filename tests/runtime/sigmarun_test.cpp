@@ -746,7 +746,15 @@ TEST(SigmarunNodes, GroupControllersReplaceWithinTheirGroupAndEscalateOnlyWhenIt
     if (e["action"] == "replace") replaced_by.push_back(e["to_device"].get<uint32_t>());
     if (e["action"] == "escalate") escalations.push_back(e);
   }
-  EXPECT_EQ(replaced_by, (std::vector<uint32_t>{6, 7, 4})) << logs(r);
+  // The three kills' replacements, in order. A fourth can follow on a
+  // loaded machine: a survivor caught in a Gloo send already queued when
+  // its peer died waits out its bound (the limit of Gloo in
+  // docs/vendor-cpu.md), misses the abort grace and is replaced from its
+  // own group; that escalates nothing.
+  ASSERT_GE(replaced_by.size(), 3u) << logs(r);
+  EXPECT_EQ(std::vector<uint32_t>(replaced_by.begin(), replaced_by.begin() + 3),
+            (std::vector<uint32_t>{6, 7, 4}))
+      << logs(r);
   ASSERT_EQ(escalations.size(), 1u) << logs(r);
   EXPECT_EQ(escalations[0]["device"], 7);
   EXPECT_EQ(escalations[0]["rank"], 3);
