@@ -151,6 +151,20 @@ std::string logs(const JobRun& r) {
   return out;
 }
 
+// A connection to the agent's socket in job folder `dir`, as any local
+// process could make one; -1 when it cannot connect.
+int connect_agent(const std::string& dir) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s/agent.sock", dir.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // The journal's faults and health changes replayed through the cluster
 // simulator: it must decide as the agent did, decision for decision.
 void expect_replayed(const JobRun& r) {
@@ -823,16 +837,13 @@ TEST(SigmarunMetrics, PrometheusMetricsAreServedWhileTheJobRuns) {
   // A stranger on the agent's socket with malformed greetings: refused,
   // journalled, and the job goes on.
   {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof a.sun_path, "%s/agent.sock", dir.c_str());
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int fd = connect_agent(dir);
+    ASSERT_GE(fd, 0);
     const std::string junk = "not json\n{\"type\":5,\"device\":\"x\"}\n";
     (void)!::send(fd, junk.data(), junk.size(), 0);
     ::close(fd);
-    const int fd2 = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    ASSERT_EQ(::connect(fd2, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int fd2 = connect_agent(dir);
+    ASSERT_GE(fd2, 0);
     const std::string hello = "{\"type\":\"hello\",\"device\":0}\n";
     (void)!::send(fd2, hello.data(), hello.size(), 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -922,11 +933,8 @@ TEST(SigmarunUsage, ASecondAgentOnTheSameFolderIsRefusedAndAnEndlessLineIsCutOff
       << read_file(err);
   std::filesystem::remove(err);
   // 4 MiB without a newline on the agent's socket: the agent hangs up.
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", (dir + "/agent.sock").c_str());
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = connect_agent(dir);
+  ASSERT_GE(fd, 0);
   const std::string chunk(1 << 16, 'x');
   bool cut_off = false;
   for (int i = 0; i < 64 && !cut_off; ++i) cut_off = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0;
@@ -949,11 +957,8 @@ TEST(SigmarunUsage, AStrangersGreetingIsRefusedAndTheRealWorkerJoins) {
                              RUNTIME_WORKER, "--steps", "40", "--start-delay-ms", "1500"});
   for (int i = 0; i < 2000 && !std::filesystem::exists(dir + "/agent.sock"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", (dir + "/agent.sock").c_str());
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = connect_agent(dir);
+  ASSERT_GE(fd, 0);
   const std::string hello =
       R"({"type":"hello","version":2,"device":0,"pid":1,"self_test":{"passed":true,"detail":"trust me"}})"
       "\n";
