@@ -1,0 +1,247 @@
+// sigma/parallel.hpp -- MoE parallelism over the HAL: the layout of a job's
+// ranks into data-, expert- and pipeline-parallel groups, top-k routing with
+// capacity, and the token exchange between the ranks that hold the experts.
+//
+// The layout: world = pp * dp. Pipeline stages are outermost, so a stage's
+// data-parallel ranks are consecutive (one node, where the all-to-all is
+// cheapest). Expert parallelism folds into data parallelism: ep divides dp,
+// the ep ranks of one expert group are consecutive inside their stage, and
+// the dp / ep ranks that hold the same experts form the expert-data group
+// (where expert gradients are averaged). Expert e of E lives on expert-group
+// rank e / (E / ep): experts are sharded in contiguous blocks, so a
+// checkpoint that names each expert by its global index restores onto any ep
+// that divides E.
+//
+// The exchange: route() decides, on each rank alone, which experts every
+// token goes to and which choices are dropped (over capacity) before any
+// byte moves. Dispatcher::plan() exchanges the per-expert counts, dispatch()
+// permutes the token rows (sigma::kernels) and sends them to the experts'
+// ranks, the framework runs its experts on the rows it received, and
+// combine() returns the rows and adds them up per token in a fixed order
+// (k = 0, 1, ... in f32). An expert always sees its rows in the same order
+// -- source rank, then token, then choice -- whatever the exchange, so
+// results are bitwise the same for the all-to-all and all-gather exchanges,
+// and, dropless, for any number of ranks.
+#pragma once
+
+#include <sigma/export.hpp>
+
+#include <sigma/bootstrap.hpp>
+#include <sigma/hal.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sigma::parallel {
+
+// --- Layout ------------------------------------------------------------------
+
+struct Layout {
+  uint32_t dp = 1;  // data-parallel degree (per pipeline stage)
+  uint32_t ep = 1;  // expert-parallel degree; divides dp
+  uint32_t pp = 1;  // pipeline stages
+  uint32_t world() const { return dp * pp; }
+};
+
+enum class GroupKind { data, expert, expert_data, pipeline };
+SIGMA_EXPORT const char* group_kind_name(GroupKind kind);
+
+// Where one rank sits. Thread-safety: plain data.
+struct Coords {
+  uint32_t stage = 0;      // pipeline stage, 0 .. pp-1
+  uint32_t dp_index = 0;   // rank in its data group, 0 .. dp-1
+  uint32_t ep_index = 0;   // rank in its expert group, 0 .. ep-1
+  uint32_t edp_index = 0;  // rank in its expert-data group, 0 .. dp/ep-1
+};
+
+// Throws Error(invalid_argument) saying which degree is wrong: a zero
+// degree, ep not dividing dp, or dp * pp != world. Pure.
+SIGMA_EXPORT void check_layout(const Layout& layout, uint32_t world);
+// Pure; `rank` < layout.world().
+SIGMA_EXPORT Coords coords_of(const Layout& layout, uint32_t rank);
+// The world ranks of `rank`'s group of that kind, in group-rank order.
+SIGMA_EXPORT std::vector<uint32_t> group_members(const Layout& layout, uint32_t rank, GroupKind kind);
+// Which group of that kind `rank` is in: 0 .. (number of such groups - 1).
+SIGMA_EXPORT uint32_t group_index(const Layout& layout, uint32_t rank, GroupKind kind);
+
+// The global experts expert-group rank `ep_index` holds: [first, first +
+// count). Throws Error(invalid_argument) when ep does not divide
+// num_experts. Pure.
+struct ExpertRange {
+  uint32_t first = 0;
+  uint32_t count = 0;
+};
+SIGMA_EXPORT ExpertRange expert_range(uint32_t num_experts, uint32_t ep, uint32_t ep_index);
+
+// The four communicators of one rank, carved from the job's world through
+// the HAL: each is created through its own bootstrap prefix
+// "<prefix><kind>/<group index>/". A job rebuilds them after the runtime
+// replaced a device or shrank the world by constructing new Groups with a
+// new prefix (the session's generation) and the new layout.
+// Construction is collective over the world: every rank constructs its
+// Groups with the same prefix and layout (the groups are created in a fixed
+// order, so no rank waits on a group another rank has not reached).
+// Thread-safety: as hal::Communicator (one thread posts on each).
+class SIGMA_EXPORT Groups {
+ public:
+  // Throws Error(invalid_argument) for a bad layout, and what
+  // hal::Communicator throws (timeout when a group's peers did not come
+  // within `timeout`). `store` is shared and kept alive.
+  Groups(hal::PluginPtr plugin, std::shared_ptr<bootstrap::Store> store, const std::string& prefix,
+         uint32_t device, uint32_t rank, const Layout& layout, std::chrono::nanoseconds timeout);
+  ~Groups();
+  Groups(const Groups&) = delete;
+  Groups& operator=(const Groups&) = delete;
+
+  hal::Communicator& comm(GroupKind kind) const;
+  uint32_t rank_in(GroupKind kind) const;
+  uint32_t size_of(GroupKind kind) const;
+  const Layout& layout() const { return layout_; }
+  const Coords& coords() const { return coords_; }
+
+ private:
+  struct Group;
+  Layout layout_;
+  Coords coords_;
+  std::vector<std::unique_ptr<Group>> groups_;  // indexed by GroupKind
+};
+
+// --- Routing (pure) ----------------------------------------------------------
+
+// Which choices over an expert's capacity are dropped.
+enum class DropPolicy {
+  probability,  // keep the choices with the highest router probability
+  position,     // keep the first ones in (token, k) order
+};
+
+struct RouterOptions {
+  uint32_t num_experts = 0;
+  uint32_t top_k = 1;
+  // Per expert, capacity = ceil(capacity_factor * num_tokens * top_k /
+  // num_experts) choices of this rank's tokens; 0 is dropless.
+  double capacity_factor = 0;
+  DropPolicy drop = DropPolicy::probability;
+  // Weights are the top-k probabilities divided by their sum (Mixtral) when
+  // true, the raw softmax probabilities (Switch, GShard) when false.
+  bool normalize_top_k = true;
+};
+
+// The load-balancing statistics of a batch of tokens, for the auxiliary
+// loss and for monitoring. `routed` counts every choice the router made,
+// before capacity -- the f_i of the Switch Transformer's loss, which a count
+// after dropping understates exactly where the imbalance is worst; `kept`
+// counts what the experts received.
+struct SIGMA_EXPORT LoadStats {
+  uint64_t num_tokens = 0;
+  uint32_t top_k = 0;
+  std::vector<uint64_t> routed;  // per expert, choices before capacity
+  std::vector<uint64_t> kept;    // per expert, choices after capacity
+  std::vector<double> prob_sum;  // per expert, the sum of its softmax probability over tokens
+  uint64_t dropped() const;
+  // E * sum_i f_i * P_i with f_i = routed_i / (tokens * k), P_i = prob_sum_i
+  // / tokens: 1 when perfectly balanced; 0 for no tokens.
+  double aux_loss() const;
+  // Adds another batch's statistics (the same expert count and top_k).
+  void add(const LoadStats& other);
+};
+
+struct Routing {
+  uint64_t num_tokens = 0;
+  uint32_t top_k = 0;
+  uint64_t capacity = 0;              // per expert; 0 when dropless
+  std::vector<int32_t> expert_ids{};  // [num_tokens * top_k]; -1 where dropped
+  std::vector<float> weights{};       // [num_tokens * top_k]; a dropped choice keeps its weight
+  LoadStats stats{};
+};
+
+// Softmax over each token's row of `logits` ([num_tokens, num_experts],
+// row-major f32; computed in f32 after subtracting the row's maximum), the
+// top_k experts by probability (ties: the lower expert), then capacity.
+// Throws Error(invalid_argument) for zero experts, top_k outside
+// [1, num_experts], a negative or non-finite capacity factor, or a
+// non-finite logit (naming the token). Pure; any thread.
+SIGMA_EXPORT Routing route(const float* logits, uint64_t num_tokens, const RouterOptions& options);
+
+// --- Dispatch ----------------------------------------------------------------
+
+enum class Exchange {
+  all_to_all,  // each row goes only to its expert's rank (all-to-all(v))
+  all_gather,  // every rank gathers every rank's tokens and picks its own
+};
+
+struct DispatchOptions {
+  uint32_t num_experts = 0;
+  Exchange exchange = Exchange::all_to_all;
+  // Each collective's bound; a peer that does not arrive in time aborts the
+  // communicator and throws Error(timeout).
+  std::chrono::nanoseconds timeout = std::chrono::seconds(60);
+};
+
+// What one dispatch decided, kept until its combine (one per MoE layer and
+// micro-batch in flight). Row counts are in rows of `hidden` elements.
+struct Plan {
+  uint64_t num_tokens = 0;
+  uint32_t top_k = 0;
+  std::vector<int64_t> row_of{};         // [num_tokens * top_k]: row in the sent buffer; -1 dropped
+  std::vector<uint64_t> sent_offsets{};  // [num_experts + 1]: rows sent to each global expert
+  std::vector<uint64_t> recv_counts{};   // [ep * local experts]: rows from source s for local expert l
+  std::vector<uint64_t>
+      expert_offsets{};  // [local experts + 1]: each local expert's rows in the expert buffer
+  // all_gather only: [ep * (num_experts + 1)], each source's sent_offsets.
+  std::vector<uint64_t> source_offsets{};
+  uint64_t sent_rows() const { return sent_offsets.empty() ? 0 : sent_offsets.back(); }
+  uint64_t expert_rows() const { return expert_offsets.empty() ? 0 : expert_offsets.back(); }
+};
+
+// The exchange of one expert group. Holds a borrowed communicator, which
+// must outlive it. Every method that says "collective" must be called by
+// every rank of the group in the same order.
+// Thread-safety: one thread at a time (as the communicator).
+class SIGMA_EXPORT Dispatcher {
+ public:
+  // `ep` is the expert group's communicator; ep_rank and ep_size its rank
+  // and size. Throws Error(invalid_argument) when ep_size does not divide
+  // num_experts.
+  Dispatcher(hal::Communicator& ep, uint32_t ep_rank, uint32_t ep_size, const DispatchOptions& options);
+
+  uint32_t local_experts() const { return local_experts_; }
+  ExpertRange experts() const { return expert_range(options_.num_experts, ep_size_, ep_rank_); }
+
+  // Collective. Exchanges how many rows each rank sends each expert (or,
+  // all-gather, every rank's routing). A rank with no tokens takes part.
+  Plan plan(const Routing& routing);
+  // Collective. `tokens`: plan.num_tokens rows of `hidden` elements (host
+  // memory). Returns the rows of this rank's experts, expert-major
+  // (plan.expert_offsets), each expert's rows ordered by source rank, then
+  // token, then choice.
+  std::vector<uint8_t> dispatch(const Plan& plan, const void* tokens, uint64_t hidden, hal_dtype_t dtype);
+  // Collective. `expert_out`: the experts' output, the layout dispatch
+  // returned. Writes out[t] = sum over k of weights[t * k] * row (f32, f16
+  // or bf16; accumulated in f32 in k order); a token with every choice
+  // dropped gets zeros. `weights` is Routing::weights.
+  void combine(const Plan& plan, const void* expert_out, const float* weights, uint64_t hidden,
+               hal_dtype_t dtype, void* out);
+
+  // The two exchanges under dispatch and combine, for a framework's
+  // autograd (each is the other's adjoint). to_experts: rows in the sent
+  // layout (plan.sent_offsets, as kernels::moe_permute writes them) to the
+  // expert layout; from_experts: back. Collective; any dtype.
+  std::vector<uint8_t> to_experts(const Plan& plan, const void* sent, uint64_t hidden, hal_dtype_t dtype);
+  std::vector<uint8_t> from_experts(const Plan& plan, const void* expert_rows, uint64_t hidden,
+                                    hal_dtype_t dtype);
+
+  // Collective. The group's load statistics: every rank's LoadStats added
+  // in rank order (so every rank computes the same auxiliary loss).
+  LoadStats global_stats(const LoadStats& local);
+
+ private:
+  void run(const hal_coll_args_t& args);
+  hal::Communicator& comm_;
+  uint32_t ep_rank_, ep_size_, local_experts_;
+  DispatchOptions options_;
+};
+
+}  // namespace sigma::parallel

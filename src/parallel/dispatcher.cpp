@@ -1,0 +1,240 @@
+// The token exchange of one expert group: counts, rows to the experts'
+// ranks, rows back, over the HAL's all-to-all(v) or all-gather.
+#include <sigma/kernels.hpp>
+#include <sigma/parallel.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace sigma::parallel {
+
+namespace {
+
+// The HAL refuses NULL buffers with a non-zero count; an empty vector's data
+// may be NULL, so every exchange buffer has at least one byte.
+uint8_t* bytes_of(std::vector<uint8_t>& v) {
+  if (v.empty()) v.resize(1);
+  return v.data();
+}
+
+hal_coll_args_t bytes_args(hal_coll_op_t op, uint64_t count, const void* send, void* recv) {
+  return hal::coll_args(op, HAL_DTYPE_U8, count, send, recv);
+}
+
+}  // namespace
+
+Dispatcher::Dispatcher(hal::Communicator& ep, uint32_t ep_rank, uint32_t ep_size,
+                       const DispatchOptions& options)
+    : comm_(ep), ep_rank_(ep_rank), ep_size_(ep_size), options_(options) {
+  local_experts_ = expert_range(options.num_experts, ep_size, ep_rank).count;
+}
+
+void Dispatcher::run(const hal_coll_args_t& args) { comm_.run(args, options_.timeout); }
+
+Plan Dispatcher::plan(const Routing& routing) {
+  const size_t E = options_.num_experts, L = local_experts_;
+  Plan p;
+  p.num_tokens = routing.num_tokens;
+  p.top_k = routing.top_k;
+  p.row_of.resize(routing.num_tokens * routing.top_k);
+  p.sent_offsets.resize(E + 1);
+  kernels::moe_plan(routing.expert_ids.data(), routing.num_tokens, routing.top_k, options_.num_experts,
+                    p.row_of.data(), p.sent_offsets.data());
+  std::vector<uint64_t> sent(E);  // rows this rank sends each global expert
+  for (uint32_t e = 0; e < E; ++e) sent[e] = p.sent_offsets[e + 1] - p.sent_offsets[e];
+  p.recv_counts.resize(static_cast<size_t>(ep_size_) * L);
+  if (options_.exchange == Exchange::all_to_all) {
+    // Block j of `sent` is rank j's experts: exactly what it must receive.
+    run(hal::coll_args(HAL_COLL_ALL_TO_ALL, HAL_DTYPE_I64, L, sent.data(), p.recv_counts.data()));
+  } else {
+    p.source_offsets.resize(static_cast<size_t>(ep_size_) * (E + 1));
+    std::vector<uint64_t> mine(p.sent_offsets);
+    run(hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_I64, E + 1, mine.data(), p.source_offsets.data()));
+    const uint32_t first = ep_rank_ * L;
+    for (uint32_t s = 0; s < ep_size_; ++s)
+      for (uint32_t l = 0; l < L; ++l) {
+        const uint64_t* off = p.source_offsets.data() + static_cast<size_t>(s) * (E + 1);
+        p.recv_counts[s * L + l] = off[first + l + 1] - off[first + l];
+      }
+  }
+  p.expert_offsets.assign(L + 1, 0);
+  for (uint32_t l = 0; l < L; ++l) {
+    uint64_t rows = 0;
+    for (uint32_t s = 0; s < ep_size_; ++s) rows += p.recv_counts[s * L + l];
+    p.expert_offsets[l + 1] = p.expert_offsets[l] + rows;
+  }
+  return p;
+}
+
+namespace {
+
+// Row offset of source s's block for local expert l in the expert layout.
+uint64_t expert_block(const Plan& p, uint32_t L, uint32_t s, uint32_t l) {
+  uint64_t off = p.expert_offsets[l];
+  for (uint32_t q = 0; q < s; ++q) off += p.recv_counts[q * L + l];
+  return off;
+}
+
+}  // namespace
+
+std::vector<uint8_t> Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden,
+                                            hal_dtype_t dtype) {
+  const uint64_t row = hidden * hal::dtype_size(dtype);
+  if (row == 0 && hidden > 0)
+    throw Error(Code::invalid_argument, "to_experts: dtype " + hal::dtype_name(dtype));
+  const size_t E = options_.num_experts, L = local_experts_, R = ep_size_;
+  std::vector<uint8_t> out(p.expert_rows() * row);
+  if (options_.exchange == Exchange::all_to_all) {
+    std::vector<uint64_t> sc(R), sd(R), rc(R), rd(R);
+    uint64_t recv_total = 0;
+    for (uint32_t j = 0; j < R; ++j) {
+      sd[j] = p.sent_offsets[j * L] * row;
+      sc[j] = (p.sent_offsets[(j + 1) * L] - p.sent_offsets[j * L]) * row;
+      uint64_t rows = 0;
+      for (uint32_t l = 0; l < L; ++l) rows += p.recv_counts[j * L + l];
+      rd[j] = recv_total;
+      rc[j] = rows * row;
+      recv_total += rc[j];
+    }
+    static const uint8_t kNone = 0;
+    std::vector<uint8_t> by_source(recv_total);
+    auto a = bytes_args(HAL_COLL_ALL_TO_ALLV, 0, p.sent_rows() ? sent : &kNone, bytes_of(by_source));
+    a.send_counts = sc.data();
+    a.send_displs = sd.data();
+    a.recv_counts = rc.data();
+    a.recv_displs = rd.data();
+    run(a);
+    // Source-major to expert-major.
+    uint64_t at = 0;
+    for (uint32_t s = 0; s < R; ++s)
+      for (uint32_t l = 0; l < L; ++l) {
+        const uint64_t n = p.recv_counts[s * L + l] * row;
+        if (n) std::memcpy(out.data() + expert_block(p, L, s, l) * row, by_source.data() + at, n);
+        at += n;
+      }
+    return out;
+  }
+  // All-gather: every source's sent rows, padded to the longest.
+  uint64_t longest = 0;
+  for (uint32_t s = 0; s < R; ++s) longest = std::max(longest, p.source_offsets[s * (E + 1) + E]);
+  std::vector<uint8_t> mine(longest * row), all(longest * row * R);
+  if (p.sent_rows()) std::memcpy(mine.data(), sent, p.sent_rows() * row);
+  run(bytes_args(HAL_COLL_ALL_GATHER, longest * row, bytes_of(mine), bytes_of(all)));
+  const uint32_t first = ep_rank_ * L;
+  for (uint32_t s = 0; s < R; ++s)
+    for (uint32_t l = 0; l < L; ++l) {
+      const uint64_t n = p.recv_counts[s * L + l] * row;
+      const uint64_t from = (s * longest + p.source_offsets[s * (E + 1) + first + l]) * row;
+      if (n) std::memcpy(out.data() + expert_block(p, L, s, l) * row, all.data() + from, n);
+    }
+  return out;
+}
+
+std::vector<uint8_t> Dispatcher::from_experts(const Plan& p, const void* expert_rows, uint64_t hidden,
+                                              hal_dtype_t dtype) {
+  const uint64_t row = hidden * hal::dtype_size(dtype);
+  if (row == 0 && hidden > 0)
+    throw Error(Code::invalid_argument, "from_experts: dtype " + hal::dtype_name(dtype));
+  const size_t E = options_.num_experts, L = local_experts_, R = ep_size_;
+  const auto* in = static_cast<const uint8_t*>(expert_rows);
+  std::vector<uint8_t> out(p.sent_rows() * row);
+  if (options_.exchange == Exchange::all_to_all) {
+    std::vector<uint64_t> sc(R), sd(R), rc(R), rd(R);
+    std::vector<uint8_t> by_source(p.expert_rows() * row);
+    uint64_t at = 0;
+    for (uint32_t s = 0; s < R; ++s) {
+      sd[s] = at;
+      for (uint32_t l = 0; l < L; ++l) {
+        const uint64_t n = p.recv_counts[s * L + l] * row;
+        if (n) std::memcpy(by_source.data() + at, in + expert_block(p, L, s, l) * row, n);
+        at += n;
+      }
+      sc[s] = at - sd[s];
+      rd[s] = p.sent_offsets[s * L] * row;
+      rc[s] = (p.sent_offsets[(s + 1) * L] - p.sent_offsets[s * L]) * row;
+    }
+    auto a = bytes_args(HAL_COLL_ALL_TO_ALLV, 0, bytes_of(by_source), bytes_of(out));
+    a.send_counts = sc.data();
+    a.send_displs = sd.data();
+    a.recv_counts = rc.data();
+    a.recv_displs = rd.data();
+    run(a);
+    out.resize(p.sent_rows() * row);
+    return out;
+  }
+  // All-gather: every rank's expert rows, padded to the longest; each rank
+  // then picks its own rows out of every expert's block.
+  std::vector<uint64_t> expert_rows_of(R, 0);
+  for (uint32_t j = 0; j < R; ++j)
+    for (uint32_t s = 0; s < R; ++s) {
+      const uint64_t* off = p.source_offsets.data() + static_cast<size_t>(s) * (E + 1);
+      expert_rows_of[j] += off[(j + 1) * L] - off[j * L];
+    }
+  const uint64_t longest = *std::max_element(expert_rows_of.begin(), expert_rows_of.end());
+  std::vector<uint8_t> mine(longest * row), all(longest * row * R);
+  if (p.expert_rows()) std::memcpy(mine.data(), in, p.expert_rows() * row);
+  run(bytes_args(HAL_COLL_ALL_GATHER, longest * row, bytes_of(mine), bytes_of(all)));
+  for (uint32_t e = 0; e < E; ++e) {
+    const uint32_t j = e / L, l = e % L;
+    // Rank j's expert l holds, in source order, every source's rows for e.
+    uint64_t off = 0;
+    for (uint32_t l2 = 0; l2 < l; ++l2)
+      for (uint32_t s = 0; s < R; ++s) {
+        const uint64_t* so = p.source_offsets.data() + static_cast<size_t>(s) * (E + 1);
+        off += so[j * L + l2 + 1] - so[j * L + l2];
+      }
+    for (uint32_t s = 0; s < ep_rank_; ++s) {
+      const uint64_t* so = p.source_offsets.data() + static_cast<size_t>(s) * (E + 1);
+      off += so[e + 1] - so[e];
+    }
+    const uint64_t n = (p.sent_offsets[e + 1] - p.sent_offsets[e]) * row;
+    if (n) std::memcpy(out.data() + p.sent_offsets[e] * row, all.data() + (j * longest + off) * row, n);
+  }
+  return out;
+}
+
+std::vector<uint8_t> Dispatcher::dispatch(const Plan& p, const void* tokens, uint64_t hidden,
+                                          hal_dtype_t dtype) {
+  const uint64_t row = hidden * hal::dtype_size(dtype);
+  std::vector<uint8_t> sent(p.sent_rows() * row);
+  if (p.num_tokens > 0)
+    kernels::moe_permute(tokens, p.num_tokens, hidden, dtype, p.row_of.data(), p.top_k, bytes_of(sent));
+  return to_experts(p, sent.data(), hidden, dtype);
+}
+
+void Dispatcher::combine(const Plan& p, const void* expert_out, const float* weights, uint64_t hidden,
+                         hal_dtype_t dtype, void* out) {
+  std::vector<uint8_t> back = from_experts(p, expert_out, hidden, dtype);
+  if (p.num_tokens == 0) return;
+  kernels::moe_unpermute(bytes_of(back), p.row_of.data(), weights, p.num_tokens, p.top_k, hidden, dtype, out);
+}
+
+LoadStats Dispatcher::global_stats(const LoadStats& local) {
+  const size_t E = options_.num_experts, R = ep_size_;
+  if (local.routed.size() != E)
+    throw Error(Code::invalid_argument, "global_stats: statistics of " + std::to_string(local.routed.size()) +
+                                            " experts in a group of " + std::to_string(E));
+  std::vector<uint64_t> mine(2 + 2 * static_cast<size_t>(E)), all(mine.size() * R);
+  mine[0] = local.num_tokens;
+  mine[1] = local.top_k;
+  std::copy(local.routed.begin(), local.routed.end(), mine.begin() + 2);
+  std::copy(local.kept.begin(), local.kept.end(), mine.begin() + 2 + E);
+  std::vector<double> probs(local.prob_sum), all_probs(static_cast<size_t>(E) * R);
+  run(hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_I64, mine.size(), mine.data(), all.data()));
+  run(hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_F64, E, probs.data(), all_probs.data()));
+  LoadStats sum;
+  for (uint32_t s = 0; s < R; ++s) {
+    const uint64_t* m = all.data() + s * mine.size();
+    LoadStats one;
+    one.num_tokens = m[0];
+    one.top_k = static_cast<uint32_t>(m[1]);
+    one.routed.assign(m + 2, m + 2 + E);
+    one.kept.assign(m + 2 + E, m + 2 + 2 * E);
+    one.prob_sum.assign(all_probs.begin() + s * E, all_probs.begin() + (s + 1) * E);
+    sum.add(one);
+  }
+  return sum;
+}
+
+}  // namespace sigma::parallel

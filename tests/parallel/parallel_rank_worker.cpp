@@ -1,0 +1,92 @@
+// One rank of the parallel tests: "parallel_rank_worker CASE RANK WORLD DIR".
+// CASE "groups" (8 ranks, dp 4 ep 2 pp 2) all-reduces the world rank in
+// each of its four groups and writes the sums; any other CASE names an MoE
+// dispatch case (moe_cases.hpp): the rank routes its tokens, dispatches,
+// runs its experts, combines, and writes its output rows, the group's load
+// statistics and whether from_experts(to_experts(x)) == x.
+#include "moe_cases.hpp"
+
+#include <sigma/parallel.hpp>
+
+#include <fstream>
+#include <iostream>
+
+using namespace sigma;
+
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(60);
+
+void groups_case(uint32_t rank, const std::string& dir, std::shared_ptr<bootstrap::Store> store) {
+  const parallel::Layout layout{4, 2, 2};
+  parallel::Groups g(hal::Plugin::load("cpu"), std::move(store), "gen0/", 0, rank, layout, kTimeout);
+  std::ofstream out(dir + "/groups-" + std::to_string(rank));
+  for (auto kind : {parallel::GroupKind::data, parallel::GroupKind::expert, parallel::GroupKind::expert_data,
+                    parallel::GroupKind::pipeline}) {
+    int64_t v = rank;
+    g.comm(kind).run(hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_I64, 1, &v, &v), kTimeout);
+    out << parallel::group_kind_name(kind) << " " << g.rank_in(kind) << " " << g.size_of(kind) << " " << v
+        << "\n";
+  }
+}
+
+void moe_case(const test::Case& c, uint32_t rank, uint32_t world, const std::string& dir,
+              std::shared_ptr<bootstrap::Store> store) {
+  const test::Inputs in = test::make_inputs(c);
+  parallel::Layout layout;
+  layout.dp = layout.ep = world;
+  parallel::Groups groups(hal::Plugin::load("cpu"), std::move(store), "moe/", 0, rank, layout, kTimeout);
+  parallel::DispatchOptions opt;
+  opt.num_experts = test::kExperts;
+  opt.exchange = c.exchange;
+  opt.timeout = kTimeout;
+  parallel::Dispatcher d(groups.comm(parallel::GroupKind::expert),
+                         groups.rank_in(parallel::GroupKind::expert), world, opt);
+  const auto ro = parallel::route(in.logits[rank].data(), c.tokens_per_rank[rank], c.router);
+  const auto plan = d.plan(ro);
+  const auto rows = d.dispatch(plan, in.tokens[rank].data(), test::kHidden, c.dtype);
+  const auto y = test::run_experts(rows, plan.expert_offsets, d.experts().first, c.dtype);
+  std::vector<uint8_t> out(c.tokens_per_rank[rank] * test::kHidden * hal::dtype_size(c.dtype));
+  d.combine(plan, y.data(), ro.weights.data(), test::kHidden, c.dtype, out.data());
+  std::ofstream(dir + "/out-" + std::to_string(rank), std::ios::binary)
+      .write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
+
+  const auto g = d.global_stats(ro.stats);
+  std::ofstream stats(dir + "/stats-" + std::to_string(rank));
+  stats.precision(17);
+  stats << g.num_tokens << " " << g.dropped() << " " << g.aux_loss();
+  for (size_t e = 0; e < g.routed.size(); ++e) stats << " " << g.routed[e] << " " << g.kept[e];
+  stats << "\n";
+
+  std::vector<uint8_t> sent(plan.sent_rows() * test::kHidden * hal::dtype_size(c.dtype));
+  for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<uint8_t>(i * 13 + rank);
+  const auto there = d.to_experts(plan, sent.data(), test::kHidden, c.dtype);
+  const auto back = d.from_experts(plan, there.data(), test::kHidden, c.dtype);
+  stats << (back == sent ? "adjoint ok" : "adjoint broken") << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::cerr << "usage: parallel_rank_worker CASE RANK WORLD DIR\n";
+    return 2;
+  }
+  const std::string name = argv[1], dir = argv[4];
+  const auto rank = static_cast<uint32_t>(std::stoul(argv[2])),
+             world = static_cast<uint32_t>(std::stoul(argv[3]));
+  try {
+    auto store = std::make_shared<bootstrap::FileStore>(dir + "/store");
+    if (name == "groups") {
+      groups_case(rank, dir, store);
+    } else {
+      const auto it = test::cases().find(name);
+      if (it == test::cases().end()) throw Error(Code::invalid_argument, "no case " + name);
+      moe_case(it->second, rank, world, dir, store);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "rank " << rank << ": " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
