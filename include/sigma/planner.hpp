@@ -1,0 +1,141 @@
+// sigma/planner.hpp -- the layout planner: an analytic cost model of one
+// training step for a model on a set of devices, and a search over the
+// layouts that fit in memory.
+//
+// The model counts model FLOPs the PaLM way (6 x matmul parameters per token
+// plus 12 * layers * hidden * sequence for attention, no recompute) and
+// prices a step as compute at the devices' measured GEMM rate, plus what the
+// overlap does not hide of: tensor-parallel all-reduces, context-parallel
+// key/value gathers, expert all-to-alls, pipeline sends, the pipeline
+// bubble, and the data-parallel gradient exchange. Every efficiency is a
+// named parameter of Efficiency, the same for every model and machine;
+// what differs between machines is what they are (peak and measured GEMM
+// rate, memory, link bandwidths) and what differs between frameworks is
+// what they do (Framework). docs/parallel.md shows the model predicting
+// published runs.
+#pragma once
+
+#include <sigma/export.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sigma::planner {
+
+struct Model {
+  std::string name{};
+  uint32_t layers = 0, hidden = 0, ffn = 0, heads = 0, kv_heads = 0, vocab = 0;
+  uint32_t experts = 1, top_k = 1;  // experts 1: a dense model
+  uint32_t seq = 0;
+  uint64_t global_batch = 0;     // sequences per step
+  bool gated_ffn = false;        // SwiGLU / GeGLU: three FFN matrices instead of two
+  bool parallel_block = false;   // attention and FFN side by side (one TP reduce per pass)
+  uint32_t bytes_per_param = 2;  // bf16 / fp16 weights and gradients
+};
+
+struct Devices {
+  uint32_t count = 0;
+  uint32_t per_node = 8;  // devices joined by the intra-node links
+  double memory_gib = 80;
+  double peak_tflops = 0;   // the denominator of MFU
+  double gemm_tflops = 0;   // measured large-GEMM rate (0: 0.7 x peak)
+  double intra_gbps = 300;  // GB/s per device, one direction, inside a node
+  double inter_gbps = 25;   // GB/s per device, one direction, between nodes
+};
+
+// How much of a link and a device the software gets; one set for every
+// model and machine. The defaults are the planner's published parameters
+// (docs/parallel.md says where each comes from).
+struct Efficiency {
+  double link = 0.70;           // achieved / nominal bandwidth of a collective
+  double non_gemm = 0.12;       // time on everything but GEMMs, as a fraction of GEMM time
+  double latency_s = 20e-6;     // fixed cost of one collective or send
+  double memory_usable = 0.90;  // of the device's memory, for the plan (allocator, buffers)
+};
+
+enum class Recompute { none, selective, full };
+enum class Sharding { none, optimizer, full };  // DDP; ZeRO-1 / distributed optimizer; FSDP / ZeRO-3
+
+// What the training framework does, which the layout does not say.
+struct Framework {
+  double dp_overlap = 0.5;      // fraction of the gradient exchange hidden behind backward
+  bool blocking_p2p = false;    // pipeline sends block and every TP rank sends the whole activation
+  bool interleaving = true;     // interleaved (virtual) pipeline stages available
+  bool uneven_stages = false;   // stages may hold different layer counts
+  bool flash_attention = true;  // attention scores never stored (memory only)
+};
+
+struct Layout {
+  uint32_t tp = 1, pp = 1, dp = 1, ep = 1, cp = 1;
+  uint32_t vpp = 1;          // virtual stages per device
+  uint32_t micro_batch = 1;  // sequences per micro-batch
+  Recompute recompute = Recompute::none;
+  Sharding sharding = Sharding::optimizer;
+};
+
+struct Score {
+  double step_s = 0, mfu = 0, tokens_per_s = 0, memory_gib = 0;
+  bool fits = false;
+  // Seconds of the step each part takes (exposed).
+  double compute_s = 0, tp_s = 0, cp_s = 0, ep_s = 0, pp_s = 0, bubble_s = 0, dp_s = 0;
+};
+
+// Model FLOPs of one token, training (forward and backward), no recompute.
+SIGMA_EXPORT double model_flops_per_token(const Model& model);
+// Throws Error(invalid_argument) naming the field for a model or devices
+// that cannot be planned (zero sizes, heads not dividing hidden, ...).
+SIGMA_EXPORT void check(const Model& model, const Devices& devices);
+// Prices one layout. Pure. The layout must cover the devices
+// (tp * pp * dp * cp == count; Error(invalid_argument) otherwise).
+SIGMA_EXPORT Score evaluate(const Model& model, const Devices& devices, const Layout& layout,
+                            const Framework& framework = {}, const Efficiency& efficiency = {});
+
+// Which layouts a search may try: an empty list is "every value that
+// divides"; a given list pins the dimension to those values.
+struct Space {
+  std::vector<uint32_t> tp{}, pp{}, ep{}, cp{}, vpp{}, micro_batch{};
+  std::vector<Recompute> recompute{};
+  std::vector<Sharding> sharding{};
+  // false: keep layouts the memory model says do not fit (to price a
+  // layout known to have run, where the model is conservative).
+  bool require_fit = true;
+  // The layouts libsigma's runtime runs: tp = cp = 1.
+  static Space runtime() {
+    Space s;
+    s.tp = {1};
+    s.cp = {1};
+    return s;
+  }
+};
+
+struct Candidate {
+  Layout layout{};
+  Score score{};
+};
+
+// Every layout of `space` that fits, best (shortest step) first; at most
+// `keep` of them. Pure; any thread. Empty when none fits.
+SIGMA_EXPORT std::vector<Candidate> search(const Model& model, const Devices& devices, const Space& space,
+                                           const Framework& framework = {}, const Efficiency& efficiency = {},
+                                           size_t keep = 5);
+
+SIGMA_EXPORT const char* recompute_name(Recompute r);
+SIGMA_EXPORT const char* sharding_name(Sharding s);
+// "tp8 pp16 dp64 ep1 cp1 v4 mb1 recompute=none shard=optimizer"
+SIGMA_EXPORT std::string describe(const Layout& layout);
+
+// A plan request read from YAML (sigma-plan's input): model, devices,
+// framework, efficiency overrides and the search space. Throws Error
+// (invalid_argument) with "file:line: key: why" for anything malformed.
+struct Request {
+  Model model{};
+  Devices devices{};
+  Framework framework{};
+  Efficiency efficiency{};
+  Space space{};
+  size_t top = 5;
+};
+SIGMA_EXPORT Request parse_request(const std::string& yaml_text, const std::string& file_name);
+
+}  // namespace sigma::planner

@@ -1,0 +1,79 @@
+// The layout search: every combination of the space's values that covers
+// the devices and fits in memory, priced by the cost model.
+#include <sigma/planner.hpp>
+
+#include <algorithm>
+#include <numeric>
+
+namespace sigma::planner {
+
+namespace {
+
+std::vector<uint32_t> divisors(uint64_t n, uint64_t at_most) {
+  std::vector<uint32_t> out;
+  for (uint64_t i = 1; i <= std::min(n, at_most); ++i)
+    if (n % i == 0) out.push_back(static_cast<uint32_t>(i));
+  return out;
+}
+
+// The space's values for one dimension, or `all` when it gives none; only
+// those that divide `n` are kept.
+std::vector<uint32_t> pick(const std::vector<uint32_t>& given, const std::vector<uint32_t>& all, uint64_t n) {
+  std::vector<uint32_t> out;
+  for (uint32_t x : given.empty() ? all : given)
+    if (x > 0 && n % x == 0) out.push_back(x);
+  return out;
+}
+
+template <typename T>
+std::vector<T> pick_enum(const std::vector<T>& given, std::vector<T> all) {
+  return given.empty() ? all : given;
+}
+
+}  // namespace
+
+std::vector<Candidate> search(const Model& m, const Devices& d, const Space& space, const Framework& f,
+                              const Efficiency& eff, size_t keep) {
+  check(m, d);
+  std::vector<Candidate> found;
+  const auto recomputes =
+      pick_enum(space.recompute, {Recompute::none, Recompute::selective, Recompute::full});
+  const auto shardings = pick_enum(space.sharding, {Sharding::none, Sharding::optimizer, Sharding::full});
+  const std::vector<uint32_t> cp_default =
+      m.seq >= 16384 ? std::vector<uint32_t>{1, 2, 4, 8} : std::vector<uint32_t>{1};
+  for (uint32_t tp : pick(space.tp, divisors(m.heads, d.per_node), d.count)) {
+    if (m.heads % tp != 0) continue;
+    for (uint32_t cp : pick(space.cp, cp_default, d.count / tp)) {
+      for (uint32_t pp : pick(space.pp, divisors(d.count / tp / cp, m.layers), d.count / tp / cp)) {
+        const uint32_t dp = d.count / tp / cp / pp;
+        if (dp > m.global_batch) continue;
+        const uint32_t ep_of = std::gcd(dp, m.experts);
+        for (uint32_t ep : pick(space.ep, divisors(ep_of, ep_of), ep_of)) {
+          std::vector<uint32_t> vpps = space.vpp;
+          if (vpps.empty()) vpps = pp > 1 && f.interleaving ? divisors(840, 8) : std::vector<uint32_t>{1};
+          for (uint32_t v : vpps) {
+            if (v > 1 && (pp == 1 || !f.interleaving || m.layers < pp * v)) continue;
+            if (!f.uneven_stages && m.layers % (pp * v) != 0) continue;
+            for (uint32_t mb :
+                 space.micro_batch.empty() ? std::vector<uint32_t>{1, 2, 4, 8} : space.micro_batch) {
+              if (mb == 0 || static_cast<uint64_t>(mb) * dp > m.global_batch) continue;
+              for (Recompute r : recomputes)
+                for (Sharding s : shardings) {
+                  const Layout l{tp, pp, dp, ep, cp, v, mb, r, s};
+                  const Score sc = evaluate(m, d, l, f, eff);
+                  if (sc.fits || !space.require_fit) found.push_back({l, sc});
+                }
+            }
+          }
+        }
+      }
+    }
+  }
+  // Shortest step first; equal steps keep the enumeration's order.
+  std::stable_sort(found.begin(), found.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.score.step_s < b.score.step_s; });
+  if (found.size() > keep) found.resize(keep);
+  return found;
+}
+
+}  // namespace sigma::planner
