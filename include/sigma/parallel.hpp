@@ -46,7 +46,9 @@ struct Layout {
   uint32_t world() const { return dp * pp; }
 };
 
-enum class GroupKind { data, expert, expert_data, pipeline };
+// pipeline_grad has the pipeline's members: a second communicator, so that
+// gradients going back never queue behind activations going forward.
+enum class GroupKind { data, expert, expert_data, pipeline, pipeline_grad };
 SIGMA_EXPORT const char* group_kind_name(GroupKind kind);
 
 // Where one rank sits. Thread-safety: plain data.
@@ -76,7 +78,7 @@ struct ExpertRange {
 };
 SIGMA_EXPORT ExpertRange expert_range(uint32_t num_experts, uint32_t ep, uint32_t ep_index);
 
-// The four communicators of one rank, carved from the job's world through
+// The communicators of one rank, carved from the job's world through
 // the HAL: each is created through its own bootstrap prefix
 // "<prefix><kind>/<group index>/". A job rebuilds them after the runtime
 // replaced a device or shrank the world by constructing new Groups with a

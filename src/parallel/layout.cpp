@@ -9,7 +9,7 @@ namespace sigma::parallel {
 namespace {
 
 constexpr GroupKind kKinds[] = {GroupKind::data, GroupKind::expert, GroupKind::expert_data,
-                                GroupKind::pipeline};
+                                GroupKind::pipeline, GroupKind::pipeline_grad};
 
 }  // namespace
 
@@ -23,6 +23,8 @@ const char* group_kind_name(GroupKind kind) {
       return "expert_data";
     case GroupKind::pipeline:
       return "pipeline";
+    case GroupKind::pipeline_grad:
+      return "pipeline_grad";
   }
   return "unknown";
 }
@@ -68,6 +70,7 @@ std::vector<uint32_t> group_members(const Layout& layout, uint32_t rank, GroupKi
       for (uint32_t i = 0; i < layout.dp / layout.ep; ++i) out.push_back(base + i * layout.ep + c.ep_index);
       break;
     case GroupKind::pipeline:
+    case GroupKind::pipeline_grad:
       for (uint32_t s = 0; s < layout.pp; ++s) out.push_back(s * layout.dp + c.dp_index);
       break;
   }
@@ -84,6 +87,7 @@ uint32_t group_index(const Layout& layout, uint32_t rank, GroupKind kind) {
     case GroupKind::expert_data:
       return c.stage * layout.ep + c.ep_index;
     case GroupKind::pipeline:
+    case GroupKind::pipeline_grad:
       return c.dp_index;
   }
   return 0;

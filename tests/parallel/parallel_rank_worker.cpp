@@ -5,8 +5,12 @@
 // runs its experts, combines, and writes its output rows, the group's load
 // statistics and whether from_experts(to_experts(x)) == x.
 #include "moe_cases.hpp"
+#include "pipe_model.hpp"
 
 #include <sigma/parallel.hpp>
+#include <sigma/pipeline.hpp>
+
+#include <signal.h>
 
 #include <fstream>
 #include <iostream>
@@ -65,6 +69,49 @@ void moe_case(const test::Case& c, uint32_t rank, uint32_t world, const std::str
   stats << (back == sent ? "adjoint ok" : "adjoint broken") << "\n";
 }
 
+// "pipe": every rank a stage of y = tanh(W x) (pipe_model.hpp), 8
+// micro-batches in 1F1B; writes its weight gradient and measured bubble.
+// "pipe_kill": the same on 3 stages, where stage 1 kills itself (SIGKILL)
+// in its forward of micro-batch 3; the others must fail naming it.
+void pipe_case(bool kill, uint32_t rank, uint32_t world, const std::string& dir,
+               std::shared_ptr<bootstrap::Store> store) {
+  parallel::Layout layout;
+  layout.pp = world;
+  parallel::Groups g(hal::Plugin::load("cpu"), std::move(store), "pipe/", 0, rank, layout, kTimeout);
+  parallel::PipelineOptions opt;
+  opt.micro_batches = 8;
+  opt.activation_bytes = test::kActivationBytes;
+  opt.timeout = std::chrono::seconds(20);
+  opt.world_ranks = parallel::group_members(layout, rank, parallel::GroupKind::pipeline);
+  const uint32_t stage = g.rank_in(parallel::GroupKind::pipeline);
+  parallel::Pipeline pipe(g.comm(parallel::GroupKind::pipeline), g.comm(parallel::GroupKind::pipeline_grad),
+                          stage, world, opt);
+  test::Stage model(stage);
+  parallel::StageFns fns;
+  fns.forward = [&](uint32_t micro, const void* in, void* out) {
+    if (kill && stage == 1 && micro == 3) ::raise(SIGKILL);
+    const auto x = in ? std::vector<float>(static_cast<const float*>(in),
+                                           static_cast<const float*>(in) + test::kRows * test::kWidth)
+                      : test::input(micro);
+    const auto y = model.forward(micro, x.data());
+    if (out) std::memcpy(out, y.data(), test::kActivationBytes);
+  };
+  fns.backward = [&](uint32_t micro, const void* grad_out, void* grad_in) {
+    const auto gx = model.backward(micro, static_cast<const float*>(grad_out));
+    if (grad_in) std::memcpy(grad_in, gx.data(), test::kActivationBytes);
+  };
+  try {
+    const auto stats = pipe.run(fns);
+    std::ofstream(dir + "/grad-" + std::to_string(rank), std::ios::binary)
+        .write(reinterpret_cast<const char*>(model.dw.data()),
+               static_cast<std::streamsize>(model.dw.size() * 4));
+    std::ofstream(dir + "/bubble-" + std::to_string(rank)) << stats.bubble() << "\n";
+  } catch (const Error& e) {
+    std::ofstream(dir + "/error-" + std::to_string(rank)) << code_name(e.code()) << ": " << e.what() << "\n";
+    throw;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,6 +126,8 @@ int main(int argc, char** argv) {
     auto store = std::make_shared<bootstrap::FileStore>(dir + "/store");
     if (name == "groups") {
       groups_case(rank, dir, store);
+    } else if (name == "pipe" || name == "pipe_kill") {
+      pipe_case(name == "pipe_kill", rank, world, dir, store);
     } else {
       const auto it = test::cases().find(name);
       if (it == test::cases().end()) throw Error(Code::invalid_argument, "no case " + name);

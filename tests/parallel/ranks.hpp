@@ -26,10 +26,12 @@ extern char** environ;
 namespace sigma::test {
 
 // Starts the ranks and waits for them (each at most `limit`, then killed).
-// Returns the folder they wrote in; a rank that failed is a test failure
-// naming it and its stderr.
+// Returns the folder they wrote in. With `statuses` the wait statuses are
+// stored there for the caller to judge; without, a rank that failed is a
+// test failure naming it and its stderr.
 inline std::string run_ranks(const std::string& worker, const std::string& name, uint32_t world,
-                             std::chrono::seconds limit = std::chrono::seconds(120)) {
+                             std::chrono::seconds limit = std::chrono::seconds(120),
+                             std::vector<int>* statuses = nullptr) {
   static std::atomic<int> serial{0};
   const std::string dir =
       ::testing::TempDir() + "sigma-ranks-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
@@ -60,6 +62,10 @@ inline std::string run_ranks(const std::string& worker, const std::string& name,
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (statuses) {
+      statuses->push_back(st);
+      continue;
     }
     std::ifstream in(dir + "/stderr-" + std::to_string(r));
     const std::string text((std::istreambuf_iterator<char>(in)), {});
