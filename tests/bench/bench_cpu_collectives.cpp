@@ -16,6 +16,7 @@
 #include <benchmark/benchmark.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
@@ -138,6 +139,30 @@ void gloo_all_to_all(Buffers& b) {
   gloo::alltoall(o);
 }
 
+// All-to-all(v) as MoE dispatch uses it, uneven: each rank keeps a quarter
+// of its buffer and sends three quarters to the other rank.
+std::vector<int64_t> v_counts(size_t count) {
+  const auto quarter = static_cast<int64_t>(count / 4), rest = static_cast<int64_t>(count) - quarter;
+  return g_rank == 0 ? std::vector<int64_t>{quarter, rest} : std::vector<int64_t>{rest, quarter};
+}
+
+void hal_all_to_allv(Buffers& b) {
+  const auto c = v_counts(b.count);
+  const std::vector<uint64_t> counts(c.begin(), c.end()), displs = {0, counts[0]};
+  hal_coll_args_t a =
+      sigma::hal::coll_args(HAL_COLL_ALL_TO_ALLV, HAL_DTYPE_F32, 0, b.hal_send.data(), b.hal_recv.data());
+  a.send_counts = a.recv_counts = counts.data();
+  a.send_displs = a.recv_displs = displs.data();
+  g_comm->run(a, std::chrono::seconds(120));
+}
+
+void gloo_all_to_allv(Buffers& b) {
+  gloo::AlltoallvOptions o(g_gloo);
+  o.setInput(b.gloo_send.p, v_counts(b.count));
+  o.setOutput(b.gloo_recv.p, v_counts(b.count));
+  gloo::alltoallv(o);
+}
+
 // The two paths interleaved (sigma::bench::interleave): small messages in
 // 40 blocks of 50, 64 MiB in 16 blocks of 1.
 // `label` names the row; with raw Gloo on both sides it measures the noise
@@ -185,6 +210,12 @@ void register_all() {
   for (int64_t bytes : {8, 1024, 64 << 20})  // 8 B: one f32 per rank
     benchmark::RegisterBenchmark("Interleaved/AllToAll", BM_Interleaved, "AllToAll", hal_all_to_all,
                                  gloo_all_to_all)
+        ->Arg(bytes)
+        ->Iterations(1)
+        ->UseManualTime();
+  for (int64_t bytes : {1024, 64 << 20})
+    benchmark::RegisterBenchmark("Interleaved/AllToAllv", BM_Interleaved, "AllToAllv", hal_all_to_allv,
+                                 gloo_all_to_allv)
         ->Arg(bytes)
         ->Iterations(1)
         ->UseManualTime();
