@@ -220,6 +220,10 @@ class SIGMA_EXPORT Dispatcher {
   // (plan.expert_offsets), each expert's rows ordered by source rank, then
   // token, then choice.
   std::vector<uint8_t> dispatch(const Plan& plan, const void* tokens, uint64_t hidden, hal_dtype_t dtype);
+  // The same into `rows` (resized; reuse one vector across steps so its
+  // memory stays mapped).
+  void dispatch(const Plan& plan, const void* tokens, uint64_t hidden, hal_dtype_t dtype,
+                std::vector<uint8_t>& rows);
   // Collective. `expert_out`: the experts' output, the layout dispatch
   // returned. Writes out[t] = sum over k of weights[t * k] * row (f32, f16
   // or bf16; accumulated in f32 in k order); a token with every choice
@@ -234,6 +238,10 @@ class SIGMA_EXPORT Dispatcher {
   std::vector<uint8_t> to_experts(const Plan& plan, const void* sent, uint64_t hidden, hal_dtype_t dtype);
   std::vector<uint8_t> from_experts(const Plan& plan, const void* expert_rows, uint64_t hidden,
                                     hal_dtype_t dtype);
+  void to_experts(const Plan& plan, const void* sent, uint64_t hidden, hal_dtype_t dtype,
+                  std::vector<uint8_t>& out);
+  void from_experts(const Plan& plan, const void* expert_rows, uint64_t hidden, hal_dtype_t dtype,
+                    std::vector<uint8_t>& out);
 
   // Collective. The group's load statistics: every rank's LoadStats added
   // in rank order (so every rank computes the same auxiliary loss).
@@ -244,6 +252,8 @@ class SIGMA_EXPORT Dispatcher {
   hal::Communicator& comm_;
   uint32_t ep_rank_, ep_size_, local_experts_;
   DispatchOptions options_;
+  // Exchange buffers reused from call to call (their pages stay mapped).
+  std::vector<uint8_t> sent_, exchange_, back_, gather_mine_, gather_all_;
 };
 
 }  // namespace sigma::parallel

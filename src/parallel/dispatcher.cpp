@@ -18,6 +18,13 @@ uint8_t* bytes_of(std::vector<uint8_t>& v) {
   return v.data();
 }
 
+// A reused buffer of at least `bytes` (never shrunk, so its pages stay
+// mapped from one step to the next; grown without zeroing what it had).
+uint8_t* scratch(std::vector<uint8_t>& v, uint64_t bytes) {
+  if (v.size() < bytes || v.empty()) v.resize(std::max<uint64_t>(bytes, 1));
+  return v.data();
+}
+
 hal_coll_args_t bytes_args(hal_coll_op_t op, uint64_t count, const void* send, void* recv) {
   return hal::coll_args(op, HAL_DTYPE_U8, count, send, recv);
 }
@@ -80,11 +87,18 @@ uint64_t expert_block(const Plan& p, uint32_t L, uint32_t s, uint32_t l) {
 
 std::vector<uint8_t> Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden,
                                             hal_dtype_t dtype) {
+  std::vector<uint8_t> out;
+  to_experts(p, sent, hidden, dtype, out);
+  return out;
+}
+
+void Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden, hal_dtype_t dtype,
+                            std::vector<uint8_t>& out) {
   const uint64_t row = hidden * hal::dtype_size(dtype);
   if (row == 0 && hidden > 0)
     throw Error(Code::invalid_argument, "to_experts: dtype " + hal::dtype_name(dtype));
   const size_t E = options_.num_experts, L = local_experts_, R = ep_size_;
-  std::vector<uint8_t> out(p.expert_rows() * row);
+  out.resize(p.expert_rows() * row);
   if (options_.exchange == Exchange::all_to_all) {
     std::vector<uint64_t> sc(R), sd(R), rc(R), rd(R);
     uint64_t recv_total = 0;
@@ -98,8 +112,8 @@ std::vector<uint8_t> Dispatcher::to_experts(const Plan& p, const void* sent, uin
       recv_total += rc[j];
     }
     static const uint8_t kNone = 0;
-    std::vector<uint8_t> by_source(recv_total);
-    auto a = bytes_args(HAL_COLL_ALL_TO_ALLV, 0, p.sent_rows() ? sent : &kNone, bytes_of(by_source));
+    uint8_t* by_source = scratch(exchange_, recv_total);
+    auto a = bytes_args(HAL_COLL_ALL_TO_ALLV, 0, p.sent_rows() ? sent : &kNone, by_source);
     a.send_counts = sc.data();
     a.send_displs = sd.data();
     a.recv_counts = rc.data();
@@ -110,58 +124,65 @@ std::vector<uint8_t> Dispatcher::to_experts(const Plan& p, const void* sent, uin
     for (uint32_t s = 0; s < R; ++s)
       for (uint32_t l = 0; l < L; ++l) {
         const uint64_t n = p.recv_counts[s * L + l] * row;
-        if (n) std::memcpy(out.data() + expert_block(p, L, s, l) * row, by_source.data() + at, n);
+        if (n) std::memcpy(out.data() + expert_block(p, L, s, l) * row, by_source + at, n);
         at += n;
       }
-    return out;
+    return;
   }
   // All-gather: every source's sent rows, padded to the longest.
   uint64_t longest = 0;
   for (uint32_t s = 0; s < R; ++s) longest = std::max(longest, p.source_offsets[s * (E + 1) + E]);
-  std::vector<uint8_t> mine(longest * row), all(longest * row * R);
-  if (p.sent_rows()) std::memcpy(mine.data(), sent, p.sent_rows() * row);
-  run(bytes_args(HAL_COLL_ALL_GATHER, longest * row, bytes_of(mine), bytes_of(all)));
+  uint8_t* mine = scratch(gather_mine_, longest * row);
+  uint8_t* all = scratch(gather_all_, longest * row * R);
+  if (p.sent_rows()) std::memcpy(mine, sent, p.sent_rows() * row);
+  run(bytes_args(HAL_COLL_ALL_GATHER, longest * row, mine, all));
   const uint32_t first = ep_rank_ * L;
   for (uint32_t s = 0; s < R; ++s)
     for (uint32_t l = 0; l < L; ++l) {
       const uint64_t n = p.recv_counts[s * L + l] * row;
       const uint64_t from = (s * longest + p.source_offsets[s * (E + 1) + first + l]) * row;
-      if (n) std::memcpy(out.data() + expert_block(p, L, s, l) * row, all.data() + from, n);
+      if (n) std::memcpy(out.data() + expert_block(p, L, s, l) * row, all + from, n);
     }
-  return out;
 }
 
 std::vector<uint8_t> Dispatcher::from_experts(const Plan& p, const void* expert_rows, uint64_t hidden,
                                               hal_dtype_t dtype) {
+  std::vector<uint8_t> out;
+  from_experts(p, expert_rows, hidden, dtype, out);
+  return out;
+}
+
+void Dispatcher::from_experts(const Plan& p, const void* expert_rows, uint64_t hidden, hal_dtype_t dtype,
+                              std::vector<uint8_t>& out) {
   const uint64_t row = hidden * hal::dtype_size(dtype);
   if (row == 0 && hidden > 0)
     throw Error(Code::invalid_argument, "from_experts: dtype " + hal::dtype_name(dtype));
   const size_t E = options_.num_experts, L = local_experts_, R = ep_size_;
   const auto* in = static_cast<const uint8_t*>(expert_rows);
-  std::vector<uint8_t> out(p.sent_rows() * row);
+  out.resize(p.sent_rows() * row);
   if (options_.exchange == Exchange::all_to_all) {
     std::vector<uint64_t> sc(R), sd(R), rc(R), rd(R);
-    std::vector<uint8_t> by_source(p.expert_rows() * row);
+    uint8_t* by_source = scratch(exchange_, p.expert_rows() * row);
     uint64_t at = 0;
     for (uint32_t s = 0; s < R; ++s) {
       sd[s] = at;
       for (uint32_t l = 0; l < L; ++l) {
         const uint64_t n = p.recv_counts[s * L + l] * row;
-        if (n) std::memcpy(by_source.data() + at, in + expert_block(p, L, s, l) * row, n);
+        if (n) std::memcpy(by_source + at, in + expert_block(p, L, s, l) * row, n);
         at += n;
       }
       sc[s] = at - sd[s];
       rd[s] = p.sent_offsets[s * L] * row;
       rc[s] = (p.sent_offsets[(s + 1) * L] - p.sent_offsets[s * L]) * row;
     }
-    auto a = bytes_args(HAL_COLL_ALL_TO_ALLV, 0, bytes_of(by_source), bytes_of(out));
+    auto a = bytes_args(HAL_COLL_ALL_TO_ALLV, 0, by_source, bytes_of(out));
     a.send_counts = sc.data();
     a.send_displs = sd.data();
     a.recv_counts = rc.data();
     a.recv_displs = rd.data();
     run(a);
     out.resize(p.sent_rows() * row);
-    return out;
+    return;
   }
   // All-gather: every rank's expert rows, padded to the longest; each rank
   // then picks its own rows out of every expert's block.
@@ -172,9 +193,10 @@ std::vector<uint8_t> Dispatcher::from_experts(const Plan& p, const void* expert_
       expert_rows_of[j] += off[(j + 1) * L] - off[j * L];
     }
   const uint64_t longest = *std::max_element(expert_rows_of.begin(), expert_rows_of.end());
-  std::vector<uint8_t> mine(longest * row), all(longest * row * R);
-  if (p.expert_rows()) std::memcpy(mine.data(), in, p.expert_rows() * row);
-  run(bytes_args(HAL_COLL_ALL_GATHER, longest * row, bytes_of(mine), bytes_of(all)));
+  uint8_t* mine = scratch(gather_mine_, longest * row);
+  uint8_t* all = scratch(gather_all_, longest * row * R);
+  if (p.expert_rows()) std::memcpy(mine, in, p.expert_rows() * row);
+  run(bytes_args(HAL_COLL_ALL_GATHER, longest * row, mine, all));
   for (uint32_t e = 0; e < E; ++e) {
     const uint32_t j = e / L, l = e % L;
     // Rank j's expert l holds, in source order, every source's rows for e.
@@ -189,25 +211,32 @@ std::vector<uint8_t> Dispatcher::from_experts(const Plan& p, const void* expert_
       off += so[e + 1] - so[e];
     }
     const uint64_t n = (p.sent_offsets[e + 1] - p.sent_offsets[e]) * row;
-    if (n) std::memcpy(out.data() + p.sent_offsets[e] * row, all.data() + (j * longest + off) * row, n);
+    if (n) std::memcpy(out.data() + p.sent_offsets[e] * row, all + (j * longest + off) * row, n);
   }
-  return out;
 }
 
 std::vector<uint8_t> Dispatcher::dispatch(const Plan& p, const void* tokens, uint64_t hidden,
                                           hal_dtype_t dtype) {
+  std::vector<uint8_t> rows;
+  dispatch(p, tokens, hidden, dtype, rows);
+  return rows;
+}
+
+void Dispatcher::dispatch(const Plan& p, const void* tokens, uint64_t hidden, hal_dtype_t dtype,
+                          std::vector<uint8_t>& rows) {
   const uint64_t row = hidden * hal::dtype_size(dtype);
-  std::vector<uint8_t> sent(p.sent_rows() * row);
+  uint8_t* sent = scratch(sent_, p.sent_rows() * row);
   if (p.num_tokens > 0)
-    kernels::moe_permute(tokens, p.num_tokens, hidden, dtype, p.row_of.data(), p.top_k, bytes_of(sent));
-  return to_experts(p, sent.data(), hidden, dtype);
+    kernels::moe_permute(tokens, p.num_tokens, hidden, dtype, p.row_of.data(), p.top_k, sent);
+  to_experts(p, sent, hidden, dtype, rows);
 }
 
 void Dispatcher::combine(const Plan& p, const void* expert_out, const float* weights, uint64_t hidden,
                          hal_dtype_t dtype, void* out) {
-  std::vector<uint8_t> back = from_experts(p, expert_out, hidden, dtype);
+  from_experts(p, expert_out, hidden, dtype, back_);
   if (p.num_tokens == 0) return;
-  kernels::moe_unpermute(bytes_of(back), p.row_of.data(), weights, p.num_tokens, p.top_k, hidden, dtype, out);
+  kernels::moe_unpermute(bytes_of(back_), p.row_of.data(), weights, p.num_tokens, p.top_k, hidden, dtype,
+                         out);
 }
 
 LoadStats Dispatcher::global_stats(const LoadStats& local) {
