@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # libsigma exports only its API: every defined dynamic symbol is a sigma_*
 # C function or lies in a public C++ namespace (sigma::, sigma::hal::,
-# sigma::checkpoint::, ...), never in an internal one (the agent's state
+# sigma::checkpoint::, sigma::parallel::, sigma::planner::, ...), never in an internal one (the agent's state
 # machine, the protocol, the C API's helpers) or a third-party library's
 # template copy (std::, nlohmann::, YAML::, tbb::, flatbuffers::).
 #   symbols_test.sh LIBSIGMA.so
 set -euo pipefail
 lib=$1
-public='^sigma::((hal|checkpoint|guardrails|health|scheduler|bootstrap|kernels|sim)::|runtime::(Session|SessionOptions|Agent|AgentOptions|AgentEvent|stop_agent_on_signals|run_follower)|Error|code_name|to_hal_status|from_hal_status|hal_status_name)'
+public='^sigma::((hal|checkpoint|guardrails|health|scheduler|bootstrap|kernels|sim|parallel|planner)::|runtime::(Session|SessionOptions|Agent|AgentOptions|AgentEvent|stop_agent_on_signals|run_follower)|Error|code_name|to_hal_status|from_hal_status|hal_status_name)'
 internal='^sigma::(runtime::(agent|protocol|recovery)|sim::detail|capi|checkpoint::(detail|format|codec|io|shard|step))::'
 count=0
 bad=()
