@@ -27,6 +27,7 @@
 #include <sigma/export.hpp>
 
 #include <sigma/bootstrap.hpp>
+#include <sigma/checkpoint.hpp>
 #include <sigma/hal.hpp>
 
 #include <chrono>
@@ -77,6 +78,25 @@ struct ExpertRange {
   uint32_t count = 0;
 };
 SIGMA_EXPORT ExpertRange expert_range(uint32_t num_experts, uint32_t ep, uint32_t ep_index);
+
+// --- In checkpoints ---------------------------------------------------------
+
+// The layout as the checkpoint's Metadata::parallel_plan holds it:
+// {"dp":4,"ep":2,"experts":8,"pp":1}. Pure.
+SIGMA_EXPORT std::string layout_json(const Layout& layout, uint32_t num_experts);
+// Reads it back. Throws Error(invalid_argument) naming what is missing or
+// wrong (not JSON, a degree of 0, ep not dividing dp or the experts).
+SIGMA_EXPORT Layout parse_layout_json(const std::string& json, uint32_t* num_experts = nullptr);
+
+// This rank's block of experts as a checkpoint view: `view` holds
+// expert_range(num_experts, ep, ep_index).count experts along dimension 0,
+// saved split along it in a tensor of num_experts. The replicas of a block
+// (the expert-data group's ranks) save the same slice; a restore onto any
+// ep that divides num_experts reads each block from one of them. Throws
+// Error(invalid_argument) when the view's first dimension is not the
+// block's expert count.
+SIGMA_EXPORT checkpoint::TensorView expert_shard(checkpoint::TensorView view, uint32_t num_experts,
+                                                 uint32_t ep, uint32_t ep_index);
 
 // The communicators of one rank, carved from the job's world through
 // the HAL: each is created through its own bootstrap prefix

@@ -276,7 +276,12 @@ void check_step(const StepManifest& m, const std::string& path) {
     if (t.split_dim < 0 || static_cast<size_t>(t.split_dim) >= t.global_shape.size())
       bad(path, what + ": split dimension " + std::to_string(t.split_dim) + " out of range");
     int64_t next = 0;
+    const Piece* last = nullptr;
     for (const auto& p : t.pieces) {
+      // A replica: the same slice as the piece before, held by another rank
+      // (experts replicated over their expert-data group).
+      if (last != nullptr && p.offset == last->offset && p.length == last->length) continue;
+      last = &p;
       if (p.offset != next || p.length < 0 ||
           p.length > t.global_shape[static_cast<size_t>(t.split_dim)] - next)
         bad(path, what + ": the slice of rank " + std::to_string(p.rank) + " [" + std::to_string(p.offset) +

@@ -58,7 +58,12 @@ std::vector<Copy> slices(const format::GlobalTensor& rec, const TensorView& v, u
   const int64_t lo = v.layout == Layout::split ? v.split_offset : 0;
   const int64_t hi = lo + (vg.empty() ? 1 : (v.layout == Layout::split ? v.shape[d] : vg[d]));
   std::vector<Copy> out;
+  const format::Piece* last = nullptr;
   for (const auto& p : pieces) {
+    // Replicas of one slice (pieces sorted by offset, then rank): read the
+    // first; it holds the same bytes.
+    if (last != nullptr && p.offset == last->offset && p.length == last->length) continue;
+    last = &p;
     const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.length);
     if (a >= b) continue;
     Copy c;

@@ -102,7 +102,9 @@ bool finalize(const std::string& job_dir, uint64_t step, uint32_t world) {
   }
   for (auto& t : g.tensors)
     if (t.layout == Layout::split)
-      std::sort(t.pieces.begin(), t.pieces.end(), [](auto& a, auto& b) { return a.offset < b.offset; });
+      std::sort(t.pieces.begin(), t.pieces.end(), [](auto& a, auto& b) {
+        return a.offset != b.offset ? a.offset < b.offset : a.rank < b.rank;
+      });
   const std::string path = manifest_path(sd);
   format::check_step(g, path);
   // Ranks that complete the step at once both write it; each through a
