@@ -14,7 +14,7 @@ namespace sigma::parallel {
 namespace {
 
 constexpr uint32_t kExperts = 8;
-constexpr int64_t kRows = 6, kCols = 5;  // one expert's weight
+constexpr int64_t kRows = 32, kCols = 40;  // one expert's weight: 5 KiB
 
 float value(uint32_t expert, int64_t i) {
   return static_cast<float>(expert) * 100.f + static_cast<float>(i) * 0.5f;
@@ -34,7 +34,7 @@ checkpoint::Options options(const std::string& dir, uint32_t rank, uint32_t worl
   o.dir = dir;
   o.rank = rank;
   o.world = world;
-  o.chunk_bytes = 256;  // several chunks per block
+  o.chunk_bytes = 4096;  // chunks that cut across experts
   return o;
 }
 
