@@ -4,7 +4,7 @@
 # over its corpus (the checkpoint reader longest). Fails when any test fails
 # or any fuzzer finds a crash.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-sigma_ensure_packages clang-format clang-tidy
+sigma_ensure_packages clang-format clang-tidy prometheus
 
 # Every C and C++ file is in .clang-format's style: formatting is the
 # tool's, never a reviewer's.

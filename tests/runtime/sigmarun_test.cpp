@@ -855,10 +855,10 @@ TEST(SigmarunMetrics, PrometheusMetricsAreServedWhileTheJobRuns) {
   EXPECT_NE(read_file(dir + "/incidents.jsonl").find("refused_connection"), std::string::npos);
   EXPECT_NE(body.find("HTTP/1.1 200 OK"), std::string::npos) << body;
   EXPECT_NE(body.find("# TYPE sigma_steps_total counter"), std::string::npos) << body;
-  EXPECT_NE(body.find("sigma_device_health_score{device=\"0\",health=\"healthy\",state=\"in_use\"} 1"),
-            std::string::npos)
+  EXPECT_NE(body.find("sigma_device_health_score{device=\"0\"} 1"), std::string::npos) << body;
+  EXPECT_NE(body.find("sigma_device_lifecycle_state{device=\"0\",state=\"in_use\"} 1"), std::string::npos)
       << body;
-  EXPECT_NE(body.find("sigma_goodput_lost_seconds{cause=\"detection\"}"), std::string::npos) << body;
+  EXPECT_NE(body.find("sigma_goodput_lost_seconds_total{cause=\"detection\"}"), std::string::npos) << body;
   EXPECT_NE(body.find("sigma_spares_available 1"), std::string::npos) << body;
 }
 

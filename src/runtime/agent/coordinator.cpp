@@ -153,6 +153,7 @@ Commands Coordinator::message(uint32_t device, const protocol::WorkerMessage& me
     s.current_step = 2 * m->step + (m->step_done ? 1 : 0);
     monitor_.observe_heartbeat(s.device, t);
     monitor_.observe_telemetry(s.device, t, m->telemetry.data(), m->telemetry.size());
+    if (!m->telemetry.empty()) s.telemetry = m->telemetry;
     if (m->telemetry_status != HAL_OK)
       monitor_.observe_error(s.device, from_hal_status(m->telemetry_status),
                              "telemetry: " + m->telemetry_error, t);

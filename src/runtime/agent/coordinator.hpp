@@ -149,6 +149,7 @@ class Coordinator {
     bool newcomer = false;    // a spare given a rank, not yet joined
     bool abort_sent = false;  // aborted in this round, its report still to come
     double comm_s = 0, restore_s = 0;
+    std::vector<hal_telemetry_sample_t> telemetry;  // the latest heartbeat's, for /metrics
   };
   struct Round {
     bool active = false;

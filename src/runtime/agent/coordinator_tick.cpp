@@ -290,7 +290,8 @@ MetricsSnapshot Coordinator::metrics(double t) const {
   snap.spares = scheduler_.spares().size();
   for (const auto& h : monitor_.devices()) {
     snap.devices.push_back(
-        {h.device, h.score, health::state_name(h.state), scheduler::state_name(scheduler_.state(h.device))});
+        {h.device, h.score, h.state, scheduler_.state(h.device),
+         h.device < slots_.size() ? slots_[h.device].telemetry : std::vector<hal_telemetry_sample_t>{}});
   }
   return snap;
 }

@@ -5,35 +5,131 @@
 #include <httplib.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
 namespace sigma::runtime::agent {
 
+namespace {
+
+// One metric family: HELP, TYPE, then its samples.
+void family(std::ostringstream& o, const char* name, const char* type, const char* help) {
+  o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+}
+
+void sample(std::ostringstream& o, const std::string& name, const std::string& labels, double v) {
+  o << name;
+  if (!labels.empty()) o << "{" << labels << "}";
+  o << " " << v << "\n";
+}
+
+// Per-device telemetry under the names of NVIDIA's DCGM exporter where one
+// exists, so that dashboards built for it read these. DCGM's *_TOTAL
+// counters are exposed as gauges: Prometheus wants a counter's name to end
+// in a lower-case "_total", and renaming them would break those dashboards.
+struct Dcgm {
+  hal_field_id_t field;
+  const char* name;
+  const char* help;
+  double scale;  // DCGM's unit per HAL unit
+};
+constexpr Dcgm kDcgm[] = {
+    {HAL_FIELD_TEMPERATURE_C, "DCGM_FI_DEV_GPU_TEMP", "Device temperature (in C).", 1},
+    {HAL_FIELD_POWER_W, "DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", 1},
+    {HAL_FIELD_ENERGY_J, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+     "Total energy consumption since the plugin loaded (in mJ; monotonic).", 1000},
+    {HAL_FIELD_CLOCK_COMPUTE_MHZ, "DCGM_FI_DEV_SM_CLOCK", "Compute clock frequency (in MHz).", 1},
+    {HAL_FIELD_CLOCK_MEMORY_MHZ, "DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", 1},
+    {HAL_FIELD_UTILIZATION_PCT, "DCGM_FI_DEV_GPU_UTIL", "Device utilization (in %).", 1},
+    {HAL_FIELD_MEMORY_USED_BYTES, "DCGM_FI_DEV_FB_USED", "Device memory used (in MiB).", 1.0 / (1 << 20)},
+    {HAL_FIELD_ECC_CORRECTABLE, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Correctable ECC errors (monotonic).", 1},
+    {HAL_FIELD_ECC_UNCORRECTABLE, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Uncorrectable ECC errors (monotonic).",
+     1},
+    {HAL_FIELD_LINK_ERRORS, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+     "Link errors over all links (monotonic).", 1},
+    {HAL_FIELD_LINK_RETRIES, "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+     "Link retries over all links (monotonic).", 1},
+    {HAL_FIELD_THROTTLE_REASONS, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+     "Throttle reasons (HAL_THROTTLE_* bits).", 1},
+    {HAL_FIELD_FATAL_CODE, "DCGM_FI_DEV_XID_ERRORS", "The last fatal (XID-like) error code; 0 none.", 1},
+};
+
+// The value of a field the device reported, or false.
+bool value_of(const std::vector<hal_telemetry_sample_t>& t, hal_field_id_t id, double& v) {
+  for (const auto& x : t) {
+    if (x.id != id || x.status != HAL_OK) continue;
+    v = x.type == HAL_VALUE_F64   ? x.value.f64
+        : x.type == HAL_VALUE_I64 ? static_cast<double>(x.value.i64)
+                                  : static_cast<double>(x.value.u64);
+    return std::isfinite(v);
+  }
+  return false;
+}
+
+void render_devices(std::ostringstream& o, const MetricsSnapshot& s) {
+  family(o, "sigma_device_health_score", "gauge", "1 healthy .. 0 failed.");
+  for (const auto& d : s.devices)
+    sample(o, "sigma_device_health_score", "device=\"" + std::to_string(d.device) + "\"", d.score);
+  // Enumerations as state sets: one series per state, 1 for the current
+  // one, so a change moves a value instead of starting a series.
+  family(o, "sigma_device_health_state", "gauge",
+         "The health monitor's state of the device (1 for the current one).");
+  for (const auto& d : s.devices)
+    for (auto st :
+         {health::State::healthy, health::State::suspect, health::State::failing, health::State::failed})
+      sample(o, "sigma_device_health_state",
+             "device=\"" + std::to_string(d.device) + "\",state=\"" + health::state_name(st) + "\"",
+             d.health == st ? 1 : 0);
+  family(o, "sigma_device_lifecycle_state", "gauge",
+         "The scheduler's lifecycle state of the device (1 for the current one).");
+  using scheduler::DeviceState;
+  for (const auto& d : s.devices)
+    for (auto st : {DeviceState::fresh, DeviceState::validating, DeviceState::available, DeviceState::in_use,
+                    DeviceState::suspect, DeviceState::cordoned, DeviceState::repaired})
+      sample(o, "sigma_device_lifecycle_state",
+             "device=\"" + std::to_string(d.device) + "\",state=\"" + scheduler::state_name(st) + "\"",
+             d.state == st ? 1 : 0);
+  for (const Dcgm& m : kDcgm) {
+    bool any = false;
+    for (const auto& d : s.devices) {
+      double v = 0;
+      if (!value_of(d.telemetry, m.field, v)) continue;
+      if (!any) family(o, m.name, "gauge", m.help);
+      any = true;
+      sample(o, m.name, "gpu=\"" + std::to_string(d.device) + "\"", v * m.scale);
+    }
+  }
+  bool any = false;
+  for (const auto& d : s.devices) {
+    double v = 0;
+    if (!value_of(d.telemetry, HAL_FIELD_RETIRED_PAGES, v)) continue;
+    if (!any) family(o, "sigma_device_retired_pages_total", "counter", "Memory pages the device retired.");
+    any = true;
+    sample(o, "sigma_device_retired_pages_total", "gpu=\"" + std::to_string(d.device) + "\"", v);
+  }
+}
+
+}  // namespace
+
 std::string render_metrics(const MetricsSnapshot& s) {
   std::ostringstream o;
-  o << "# HELP sigma_steps_total Steps the job has reached.\n# TYPE sigma_steps_total counter\n"
-    << "sigma_steps_total " << s.steps << "\n";
-  o << "# HELP sigma_step_rate Steps per second since the start.\n# TYPE sigma_step_rate gauge\n"
-    << "sigma_step_rate " << (s.wall_s > 0 ? static_cast<double>(s.steps) / s.wall_s : 0.0) << "\n";
-  o << "# HELP sigma_incidents_total Faults and migrations handled.\n# TYPE sigma_incidents_total counter\n"
-    << "sigma_incidents_total " << s.incidents << "\n";
-  o << "# HELP sigma_spares_available Validated devices waiting as spares.\n# TYPE sigma_spares_available "
-       "gauge\n"
-    << "sigma_spares_available " << s.spares << "\n";
-  o << "# HELP sigma_device_health_score 1 healthy .. 0 failed.\n# TYPE sigma_device_health_score gauge\n";
-  for (const auto& d : s.devices) {
-    o << "sigma_device_health_score{device=\"" << d.device << "\",health=\"" << d.health << "\",state=\""
-      << d.state << "\"} " << d.score << "\n";
-  }
+  o.precision(15);
+  family(o, "sigma_steps_total", "counter", "Steps the job has reached.");
+  sample(o, "sigma_steps_total", "", static_cast<double>(s.steps));
+  family(o, "sigma_step_rate", "gauge", "Steps per second since the start.");
+  sample(o, "sigma_step_rate", "", s.wall_s > 0 ? static_cast<double>(s.steps) / s.wall_s : 0.0);
+  family(o, "sigma_incidents_total", "counter", "Faults and migrations handled.");
+  sample(o, "sigma_incidents_total", "", static_cast<double>(s.incidents));
+  family(o, "sigma_spares_available", "gauge", "Validated devices waiting as spares.");
+  sample(o, "sigma_spares_available", "", static_cast<double>(s.spares));
+  render_devices(o, s);
   const nlohmann::json l = s.ledger.to_json(s.wall_s);
-  o << "# HELP sigma_goodput_lost_seconds Wall time lost, by cause.\n# TYPE sigma_goodput_lost_seconds "
-       "counter\n";
-  for (auto& [cause, v] : l["lost_s"].items()) {
-    o << "sigma_goodput_lost_seconds{cause=\"" << cause << "\"} " << v.get<double>() << "\n";
-  }
-  o << "# HELP sigma_goodput Fraction of wall time not lost.\n# TYPE sigma_goodput gauge\n"
-    << "sigma_goodput " << l["goodput"].get<double>() << "\n";
+  family(o, "sigma_goodput_lost_seconds_total", "counter", "Wall time lost, by cause.");
+  for (auto& [cause, v] : l["lost_s"].items())
+    sample(o, "sigma_goodput_lost_seconds_total", "cause=\"" + cause + "\"", v.get<double>());
+  family(o, "sigma_goodput", "gauge", "Fraction of wall time not lost.");
+  sample(o, "sigma_goodput", "", l["goodput"].get<double>());
   return o.str();
 }
 

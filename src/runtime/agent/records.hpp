@@ -36,8 +36,11 @@ struct MetricsSnapshot {
   struct Device {
     uint32_t device;
     double score;
-    std::string health;
-    std::string state;
+    health::State health;
+    scheduler::DeviceState state;
+    // The latest telemetry a heartbeat carried (fields without a value
+    // have a status other than HAL_OK).
+    std::vector<hal_telemetry_sample_t> telemetry{};
   };
   std::vector<Device> devices;
 };
