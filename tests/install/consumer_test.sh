@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # usage: consumer_test.sh BUILD_DIR SKELETON_SOURCE_DIR WORK_DIR
+# Installs into a scratch prefix, then builds against it only: the vendor
+# skeleton (find_package), a C program (pkg-config) and a C++ program
+# (find_package), and runs each.
 set -euo pipefail
 build=$1 skeleton=$2 work=$3
 rm -rf "$work"
@@ -7,7 +10,8 @@ mkdir -p "$work"
 prefix="$work/prefix"
 
 cmake --install "$build" --prefix "$prefix" > "$work/install.log"
-for f in include/sigma/hal.h include/sigma/hal.hpp include/sigma/sigma.h bin/sigma-hal-conformance \
+for f in include/sigma/hal.h include/sigma/hal.hpp include/sigma/sigma.h include/sigma/parallel.hpp \
+         include/sigma/planner.hpp bin/sigma-hal-conformance bin/sigma-plan \
          lib/cmake/sigma/sigmaConfig.cmake lib/pkgconfig/sigma.pc lib/sigma/plugins/libsigma_hal_skeleton.so; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
@@ -28,4 +32,15 @@ PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs sigma | grep 
 # the freshly built one by path.
 "$prefix/bin/sigma-hal-conformance" --plugin skeleton --quiet
 "$prefix/bin/sigma-hal-conformance" --plugin "$plugin" --quiet
+# A C program with pkg-config only, and a C++ one with find_package only.
+consumers=$(dirname "$0")/consumers
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+# shellcheck disable=SC2046
+cc -std=c99 -Wall -Werror "$consumers/c_consumer.c" -o "$work/c_consumer" $(pkg-config --cflags --libs sigma) \
+  -Wl,-rpath,"$prefix/lib"
+"$work/c_consumer"
+cmake -S "$consumers/cxx" -B "$work/cxx-build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH="$prefix/lib" > "$work/cxx-configure.log"
+cmake --build "$work/cxx-build" > "$work/cxx-build.log"
+"$work/cxx-build/cxx_consumer"
 echo "install consumer: ok"
