@@ -207,9 +207,12 @@ struct DispatchOptions {
 struct Plan {
   uint64_t num_tokens = 0;
   uint32_t top_k = 0;
-  std::vector<int64_t> row_of{};         // [num_tokens * top_k]: row in the sent buffer; -1 dropped
-  std::vector<uint64_t> sent_offsets{};  // [num_experts + 1]: rows sent to each global expert
-  std::vector<uint64_t> recv_counts{};   // [ep * local experts]: rows from source s for local expert l
+  std::vector<int64_t> row_of{};  // [num_tokens * top_k]: row in the sent buffer; -1 dropped
+  // [num_experts + 1]: rows sent to each expert, in slot order (experts
+  // ordered by their rank, then by number: expert order under the default
+  // placement).
+  std::vector<uint64_t> sent_offsets{};
+  std::vector<uint64_t> recv_counts{};  // [ep * local experts]: rows from source s for local expert l
   std::vector<uint64_t>
       expert_offsets{};  // [local experts + 1]: each local expert's rows in the expert buffer
   // all_gather only: [ep * (num_experts + 1)], each source's sent_offsets.
@@ -229,8 +232,18 @@ class SIGMA_EXPORT Dispatcher {
   // num_experts.
   Dispatcher(hal::Communicator& ep, uint32_t ep_rank, uint32_t ep_size, const DispatchOptions& options);
 
+  // Where each expert lives: owner[e] is its expert-group rank. The default
+  // is contiguous blocks (expert_range). A rank may hold none. Every rank of
+  // the group must set the same placement between one combine and the next
+  // plan; moving the experts' parameters is the caller's (an autotuner's).
+  // Results do not change with the placement: an expert sees the same rows
+  // in the same order wherever it lives. Throws Error(invalid_argument) for
+  // the wrong size or a rank outside the group. Not collective.
+  void set_placement(const std::vector<uint32_t>& owner);
+  const std::vector<uint32_t>& placement() const { return owner_; }
   uint32_t local_experts() const { return local_experts_; }
-  ExpertRange experts() const { return expert_range(options_.num_experts, ep_size_, ep_rank_); }
+  // This rank's experts, ascending: the order of the expert layout's blocks.
+  const std::vector<uint32_t>& local_expert_ids() const { return local_ids_; }
 
   // Collective. Exchanges how many rows each rank sends each expert (or,
   // all-gather, every rank's routing). A rank with no tokens takes part.
@@ -272,6 +285,7 @@ class SIGMA_EXPORT Dispatcher {
   hal::Communicator& comm_;
   uint32_t ep_rank_, ep_size_, local_experts_;
   DispatchOptions options_;
+  std::vector<uint32_t> owner_, slot_of_, first_slot_, local_ids_;  // the placement
   // Exchange buffers reused from call to call (their pages stay mapped).
   std::vector<uint8_t> sent_, exchange_, back_, gather_mine_, gather_all_;
 };

@@ -34,31 +34,85 @@ hal_coll_args_t bytes_args(hal_coll_op_t op, uint64_t count, const void* send, v
 Dispatcher::Dispatcher(hal::Communicator& ep, uint32_t ep_rank, uint32_t ep_size,
                        const DispatchOptions& options)
     : comm_(ep), ep_rank_(ep_rank), ep_size_(ep_size), options_(options) {
-  local_experts_ = expert_range(options.num_experts, ep_size, ep_rank).count;
+  if (ep_size == 0 || ep_rank >= ep_size)
+    throw Error(Code::invalid_argument, "Dispatcher: rank " + std::to_string(ep_rank) +
+                                            " of an expert group of " + std::to_string(ep_size));
+  std::vector<uint32_t> owner(options.num_experts);
+  for (uint32_t j = 0; j < ep_size; ++j) {
+    const ExpertRange r = expert_range(options.num_experts, ep_size, j);
+    for (uint32_t e = r.first; e < r.first + r.count; ++e) owner[e] = j;
+  }
+  set_placement(owner);
+}
+
+void Dispatcher::set_placement(const std::vector<uint32_t>& owner) {
+  const uint32_t E = options_.num_experts;
+  if (owner.size() != E)
+    throw Error(Code::invalid_argument, "set_placement: " + std::to_string(owner.size()) + " owners for " +
+                                            std::to_string(E) + " experts");
+  for (uint32_t e = 0; e < E; ++e)
+    if (owner[e] >= ep_size_)
+      throw Error(Code::invalid_argument, "set_placement: expert " + std::to_string(e) + " on rank " +
+                                              std::to_string(owner[e]) + " of " + std::to_string(ep_size_));
+  // Slots: the experts ordered by their rank, then by their number.
+  first_slot_.assign(ep_size_ + 1, 0);
+  for (uint32_t o : owner) ++first_slot_[o + 1];
+  for (uint32_t j = 0; j < ep_size_; ++j) first_slot_[j + 1] += first_slot_[j];
+  std::vector<uint32_t> next(first_slot_.begin(), first_slot_.end() - 1);
+  slot_of_.assign(E, 0);
+  for (uint32_t e = 0; e < E; ++e) slot_of_[e] = next[owner[e]]++;
+  owner_ = owner;
+  local_ids_.clear();
+  for (uint32_t e = 0; e < E; ++e)
+    if (owner[e] == ep_rank_) local_ids_.push_back(e);
+  local_experts_ = static_cast<uint32_t>(local_ids_.size());
 }
 
 void Dispatcher::run(const hal_coll_args_t& args) { comm_.run(args, options_.timeout); }
 
 Plan Dispatcher::plan(const Routing& routing) {
-  const size_t E = options_.num_experts, L = local_experts_;
+  const size_t E = options_.num_experts, L = local_experts_, R = ep_size_;
   Plan p;
   p.num_tokens = routing.num_tokens;
   p.top_k = routing.top_k;
   p.row_of.resize(routing.num_tokens * routing.top_k);
   p.sent_offsets.resize(E + 1);
-  kernels::moe_plan(routing.expert_ids.data(), routing.num_tokens, routing.top_k, options_.num_experts,
-                    p.row_of.data(), p.sent_offsets.data());
-  std::vector<uint64_t> sent(E);  // rows this rank sends each global expert
-  for (uint32_t e = 0; e < E; ++e) sent[e] = p.sent_offsets[e + 1] - p.sent_offsets[e];
-  p.recv_counts.resize(static_cast<size_t>(ep_size_) * L);
+  // Rows go out in slot order (rank, then expert), so each rank's experts
+  // are one block.
+  std::vector<int32_t> slots(routing.expert_ids.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const int32_t e = routing.expert_ids[i];
+    if (e >= static_cast<int64_t>(E) || e < -1)
+      throw Error(Code::invalid_argument, "plan: choice " + std::to_string(i) + " names expert " +
+                                              std::to_string(e) + " of " + std::to_string(E));
+    slots[i] = e < 0 ? -1 : static_cast<int32_t>(slot_of_[static_cast<uint32_t>(e)]);
+  }
+  kernels::moe_plan(slots.data(), routing.num_tokens, routing.top_k, options_.num_experts, p.row_of.data(),
+                    p.sent_offsets.data());
+  std::vector<uint64_t> sent(std::max<size_t>(E, 1));  // rows this rank sends each slot
+  for (uint32_t q = 0; q < E; ++q) sent[q] = p.sent_offsets[q + 1] - p.sent_offsets[q];
+  p.recv_counts.resize(R * L);
   if (options_.exchange == Exchange::all_to_all) {
-    // Block j of `sent` is rank j's experts: exactly what it must receive.
-    run(hal::coll_args(HAL_COLL_ALL_TO_ALL, HAL_DTYPE_I64, L, sent.data(), p.recv_counts.data()));
+    // Rank j's block of `sent` is exactly what it must receive from here.
+    std::vector<uint64_t> sc(R), sd(R), rc(R, L), rd(R);
+    for (uint32_t j = 0; j < R; ++j) {
+      sd[j] = first_slot_[j];
+      sc[j] = first_slot_[j + 1] - first_slot_[j];
+      rd[j] = j * L;
+    }
+    std::vector<uint64_t> recv(std::max<size_t>(R * L, 1));
+    auto a = hal::coll_args(HAL_COLL_ALL_TO_ALLV, HAL_DTYPE_I64, 0, sent.data(), recv.data());
+    a.send_counts = sc.data();
+    a.send_displs = sd.data();
+    a.recv_counts = rc.data();
+    a.recv_displs = rd.data();
+    run(a);
+    std::copy(recv.begin(), recv.begin() + static_cast<ptrdiff_t>(R * L), p.recv_counts.begin());
   } else {
-    p.source_offsets.resize(static_cast<size_t>(ep_size_) * (E + 1));
+    p.source_offsets.resize(R * (E + 1));
     std::vector<uint64_t> mine(p.sent_offsets);
     run(hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_I64, E + 1, mine.data(), p.source_offsets.data()));
-    const uint32_t first = ep_rank_ * L;
+    const uint32_t first = first_slot_[ep_rank_];
     for (uint32_t s = 0; s < ep_size_; ++s)
       for (uint32_t l = 0; l < L; ++l) {
         const uint64_t* off = p.source_offsets.data() + static_cast<size_t>(s) * (E + 1);
@@ -103,8 +157,8 @@ void Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden, ha
     std::vector<uint64_t> sc(R), sd(R), rc(R), rd(R);
     uint64_t recv_total = 0;
     for (uint32_t j = 0; j < R; ++j) {
-      sd[j] = p.sent_offsets[j * L] * row;
-      sc[j] = (p.sent_offsets[(j + 1) * L] - p.sent_offsets[j * L]) * row;
+      sd[j] = p.sent_offsets[first_slot_[j]] * row;
+      sc[j] = (p.sent_offsets[first_slot_[j + 1]] - p.sent_offsets[first_slot_[j]]) * row;
       uint64_t rows = 0;
       for (uint32_t l = 0; l < L; ++l) rows += p.recv_counts[j * L + l];
       rd[j] = recv_total;
@@ -136,7 +190,7 @@ void Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden, ha
   uint8_t* all = scratch(gather_all_, longest * row * R);
   if (p.sent_rows()) std::memcpy(mine, sent, p.sent_rows() * row);
   run(bytes_args(HAL_COLL_ALL_GATHER, longest * row, mine, all));
-  const uint32_t first = ep_rank_ * L;
+  const uint32_t first = first_slot_[ep_rank_];
   for (uint32_t s = 0; s < R; ++s)
     for (uint32_t l = 0; l < L; ++l) {
       const uint64_t n = p.recv_counts[s * L + l] * row;
@@ -172,8 +226,8 @@ void Dispatcher::from_experts(const Plan& p, const void* expert_rows, uint64_t h
         at += n;
       }
       sc[s] = at - sd[s];
-      rd[s] = p.sent_offsets[s * L] * row;
-      rc[s] = (p.sent_offsets[(s + 1) * L] - p.sent_offsets[s * L]) * row;
+      rd[s] = p.sent_offsets[first_slot_[s]] * row;
+      rc[s] = (p.sent_offsets[first_slot_[s + 1]] - p.sent_offsets[first_slot_[s]]) * row;
     }
     auto a = bytes_args(HAL_COLL_ALL_TO_ALLV, 0, by_source, bytes_of(out));
     a.send_counts = sc.data();
@@ -190,21 +244,22 @@ void Dispatcher::from_experts(const Plan& p, const void* expert_rows, uint64_t h
   for (uint32_t j = 0; j < R; ++j)
     for (uint32_t s = 0; s < R; ++s) {
       const uint64_t* off = p.source_offsets.data() + static_cast<size_t>(s) * (E + 1);
-      expert_rows_of[j] += off[(j + 1) * L] - off[j * L];
+      expert_rows_of[j] += off[first_slot_[j + 1]] - off[first_slot_[j]];
     }
   const uint64_t longest = *std::max_element(expert_rows_of.begin(), expert_rows_of.end());
   uint8_t* mine = scratch(gather_mine_, longest * row);
   uint8_t* all = scratch(gather_all_, longest * row * R);
   if (p.expert_rows()) std::memcpy(mine, in, p.expert_rows() * row);
   run(bytes_args(HAL_COLL_ALL_GATHER, longest * row, mine, all));
-  for (uint32_t e = 0; e < E; ++e) {
-    const uint32_t j = e / L, l = e % L;
-    // Rank j's expert l holds, in source order, every source's rows for e.
+  for (uint32_t e = 0, j = 0; e < E; ++e) {  // e: a slot
+    while (e >= first_slot_[j + 1]) ++j;
+    // Rank j's slot e holds, in source order, every source's rows for it,
+    // after its slots before e.
     uint64_t off = 0;
-    for (uint32_t l2 = 0; l2 < l; ++l2)
+    for (uint32_t q = first_slot_[j]; q < e; ++q)
       for (uint32_t s = 0; s < R; ++s) {
         const uint64_t* so = p.source_offsets.data() + static_cast<size_t>(s) * (E + 1);
-        off += so[j * L + l2 + 1] - so[j * L + l2];
+        off += so[q + 1] - so[q];
       }
     for (uint32_t s = 0; s < ep_rank_; ++s) {
       const uint64_t* so = p.source_offsets.data() + static_cast<size_t>(s) * (E + 1);

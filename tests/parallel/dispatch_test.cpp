@@ -59,6 +59,11 @@ TEST(MoeDispatch, AllGatherExchangeEqualsOneProcessBitwise) { expect_matches_ref
 
 TEST(MoeDispatch, Bf16RowsEqualOneProcessBitwise) { expect_matches_reference("bf16"); }
 
+TEST(MoeDispatch, AnyExpertPlacementGivesTheSameResultsBitwise) {
+  expect_matches_reference("placement");
+  expect_matches_reference("placement_all_gather");
+}
+
 TEST(MoeDispatch, DroplessIsBitwiseTheSameOnOneTwoAndFourRanks) {
   std::vector<uint8_t> first;
   for (const std::string name : {"split1", "split2", "split4"}) {

@@ -63,17 +63,18 @@ inline std::vector<float> run_expert(uint32_t e, const float* rows, uint64_t n) 
   return out;
 }
 
-// Expert-major rows of any dtype through the f32 experts.
+// Expert-major rows of any dtype through the f32 experts; block l is
+// expert ids[l].
 inline std::vector<uint8_t> run_experts(const std::vector<uint8_t>& rows,
-                                        const std::vector<uint64_t>& offsets, uint32_t first_expert,
-                                        hal_dtype_t dtype) {
+                                        const std::vector<uint64_t>& offsets,
+                                        const std::vector<uint32_t>& ids, hal_dtype_t dtype) {
   const uint64_t es = hal::dtype_size(dtype);
   std::vector<uint8_t> out(std::max<size_t>(rows.size(), 1));
   for (size_t l = 0; l + 1 < offsets.size(); ++l) {
     const uint64_t n = offsets[l + 1] - offsets[l], at = offsets[l] * kHidden;
     std::vector<float> in(n * kHidden);
     for (uint64_t i = 0; i < n * kHidden; ++i) in[i] = load(rows.data() + (at + i) * es, dtype);
-    const auto y = run_expert(first_expert + static_cast<uint32_t>(l), in.data(), n);
+    const auto y = run_expert(ids[l], in.data(), n);
     for (uint64_t i = 0; i < n * kHidden; ++i) store(y[i], out.data() + (at + i) * es, dtype);
   }
   return out;
@@ -84,6 +85,7 @@ struct Case {
   parallel::RouterOptions router;
   parallel::Exchange exchange = parallel::Exchange::all_to_all;
   hal_dtype_t dtype = HAL_DTYPE_F32;
+  std::vector<uint32_t> placement{};  // expert -> rank; empty: contiguous blocks
 };
 
 inline parallel::RouterOptions router(uint32_t top_k, double cf,
@@ -110,6 +112,11 @@ inline const std::map<std::string, Case>& cases() {
       {"split1", {{96}, router(2, 0)}},
       {"split2", {{50, 46}, router(2, 0)}},
       {"split4", {{30, 0, 41, 25}, router(2, 0)}},
+      // Experts placed anyhow, rank 3 holding none: the same results.
+      {"placement",
+       {{37, 0, 64, 21}, router(2, 1.0), Exchange::all_to_all, HAL_DTYPE_F32, {2, 0, 2, 1, 1, 0, 2, 1}}},
+      {"placement_all_gather",
+       {{37, 0, 64, 21}, router(2, 1.0), Exchange::all_gather, HAL_DTYPE_F32, {2, 0, 2, 1, 1, 0, 2, 1}}},
   };
   return all;
 }
@@ -161,7 +168,9 @@ inline std::vector<std::vector<uint8_t>> reference(const Case& c, const Inputs& 
   kernels::moe_plan(ids.data(), total, K, kExperts, row_of.data(), offsets.data());
   std::vector<uint8_t> rows(std::max<uint64_t>(1, offsets[kExperts] * kHidden * es));
   kernels::moe_permute(tokens.data(), total, kHidden, c.dtype, row_of.data(), K, rows.data());
-  const auto y = run_experts(rows, offsets, 0, c.dtype);
+  std::vector<uint32_t> all(kExperts);
+  for (uint32_t e = 0; e < kExperts; ++e) all[e] = e;
+  const auto y = run_experts(rows, offsets, all, c.dtype);
   std::vector<uint8_t> out(total * kHidden * es);
   kernels::moe_unpermute(y.data(), row_of.data(), weights.data(), total, K, kHidden, c.dtype, out.data());
   std::vector<std::vector<uint8_t>> per_rank;

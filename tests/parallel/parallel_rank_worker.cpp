@@ -46,10 +46,11 @@ void moe_case(const test::Case& c, uint32_t rank, uint32_t world, const std::str
   opt.timeout = kTimeout;
   parallel::Dispatcher d(groups.comm(parallel::GroupKind::expert),
                          groups.rank_in(parallel::GroupKind::expert), world, opt);
+  if (!c.placement.empty()) d.set_placement(c.placement);
   const auto ro = parallel::route(in.logits[rank].data(), c.tokens_per_rank[rank], c.router);
   const auto plan = d.plan(ro);
   const auto rows = d.dispatch(plan, in.tokens[rank].data(), test::kHidden, c.dtype);
-  const auto y = test::run_experts(rows, plan.expert_offsets, d.experts().first, c.dtype);
+  const auto y = test::run_experts(rows, plan.expert_offsets, d.local_expert_ids(), c.dtype);
   std::vector<uint8_t> out(c.tokens_per_rank[rank] * test::kHidden * hal::dtype_size(c.dtype));
   d.combine(plan, y.data(), ro.weights.data(), test::kHidden, c.dtype, out.data());
   std::ofstream(dir + "/out-" + std::to_string(rank), std::ios::binary)
