@@ -1,0 +1,175 @@
+// The autotuner's decision: which rank's link is slow, when its experts
+// move off, and when they come back. Pure: samples in, placement out.
+#include <sigma/autotune.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace sigma::parallel {
+
+namespace {
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string describe(const RankSample& s, double median) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.0f link retries/s, exchange %.2f ms against the group's median %.2f ms",
+                s.link_retry_rate, s.exchange_s * 1e3, median * 1e3);
+  return buf;
+}
+
+}  // namespace
+
+ExpertBalancer::ExpertBalancer(uint32_t num_experts, uint32_t ep, const BalancerOptions& options)
+    : num_experts_(num_experts), ep_(ep), options_(options) {
+  if (!(options.slow_ratio > 1) || !(options.slow_retry_rate > 0) || options.trigger_steps == 0 ||
+      options.recover_steps == 0)
+    throw Error(Code::invalid_argument,
+                "ExpertBalancer: slow_ratio must exceed 1, slow_retry_rate be positive, trigger and recover "
+                "steps at least 1");
+  for (uint32_t j = 0; j < ep; ++j) {
+    const ExpertRange r = expert_range(num_experts, ep, j);
+    for (uint32_t e = r.first; e < r.first + r.count; ++e) home_.push_back(j);
+  }
+  owner_ = home_;
+  if (options_.max_experts_per_rank == 0) options_.max_experts_per_rank = 2 * (num_experts / ep);
+  slow_steps_.assign(ep, 0);
+  healthy_steps_.assign(ep, 0);
+  evacuated_.assign(ep, false);
+}
+
+std::optional<Rebalance> ExpertBalancer::observe(uint64_t step, const std::vector<RankSample>& samples) {
+  if (samples.size() != ep_)
+    throw Error(Code::invalid_argument, "ExpertBalancer: " + std::to_string(samples.size()) +
+                                            " samples for a group of " + std::to_string(ep_));
+  std::vector<double> times;
+  for (const auto& s : samples) times.push_back(s.exchange_s);
+  const double median = median_of(times);
+  std::vector<bool> slow(ep_);
+  for (uint32_t r = 0; r < ep_; ++r) {
+    const auto& s = samples[r];
+    slow[r] = s.link_retry_rate >= options_.slow_retry_rate ||
+              (median > 0 && s.exchange_s > options_.slow_ratio * median);
+    // Hysteresis: a slow step restarts the count of healthy ones, so a
+    // flapping link never counts as recovered.
+    slow_steps_[r] = slow[r] ? slow_steps_[r] + 1 : 0;
+    healthy_steps_[r] = slow[r] ? 0 : healthy_steps_[r] + 1;
+  }
+  for (uint32_t r = 0; r < ep_; ++r)
+    if (!evacuated_[r] && slow_steps_[r] >= options_.trigger_steps)
+      if (auto d = evacuate(step, r, samples, slow, median)) return d;
+  for (uint32_t r = 0; r < ep_; ++r)
+    if (evacuated_[r] && healthy_steps_[r] >= options_.recover_steps)
+      if (auto d = bring_back(step, r, samples)) return d;
+  return std::nullopt;
+}
+
+std::optional<Rebalance> ExpertBalancer::evacuate(uint64_t step, uint32_t rank,
+                                                  const std::vector<RankSample>& samples,
+                                                  const std::vector<bool>& slow, double median) {
+  Rebalance d;
+  d.step = step;
+  d.samples = samples;
+  d.owner = owner_;
+  std::vector<uint32_t> held(ep_, 0);
+  for (uint32_t o : owner_) ++held[o];
+  for (uint32_t e = 0; e < num_experts_; ++e) {
+    if (owner_[e] != rank) continue;
+    // The healthy rank holding the fewest experts (the lowest on a tie).
+    int64_t to = -1;
+    for (uint32_t j = 0; j < ep_; ++j) {
+      if (j == rank || slow[j] || evacuated_[j] || held[j] >= options_.max_experts_per_rank) continue;
+      if (to < 0 || held[j] < held[static_cast<uint32_t>(to)]) to = j;
+    }
+    if (to < 0) break;  // nowhere to go: what could move has moved
+    d.owner[e] = static_cast<uint32_t>(to);
+    ++held[static_cast<uint32_t>(to)];
+    --held[rank];
+    d.moves.push_back({e, rank, static_cast<uint32_t>(to)});
+  }
+  evacuated_[rank] = true;  // even when nothing could move: do not retry every step
+  if (d.moves.empty()) return std::nullopt;
+  d.reason = "rank " + std::to_string(rank) + " slow for " + std::to_string(slow_steps_[rank]) +
+             " steps: " + describe(samples[rank], median) + "; its experts move off";
+  owner_ = d.owner;
+  return d;
+}
+
+std::optional<Rebalance> ExpertBalancer::bring_back(uint64_t step, uint32_t rank,
+                                                    const std::vector<RankSample>& samples) {
+  evacuated_[rank] = false;
+  Rebalance d;
+  d.step = step;
+  d.samples = samples;
+  d.owner = owner_;
+  for (uint32_t e = 0; e < num_experts_; ++e)
+    if (home_[e] == rank && owner_[e] != rank) {
+      d.moves.push_back({e, owner_[e], rank});
+      d.owner[e] = rank;
+    }
+  if (d.moves.empty()) return std::nullopt;
+  d.reason = "rank " + std::to_string(rank) + " healthy for " + std::to_string(healthy_steps_[rank]) +
+             " steps; its experts come home";
+  owner_ = d.owner;
+  return d;
+}
+
+std::string rebalance_json(const Rebalance& r) {
+  nlohmann::json j = {{"event", "rebalance"}, {"step", r.step}, {"reason", r.reason}, {"owner", r.owner}};
+  j["moves"] = nlohmann::json::array();
+  for (const Move& m : r.moves) j["moves"].push_back({{"expert", m.expert}, {"from", m.from}, {"to", m.to}});
+  j["samples"] = nlohmann::json::array();
+  for (const RankSample& s : r.samples)
+    j["samples"].push_back({{"exchange_s", s.exchange_s}, {"link_retries_per_s", s.link_retry_rate}});
+  return j.dump();
+}
+
+void move_experts(Dispatcher& d, hal::Communicator& ep, uint32_t ep_rank, const Rebalance& r,
+                  const std::function<std::vector<uint8_t>(uint32_t)>& state_of,
+                  const std::function<void(uint32_t, std::vector<uint8_t>)>& adopt,
+                  std::chrono::nanoseconds timeout) {
+  // Every rank walks the same list in the same order, so each send meets
+  // its receive at the same position and no two ranks wait on each other.
+  for (const Move& m : r.moves) {
+    if (m.from == m.to || (ep_rank != m.from && ep_rank != m.to)) continue;
+    const std::string what = "moving expert " + std::to_string(m.expert) + " from rank " +
+                             std::to_string(m.from) + " to rank " + std::to_string(m.to);
+    try {
+      if (ep_rank == m.from) {
+        std::vector<uint8_t> bytes = state_of(m.expert);
+        uint64_t size = bytes.size();
+        ep.run(hal::coll_args(HAL_COLL_SEND, HAL_DTYPE_U8, sizeof size, &size, nullptr, HAL_REDUCE_SUM, m.to),
+               timeout);
+        if (size)
+          ep.run(
+              hal::coll_args(HAL_COLL_SEND, HAL_DTYPE_U8, size, bytes.data(), nullptr, HAL_REDUCE_SUM, m.to),
+              timeout);
+      } else {
+        uint64_t size = 0;
+        ep.run(
+            hal::coll_args(HAL_COLL_RECV, HAL_DTYPE_U8, sizeof size, nullptr, &size, HAL_REDUCE_SUM, m.from),
+            timeout);
+        if (size > (uint64_t{1} << 40))
+          throw Error(Code::data_loss, "a state of " + std::to_string(size) + " bytes");
+        std::vector<uint8_t> bytes(size);
+        if (size)
+          ep.run(hal::coll_args(HAL_COLL_RECV, HAL_DTYPE_U8, size, nullptr, bytes.data(), HAL_REDUCE_SUM,
+                                m.from),
+                 timeout);
+        adopt(m.expert, std::move(bytes));
+      }
+    } catch (const Error& e) {
+      throw Error(e.code(), what + ": " + e.what());
+    }
+  }
+  d.set_placement(r.owner);
+}
+
+}  // namespace sigma::parallel

@@ -1,0 +1,79 @@
+// The autotuner's decisions, pure: a rank whose link turns slow loses its
+// experts after trigger_steps, gets them back after recover_steps healthy
+// ones, a flapping link moves nothing back and forth, and what cannot move
+// stays.
+#include <sigma/autotune.hpp>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace sigma::parallel {
+namespace {
+
+std::vector<RankSample> samples(uint32_t ep, int slow_rank) {
+  std::vector<RankSample> s(ep, RankSample{0.010, 0});
+  if (slow_rank >= 0) s[static_cast<size_t>(slow_rank)] = {0.011, 400};
+  return s;
+}
+
+TEST(ExpertBalancer, ASlowRankLosesItsExpertsAfterTriggerStepsAndGetsThemBackAfterRecovery) {
+  BalancerOptions o;
+  o.trigger_steps = 3;
+  o.recover_steps = 10;
+  ExpertBalancer b(8, 4, o);
+  std::vector<Rebalance> seen;
+  for (uint64_t step = 0; step < 100; ++step) {
+    const bool slow = step >= 20 && step < 50;
+    if (auto r = b.observe(step, samples(4, slow ? 2 : -1))) seen.push_back(*r);
+  }
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].step, 22u) << "the third slow step";
+  for (uint32_t e : {4u, 5u}) EXPECT_NE(seen[0].owner[e], 2u);
+  EXPECT_EQ(seen[0].moves.size(), 2u);
+  EXPECT_NE(seen[0].reason.find("rank 2 slow for 3 steps: 400 link retries/s"), std::string::npos)
+      << seen[0].reason;
+  EXPECT_EQ(seen[1].step, 59u) << "the tenth healthy step";
+  EXPECT_EQ(seen[1].owner, (std::vector<uint32_t>{0, 0, 1, 1, 2, 2, 3, 3}));
+  const auto j = nlohmann::json::parse(rebalance_json(seen[0]));
+  EXPECT_EQ(j["moves"].size(), 2u);
+  EXPECT_EQ(j["samples"][2]["link_retries_per_s"].get<double>(), 400);
+}
+
+TEST(ExpertBalancer, AnExchangeFarAboveTheMedianCountsAsSlowToo) {
+  ExpertBalancer b(4, 4);
+  std::optional<Rebalance> r;
+  for (uint64_t step = 0; step < 3 && !r; ++step) {
+    auto s = samples(4, -1);
+    s[1].exchange_s = 0.05;  // 5x the median, no retries reported
+    r = b.observe(step, s);
+  }
+  ASSERT_TRUE(r);
+  EXPECT_NE(r->owner[1], 1u);
+}
+
+TEST(ExpertBalancer, AFlappingLinkDoesNotThrash) {
+  BalancerOptions o;
+  o.trigger_steps = 3;
+  o.recover_steps = 20;
+  ExpertBalancer b(8, 4, o);
+  int moves = 0;
+  for (uint64_t step = 0; step < 400; ++step) {
+    const bool slow = (step / 8) % 2 == 1;  // 8 slow, 8 fast, ...
+    if (b.observe(step, samples(4, slow ? 3 : -1))) ++moves;
+  }
+  EXPECT_EQ(moves, 1) << "off once, and never back while it flaps";
+  EXPECT_TRUE(b.evacuated(3));
+}
+
+TEST(ExpertBalancer, ExpertsMoveOnlyWhereThereIsRoom) {
+  BalancerOptions o;
+  o.max_experts_per_rank = 2;  // already full everywhere
+  ExpertBalancer b(4, 2, o);
+  for (uint64_t step = 0; step < 10; ++step) EXPECT_FALSE(b.observe(step, samples(2, 0))) << step;
+  EXPECT_EQ(b.owner(), (std::vector<uint32_t>{0, 0, 1, 1}));
+  EXPECT_THROW(b.observe(10, samples(3, -1)), Error);
+  EXPECT_THROW(ExpertBalancer(6, 4), Error);
+}
+
+}  // namespace
+}  // namespace sigma::parallel
