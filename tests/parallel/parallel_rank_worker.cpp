@@ -4,6 +4,7 @@
 // dispatch case (moe_cases.hpp): the rank routes its tokens, dispatches,
 // runs its experts, combines, and writes its output rows, the group's load
 // statistics and whether from_experts(to_experts(x)) == x.
+#include "autotune_worker.hpp"
 #include "moe_cases.hpp"
 #include "pipe_model.hpp"
 
@@ -127,6 +128,8 @@ int main(int argc, char** argv) {
     auto store = std::make_shared<bootstrap::FileStore>(dir + "/store");
     if (name == "groups") {
       groups_case(rank, dir, store);
+    } else if (name == "autotune") {
+      test::autotune_case(rank, world, dir, store);
     } else if (name == "pipe" || name == "pipe_kill") {
       pipe_case(name == "pipe_kill", rank, world, dir, store);
     } else {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <thread>
@@ -31,12 +32,14 @@ namespace sigma::test {
 // test failure naming it and its stderr.
 inline std::string run_ranks(const std::string& worker, const std::string& name, uint32_t world,
                              std::chrono::seconds limit = std::chrono::seconds(120),
-                             std::vector<int>* statuses = nullptr) {
+                             std::vector<int>* statuses = nullptr,
+                             const std::function<void(const std::string& dir)>& prepare = {}) {
   static std::atomic<int> serial{0};
   const std::string dir =
       ::testing::TempDir() + "sigma-ranks-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  if (prepare) prepare(dir);  // files the ranks read at start
   std::vector<pid_t> pids;
   for (uint32_t r = 0; r < world; ++r) {
     std::vector<std::string> args = {worker, name, std::to_string(r), std::to_string(world), dir};
