@@ -25,9 +25,12 @@ namespace sigma::parallel {
 
 struct BalancerOptions {
   // A rank's link is slow in a step when its link retries per second reach
-  // this, or its exchange takes slow_ratio times the group's median.
+  // this, or (when slow_ratio > 1) its exchange takes slow_ratio times the
+  // group's median. Off by default: with synchronous collectives every rank
+  // waits for the slowest, so exchange times name the group's slowness,
+  // not the rank's (measured; docs/parallel.md). Link telemetry names it.
   double slow_retry_rate = 20;
-  double slow_ratio = 2.0;
+  double slow_ratio = 0;
   uint32_t trigger_steps = 3;   // consecutive slow steps before its experts move off
   uint32_t recover_steps = 20;  // consecutive healthy steps before they come back
   // At most this many experts on one rank after a move (0: twice the even

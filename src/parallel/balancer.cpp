@@ -29,11 +29,12 @@ std::string describe(const RankSample& s, double median) {
 
 ExpertBalancer::ExpertBalancer(uint32_t num_experts, uint32_t ep, const BalancerOptions& options)
     : num_experts_(num_experts), ep_(ep), options_(options) {
-  if (!(options.slow_ratio > 1) || !(options.slow_retry_rate > 0) || options.trigger_steps == 0 ||
-      options.recover_steps == 0)
-    throw Error(Code::invalid_argument,
-                "ExpertBalancer: slow_ratio must exceed 1, slow_retry_rate be positive, trigger and recover "
-                "steps at least 1");
+  if (!(options.slow_ratio == 0 || options.slow_ratio > 1) || !(options.slow_retry_rate > 0) ||
+      options.trigger_steps == 0 || options.recover_steps == 0)
+    throw Error(
+        Code::invalid_argument,
+        "ExpertBalancer: slow_ratio must be 0 (off) or exceed 1, slow_retry_rate be positive, trigger "
+        "and recover steps at least 1");
   for (uint32_t j = 0; j < ep; ++j) {
     const ExpertRange r = expert_range(num_experts, ep, j);
     for (uint32_t e = r.first; e < r.first + r.count; ++e) home_.push_back(j);
@@ -56,7 +57,7 @@ std::optional<Rebalance> ExpertBalancer::observe(uint64_t step, const std::vecto
   for (uint32_t r = 0; r < ep_; ++r) {
     const auto& s = samples[r];
     slow[r] = s.link_retry_rate >= options_.slow_retry_rate ||
-              (median > 0 && s.exchange_s > options_.slow_ratio * median);
+              (options_.slow_ratio > 1 && median > 0 && s.exchange_s > options_.slow_ratio * median);
     // Hysteresis: a slow step restarts the count of healthy ones, so a
     // flapping link never counts as recovered.
     slow_steps_[r] = slow[r] ? slow_steps_[r] + 1 : 0;

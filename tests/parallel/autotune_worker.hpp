@@ -6,7 +6,8 @@
 // to their new rank. With DIR/scenario.yaml the ranks run on the sim vendor
 // (which can slow a link); without, on the cpu vendor. Writes per step a
 // checksum of its output (out-R.txt), and on rank 0 the per-step samples
-// (samples.jsonl) and each rebalance (rebalances.jsonl).
+// (samples.jsonl) and each rebalance (rebalances.jsonl). With
+// DIR/no-autotune the balancer is not asked (the baseline).
 #pragma once
 
 #include "moe_cases.hpp"
@@ -61,6 +62,10 @@ inline void autotune_case(uint32_t rank, uint32_t world, const std::string& dir,
   auto last_t = clock::now();
   Case c{{48, 48, 48, 48}, router(2, 0)};
   for (uint32_t step = 0; step < kTuneSteps; ++step) {
+    const auto paced = clock::now();
+    // Ranks start their steps together, so a step's exchange time is the
+    // exchange, not one rank waiting for another's pacing.
+    ep.run(hal::coll_args(HAL_COLL_BARRIER, HAL_DTYPE_U8, 0, nullptr, nullptr), std::chrono::seconds(60));
     const auto t0 = clock::now();
     std::mt19937 rng(step * 131 + rank);
     std::normal_distribution<float> n01(0, 1);
@@ -106,7 +111,9 @@ inline void autotune_case(uint32_t rank, uint32_t world, const std::string& dir,
       for (uint32_t r = 0; r < world; ++r) samples_log << (r ? "," : "") << samples[r].exchange_s;
       samples_log << "]}\n";
     }
-    if (auto rb = balancer.observe(step, samples)) {
+    std::optional<parallel::Rebalance> rb;
+    if (!std::filesystem::exists(dir + "/no-autotune")) rb = balancer.observe(step, samples);
+    if (rb) {
       if (rank == 0) rebalances << parallel::rebalance_json(*rb) << "\n" << std::flush;
       parallel::move_experts(
           d, ep, rank, *rb,
@@ -124,7 +131,7 @@ inline void autotune_case(uint32_t rank, uint32_t world, const std::string& dir,
           },
           std::chrono::seconds(60));
     }
-    std::this_thread::sleep_until(t0 + kTunePace);
+    std::this_thread::sleep_until(paced + kTunePace);
   }
 }
 

@@ -39,8 +39,16 @@ TEST(ExpertBalancer, ASlowRankLosesItsExpertsAfterTriggerStepsAndGetsThemBackAft
   EXPECT_EQ(j["samples"][2]["link_retries_per_s"].get<double>(), 400);
 }
 
-TEST(ExpertBalancer, AnExchangeFarAboveTheMedianCountsAsSlowToo) {
-  ExpertBalancer b(4, 4);
+TEST(ExpertBalancer, AnExchangeFarAboveTheMedianCountsAsSlowWhenAsked) {
+  ExpertBalancer off(4, 4);
+  for (uint64_t step = 0; step < 10; ++step) {
+    auto s = samples(4, -1);
+    s[1].exchange_s = 0.05;
+    EXPECT_FALSE(off.observe(step, s)) << "exchange times are not a signal by default";
+  }
+  BalancerOptions o;
+  o.slow_ratio = 2;
+  ExpertBalancer b(4, 4, o);
   std::optional<Rebalance> r;
   for (uint64_t step = 0; step < 3 && !r; ++step) {
     auto s = samples(4, -1);

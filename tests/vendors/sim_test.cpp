@@ -95,6 +95,12 @@ INSTANTIATE_TEST_SUITE_P(
             "3: faults[0].kind: unknown fault kind 'meltdown'"},
         Bad{"missing_factor", "duration_s: 10\nfaults:\n  - {kind: slow_link, device: 0, at_s: 1}\n",
             "3: faults[0].factor: missing"},
+        Bad{"bandwidth_without_rate",
+            "duration_s: 10\nfaults:\n  - {kind: slow_bandwidth, device: 0, at_s: 1, factor: 4}\n",
+            "3: faults[0].gbps: missing: the link's healthy rate"},
+        Bad{"rate_on_a_slow_link",
+            "duration_s: 10\nfaults:\n  - {kind: slow_link, device: 0, at_s: 1, factor: 4, gbps: 1}\n",
+            "3: faults[0].gbps: only slow_bandwidth has a link rate"},
         Bad{"duplicate_key", "duration_s: 10\nseed: 1\nseed: 2\n",
             "3: seed: given twice (one value would silently replace the other)"},
         Bad{"same_device_twice",
@@ -345,6 +351,7 @@ void replay(const std::string& file, const sim_vendor::Scenario& sc, uint32_t ra
         break;
       case sim_vendor::FaultKind::slow_link:
       case sim_vendor::FaultKind::flapping_link:
+      case sim_vendor::FaultKind::slow_bandwidth:
         if (!lost) {
           EXPECT_GT(read(p, HAL_FIELD_LINK_RETRIES).value.u64, 0u);
         }

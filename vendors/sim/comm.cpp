@@ -31,9 +31,11 @@ struct hal_request_s {
   hal_request_t inner;  // nullptr for an operation that was never posted
   std::mutex mu;        // guards the fields below
   bool hung = false;
-  double factor = 1;  // slow link
+  double factor = 1;    // slow link
+  double extra_ns = 0;  // slow bandwidth: the time this op's bytes add on the slow link
   uint64_t post_ns = 0;
   uint64_t done_ns = 0;                   // when the inner operation was seen complete
+  uint64_t release_ns = 0;                // when its slow-link stretch ends (set with done_ns)
   hal_status_t status = HAL_IN_PROGRESS;  // final status once known
   // Silent corruption to apply to the result, once.
   bool corrupt = false;
@@ -111,6 +113,7 @@ void corrupt_one(hal_request_s* r) {
 struct Plan {
   bool lost = false, crash = false, hang = false, corrupt = false;
   double factor = 1;
+  double ns_per_byte = 0;  // slow bandwidth: extra time per byte over the link
 };
 
 Plan plan_for(uint64_t index, bool has_output) {
@@ -149,6 +152,9 @@ Plan plan_for(uint64_t index, bool has_output) {
             std::fmod(t - std::max(0.0, f.from_s), f.period_s) < f.period_s / 2)
           p.factor = std::max(p.factor, f.factor);
         break;
+      case FaultKind::slow_bandwidth:
+        if (t < f.until_s && f.gbps > 0) p.ns_per_byte = std::max(p.ns_per_byte, (f.factor - 1) / f.gbps);
+        break;
       case FaultKind::silent_corruption:
         if (f.remaining > 0 && has_output) {
           --f.remaining;
@@ -171,7 +177,8 @@ hal_status_t settle(hal_request_s* r, hal_status_t inner_st) {
     r->done_ns = now;
     if (inner_st == HAL_OK && r->corrupt) corrupt_one(r);
   }
-  const double stretch = (r->factor - 1) * static_cast<double>(r->done_ns - r->post_ns);
+  const double stretch = (r->factor - 1) * static_cast<double>(r->done_ns - r->post_ns) + r->extra_ns;
+  r->release_ns = r->done_ns + static_cast<uint64_t>(stretch);
   if (inner_st == HAL_OK && static_cast<double>(now - r->done_ns) < stretch) return HAL_IN_PROGRESS;
   r->status = inner_st;
   return r->status;
@@ -291,6 +298,33 @@ hal_status_t admit(hal_comm_t comm, const hal_coll_args_t* args) {
   return HAL_OK;
 }
 
+// The bytes an operation moves over this device's link, sent plus received
+// (ring algorithms for the reductions and gathers): what a slow_bandwidth
+// fault charges for.
+uint64_t link_bytes(const hal_coll_args_t& a, uint32_t rank, uint32_t n) {
+  const uint64_t es = dtype_bytes(a.dtype), b = a.count * es;
+  switch (a.op) {
+    case HAL_COLL_ALL_REDUCE:
+      return n > 1 ? 4 * (n - 1) * b / n : 0;
+    case HAL_COLL_ALL_GATHER:
+    case HAL_COLL_REDUCE_SCATTER:
+    case HAL_COLL_ALL_TO_ALL:
+      return 2 * uint64_t{n - 1} * b;
+    case HAL_COLL_ALL_TO_ALLV: {
+      uint64_t sum = 0;
+      for (uint32_t j = 0; j < n; ++j)
+        if (j != rank) sum += (a.send_counts ? a.send_counts[j] : 0) + (a.recv_counts ? a.recv_counts[j] : 0);
+      return sum * es;
+    }
+    case HAL_COLL_BROADCAST:
+    case HAL_COLL_SEND:
+    case HAL_COLL_RECV:
+      return b;
+    default:
+      return 0;
+  }
+}
+
 // Counts the operation and plans its faults into `r`. A crash ends the
 // process here; a lost device fails the call (DEVICE_LOST).
 hal_status_t plan_into(hal_comm_t comm, const hal_coll_args_t& args, hal_request_s& r, Plan& p) {
@@ -309,6 +343,7 @@ hal_status_t plan_into(hal_comm_t comm, const hal_coll_args_t& args, hal_request
   }
   r.hung = p.hang;
   r.factor = p.factor;
+  r.extra_ns = p.ns_per_byte * static_cast<double>(link_bytes(args, comm->rank, comm->size));
   r.corrupt = p.corrupt;
   r.dtype = args.dtype;
   return HAL_OK;
@@ -378,11 +413,16 @@ hal_status_t sim_wait(hal_request_t r, uint64_t timeout_ns) {
                                                          std::to_string(timeout_ns) + " ns");
     }
     if (r->hung || r->done_ns != 0) {
-      // Hung, or inside a slow-link stretch: sleep, waking on abort.
+      // Hung, or inside a slow-link stretch: sleep (until the stretch ends,
+      // at most 20 ms at a time), waking on abort.
       if (r->comm == nullptr) continue;
+      uint64_t nap = std::min<uint64_t>(deadline - now, 20'000'000);
+      {
+        std::lock_guard rl(r->mu);
+        if (!r->hung && r->release_ns > now) nap = std::min(nap, r->release_ns - now);
+      }
       std::unique_lock lk(r->comm->mu);
-      r->comm->cv.wait_for(lk, std::chrono::nanoseconds(std::min<uint64_t>(deadline - now, 20'000'000)),
-                           [&] { return r->comm->aborted.load(); });
+      r->comm->cv.wait_for(lk, std::chrono::nanoseconds(nap), [&] { return r->comm->aborted.load(); });
     }
   }
 }
@@ -426,7 +466,7 @@ hal_status_t sim_run(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t 
   Plan p;
   if (hal_status_t st = plan_into(comm, *args, *r, p); st != HAL_OK) return st;
   hal_coll_run_fn* inner_run = HAL_HAS_FIELD(&inner(), hal_coll_api_t, run) ? inner().run : nullptr;
-  if (inner_run != nullptr && !r->hung && r->factor == 1 && !timed_fault_armed()) {
+  if (inner_run != nullptr && !r->hung && r->factor == 1 && r->extra_ns == 0 && !timed_fault_armed()) {
     hal_status_t st = inner_run(comm->inner, args, stream, timeout_ns);
     if (st == HAL_OK && r->corrupt) corrupt_one(r.get());
     if (st == HAL_ERR_TIMEOUT) abort_comm(comm, HAL_ERR_TIMEOUT);

@@ -60,6 +60,7 @@ void State::arm_scenario_faults() {
     if (f.at_op) a.at_op = static_cast<int64_t>(*f.at_op);
     if (f.duration_s > 0) a.until_s = (f.at_s ? *f.at_s : 0) + f.duration_s;
     a.factor = f.factor;
+    a.gbps = f.gbps;
     a.period_s = f.period_s;
     a.remaining = f.count;
     a.from_scenario = true;

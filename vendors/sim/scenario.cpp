@@ -111,7 +111,8 @@ class Parser : public sigma::yaml::Reader {
 
   Fault fault(const YAML::Node& n, const std::string& path, const Scenario& s) const {
     if (!n.IsMap()) fail(n, path, "expected a mapping");
-    only_keys(n, path, {"kind", "device", "at_s", "at_op", "duration_s", "factor", "period_s", "count"});
+    only_keys(n, path,
+              {"kind", "device", "at_s", "at_op", "duration_s", "factor", "period_s", "count", "gbps"});
     Fault f{};
     f.line = n.Mark().line + 1;
     if (!n["kind"]) fail(n, path + ".kind", "missing");
@@ -122,12 +123,13 @@ class Parser : public sigma::yaml::Reader {
         {"slow_link", FaultKind::slow_link},
         {"flapping_link", FaultKind::flapping_link},
         {"silent_corruption", FaultKind::silent_corruption},
-        {"crash", FaultKind::crash}};
+        {"crash", FaultKind::crash},
+        {"slow_bandwidth", FaultKind::slow_bandwidth}};
     auto it = kinds.find(kind);
     if (it == kinds.end())
       fail(n["kind"], path + ".kind",
            "unknown fault kind '" + kind +
-               "' (device_lost, hang, slow_link, flapping_link, silent_corruption, crash)");
+               "' (device_lost, hang, slow_link, flapping_link, silent_corruption, crash, slow_bandwidth)");
     f.kind = it->second;
     if (!n["device"]) fail(n, path + ".device", "missing");
     const uint64_t dev = integer(n["device"], path + ".device", 0, 1ull << 31);
@@ -148,17 +150,28 @@ class Parser : public sigma::yaml::Reader {
       fail(n, path + ".at_s",
            "missing: a fault needs at_s (seconds) or at_op (the device's n-th collective)");
     }
-    const bool timed = f.kind == FaultKind::slow_link || f.kind == FaultKind::flapping_link;
+    const bool timed = f.kind == FaultKind::slow_link || f.kind == FaultKind::flapping_link ||
+                       f.kind == FaultKind::slow_bandwidth;
     if (n["duration_s"]) {
       if (!timed)
-        fail(n["duration_s"], path + ".duration_s", "only slow_link and flapping_link last a while");
+        fail(n["duration_s"], path + ".duration_s",
+             "only slow_link, flapping_link and slow_bandwidth last a while");
       f.duration_s = number(n["duration_s"], path + ".duration_s", 0, 1e12);
     }
     if (n["factor"]) {
-      if (!timed) fail(n["factor"], path + ".factor", "only slow_link and flapping_link take a factor");
+      if (!timed)
+        fail(n["factor"], path + ".factor", "only slow_link, flapping_link and slow_bandwidth take a factor");
       f.factor = number(n["factor"], path + ".factor", 1, 1e4);
     } else if (timed) {
       fail(n, path + ".factor", "missing: how many times slower collectives get (>= 1)");
+    }
+    if (n["gbps"]) {
+      if (f.kind != FaultKind::slow_bandwidth)
+        fail(n["gbps"], path + ".gbps", "only slow_bandwidth has a link rate");
+      f.gbps = number(n["gbps"], path + ".gbps", 1e-6, 1e6);
+    } else if (f.kind == FaultKind::slow_bandwidth) {
+      fail(n, path + ".gbps",
+           "missing: the link's healthy rate in GB/s (each byte then costs factor - 1 times more)");
     }
     if (n["period_s"]) {
       if (f.kind != FaultKind::flapping_link)
@@ -234,6 +247,8 @@ const char* fault_kind_name(FaultKind k) {
       return "slow_link";
     case FaultKind::flapping_link:
       return "flapping_link";
+    case FaultKind::slow_bandwidth:
+      return "slow_bandwidth";
     case FaultKind::silent_corruption:
       return "silent_corruption";
     case FaultKind::crash:

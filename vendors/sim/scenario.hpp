@@ -43,7 +43,15 @@ struct DeviceModel {
   std::vector<Event> events;
 };
 
-enum class FaultKind { device_lost, hang, slow_link, flapping_link, silent_corruption, crash };
+enum class FaultKind {
+  device_lost,
+  hang,
+  slow_link,
+  flapping_link,
+  silent_corruption,
+  crash,
+  slow_bandwidth
+};
 const char* fault_kind_name(FaultKind k);
 
 struct Fault {
@@ -52,7 +60,9 @@ struct Fault {
   std::optional<double> at_s;     // exactly one of at_s, at_op
   std::optional<uint64_t> at_op;  // the device's n-th collective (0-based)
   double duration_s = 0;          // slow/flapping: 0 = until the end
-  double factor = 1;              // slow/flapping: collectives take factor x as long
+  double factor = 1;              // slow/flapping: collectives take factor x as long;
+                                  // slow_bandwidth: the link moves bytes factor x slower
+  double gbps = 0;                // slow_bandwidth: the link's healthy rate, GB/s each way
   double period_s = 0;            // flapping: one slow + one normal phase
   uint64_t count = 1;             // silent_corruption: how many results
   int line = 0;                   // where it was written, for messages

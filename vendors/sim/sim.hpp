@@ -37,6 +37,7 @@ struct ActiveFault {
   int64_t at_op = -1;      // op index it starts at (or -1: by time)
   double until_s = 1e300;  // slow/flapping end
   double factor = 1;
+  double gbps = 0;  // slow_bandwidth
   double period_s = 0;
   uint64_t remaining = 1;      // silent_corruption results left to corrupt
   bool fired = false;          // one-shot faults

@@ -123,7 +123,8 @@ struct Model {
   uint64_t link_retries(const std::vector<ActiveFault>& faults) const {
     double slow = 0;  // a slow link retransmits: 100 retries per second of it
     for (const auto& f : faults)
-      if (f.kind == FaultKind::slow_link && f.from_s >= 0) slow += overlap(f.from_s, f.until_s, t);
+      if ((f.kind == FaultKind::slow_link || f.kind == FaultKind::slow_bandwidth) && f.from_s >= 0)
+        slow += overlap(f.from_s, f.until_s, t);
     return 4 * link_errors(faults) + static_cast<uint64_t>(100.0 * slow);
   }
 };
