@@ -32,15 +32,24 @@ PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs sigma | grep 
 # the freshly built one by path.
 "$prefix/bin/sigma-hal-conformance" --plugin skeleton --quiet
 "$prefix/bin/sigma-hal-conformance" --plugin "$plugin" --quiet
-# A C program with pkg-config only, and a C++ one with find_package only.
+# A C program with pkg-config only, and a C++ one with find_package only,
+# built with the sanitizers the package was (an instrumented libsigma needs
+# its runtime first in the program).
 consumers=$(dirname "$0")/consumers
+sanitize=$(sed -n 's/^SIGMA_SANITIZE:STRING=//p' "$build/CMakeCache.txt")
+case "$sanitize" in
+  address) san_flags="-fsanitize=address,undefined" ;;
+  thread) san_flags="-fsanitize=thread" ;;
+  *) san_flags="" ;;
+esac
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 # shellcheck disable=SC2046
-cc -std=c99 -Wall -Werror "$consumers/c_consumer.c" -o "$work/c_consumer" $(pkg-config --cflags --libs sigma) \
+cc -std=c99 -Wall -Werror $san_flags "$consumers/c_consumer.c" -o "$work/c_consumer" $(pkg-config --cflags --libs sigma) \
   -Wl,-rpath,"$prefix/lib"
 "$work/c_consumer"
 cmake -S "$consumers/cxx" -B "$work/cxx-build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH="$prefix/lib" > "$work/cxx-configure.log"
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH="$prefix/lib" -DCMAKE_CXX_FLAGS="$san_flags" \
+  > "$work/cxx-configure.log"
 cmake --build "$work/cxx-build" > "$work/cxx-build.log"
 "$work/cxx-build/cxx_consumer"
 echo "install consumer: ok"
