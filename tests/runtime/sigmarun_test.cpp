@@ -769,7 +769,11 @@ TEST(SigmarunNodes, GroupControllersReplaceWithinTheirGroupAndEscalateOnlyWhenIt
   }
   EXPECT_EQ(replaced[3], 6u) << logs(r);  // group 1's own spares first
   EXPECT_EQ(replaced[6], 7u) << logs(r);
-  EXPECT_EQ(replaced[7], 4u) << logs(r);  // then the root lends group 0's lowest
+  // Then the root lends group 0's lowest free spare: 4, or 5 when 4 went
+  // to a survivor of group 0 that missed the abort grace.
+  bool four_taken = false;
+  for (const auto& [dev, to] : replaced) four_taken |= dev != 3 && dev != 6 && dev != 7 && to == 4;
+  EXPECT_EQ(replaced[7], four_taken ? 5u : 4u) << logs(r);
   EXPECT_TRUE(seven_escalated) << logs(r);
   expect_replayed(r);
   const auto a = finals_of(clean, 4, 4), b = finals_of(r, 4, 4);
@@ -933,7 +937,11 @@ TEST(SigmarunUsage, ASecondAgentOnTheSameFolderIsRefusedAndAnEndlessLineIsCutOff
       << read_file(err);
   std::filesystem::remove(err);
   // 4 MiB without a newline on the agent's socket: the agent hangs up.
-  const int fd = connect_agent(dir);
+  int fd = -1;  // (the socket file appears at bind, a moment before the agent listens)
+  for (int i = 0; i < 2000 && fd < 0; ++i) {
+    fd = connect_agent(dir);
+    if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   ASSERT_GE(fd, 0);
   const std::string chunk(1 << 16, 'x');
   bool cut_off = false;
@@ -955,9 +963,12 @@ TEST(SigmarunUsage, AStrangersGreetingIsRefusedAndTheRealWorkerJoins) {
   g_dirs.push_back(dir);
   const pid_t agent = spawn({SIGMARUN, "--nproc", "2", "--no-progress", "--job-dir", dir, "--",
                              RUNTIME_WORKER, "--steps", "40", "--start-delay-ms", "1500"});
-  for (int i = 0; i < 2000 && !std::filesystem::exists(dir + "/agent.sock"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const int fd = connect_agent(dir);
+  // The socket file appears at bind, a moment before the agent listens.
+  int fd = -1;
+  for (int i = 0; i < 2000 && fd < 0; ++i) {
+    fd = connect_agent(dir);
+    if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   ASSERT_GE(fd, 0);
   const std::string hello =
       R"({"type":"hello","version":2,"device":0,"pid":1,"self_test":{"passed":true,"detail":"trust me"}})"
