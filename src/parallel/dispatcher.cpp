@@ -29,6 +29,27 @@ hal_coll_args_t bytes_args(hal_coll_op_t op, uint64_t count, const void* send, v
   return hal::coll_args(op, HAL_DTYPE_U8, count, send, recv);
 }
 
+// An all-to-all(v): block j of `send` (sc[j] elements at sd[j]) to rank j,
+// rank j's block to rc[j] elements at rd[j] of `recv`.
+hal_coll_args_t alltoallv(hal_dtype_t dtype, const void* send, void* recv, const std::vector<uint64_t>& sc,
+                          const std::vector<uint64_t>& sd, const std::vector<uint64_t>& rc,
+                          const std::vector<uint64_t>& rd) {
+  auto a = hal::coll_args(HAL_COLL_ALL_TO_ALLV, dtype, 0, send, recv);
+  a.send_counts = sc.data();
+  a.send_displs = sd.data();
+  a.recv_counts = rc.data();
+  a.recv_displs = rd.data();
+  return a;
+}
+
+// Bytes of one row; throws for a dtype the ABI does not define.
+uint64_t row_bytes(uint64_t hidden, hal_dtype_t dtype, const char* what) {
+  const uint64_t row = hidden * hal::dtype_size(dtype);
+  if (row == 0 && hidden > 0)
+    throw Error(Code::invalid_argument, std::string(what) + ": dtype " + hal::dtype_name(dtype));
+  return row;
+}
+
 }  // namespace
 
 Dispatcher::Dispatcher(hal::Communicator& ep, uint32_t ep_rank, uint32_t ep_size,
@@ -101,12 +122,7 @@ Plan Dispatcher::plan(const Routing& routing) {
       rd[j] = j * L;
     }
     std::vector<uint64_t> recv(std::max<size_t>(R * L, 1));
-    auto a = hal::coll_args(HAL_COLL_ALL_TO_ALLV, HAL_DTYPE_I64, 0, sent.data(), recv.data());
-    a.send_counts = sc.data();
-    a.send_displs = sd.data();
-    a.recv_counts = rc.data();
-    a.recv_displs = rd.data();
-    run(a);
+    run(alltoallv(HAL_DTYPE_I64, sent.data(), recv.data(), sc, sd, rc, rd));
     std::copy(recv.begin(), recv.begin() + static_cast<ptrdiff_t>(R * L), p.recv_counts.begin());
   } else {
     p.source_offsets.resize(R * (E + 1));
@@ -148,9 +164,7 @@ std::vector<uint8_t> Dispatcher::to_experts(const Plan& p, const void* sent, uin
 
 void Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden, hal_dtype_t dtype,
                             std::vector<uint8_t>& out) {
-  const uint64_t row = hidden * hal::dtype_size(dtype);
-  if (row == 0 && hidden > 0)
-    throw Error(Code::invalid_argument, "to_experts: dtype " + hal::dtype_name(dtype));
+  const uint64_t row = row_bytes(hidden, dtype, "to_experts");
   const size_t E = options_.num_experts, L = local_experts_, R = ep_size_;
   out.resize(p.expert_rows() * row);
   if (options_.exchange == Exchange::all_to_all) {
@@ -167,12 +181,7 @@ void Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden, ha
     }
     static const uint8_t kNone = 0;
     uint8_t* by_source = scratch(exchange_, recv_total);
-    auto a = bytes_args(HAL_COLL_ALL_TO_ALLV, 0, p.sent_rows() ? sent : &kNone, by_source);
-    a.send_counts = sc.data();
-    a.send_displs = sd.data();
-    a.recv_counts = rc.data();
-    a.recv_displs = rd.data();
-    run(a);
+    run(alltoallv(HAL_DTYPE_U8, p.sent_rows() ? sent : &kNone, by_source, sc, sd, rc, rd));
     // Source-major to expert-major.
     uint64_t at = 0;
     for (uint32_t s = 0; s < R; ++s)
@@ -208,9 +217,7 @@ std::vector<uint8_t> Dispatcher::from_experts(const Plan& p, const void* expert_
 
 void Dispatcher::from_experts(const Plan& p, const void* expert_rows, uint64_t hidden, hal_dtype_t dtype,
                               std::vector<uint8_t>& out) {
-  const uint64_t row = hidden * hal::dtype_size(dtype);
-  if (row == 0 && hidden > 0)
-    throw Error(Code::invalid_argument, "from_experts: dtype " + hal::dtype_name(dtype));
+  const uint64_t row = row_bytes(hidden, dtype, "from_experts");
   const size_t E = options_.num_experts, L = local_experts_, R = ep_size_;
   const auto* in = static_cast<const uint8_t*>(expert_rows);
   out.resize(p.sent_rows() * row);
@@ -229,12 +236,7 @@ void Dispatcher::from_experts(const Plan& p, const void* expert_rows, uint64_t h
       rd[s] = p.sent_offsets[first_slot_[s]] * row;
       rc[s] = (p.sent_offsets[first_slot_[s + 1]] - p.sent_offsets[first_slot_[s]]) * row;
     }
-    auto a = bytes_args(HAL_COLL_ALL_TO_ALLV, 0, by_source, bytes_of(out));
-    a.send_counts = sc.data();
-    a.send_displs = sd.data();
-    a.recv_counts = rc.data();
-    a.recv_displs = rd.data();
-    run(a);
+    run(alltoallv(HAL_DTYPE_U8, by_source, bytes_of(out), sc, sd, rc, rd));
     out.resize(p.sent_rows() * row);
     return;
   }

@@ -44,6 +44,18 @@ Inputs make(int64_t hidden) {
 
 void run(const hal_coll_args_t& a) { g_comm->run(a, std::chrono::seconds(120)); }
 
+// f32 rows through the HAL's all-to-all(v), counts and displacements in elements.
+void alltoallv(const torch::Tensor& send, torch::Tensor& recv, const std::vector<uint64_t>& sc,
+               const std::vector<uint64_t>& sd, const std::vector<uint64_t>& rc,
+               const std::vector<uint64_t>& rd) {
+  auto a = sigma::hal::coll_args(HAL_COLL_ALL_TO_ALLV, HAL_DTYPE_F32, 0, send.data_ptr(), recv.data_ptr());
+  a.send_counts = sc.data();
+  a.send_displs = sd.data();
+  a.recv_counts = rc.data();
+  a.recv_displs = rd.data();
+  run(a);
+}
+
 // The libtorch peer's buffers, kept from call to call when `reuse` is on
 // (its best configuration: no fresh allocation, no page faults per step).
 struct Workspace {
@@ -86,13 +98,7 @@ torch::Tensor torch_dispatch_combine(const Inputs& in, Workspace& ws) {
     r_at += rc[j];
   }
   auto recv = ws.get("recv", static_cast<int64_t>(r_at / hidden), hidden);
-  auto a =
-      sigma::hal::coll_args(HAL_COLL_ALL_TO_ALLV, HAL_DTYPE_F32, 0, permuted.data_ptr(), recv.data_ptr());
-  a.send_counts = sc.data();
-  a.send_displs = sd.data();
-  a.recv_counts = rc.data();
-  a.recv_displs = rd.data();
-  run(a);
+  alltoallv(permuted, recv, sc, sd, rc, rd);
   // Regroup source-major rows by expert: each (source, expert) segment's
   // row indices, expert-major.
   auto rcv = recv_counts.view({kWorld, local});
@@ -110,13 +116,7 @@ torch::Tensor torch_dispatch_combine(const Inputs& in, Workspace& ws) {
   auto back_src = ws.get("back_src", recv.size(0), hidden);
   back_src.index_copy_(0, by_expert, expert_out);
   auto back = ws.get("back", permuted.size(0), hidden);
-  auto b =
-      sigma::hal::coll_args(HAL_COLL_ALL_TO_ALLV, HAL_DTYPE_F32, 0, back_src.data_ptr(), back.data_ptr());
-  b.send_counts = rc.data();
-  b.send_displs = rd.data();
-  b.recv_counts = sc.data();
-  b.recv_displs = sd.data();
-  run(b);
+  alltoallv(back_src, back, rc, rd, sc, sd);
   auto weighted = ws.get("weighted", back.size(0), hidden);
   torch::mul_out(weighted, back, w.flatten().index_select(0, order).unsqueeze(1));
   auto out = ws.get("out", kTokens, hidden);
