@@ -7,10 +7,11 @@
 // cheapest). Expert parallelism folds into data parallelism: ep divides dp,
 // the ep ranks of one expert group are consecutive inside their stage, and
 // the dp / ep ranks that hold the same experts form the expert-data group
-// (where expert gradients are averaged). Expert e of E lives on expert-group
-// rank e / (E / ep): experts are sharded in contiguous blocks, so a
-// checkpoint that names each expert by its global index restores onto any ep
-// that divides E.
+// (where expert gradients are averaged). By default expert e of E lives on
+// expert-group rank e / (E / ep), in contiguous blocks, so a checkpoint
+// that names each expert by its global index restores onto any ep that
+// divides E; Dispatcher::set_placement puts experts anywhere else (the
+// autotuner, sigma/autotune.hpp).
 //
 // The exchange: route() decides, on each rank alone, which experts every
 // token goes to and which choices are dropped (over capacity) before any

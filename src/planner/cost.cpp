@@ -41,10 +41,16 @@ double activation_bytes(const Model& m, const Layout& l, bool flash) {
   return sbh * (34 + (flash ? 0 : 5.0 * m.heads * m.seq / l.cp / m.hidden)) / l.tp;
 }
 
-double memory_bytes(const Model& m, const Layout& l, const Params& p, bool flash) {
+// The parameters one device holds: dense ones split over tp x pp, expert
+// ones over tp x pp x ep.
+double params_on_device(const Model& m, const Layout& l, const Params& p) {
   const double dense = m.layers * p.attention + p.embedding + (m.experts == 1 ? m.layers * p.ffn : 0);
   const double expert = m.experts == 1 ? 0 : static_cast<double>(m.layers) * m.experts * p.ffn;
-  const double on_device = dense / (l.tp * l.pp) + expert / (static_cast<double>(l.tp) * l.pp * l.ep);
+  return dense / (l.tp * l.pp) + expert / (static_cast<double>(l.tp) * l.pp * l.ep);
+}
+
+double memory_bytes(const Model& m, const Layout& l, const Params& p, bool flash) {
+  const double on_device = params_on_device(m, l, p);
   const double weights_grads = on_device * 2 * m.bytes_per_param;
   const double optimizer = on_device * 12;  // fp32 master weights, Adam's two moments
   double states = 0;
@@ -137,9 +143,7 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
   }
   // Gradients: reduce-scatter inside the node, all-reduce of the shards
   // between nodes, all-gather inside (one ring when dp is all inside).
-  const double dense = L * p.attention + p.embedding + (m.experts == 1 ? L * p.ffn : 0);
-  const double expert = m.experts == 1 ? 0 : L * m.experts * p.ffn;
-  const double grads = (dense / (t * pp) + expert / (t * pp * e)) * m.bytes_per_param;
+  const double grads = params_on_device(m, l, p) * m.bytes_per_param;
   const double d_in = std::max(1.0, std::min<double>(l.dp, std::floor(d.per_node / (t * c))));
   const double n_out = std::ceil(l.dp / d_in);
   double dp_s = 2 * (d_in - 1) / d_in * grads / intra + 2 * (n_out - 1) / n_out * grads / d_in / inter;
