@@ -1,58 +1,51 @@
 #!/usr/bin/env bash
-# The main job: build, then run the HAL conformance suite over every plugin
-# the build produced (the reference vendors and the vendor skeleton), with one
-# rank and, for plugins that do collectives across ranks, with 2 and 4 ranks
-# as real processes. Ends with a summary table, then shows sigmarun keeping a
-# job alive on the sim vendor: a device heating toward failure is migrated
-# away before it dies and a killed worker is replaced from the memory tier.
-# Exits non-zero on a failure.
+# The main job: a byte-level MoE transformer (samples/moe_trainer, libtorch)
+# trained on the King James Bible by 4 workers and 1 spare under sigmarun on
+# the sim vendor, through samples/scenarios/early_life.yaml: a crashed
+# worker restored from the memory tier, a NaN burst skipped, a corrupt data
+# batch's loss spike rolled back, a silently wrong all-reduce caught and its
+# device named, a slow link, and a device heating toward failure migrated
+# before it dies. A fault-free reference run of the same job comes first
+# (kept for later runs while nothing it depends on changed), so the report
+# can draw both losses. Ends with the summary and report.html.
+# Exits non-zero when the job does not finish.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-sigma_ensure_packages
+sigma_ensure_packages libtorch-dev libopenblas0-pthread bible-kjv
 sigma_build default
 
-bin=build/default/bin/sigma-hal-conformance
-plugins_dir=build/default/lib/sigma/plugins
-reports=build/default/conformance
-mkdir -p "$reports"
-rows=()
-status=0
-for so in "$plugins_dir"/libsigma_hal_*.so; do
-  name=$(basename "$so" .so)
-  name=${name#libsigma_hal_}
-  for ranks in 1 2 4; do
-    rc=0
-    line=$("$bin" --plugin "$so" --ranks "$ranks" --json "$reports/$name-x$ranks.json" --quiet) || rc=$?
-    # A plugin that does not do multi-rank collectives is checked with 1 rank only.
-    if [ "$ranks" -gt 1 ] && grep -q 'world size 1 only' "$reports/$name-x$ranks.json" 2>/dev/null; then
-      rm -f "$reports/$name-x$ranks.json"
-      break
-    fi
-    case $rc in
-      0) verdict=PASS ;;
-      77) verdict="SKIPPED (no device)" ;;
-      *) verdict=FAIL; status=1 ;;
-    esac
-    counts=$(echo "$line" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped.*/\1 \2 \3/p')
-    rows+=("$name $ranks ${counts:-? ? ?} $verdict")
-  done
-done
+bin=build/default/bin
+demo=build/default/demo
+mkdir -p "$demo"
+# The text: public domain, from Debian's bible-kjv (its `bible` prints it).
+[ -s "$demo/kjv.txt" ] || bible gen1:1-rev22:21 > "$demo/kjv.txt"
+# One worker thread's GEMM rate: the planner's compute rate and the MFU peak.
+gemm=$("$bin/moe_trainer" --measure-gemm)
+steps=${SIGMA_DEMO_STEPS:-450}
+trainer=("$bin/moe_trainer" --data "$PWD/$demo/kjv.txt" --steps "$steps" --gemm-gflops "$gemm"
+         --guardrails "$PWD/samples/moe_trainer/guardrails.yaml")
+run=(--nproc 4 --spares 1 --snapshot-keep 4 --readmit-crashed 1)
+
+# The fault-free reference: the same job on the cpu vendor, no faults.
+reference=$demo/reference
+key=$(cat "$bin/moe_trainer" samples/moe_trainer/guardrails.yaml | sha256sum | cut -c1-16)-$steps
+if [ "$(cat "$reference/key" 2>/dev/null)" != "$key" ] || [ ! -s "$reference/report.json" ]; then
+  echo "== 1/2: the fault-free reference run ($steps steps; kept for the next runs)"
+  rm -rf "$reference"
+  "$bin/sigmarun" "${run[@]}" --job-dir "$reference" --no-report -- "${trainer[@]}"
+  echo "$key" > "$reference/key"
+else
+  echo "== 1/2: the fault-free reference run: kept from an earlier run ($reference)"
+fi
 
 echo
-echo "HAL conformance summary (reports in $reports/)"
-printf '%-12s %5s %7s %7s %8s  %s\n' plugin ranks passed failed skipped verdict
-printf '%-12s %5s %7s %7s %8s  %s\n' ------ ----- ------ ------ ------- -------
-for r in "${rows[@]}"; do
-  read -r n k p f s v <<< "$r"
-  printf '%-12s %5s %7s %7s %8s  %s\n' "$n" "$k" "$p" "$f" "$s" "$v"
-done
-
-echo
-echo "sigmarun: 3 ranks + 2 spares on the sim vendor's thermal_runaway scenario"
-echo "(device 1 overheats and is lost at 2.5 s), and the worker on device 0 killed at step 250"
-job=build/default/sigmarun-demo
+echo "== 2/2: the same job through an early-life cluster (samples/scenarios/early_life.yaml)"
+job=$demo/early-life
 rm -rf "$job"
-build/default/bin/sigmarun --nproc 3 --spares 2 --vendor sim --health-time-scale 40 \
-  --vendor-options "scenario=$PWD/samples/scenarios/thermal_runaway.yaml;rank={device};time_scale=40" \
-  --job-dir "$job" --no-progress -- \
-  build/default/bin/runtime_worker --steps 400 --step-ms 5 --kill-at 250 --kill-device 0 || status=1
+status=0
+"$bin/sigmarun" "${run[@]}" --vendor sim \
+  --vendor-options "scenario=$PWD/samples/scenarios/early_life.yaml;rank={device}" \
+  --job-dir "$job" --report-reference "$reference" -- \
+  "${trainer[@]}" --poison-batches 200 || status=$?
+echo
+echo "Open $job/report.html for the charts; the HAL conformance table is tools/run-conformance.sh."
 exit $status

@@ -4,7 +4,10 @@
 # over its corpus (the checkpoint reader longest). Fails when any test fails
 # or any fuzzer finds a crash.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-sigma_ensure_packages clang-format clang-tidy prometheus
+# libtorch, OpenBLAS, the text and a browser: the main job's trainer and its
+# report are tested in the Release build (libtorch stays out of the
+# sanitizer presets).
+sigma_ensure_packages clang-format clang-tidy prometheus libtorch-dev libopenblas0-pthread bible-kjv chromium
 
 # Every C and C++ file is in .clang-format's style: formatting is the
 # tool's, never a reviewer's.

@@ -72,6 +72,12 @@ class SIGMA_EXPORT ExpertBalancer {
   std::optional<Rebalance> observe(uint64_t step, const std::vector<RankSample>& samples);
   const std::vector<uint32_t>& owner() const { return owner_; }
   bool evacuated(uint32_t rank) const { return evacuated_.at(rank); }
+  // The whole decision state (placement, counters) as JSON, for a
+  // checkpoint or a memory-tier snapshot; restore_state() takes it back.
+  // Throws Error(invalid_argument) for text that is not such a state or
+  // is one of another group (expert count, group size).
+  std::string save_state() const;
+  void restore_state(const std::string& json);
 
  private:
   std::optional<Rebalance> evacuate(uint64_t step, uint32_t rank, const std::vector<RankSample>& samples,

@@ -120,6 +120,9 @@ class SIGMA_EXPORT Groups {
   Groups& operator=(const Groups&) = delete;
 
   hal::Communicator& comm(GroupKind kind) const;
+  // Aborts every group's communicator (what is in flight ends with
+  // Error(aborted)). Any thread, like hal::Communicator::abort.
+  void abort();
   uint32_t rank_in(GroupKind kind) const;
   uint32_t size_of(GroupKind kind) const;
   const Layout& layout() const { return layout_; }

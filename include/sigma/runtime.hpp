@@ -64,6 +64,17 @@ struct SIGMA_EXPORT SessionOptions {
   static SessionOptions from_env();
 };
 
+// What a training loop may tell the agent about a step, for its progress
+// line and the job's report (report.json "series", report.html). All
+// optional; rank 0's is the one shown.
+struct StepReport {
+  std::optional<double> loss{};  // the step's loss, mean over ranks (NaN allowed)
+  uint64_t tokens = 0;           // tokens the whole job trained on in this step
+  double flops = 0;              // model FLOPs of this step, whole job (for MFU)
+  double peak_flops = 0;         // peak FLOP/s of the job's devices, as the worker measured or knows it
+  std::string note{};            // a numerics decision worth a line in the report ("skipped: ...")
+};
+
 class SIGMA_EXPORT Session {
  public:
   // True when this process was started by sigmarun (SIGMA_AGENT_SOCKET set).
@@ -82,6 +93,12 @@ class SIGMA_EXPORT Session {
   // that stay valid (same addresses and sizes) for the session's life.
   void set_state(std::vector<checkpoint::TensorView> views);
 
+  // Called on the session's thread each time it aborts its communicator (a
+  // peer failed): a job with communicators of its own (sigma::parallel's
+  // Groups) aborts them here, so no collective waits out its timeout. Keep
+  // it short; it must not call the session.
+  void on_abort(std::function<void()> hook);
+
   // Blocks until the agent assigns a rank, builds the communicator, takes
   // the first snapshot (or restores, for a spare that replaces a rank) and
   // returns the next step to run. Throws Error(aborted) when the agent ends
@@ -99,10 +116,20 @@ class SIGMA_EXPORT Session {
   // collective), saves a disk checkpoint when due. Throws Error(aborted)
   // when the agent asked the job to stop after this step (a migration).
   void step_end(uint64_t step);
+  // The same, with the step's figures for the progress line and the report.
+  void step_end(uint64_t step, const StepReport& report);
   // True when the disk checkpoint of `step` is due (step_end saves it).
   bool should_checkpoint(uint64_t step) const noexcept;
   // True once the agent has asked for a stop at a step boundary.
   bool should_migrate() const noexcept;
+
+  // A rollback every rank decided alike (the guardrails' loss-spike
+  // answer): copies this rank's own memory-tier snapshot `index` (steps
+  // done) back into the state and forgets the snapshots newer than it, own
+  // and replicas. Returns `index`, the next step to run. Not collective: no
+  // byte moves between ranks. Throws Error(data_loss) when this rank no
+  // longer holds that snapshot (keep more with SIGMA_SNAPSHOT_KEEP).
+  uint64_t rollback(uint64_t index);
 
   // After an Error from a collective or step_end: reports what this rank
   // holds, waits for the agent's new assignment, builds the next

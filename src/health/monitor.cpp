@@ -139,7 +139,9 @@ std::optional<double> rate_per_min(const std::deque<Point>& pts, double now, dou
   if (first == nullptr || pts.empty()) return std::nullopt;
   const Point& last = pts.back();
   const double span = last.t - first->t;
-  if (span < 1.0) return std::nullopt;
+  // Judged only over a quarter of the window at least: one background error
+  // in the first second is not 60 a minute.
+  if (span < std::max(1.0, 0.25 * window)) return std::nullopt;
   return std::max(0.0, last.v - first->v) / span * 60.0;
 }
 

@@ -46,6 +46,41 @@ ExpertBalancer::ExpertBalancer(uint32_t num_experts, uint32_t ep, const Balancer
   evacuated_.assign(ep, false);
 }
 
+std::string ExpertBalancer::save_state() const {
+  return nlohmann::json{{"experts", num_experts_},
+                        {"ep", ep_},
+                        {"owner", owner_},
+                        {"slow_steps", slow_steps_},
+                        {"healthy_steps", healthy_steps_},
+                        {"evacuated", evacuated_}}
+      .dump();
+}
+
+void ExpertBalancer::restore_state(const std::string& text) {
+  try {
+    const auto j = nlohmann::json::parse(text);
+    if (j.at("experts").get<uint32_t>() != num_experts_ || j.at("ep").get<uint32_t>() != ep_)
+      throw Error(Code::invalid_argument, "ExpertBalancer: the state is of another group (" +
+                                              std::to_string(j.at("experts").get<uint32_t>()) +
+                                              " experts on " + std::to_string(j.at("ep").get<uint32_t>()) +
+                                              " ranks)");
+    auto owner = j.at("owner").get<std::vector<uint32_t>>();
+    auto slow = j.at("slow_steps").get<std::vector<uint32_t>>();
+    auto healthy = j.at("healthy_steps").get<std::vector<uint32_t>>();
+    auto evacuated = j.at("evacuated").get<std::vector<bool>>();
+    if (owner.size() != num_experts_ || slow.size() != ep_ || healthy.size() != ep_ ||
+        evacuated.size() != ep_ ||
+        std::any_of(owner.begin(), owner.end(), [&](uint32_t r) { return r >= ep_; }))
+      throw Error(Code::invalid_argument, "ExpertBalancer: the state's sizes or owners do not fit the group");
+    owner_ = std::move(owner);
+    slow_steps_ = std::move(slow);
+    healthy_steps_ = std::move(healthy);
+    evacuated_ = std::move(evacuated);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Code::invalid_argument, std::string("ExpertBalancer: not a balancer state: ") + e.what());
+  }
+}
+
 std::optional<Rebalance> ExpertBalancer::observe(uint64_t step, const std::vector<RankSample>& samples) {
   if (samples.size() != ep_)
     throw Error(Code::invalid_argument, "ExpertBalancer: " + std::to_string(samples.size()) +

@@ -2,6 +2,7 @@
 // rank's groups.
 #include <sigma/parallel.hpp>
 
+#include <exception>
 #include <string>
 
 namespace sigma::parallel {
@@ -146,6 +147,19 @@ Groups::Groups(hal::PluginPtr plugin, std::shared_ptr<bootstrap::Store> store, c
 Groups::~Groups() {
   // Communicators before their bootstraps, last group first.
   while (!groups_.empty()) groups_.pop_back();
+}
+
+void Groups::abort() {
+  // Every group is aborted even when one refuses; the first refusal is thrown.
+  std::exception_ptr first;
+  for (auto& g : groups_) {
+    try {
+      g->comm->abort();
+    } catch (const Error&) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 hal::Communicator& Groups::comm(GroupKind kind) const { return *groups_.at(static_cast<size_t>(kind))->comm; }

@@ -2,6 +2,7 @@
 
 #include <sigma/error.hpp>
 
+#include <cmath>
 #include <limits>
 
 namespace sigma::runtime::protocol {
@@ -178,7 +179,14 @@ json encode(const WorkerMessage& m) {
                     {"probe_s", x.probe_s}, {"restore_s", x.restore_s}};
           },
           [](const StepDone& x) -> json {
-            return {{"type", "step"}, {"step", x.step}, {"seconds", x.seconds}};
+            json j = {{"type", "step"}, {"step", x.step}, {"seconds", x.seconds}};
+            // JSON has no NaN: a non-finite loss travels as null.
+            if (x.loss) j["loss"] = std::isfinite(*x.loss) ? json(*x.loss) : json(nullptr);
+            if (x.tokens) j["tokens"] = x.tokens;
+            if (x.flops > 0) j["flops"] = x.flops;
+            if (x.peak_flops > 0) j["peak_flops"] = x.peak_flops;
+            if (!x.note.empty()) j["note"] = x.note;
+            return j;
           },
           [](const Snapshotted& x) -> json {
             return {{"type", "snapshot"}, {"index", x.index}};
@@ -285,7 +293,15 @@ WorkerMessage decode_worker(const json& j) {
                   f.number("comm_s"),
                   f.number("probe_s"),
                   f.number("restore_s")};
-  if (type == "step") return StepDone{f.integer<uint64_t>("step"), f.number("seconds")};
+  if (type == "step") {
+    StepDone s{f.integer<uint64_t>("step"), f.number("seconds")};
+    if (f.has("loss")) s.loss = f.at("loss").is_null() ? std::nan("") : f.number("loss");
+    s.tokens = f.integer_or<uint64_t>("tokens", 0);
+    s.flops = f.has("flops") ? f.number("flops") : 0;
+    s.peak_flops = f.has("peak_flops") ? f.number("peak_flops") : 0;
+    s.note = f.text_or("note", "");
+    return s;
+  }
   if (type == "snapshot") return Snapshotted{f.integer<uint64_t>("index")};
   if (type == "checkpoint") return Checkpointed{f.integer<uint64_t>("index")};
   if (type == "recover")

@@ -69,9 +69,16 @@ struct Joined {
 };
 
 // A training step finished, and how long it took.
+// Optional (added in version 2, absent from older workers): what the
+// training loop measured, for the progress line and the report.
 struct StepDone {
   uint64_t step = 0;
   double seconds = 0;
+  std::optional<double> loss{};  // the step's loss (mean over ranks), when the worker says
+  uint64_t tokens = 0;           // tokens the whole job trained on in the step; 0: not said
+  double flops = 0;              // model FLOPs of the step, whole job; 0: not said
+  double peak_flops = 0;         // the job's devices' peak FLOP/s, for MFU; 0: not said
+  std::string note{};            // a numerics decision worth reporting ("skipped: ..."); empty: none
 };
 
 // A memory-tier snapshot of `index` is held (own and the neighbour's replica).

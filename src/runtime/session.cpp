@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -84,6 +85,7 @@ struct Session::Impl {
   std::mutex comm_mu;
   std::shared_ptr<bootstrap::HalBootstrap> bs;  // guarded by comm_mu (the pointer)
   std::shared_ptr<hal::Communicator> comm;      // guarded by comm_mu (the pointer)
+  std::function<void()> on_abort;               // guarded by comm_mu
   uint32_t rank = 0, world = 0;
   uint64_t generation = 0;
   std::vector<checkpoint::TensorView> views;
@@ -122,6 +124,12 @@ struct Session::Impl {
       if (bs) bs->cancel();
     }
     if (c) c->abort();
+    std::function<void()> hook;
+    {
+      std::lock_guard<std::mutex> lk(comm_mu);
+      hook = on_abort;
+    }
+    if (hook) hook();
   }
 
   // A heartbeat: where the training thread is, and the device's telemetry
@@ -404,6 +412,11 @@ Session::~Session() {
 
 void Session::set_state(std::vector<checkpoint::TensorView> views) { impl_->views = std::move(views); }
 
+void Session::on_abort(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lk(impl_->comm_mu);
+  impl_->on_abort = std::move(hook);
+}
+
 uint64_t Session::join() { return impl_->wait_and_apply(); }
 
 uint32_t Session::rank() const noexcept { return impl_->rank; }
@@ -429,11 +442,14 @@ bool Session::should_checkpoint(uint64_t step) const noexcept {
 
 bool Session::should_migrate() const noexcept { return impl_->stop_after.load() >= 0; }
 
-void Session::step_end(uint64_t step) {
+void Session::step_end(uint64_t step) { step_end(step, StepReport{}); }
+
+void Session::step_end(uint64_t step, const StepReport& report) {
   Impl& m = *impl_;
   const double seconds = seconds_since(m.step_t0);
   m.in_step_end = true;
-  m.ch->send(protocol::encode(protocol::StepDone{step, seconds}));
+  m.ch->send(protocol::encode(protocol::StepDone{step, seconds, report.loss, report.tokens, report.flops,
+                                                 report.peak_flops, report.note}));
   const uint64_t index = step + 1;
   if (index % m.o.snapshot_every == 0) {
     m.tier->snapshot(index, m.views, comm(), m.rank, m.world);
@@ -458,6 +474,19 @@ void Session::step_end(uint64_t step) {
   if (stop >= 0 && static_cast<int64_t>(step) >= stop) {
     throw Error(Code::aborted, "runtime: the agent stops the job after step " + std::to_string(stop));
   }
+}
+
+uint64_t Session::rollback(uint64_t index) {
+  Impl& m = *impl_;
+  if (!m.tier->restore_own(index, m.views)) {
+    std::string held;
+    for (uint64_t i : m.tier->own_indices()) held += (held.empty() ? "" : ", ") + std::to_string(i);
+    throw Error(Code::data_loss, "runtime: rollback to snapshot " + std::to_string(index) + ": rank " +
+                                     std::to_string(m.rank) + " holds only [" + held + "]");
+  }
+  m.tier->drop_after(index);
+  m.current_step = static_cast<int64_t>(index);
+  return index;
 }
 
 uint64_t Session::recover(const std::string& reason) {

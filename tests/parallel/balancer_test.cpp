@@ -39,6 +39,31 @@ TEST(ExpertBalancer, ASlowRankLosesItsExpertsAfterTriggerStepsAndGetsThemBackAft
   EXPECT_EQ(j["samples"][2]["link_retries_per_s"].get<double>(), 400);
 }
 
+// A balancer restored from a snapshot decides as the one that never stopped.
+TEST(ExpertBalancer, ARestoredStateDecidesAsTheOriginal) {
+  BalancerOptions o;
+  o.trigger_steps = 3;
+  o.recover_steps = 5;
+  ExpertBalancer a(8, 4, o);
+  for (uint64_t step = 0; step < 24; ++step) a.observe(step, samples(4, step >= 20 ? 2 : -1));
+  ExpertBalancer b(8, 4, o);
+  b.restore_state(a.save_state());
+  EXPECT_EQ(b.owner(), a.owner());
+  EXPECT_TRUE(b.evacuated(2));
+  for (uint64_t step = 24; step < 40; ++step) {
+    const auto ra = a.observe(step, samples(4, -1)), rb = b.observe(step, samples(4, -1));
+    ASSERT_EQ(ra.has_value(), rb.has_value()) << "step " << step;
+    if (ra) {
+      EXPECT_EQ(ra->owner, rb->owner);
+    }
+  }
+  EXPECT_EQ(b.owner(), a.owner());
+  EXPECT_THROW(b.restore_state("{}"), Error);
+  EXPECT_THROW(b.restore_state("not json"), Error);
+  ExpertBalancer other(8, 2, o);
+  EXPECT_THROW(other.restore_state(a.save_state()), Error) << "another group's state";
+}
+
 TEST(ExpertBalancer, AnExchangeFarAboveTheMedianCountsAsSlowWhenAsked) {
   ExpertBalancer off(4, 4);
   for (uint64_t step = 0; step < 10; ++step) {

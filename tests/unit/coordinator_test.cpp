@@ -175,6 +175,61 @@ TEST(Coordinator, ACrashedRankIsReplacedByTheSpareFromItsNeighboursReplica) {
   EXPECT_FALSE(j.killed(0));
 }
 
+TEST(Coordinator, ACrashedDeviceIsValidatedAgainAndWaitsAsASpareWhenAllowed) {
+  AgentOptions o = options(2, 1);
+  o.readmit_crashed = 1;
+  Job j(o);
+  j.start();
+  j.steps({0, 1}, 0, 6);
+  j.clear();
+  j.exit(1);
+  ASSERT_EQ(j.records("readmit").size(), 1u);
+  bool respawned = false;
+  for (const auto& x : j.log)
+    if (const auto* s = std::get_if<SpawnWorker>(&x)) respawned |= s->device == 1;
+  EXPECT_TRUE(respawned) << "a fresh worker self-tests the crashed device";
+  EXPECT_EQ(j.c.phase(1), Phase::starting);
+  // The round goes on with the spare as before.
+  j.report(0, {5, 6}, {5, 6});
+  j.at(j.t + 0.01);
+  ASSERT_EQ(j.sent<protocol::Assign>(2).size(), 1u);
+  j.join(0, j.sent<protocol::Assign>(0)[0]);
+  j.join(2, j.sent<protocol::Assign>(2)[0]);
+  j.at(j.t + 0.01);
+  EXPECT_FALSE(j.c.recovering());
+  // It passes its self-test and is the spare now.
+  protocol::Hello h;
+  h.device = 1;
+  h.self_test_passed = true;
+  j.take(j.c.hello(h, j.t));
+  EXPECT_EQ(j.c.phase(1), Phase::spare);
+  EXPECT_EQ(j.c.spares(), 1u);
+  // A second crash of the same device is not readmitted (once allowed).
+  j.steps({0, 2}, 6, 8);
+  j.clear();
+  j.exit(2);  // the spare that took rank 1 crashes: device 1 takes it back
+  j.report(0, {7, 8}, {7, 8});
+  j.at(j.t + 0.01);
+  ASSERT_EQ(j.sent<protocol::Assign>(1).size(), 1u);
+  j.join(0, j.sent<protocol::Assign>(0)[0]);
+  j.join(1, j.sent<protocol::Assign>(1)[0]);
+  j.at(j.t + 0.01);
+  j.steps({0, 1}, 8, 9);
+  j.clear();
+  j.exit(1);
+  EXPECT_TRUE(j.records("readmit").empty()) << "device 1 was readmitted once already";
+}
+
+TEST(Coordinator, ACrashedDeviceStaysCordonedByDefault) {
+  Job j(options(2, 1));
+  j.start();
+  j.steps({0, 1}, 0, 3);
+  j.clear();
+  j.exit(1);
+  EXPECT_TRUE(j.records("readmit").empty());
+  EXPECT_NE(j.c.phase(1), Phase::starting);
+}
+
 TEST(Coordinator, ASilentWorkerIsHungAfterTheHeartbeatTimeoutAndKilled) {
   Job j(options(2, 1));
   j.start();

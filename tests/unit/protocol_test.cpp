@@ -91,6 +91,29 @@ TEST(Protocol, EveryWorkerMessageRoundTrips) {
   EXPECT_EQ(sf.reason, "disk full");
 }
 
+TEST(Protocol, AStepsFiguresAreOptionalAndANonFiniteLossTravelsAsNull) {
+  const StepDone plain = std::get<StepDone>(decode_worker(encode(WorkerMessage{StepDone{9, 0.125}})));
+  EXPECT_FALSE(plain.loss.has_value());
+  EXPECT_EQ(plain.tokens, 0u);
+  EXPECT_TRUE(plain.note.empty());
+  StepDone full{12, 0.5, 2.25, 4096, 1e12, 4e11, "skipped: 3 non-finite values"};
+  const StepDone back = std::get<StepDone>(decode_worker(encode(WorkerMessage{full})));
+  EXPECT_EQ(back.loss, 2.25);
+  EXPECT_EQ(back.tokens, 4096u);
+  EXPECT_EQ(back.flops, 1e12);
+  EXPECT_EQ(back.peak_flops, 4e11);
+  EXPECT_EQ(back.note, "skipped: 3 non-finite values");
+  full.loss = std::nan("");
+  const json wire = encode(WorkerMessage{full});
+  EXPECT_TRUE(wire.at("loss").is_null()) << wire.dump();
+  const StepDone nan_back = std::get<StepDone>(decode_worker(wire));
+  ASSERT_TRUE(nan_back.loss.has_value());
+  EXPECT_TRUE(std::isnan(*nan_back.loss));
+  json bad = wire;
+  bad["tokens"] = "many";
+  EXPECT_THROW(decode_worker(bad), sigma::Error);
+}
+
 TEST(Protocol, AFailedTelemetryReadTravelsAsAnErrorNotASample) {
   Heartbeat hb;
   hb.telemetry_status = HAL_ERR_DEVICE_LOST;

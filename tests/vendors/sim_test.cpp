@@ -3,11 +3,16 @@
 // precursors; same seed, same values.
 #include <sigma/hal.hpp>
 
+#include "run_state.hpp"
 #include "scenario.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -347,6 +352,7 @@ void replay(const std::string& file, const sim_vendor::Scenario& sc, uint32_t ra
         EXPECT_TRUE(lost) << "device_lost never seen";
         break;
       case sim_vendor::FaultKind::silent_corruption:
+      case sim_vendor::FaultKind::nan_burst:
         EXPECT_TRUE(corrupted || lost) << "no corrupted result";
         break;
       case sim_vendor::FaultKind::slow_link:
@@ -375,10 +381,65 @@ TEST(SimScenarios, EverySampleRunsAndItsFaultsShowThroughTheAbi) {
     std::string err;
     auto sc = sim_vendor::load_scenario(e.path().string(), err);
     ASSERT_TRUE(sc.has_value()) << err;
-    for (uint32_t r = 0; r < sc->world_size; ++r) replay(e.path().string(), *sc, r);
+    for (uint32_t r = 0; r < sc->world_size; ++r) {
+      const bool crashes = std::any_of(sc->faults.begin(), sc->faults.end(), [&](const auto& f) {
+        return f.device == r && f.kind == sim_vendor::FaultKind::crash;
+      });
+      if (!crashes) {
+        replay(e.path().string(), *sc, r);
+        continue;
+      }
+      // A crash kills the process it strikes: that rank replays in a child,
+      // which must die by SIGKILL.
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        replay(e.path().string(), *sc, r);
+        std::_Exit(0);
+      }
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+          << e.path() << " rank " << r << ": the crash did not strike (status " << status << ")";
+    }
     ++files;
   }
   EXPECT_GE(files, 5u);
+}
+
+}  // namespace
+}  // namespace sigma::hal
+
+namespace sigma::hal {
+namespace {
+
+// The processes of one sigmarun run share the scenario clock and strike a
+// crash once; another run in the same folder (another store) starts afresh.
+TEST(SimRunState, OneRunSharesItsClockAndStrikesACrashOnce) {
+  const std::string dir = ::testing::TempDir() + "sim-run-state-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ::setenv("SIGMA_STORE", "file:///run/a", 1);
+  sim_vendor::RunState first, second;
+  first.open(dir);
+  second.open(dir);
+  EXPECT_EQ(first.origin(1000), 1000u) << "the first process sets the origin";
+  EXPECT_EQ(second.origin(5000), 1000u) << "a later process of the run reads it";
+  EXPECT_TRUE(first.first_strike(3, 0));
+  EXPECT_FALSE(second.first_strike(3, 0)) << "a restarted worker is not crashed again";
+  EXPECT_TRUE(second.first_strike(3, 1)) << "another fault strikes";
+  ::setenv("SIGMA_STORE", "file:///run/b", 1);
+  sim_vendor::RunState other;
+  other.open(dir);
+  EXPECT_EQ(other.origin(7000), 7000u) << "another run has its own clock";
+  EXPECT_TRUE(other.first_strike(3, 0));
+  ::unsetenv("SIGMA_STORE");
+  sim_vendor::RunState plain;
+  plain.open(dir);
+  EXPECT_EQ(plain.origin(9000), 9000u) << "no store: each process its own clock";
+  EXPECT_TRUE(plain.first_strike(3, 0));
+  EXPECT_TRUE(plain.first_strike(3, 0));
+  fs::remove_all(dir);
 }
 
 }  // namespace

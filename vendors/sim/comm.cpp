@@ -37,8 +37,9 @@ struct hal_request_s {
   uint64_t done_ns = 0;                   // when the inner operation was seen complete
   uint64_t release_ns = 0;                // when its slow-link stretch ends (set with done_ns)
   hal_status_t status = HAL_IN_PROGRESS;  // final status once known
-  // Silent corruption to apply to the result, once.
+  // Silent corruption (a flipped bit) or a NaN to write into the result, once.
   bool corrupt = false;
+  bool nan = false;
   void* out = nullptr;
   uint64_t out_count = 0;
   hal_dtype_t dtype = HAL_DTYPE_F32;
@@ -92,7 +93,8 @@ std::pair<void*, uint64_t> result_of(const hal_coll_args_t& a, uint32_t size) {
 }
 
 // Flips the top mantissa bit (a high bit for integers) of one element: a
-// plausible silent error, large enough for a fingerprint to catch.
+// plausible silent error, large enough for a fingerprint to catch. A NaN
+// burst writes a quiet NaN there instead (floating-point results only).
 void corrupt_one(hal_request_s* r) {
   const uint64_t es = dtype_bytes(r->dtype);
   if (r->out == nullptr || r->out_count == 0 || es == 0) return;
@@ -104,19 +106,34 @@ void corrupt_one(hal_request_s* r) {
   uint8_t* where = static_cast<uint8_t*>(r->out) + idx * es;
   const hal_device_api_t& d = *state().inner.api->device;
   if (d.memcpy(0, elem, where, es, HAL_COPY_DEVICE_TO_HOST, nullptr) != HAL_OK) return;
-  const int b = bit[r->dtype];
-  elem[b / 8] ^= static_cast<uint8_t>(1u << (b % 8));
+  if (r->nan) {
+    static const uint64_t quiet_nan[HAL_DTYPE_COUNT_V1] = {0x7FC00000, 0x7E00, 0x7FC0, 0x7FF8000000000000ull,
+                                                           0,          0,      0};
+    std::memcpy(elem, &quiet_nan[r->dtype], es);  // little-endian: the low bytes
+  } else {
+    const int b = bit[r->dtype];
+    elem[b / 8] ^= static_cast<uint8_t>(1u << (b % 8));
+  }
   d.memcpy(0, where, elem, es, HAL_COPY_HOST_TO_DEVICE, nullptr);
 }
 
 // The fault plan for the op about to be posted. Caller holds state().mu.
 struct Plan {
-  bool lost = false, crash = false, hang = false, corrupt = false;
+  bool lost = false, crash = false, hang = false, corrupt = false, nan = false;
   double factor = 1;
   double ns_per_byte = 0;  // slow bandwidth: extra time per byte over the link
 };
 
-Plan plan_for(uint64_t index, bool has_output) {
+// The scenario names operations by hal_coll_op_t's values.
+static_assert(HAL_COLL_ALL_REDUCE == 0 && HAL_COLL_ALL_GATHER == 1 && HAL_COLL_REDUCE_SCATTER == 2 &&
+              HAL_COLL_ALL_TO_ALL == 3 && HAL_COLL_ALL_TO_ALLV == 4 && HAL_COLL_BROADCAST == 5 &&
+              HAL_COLL_RECV == 8);
+
+bool is_float(hal_dtype_t t) {
+  return t == HAL_DTYPE_F32 || t == HAL_DTYPE_F16 || t == HAL_DTYPE_BF16 || t == HAL_DTYPE_F64;
+}
+
+Plan plan_for(uint64_t index, bool has_output, const hal_coll_args_t& args) {
   State& s = state();
   s.fire_due_locked();
   const double t = s.now_s();
@@ -135,7 +152,10 @@ Plan plan_for(uint64_t index, bool has_output) {
         }
         break;
       case FaultKind::crash:
-        if (!f.fired) p.crash = true;
+        if (!f.fired) {
+          f.fired = true;  // once per device and run (RunState), not per process
+          p.crash = !f.from_scenario || s.run.first_strike(s.rank, f.index);
+        }
         break;
       case FaultKind::hang:
         if (!f.fired) {
@@ -156,11 +176,16 @@ Plan plan_for(uint64_t index, bool has_output) {
         if (t < f.until_s && f.gbps > 0) p.ns_per_byte = std::max(p.ns_per_byte, (f.factor - 1) / f.gbps);
         break;
       case FaultKind::silent_corruption:
-        if (f.remaining > 0 && has_output) {
+      case FaultKind::nan_burst: {
+        const bool nan = f.kind == FaultKind::nan_burst;
+        if (f.remaining > 0 && has_output && (f.op < 0 || f.op == static_cast<int>(args.op)) &&
+            (!nan || is_float(args.dtype)) && !p.corrupt) {
           --f.remaining;
           p.corrupt = true;
+          p.nan = nan;
         }
         break;
+      }
     }
   }
   return p;
@@ -332,7 +357,7 @@ hal_status_t plan_into(hal_comm_t comm, const hal_coll_args_t& args, hal_request
     std::lock_guard lk(state().mu);
     const auto out = result_of(args, comm->size);
     r.op_index = state().ops_posted++;
-    p = plan_for(r.op_index, out.second > 0);
+    p = plan_for(r.op_index, out.second > 0, args);
     r.out = out.first;
     r.out_count = out.second;
   }
@@ -345,6 +370,7 @@ hal_status_t plan_into(hal_comm_t comm, const hal_coll_args_t& args, hal_request
   r.factor = p.factor;
   r.extra_ns = p.ns_per_byte * static_cast<double>(link_bytes(args, comm->rank, comm->size));
   r.corrupt = p.corrupt;
+  r.nan = p.nan;
   r.dtype = args.dtype;
   return HAL_OK;
 }

@@ -52,9 +52,11 @@ void State::arm_scenario_faults() {
   faults.erase(
       std::remove_if(faults.begin(), faults.end(), [](const ActiveFault& f) { return f.from_scenario; }),
       faults.end());
-  for (const Fault& f : scenario.faults) {
+  for (size_t i = 0; i < scenario.faults.size(); ++i) {
+    const Fault& f = scenario.faults[i];
     if (f.device != rank) continue;
     ActiveFault a;
+    a.index = i;
     a.kind = f.kind;
     if (f.at_s) a.from_s = *f.at_s;
     if (f.at_op) a.at_op = static_cast<int64_t>(*f.at_op);
@@ -63,6 +65,7 @@ void State::arm_scenario_faults() {
     a.gbps = f.gbps;
     a.period_s = f.period_s;
     a.remaining = f.count;
+    a.op = f.op;
     a.from_scenario = true;
     faults.push_back(a);
   }
@@ -76,8 +79,10 @@ void State::fire_due_locked() {
       f.fired = true;
       device_lost = true;
     } else if (f.kind == FaultKind::crash) {
+      f.fired = true;
       // What a driver crash does to the process: it is gone, no cleanup.
-      ::kill(::getpid(), SIGKILL);
+      // Once per device and run: a worker restarted on it is not killed again.
+      if (!f.from_scenario || run.first_strike(rank, f.index)) ::kill(::getpid(), SIGKILL);
     }
   }
 }
@@ -201,7 +206,8 @@ hal_status_t sim_init(const hal_init_args_t* args) {
     g_state.rank = static_cast<uint32_t>(std::strtoul(env, nullptr, 10));
     g_state.rank_fixed = true;
   }
-  g_state.t0_ns = now_ns();
+  g_state.run.open(args->job_dir != nullptr ? args->job_dir : "");
+  g_state.t0_ns = g_state.run.origin(now_ns());
   g_state.ops_posted = 0;
   g_state.device_lost = false;
   g_state.allocated_bytes = 0;

@@ -112,7 +112,7 @@ class Parser : public sigma::yaml::Reader {
   Fault fault(const YAML::Node& n, const std::string& path, const Scenario& s) const {
     if (!n.IsMap()) fail(n, path, "expected a mapping");
     only_keys(n, path,
-              {"kind", "device", "at_s", "at_op", "duration_s", "factor", "period_s", "count", "gbps"});
+              {"kind", "device", "at_s", "at_op", "duration_s", "factor", "period_s", "count", "gbps", "op"});
     Fault f{};
     f.line = n.Mark().line + 1;
     if (!n["kind"]) fail(n, path + ".kind", "missing");
@@ -124,12 +124,14 @@ class Parser : public sigma::yaml::Reader {
         {"flapping_link", FaultKind::flapping_link},
         {"silent_corruption", FaultKind::silent_corruption},
         {"crash", FaultKind::crash},
-        {"slow_bandwidth", FaultKind::slow_bandwidth}};
+        {"slow_bandwidth", FaultKind::slow_bandwidth},
+        {"nan_burst", FaultKind::nan_burst}};
     auto it = kinds.find(kind);
     if (it == kinds.end())
       fail(n["kind"], path + ".kind",
            "unknown fault kind '" + kind +
-               "' (device_lost, hang, slow_link, flapping_link, silent_corruption, crash, slow_bandwidth)");
+               "' (device_lost, hang, slow_link, flapping_link, silent_corruption, nan_burst, crash, "
+               "slow_bandwidth)");
     f.kind = it->second;
     if (!n["device"]) fail(n, path + ".device", "missing");
     const uint64_t dev = integer(n["device"], path + ".device", 0, 1ull << 31);
@@ -180,10 +182,24 @@ class Parser : public sigma::yaml::Reader {
     } else if (f.kind == FaultKind::flapping_link) {
       fail(n, path + ".period_s", "missing: the length of one slow + one normal phase");
     }
+    const bool corrupting = f.kind == FaultKind::silent_corruption || f.kind == FaultKind::nan_burst;
     if (n["count"]) {
-      if (f.kind != FaultKind::silent_corruption)
-        fail(n["count"], path + ".count", "only silent_corruption has a count");
+      if (!corrupting) fail(n["count"], path + ".count", "only silent_corruption and nan_burst have a count");
       f.count = integer(n["count"], path + ".count", 1, 1ull << 40);
+    }
+    if (n["op"]) {
+      if (!corrupting) fail(n["op"], path + ".op", "only silent_corruption and nan_burst pick an operation");
+      // hal_coll_op_t's values (the parser builds without hal.h; comm.cpp checks them).
+      static const std::map<std::string, int> ops = {
+          {"all_reduce", 0}, {"broadcast", 5},   {"all_gather", 1}, {"reduce_scatter", 2},
+          {"all_to_all", 3}, {"all_to_allv", 4}, {"recv", 8}};
+      const std::string op = text(n["op"], path + ".op");
+      auto o = ops.find(op);
+      if (o == ops.end())
+        fail(n["op"], path + ".op",
+             "unknown operation '" + op +
+                 "' (all_reduce, broadcast, all_gather, reduce_scatter, all_to_all, all_to_allv, recv)");
+      f.op = o->second;
     }
     return f;
   }
@@ -253,6 +269,8 @@ const char* fault_kind_name(FaultKind k) {
       return "silent_corruption";
     case FaultKind::crash:
       return "crash";
+    case FaultKind::nan_burst:
+      return "nan_burst";
   }
   return "?";
 }

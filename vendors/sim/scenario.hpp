@@ -50,7 +50,8 @@ enum class FaultKind {
   flapping_link,
   silent_corruption,
   crash,
-  slow_bandwidth
+  slow_bandwidth,
+  nan_burst
 };
 const char* fault_kind_name(FaultKind k);
 
@@ -64,8 +65,9 @@ struct Fault {
                                   // slow_bandwidth: the link moves bytes factor x slower
   double gbps = 0;                // slow_bandwidth: the link's healthy rate, GB/s each way
   double period_s = 0;            // flapping: one slow + one normal phase
-  uint64_t count = 1;             // silent_corruption: how many results
-  int line = 0;                   // where it was written, for messages
+  uint64_t count = 1;             // silent_corruption, nan_burst: how many results
+  int op = -1;   // silent_corruption, nan_burst: only results of this hal_coll_op_t (-1: any)
+  int line = 0;  // where it was written, for messages
 };
 
 struct Scenario {

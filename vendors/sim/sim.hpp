@@ -2,6 +2,7 @@
 // the clock, and the faults that are armed or have fired.
 #pragma once
 
+#include "run_state.hpp"
 #include "scenario.hpp"
 
 #include <sigma/hal.h>
@@ -39,9 +40,11 @@ struct ActiveFault {
   double factor = 1;
   double gbps = 0;  // slow_bandwidth
   double period_s = 0;
-  uint64_t remaining = 1;      // silent_corruption results left to corrupt
+  uint64_t remaining = 1;      // silent_corruption / nan_burst results left to corrupt
+  int op = -1;                 // ... only of this hal_coll_op_t (-1: any)
   bool fired = false;          // one-shot faults
   bool from_scenario = false;  // re-armed when the rank becomes known
+  size_t index = 0;            // scenario faults: the fault's position in the file
 };
 
 // A telemetry value forced through the fault-injection extension.
@@ -61,6 +64,7 @@ class State {
   uint32_t rank = 0;
   bool rank_fixed = false;  // given by option or environment
   uint64_t t0_ns = 0;
+  RunState run;             // the job's shared clock and struck crashes
   uint64_t ops_posted = 0;  // collectives posted by this process
   std::vector<ActiveFault> faults;
   std::vector<Excursion> excursions;

@@ -9,12 +9,15 @@
 // and reports), the others start and watch their host's workers for it.
 //
 // Writes DIR/incidents.jsonl (the incident journal), DIR/report.json (status,
-// incidents, goodput ledger, devices) and DIR/logs/device-N.log (each
-// worker's output). Exit status: 0 done, 2 bad usage or could not start,
+// incidents, goodput ledger, devices, the step and device series, and the
+// summary), DIR/report.html (the same with charts: docs/report.md) and
+// DIR/logs/device-N.log (each worker's output). Exit status: 0 done, 2 bad usage or could not start,
 // 3 paused (no spare left), 4 unrecoverable (the report says why), 128 + N
 // stopped by signal N (SIGTERM, SIGINT: at a step boundary, resumable).
 #include <sigma/agent.hpp>
 #include <sigma/error.hpp>
+
+#include "report/figures.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -81,6 +84,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(-1, 65535));
   app.add_flag("!--no-progress", o.progress, "no progress line on stderr");
   app.add_flag("!--no-migration", o.proactive_migration, "no proactive migration on early warnings");
+  app.add_option("--readmit-crashed", o.readmit_crashed,
+                 "validate a device again after its worker process crashed, at most N times; it waits as a "
+                 "spare when it passes (0: it stays cordoned)")
+      ->check(CLI::Range(0u, 1000u));
   app.add_flag(
       "--allow-shrink", o.allow_shrink,
       "with no spare left, go on with fewer ranks (only for a state every rank holds whole: data parallel)");
@@ -92,6 +99,12 @@ int main(int argc, char** argv) {
   app.add_option("--repair-hours", o.repair_hours, "repair time for the spare advice")
       ->check(CLI::PositiveNumber);
   app.add_option("--job-hours", o.job_hours, "job length for the spare advice")->check(CLI::PositiveNumber);
+  std::string reference;
+  app.add_option("--report-reference", reference,
+                 "a fault-free run's job folder: report.html draws its loss beside this job's")
+      ->check(CLI::ExistingDirectory);
+  bool report = true;
+  app.add_flag("!--no-report", report, "no report.html and no summary at the end");
   app.add_option("worker", o.worker, "the worker program and its arguments (after --)")->required();
   app.allow_extras(false);
   try {
@@ -123,7 +136,16 @@ int main(int argc, char** argv) {
     if (o.node_rank > 0) return sigma::runtime::run_follower(o);
     sigma::runtime::Agent agent(o);
     sigma::runtime::stop_agent_on_signals(agent);
-    return agent.run();
+    const int status = agent.run();
+    if (report) {
+      try {
+        std::cerr << sigma_report::write_report(o.job_dir, reference) << "sigmarun: report: " << o.job_dir
+                  << "/report.html\n";
+      } catch (const std::exception& e) {  // the job's outcome stands; only the page is missing
+        std::cerr << "sigmarun: no report.html: " << e.what() << "\n";
+      }
+    }
+    return status;
   } catch (const sigma::Error& e) {
     std::cerr << "sigmarun: " << e.what() << "\n";
     return 2;

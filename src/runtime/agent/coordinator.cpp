@@ -303,6 +303,23 @@ void Coordinator::fault(Slot& s, const std::string& cause, double fault_s) {
       round_.pause_reason = a.reason;
     }
   }
+  maybe_readmit(s, cause, device_said);
+}
+
+void Coordinator::maybe_readmit(Slot& s, const std::string& cause, bool device_said) {
+  const bool crashed = cause.rfind("process ", 0) == 0 && !device_said;
+  if (!crashed || s.alive || readmitted_[s.device] >= o_.readmit_crashed ||
+      scheduler_.state(s.device) != scheduler::DeviceState::cordoned)
+    return;
+  ++readmitted_[s.device];
+  monitor_.reset(s.device);
+  record({{"event", "readmit"},
+          {"device", s.device},
+          {"cause", cause},
+          {"time", readmitted_[s.device]},
+          {"of", o_.readmit_crashed}});
+  act(scheduler_.on_repaired(s.device, t_));  // cordoned -> validating
+  spawn(s);                                   // a fresh worker self-tests the device
 }
 
 void Coordinator::start_round(const std::string& cause, double fault_s) {

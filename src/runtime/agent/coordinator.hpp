@@ -177,6 +177,7 @@ class Coordinator {
   void recover_request(Slot& s, const protocol::RecoverRequest& m);
   void fault(Slot& s, const std::string& cause, double fault_s);
   void start_round(const std::string& cause, double fault_s);
+  void maybe_readmit(Slot& s, const std::string& cause, bool device_said);
   void advance_round();
   void assign_generation();
   void assignment_overdue();
@@ -220,6 +221,7 @@ class Coordinator {
   // wins), then a window of finished ones for the median; slow steps are
   // charged to the ledger as they leave the first map.
   std::map<uint64_t, double> step_times_;
+  std::map<uint32_t, uint32_t> readmitted_;  // device -> readmissions after a crash
   std::deque<double> step_window_;
   uint64_t watched_progress_ = 0;
   double progress_since_ = 0;

@@ -9,6 +9,7 @@
 #include "runtime/agent/launcher.hpp"
 #include "runtime/agent/metrics.hpp"
 #include "runtime/agent/preflight.hpp"
+#include "runtime/agent/series.hpp"
 #include "runtime/channel.hpp"
 #include "runtime/protocol.hpp"
 
@@ -53,6 +54,9 @@ struct Agent::Impl {
   std::string tcp_addr, store_uri;
   int stop_seen = 0;
   double last_progress = 0;
+  Series series;
+  std::optional<protocol::StepDone> last_step;  // rank 0's latest, for the progress line
+  double tokens_per_s = 0;
 
   double now() const { return health::monotonic_s() - t0; }
   int run();
@@ -65,6 +69,7 @@ struct Agent::Impl {
   void reap();
   void poll_once(int wake_fd);
   void progress_tick();
+  void step_done(const protocol::StepDone& s);
   void finish();
 };
 
@@ -147,10 +152,9 @@ void Agent::Impl::spawn(uint32_t device) {
   tokens[device] = random_token();
   env.emplace_back("SIGMA_WORKER_TOKEN", tokens[device]);
   // A plain program (no session) still learns its place, torchrun-style.
-  if (device < core->world()) {
-    env.emplace_back("SIGMA_RANK", std::to_string(device));
-    env.emplace_back("SIGMA_WORLD_SIZE", std::to_string(core->world()));
-  }
+  // Spares learn the launch world too (a trainer sizes its state from it).
+  if (device < core->world()) env.emplace_back("SIGMA_RANK", std::to_string(device));
+  env.emplace_back("SIGMA_WORLD_SIZE", std::to_string(core->world()));
   if (node != 0) {
     nodes[node]->send(protocol::encode(protocol::Spawn{device, env}));
     return;
@@ -202,7 +206,10 @@ void Agent::Impl::read_messages(uint32_t device) {
     auto m = workers[device]->receive_ready();
     if (!m) break;
     try {
-      carry_out(core->message(device, protocol::decode_worker(*m), now()));
+      const protocol::WorkerMessage message = protocol::decode_worker(*m);
+      if (const auto* s = std::get_if<protocol::StepDone>(&message); s && core->rank(device) == 0)
+        step_done(*s);
+      carry_out(core->message(device, message, now()));
     } catch (const Error& e) {
       // A worker's malformed message must not take the job down with it.
       journal->write({{"event", "bad_message"}, {"device", device}, {"error", e.what()}, {"message", *m}});
@@ -342,15 +349,32 @@ void Agent::Impl::poll_once(int wake_fd) {
   for (uint32_t n = 1; n < nodes.size(); ++n) node_messages(n);
 }
 
+// Rank 0's step: the series, and a numerics decision in the journal.
+void Agent::Impl::step_done(const protocol::StepDone& s) {
+  const double t = now();
+  series.step(t, s);
+  if (s.tokens && s.seconds > 0) tokens_per_s = static_cast<double>(s.tokens) / s.seconds;
+  last_step = s;
+  if (!s.note.empty()) {
+    series.note(t, s.step, s.note);
+    journal->write({{"event", "numerics"}, {"step", s.step}, {"note", s.note}});
+  }
+}
+
 void Agent::Impl::progress_tick() {
   const double t = now();
   if (t - last_progress < 1.0) return;
   last_progress = t;
-  if (metrics) metrics->publish(core->metrics(t));
+  const MetricsSnapshot snap = core->metrics(t);
+  series.devices(t, snap);
+  if (metrics) metrics->publish(snap);
   if (!o.progress) return;
   const size_t incidents = core->incidents().size() + (core->recovering() ? 1 : 0);
-  std::fprintf(stderr, "sigmarun: %6.1f s | step %llu | world %u | spares %zu | incidents %zu%s\n", t,
-               static_cast<unsigned long long>(core->reached()), core->world_size(), core->spares(),
+  char figures[96] = "";
+  if (last_step && last_step->loss)
+    std::snprintf(figures, sizeof figures, " | loss %.3f | %.0f tokens/s", *last_step->loss, tokens_per_s);
+  std::fprintf(stderr, "sigmarun: %6.1f s | step %llu%s | world %u | spares %zu | incidents %zu%s\n", t,
+               static_cast<unsigned long long>(core->reached()), figures, core->world_size(), core->spares(),
                incidents, core->recovering() ? " | recovering" : "");
 }
 
@@ -402,6 +426,7 @@ void Agent::Impl::finish() {
   // Every *_s time here and in the journal counts from this CLOCK_MONOTONIC
   // reading, so that a worker's own stamps can be set beside them.
   report["clock_origin_monotonic_s"] = t0;
+  report["series"] = series.to_json();
   write_json_file(o.job_dir + "/report.json", report);
   const auto& storage = report["storage"];
   if (storage["failed_saves"].get<uint64_t>() > 0)

@@ -1,0 +1,141 @@
+// The MoE autotuner in the training loop. Every step each rank of the expert
+// group measures its time inside the exchanges and its link's retry rate
+// (HAL telemetry); the group gathers them and sigma::parallel::ExpertBalancer
+// decides, the same on every rank, whether experts move off a slow link or
+// back. move_experts carries each moving expert's parameters and AdamW
+// moments through the HAL into a free slot of its new rank. Results do not
+// change: an expert sees the same rows wherever it runs.
+#pragma once
+
+#include "adamw.hpp"
+#include "model.hpp"
+
+#include <sigma/autotune.hpp>
+#include <sigma/hal.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <optional>
+
+namespace moe {
+
+class Autotuner {
+ public:
+  Autotuner(uint32_t experts, uint32_t ep, int64_t slots)
+      : balancer_(experts, ep, options(slots)), fresh_(balancer_.save_state()) {}
+
+  // After a join, a recovery or a rollback: the placement the state holds
+  // (`control`'s "balancer" and "slots"), or the default one.
+  void restore(const nlohmann::json& control, Model& model, sigma::parallel::Dispatcher& d) {
+    balancer_.restore_state(control.contains("balancer") ? control["balancer"].get<std::string>() : fresh_);
+    if (control.contains("slots")) model.slot_of = control["slots"].get<std::vector<int32_t>>();
+    d.set_placement(balancer_.owner());
+    last_t_ = -1;
+  }
+  void save(nlohmann::json& control, const Model& model) const {
+    control["balancer"] = balancer_.save_state();
+    control["slots"] = model.slot_of;
+  }
+
+  // Collective over the expert group. Returns the move made, if any.
+  std::optional<sigma::parallel::Rebalance> step(uint64_t step, Model& model, AdamW& opt,
+                                                 sigma::parallel::Dispatcher& d, sigma::hal::Communicator& ep,
+                                                 uint32_t ep_rank, uint32_t ep_size,
+                                                 const sigma::hal::PluginPtr& plugin) {
+    const double mine[2] = {model.take_exchange_seconds(), retry_rate(plugin)};
+    sigma::hal::Buffer b(plugin, 0, sizeof mine * ep_size);
+    b.copy_from_host(mine, sizeof mine);
+    ep.run(sigma::hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_F64, 2, b.data(), b.data()),
+           std::chrono::seconds(60));
+    std::vector<double> all(2 * ep_size);
+    b.copy_to_host(all.data(), sizeof(double) * all.size());
+    std::vector<sigma::parallel::RankSample> samples;
+    for (uint32_t r = 0; r < ep_size; ++r) samples.push_back({all[2 * r], all[2 * r + 1]});
+    auto r = balancer_.observe(step, samples);
+    if (!r) return r;
+    sigma::parallel::move_experts(
+        d, ep, ep_rank, *r, [&](uint32_t e) { return take(model, opt, e); },
+        [&](uint32_t e, std::vector<uint8_t> bytes) { adopt(model, opt, e, bytes); },
+        std::chrono::seconds(60));
+    return r;
+  }
+
+ private:
+  static sigma::parallel::BalancerOptions options(int64_t slots) {
+    sigma::parallel::BalancerOptions o;
+    o.max_experts_per_rank = static_cast<uint32_t>(slots);
+    return o;
+  }
+
+  // HAL_FIELD_LINK_RETRIES per second since the last step; 0 when unknown.
+  double retry_rate(const sigma::hal::PluginPtr& plugin) {
+    double rate = 0;
+    try {
+      const auto s = plugin->read_telemetry(0, {HAL_FIELD_LINK_RETRIES});
+      const double now =
+          std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+      if (!s.empty() && s[0].status == HAL_OK) {
+        if (last_t_ >= 0 && now > last_t_)
+          rate = static_cast<double>(s[0].value.u64 - last_retries_) / (now - last_t_);
+        last_retries_ = s[0].value.u64;
+        last_t_ = now;
+      }
+    } catch (const sigma::Error&) {
+      // A device without the counter (or a failed read) gives no link signal.
+    }
+    return rate;
+  }
+
+  // The tensors an expert's state lives in, in the order it travels.
+  static std::vector<torch::Tensor*> parts(Model& model, AdamW& opt) {
+    return {&model.expert, &opt.m, &opt.v};
+  }
+
+  // Expert e's parameters and moments, every layer; its slot is emptied.
+  static std::vector<uint8_t> take(Model& model, AdamW& opt, uint32_t e) {
+    const int32_t slot = model.slot_of.at(e);
+    const int64_t n = model.slot_numel(), L = model.config().layers;
+    std::vector<uint8_t> bytes(static_cast<size_t>(3 * L * n) * sizeof(float));
+    size_t at = 0;
+    for (torch::Tensor* t : parts(model, opt)) {
+      for (int64_t l = 0; l < L; ++l) {
+        torch::Tensor range = t->narrow(0, model.slot_offset(l, slot), n);
+        std::memcpy(bytes.data() + at, range.data_ptr(), static_cast<size_t>(n) * sizeof(float));
+        range.zero_();
+        at += static_cast<size_t>(n) * sizeof(float);
+      }
+    }
+    model.slot_of[e] = -1;
+    return bytes;
+  }
+
+  // Expert e arrives: into the lowest free slot.
+  static void adopt(Model& model, AdamW& opt, uint32_t e, const std::vector<uint8_t>& bytes) {
+    std::vector<bool> used(static_cast<size_t>(model.slots()), false);
+    for (int32_t s : model.slot_of)
+      if (s >= 0) used[static_cast<size_t>(s)] = true;
+    int32_t slot = 0;
+    while (slot < model.slots() && used[static_cast<size_t>(slot)]) ++slot;
+    TORCH_CHECK(slot < model.slots(), "no free expert slot for expert ", e);
+    const int64_t n = model.slot_numel(), L = model.config().layers;
+    TORCH_CHECK(bytes.size() == static_cast<size_t>(3 * L * n) * sizeof(float), "expert ", e, ": wrong size");
+    size_t at = 0;
+    for (torch::Tensor* t : parts(model, opt)) {
+      for (int64_t l = 0; l < L; ++l) {
+        std::memcpy(t->narrow(0, model.slot_offset(l, slot), n).data_ptr(), bytes.data() + at,
+                    static_cast<size_t>(n) * sizeof(float));
+        at += static_cast<size_t>(n) * sizeof(float);
+      }
+    }
+    model.slot_of[e] = slot;
+  }
+
+  sigma::parallel::ExpertBalancer balancer_;
+  std::string fresh_;  // the default placement's state
+  uint64_t last_retries_ = 0;
+  double last_t_ = -1;
+};
+
+}  // namespace moe

@@ -1,0 +1,454 @@
+// moe_trainer: the reference integration. A byte-level MoE transformer
+// (model.hpp) trained data x expert parallel over the HAL under `sigmarun`,
+// with libsigma's engines in the loop. Read it top to bottom: each engine
+// call says what it is for in one line.
+//
+//   sigmarun --nproc 4 --spares 1 --vendor sim ... --
+//       moe_trainer --data kjv.txt --steps 300 [--guardrails g.yaml] [--poison-batches 120]
+//
+// Deterministic: the batch of a step, the initial weights and every
+// reduction depend only on (seed, world, step), and the memory tier restores
+// the whole state (parameters, AdamW moments, the guardrails' policy state
+// and the data windows skipped), so a run that loses workers ends with the
+// same bytes as a run that does not. Only a guardrail's decision (a skipped
+// step, a rollback that skips data) changes the result; the log says so.
+#include "adamw.hpp"
+#include "autotuner.hpp"
+#include "control.hpp"
+#include "corpus.hpp"
+#include "model.hpp"
+
+#include <sigma/bootstrap.hpp>
+#include <sigma/guardrails.hpp>
+#include <sigma/parallel.hpp>
+#include <sigma/planner.hpp>
+#include <sigma/runtime.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <dlfcn.h>
+#include <time.h>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+namespace {
+
+namespace par = sigma::parallel;
+namespace gr = sigma::guardrails;
+using json = nlohmann::json;
+
+struct Options {
+  std::string data, guardrails;
+  uint64_t steps = 300, seed = 1, warmup = 30;
+  int64_t batch = 8;  // sequences per rank and step
+  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, gemm_gflops = 0;
+  int threads = 1;
+  std::vector<uint64_t> poison;
+  moe::ModelConfig model;
+};
+
+double now_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Linear warm-up, then cosine decay to min_lr.
+double learning_rate(const Options& o, uint64_t step) {
+  if (step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup);
+  const double p =
+      static_cast<double>(step - o.warmup) / static_cast<double>(std::max<uint64_t>(1, o.steps - o.warmup));
+  return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1 + std::cos(M_PI * std::min(1.0, p)));
+}
+
+// A sum over `comm`, through a HAL buffer (the device's memory, whatever the vendor).
+void all_reduce(sigma::hal::Communicator& comm, const sigma::hal::PluginPtr& plugin, torch::Tensor& t) {
+  const uint64_t n = static_cast<uint64_t>(t.numel()), bytes = n * sizeof(float);
+  sigma::hal::Buffer b(plugin, 0, bytes);
+  b.copy_from_host(t.data_ptr(), bytes);
+  comm.run(sigma::hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, n, b.data(), b.data()),
+           std::chrono::seconds(60));
+  b.copy_to_host(t.data_ptr(), bytes);
+}
+
+// The large-GEMM rate of one thread here, for the planner and for MFU.
+double measure_gemm_gflops() {
+  const torch::Tensor a = torch::randn({512, 512}), b = torch::randn({512, 512});
+  torch::matmul(a, b);
+  const double t0 = now_s();
+  int n = 0;
+  while (now_s() - t0 < 0.3 || n < 3) {
+    torch::matmul(a, b);
+    ++n;
+  }
+  return 2.0 * 512 * 512 * 512 * n / (now_s() - t0) * 1e-9;
+}
+
+// The layout, from the planner: data parallel over the world, experts
+// sharded (ep >= 2) as the planner scores best for this model.
+struct Chosen {
+  par::Layout layout;
+  double predicted_step_s = 0, flops_per_token = 0;
+  std::string describe;
+};
+Chosen plan_layout(const Options& o, uint32_t world, double gemm_gflops) {
+  sigma::planner::Model m;
+  m.name = "moe_trainer";
+  m.layers = static_cast<uint32_t>(o.model.layers);
+  m.hidden = static_cast<uint32_t>(o.model.d_model);
+  m.ffn = static_cast<uint32_t>(o.model.ffn);
+  m.heads = m.kv_heads = static_cast<uint32_t>(o.model.heads);
+  m.vocab = static_cast<uint32_t>(o.model.vocab);
+  m.experts = static_cast<uint32_t>(o.model.experts);
+  m.top_k = static_cast<uint32_t>(o.model.top_k);
+  m.seq = static_cast<uint32_t>(o.model.seq);
+  m.global_batch = static_cast<uint64_t>(o.batch) * world;
+  m.bytes_per_param = 4;
+  sigma::planner::Devices d;
+  d.count = d.per_node = world;
+  d.memory_gib = 4;
+  d.gemm_tflops = gemm_gflops * 1e-3;
+  d.peak_tflops = d.gemm_tflops;
+  d.intra_gbps = d.inter_gbps = 1;  // TCP over loopback
+  sigma::planner::Space s = sigma::planner::Space::runtime();
+  s.pp = s.vpp = {1};
+  s.micro_batch = {static_cast<uint32_t>(o.batch)};
+  s.recompute = {sigma::planner::Recompute::none};
+  s.sharding = {sigma::planner::Sharding::none};
+  for (uint32_t ep = 2; ep <= world; ++ep)
+    if (world % ep == 0 && m.experts % ep == 0) s.ep.push_back(ep);
+  if (s.ep.empty()) s.ep = {1};
+  sigma::planner::Framework f;
+  f.dp_overlap = 0;  // this trainer all-reduces after backward
+  const auto best = sigma::planner::search(m, d, s, f, {}, 1);
+  if (best.empty()) throw std::runtime_error("moe_trainer: the planner found no layout that fits");
+  const auto& c = best.front();
+  return {{c.layout.dp, c.layout.ep, 1},
+          c.score.step_s,
+          sigma::planner::model_flops_per_token(m),
+          sigma::planner::describe(c.layout)};
+}
+
+uint32_t env_u32(const char* name, uint32_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : fallback;
+}
+
+// One line per step (rank 0), the report's input.
+class Log {
+ public:
+  explicit Log(const std::string& path) : f_(path, std::ios::app) {}
+  void write(const json& j) { f_ << j.dump() << '\n' << std::flush; }
+
+ private:
+  std::ofstream f_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"moe_trainer: a byte-level MoE transformer trained under sigmarun"};
+  bool measure = false;
+  app.add_flag("--measure-gemm", measure, "print this machine's one-thread GEMM rate in GFLOP/s and exit");
+  app.add_option("--data", o.data, "text file to train on");
+  app.add_option("--steps", o.steps, "training steps");
+  app.add_option("--seed", o.seed, "weights and data order");
+  app.add_option("--batch", o.batch, "sequences per rank and step");
+  app.add_option("--lr", o.lr, "peak learning rate");
+  app.add_option("--warmup", o.warmup, "warm-up steps");
+  app.add_option("--layers", o.model.layers);
+  app.add_option("--d-model", o.model.d_model);
+  app.add_option("--ffn", o.model.ffn);
+  app.add_option("--experts", o.model.experts);
+  app.add_option("--top-k", o.model.top_k);
+  app.add_option("--seq", o.model.seq);
+  app.add_option("--capacity-factor", o.model.capacity_factor, "per expert and rank; 0: dropless");
+  app.add_option("--threads", o.threads, "libtorch threads per worker");
+  app.add_option("--gemm-gflops", o.gemm_gflops, "measured GEMM rate of one worker (0: measure now)");
+  app.add_option("--guardrails", o.guardrails, "guardrails YAML (default: f32 training, spike rollback on)");
+  app.add_option("--poison-batches", o.poison, "batches replaced by random bytes (a corrupt data shard)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    // Workers share the cores: one thread each unless told, in libtorch and
+    // in OpenBLAS (which keeps its own pool, sized to the machine).
+    torch::set_num_threads(o.threads);
+    if (auto* set = reinterpret_cast<void (*)(int)>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+      set(o.threads);
+    if (measure) {
+      std::printf("%.2f\n", measure_gemm_gflops());
+      return 0;
+    }
+    if (o.data.empty()) throw std::runtime_error("moe_trainer: --data FILE is required");
+    const moe::Corpus corpus(o.data);
+    const auto so = sigma::runtime::SessionOptions::from_env();
+    sigma::runtime::Session s(so);  // connects to sigmarun's agent, self-tests the device
+    const uint32_t world = env_u32("SIGMA_WORLD_SIZE", 1);
+    const double gemm = o.gemm_gflops > 0 ? o.gemm_gflops : measure_gemm_gflops();
+    const Chosen plan = plan_layout(o, world, gemm);
+    const par::Layout layout = plan.layout;
+    const uint32_t launch_rank = env_u32("SIGMA_RANK", 0);
+    // Expert slots: twice the even share, so the autotuner has room to move experts in.
+    const int64_t slots = std::min<int64_t>(o.model.experts, 2 * (o.model.experts / layout.ep));
+    moe::Model model(o.model, par::coords_of(layout, launch_rank % world).ep_index, layout.ep, slots, o.seed);
+    moe::AdamW dense_opt(model.dense), expert_opt(model.expert);
+    moe::Autotuner tuner(static_cast<uint32_t>(o.model.experts), layout.ep, slots);
+    const bool tuning = layout.ep == world;  // with expert-data replicas every group would have to agree
+    moe::Control control;
+    auto f32 = [](const char* name, torch::Tensor& t) {
+      return sigma::checkpoint::TensorView(name, HAL_DTYPE_F32, {t.numel()}, t.data_ptr());
+    };
+    // What the memory tier snapshots every step and a replacement restores.
+    s.set_state({f32("dense", model.dense),
+                 f32("dense.adam_m", dense_opt.m),
+                 f32("dense.adam_v", dense_opt.v),
+                 f32("experts", model.expert),
+                 f32("experts.adam_m", expert_opt.m),
+                 f32("experts.adam_v", expert_opt.v),
+                 {"control", HAL_DTYPE_U8, {static_cast<int64_t>(moe::Control::kBytes)}, control.data()}});
+
+    gr::Config gcfg;
+    if (!o.guardrails.empty()) {
+      gcfg = gr::Config::from_yaml_file(o.guardrails);
+    } else {
+      gcfg.loss_scaling.enabled = false;  // f32 training: no loss scale
+      gcfg.precision.enabled = false;     // ... and nothing to escalate
+      gcfg.sdc.interval = 50;
+    }
+    std::vector<gr::LayerInfo> layers;
+    for (const auto& seg : model.dense_layers) layers.push_back({seg.name, HAL_DTYPE_F32});
+
+    // Communicators of the expert layout, rebuilt for every generation; the
+    // session aborts them with its own when a peer fails.
+    std::mutex groups_mu;
+    std::unique_ptr<par::Groups> groups;
+    s.on_abort([&] {
+      std::lock_guard<std::mutex> lk(groups_mu);
+      if (groups) groups->abort();
+    });
+    const std::shared_ptr<sigma::bootstrap::Store> store = sigma::bootstrap::open_store(so.store);
+    std::unique_ptr<par::Dispatcher> dispatcher;
+    std::unique_ptr<gr::Guardrails> guard;
+    std::optional<Log> log;
+
+    // After join or recover: this generation's groups, dispatcher and guardrails.
+    auto setup = [&](uint64_t index) {
+      if (s.world_size() != world)
+        throw std::runtime_error("moe_trainer: the job shrank to " + std::to_string(s.world_size()) +
+                                 " ranks; this trainer keeps its launch world of " + std::to_string(world));
+      const par::Coords me = par::coords_of(layout, s.rank());
+      if (index == 0 && s.rank() != launch_rank) model.init_experts(me.ep_index, layout.ep, o.seed);
+      dispatcher.reset();
+      {
+        std::lock_guard<std::mutex> lk(groups_mu);
+        groups.reset();
+      }
+      if (layout.ep < world) {
+        auto g =
+            std::make_unique<par::Groups>(s.plugin(), store, "groups-" + std::to_string(s.generation()) + "/",
+                                          0, s.rank(), layout, std::chrono::seconds(30));
+        std::lock_guard<std::mutex> lk(groups_mu);
+        groups = std::move(g);
+      }
+      sigma::hal::Communicator& ep_comm = groups ? groups->comm(par::GroupKind::expert) : s.comm();
+      dispatcher = std::make_unique<par::Dispatcher>(
+          ep_comm, me.ep_index, layout.ep,
+          par::DispatchOptions{static_cast<uint32_t>(o.model.experts), par::Exchange::all_to_all,
+                               std::chrono::seconds(60)});
+      gr::Config c = gcfg;
+      if (s.rank() == 0) c.journal.path = so.job_dir + "/guardrails.jsonl";
+      guard =
+          std::make_unique<gr::Guardrails>(c, layers,
+                                           gr::Group{&s.comm(), 0, static_cast<int>(s.rank()),
+                                                     static_cast<int>(world), gr::GradLayout::replicated});
+      const json kept = control.read();
+      if (kept.contains("guardrails"))
+        guard->restore_state(kept["guardrails"].get<std::string>());  // the policy as it was
+      tuner.restore(kept, model, *dispatcher);                        // the experts' placement as it was
+      if (s.rank() == 0 && !log) log.emplace(so.job_dir + "/trainer.jsonl");
+      if (log) {
+        log->write({{"event", "joined"},
+                    {"t", now_s()},
+                    {"rank", s.rank()},
+                    {"device", so.device},
+                    {"generation", s.generation()},
+                    {"index", index},
+                    {"plan", plan.describe},
+                    {"predicted_step_s", plan.predicted_step_s},
+                    {"gemm_gflops", gemm},
+                    {"flops_per_token", plan.flops_per_token},
+                    {"world", world}});
+      }
+    };
+
+    const int64_t tokens_per_rank = o.batch * o.model.seq;
+    std::set<uint64_t> poison(o.poison.begin(), o.poison.end());
+    // One training step; returns the guardrails' decision (every rank the same).
+    auto train_step = [&](uint64_t step) {
+      const double t0 = now_s();
+      const auto skips = control.skips();
+      const uint64_t b = moe::Control::batch_of(step, skips);
+      const torch::Tensor batch =
+          corpus.batch(o.seed, b, s.rank(), o.batch, o.model.seq, poison.count(b) > 0);
+      model.dense_grad.zero_();
+      model.expert_grad.zero_();
+      moe::MoeStats stats;
+      torch::Tensor ce;
+      const torch::Tensor loss = model.loss(batch, *dispatcher, &stats, &ce);  // MoE tokens through the HAL
+      (loss / static_cast<double>(world)).backward();                          // ... and their gradients back
+      all_reduce(s.comm(), s.plugin(), model.dense_grad);                      // replicas' gradients summed
+      if (groups && groups->size_of(par::GroupKind::expert_data) > 1)
+        all_reduce(groups->comm(par::GroupKind::expert_data), s.plugin(), model.expert_grad);
+      // The guardrails see the replicated gradients; a non-finite expert
+      // gradient (this rank's alone) reaches them as a non-finite loss.
+      const bool experts_finite = torch::isfinite(model.expert_grad).all().item<bool>();
+      const double l = experts_finite ? ce.item<double>() : std::nan("");
+      std::vector<std::vector<gr::BufferView>> grads;
+      for (const auto& seg : model.dense_layers)
+        grads.push_back({{model.dense_grad.data_ptr<float>() + seg.offset, static_cast<uint64_t>(seg.count),
+                          HAL_DTYPE_F32}});
+      const gr::Decision d = guard->step(step, l, grads);  // skip, clip, roll back: the same on every rank
+      if (d.action == gr::Action::apply) {
+        const double lr = learning_rate(o, step);
+        model.dense_grad.mul_(d.grad_multiplier);
+        model.expert_grad.mul_(d.grad_multiplier);
+        dense_opt.update(model.dense, model.dense_grad, lr, o.weight_decay, step + 1);
+        expert_opt.update(model.expert, model.expert_grad, lr, o.weight_decay, step + 1);
+      }
+      json fp;
+      if (d.check_fingerprint) {  // replicas' parameters compared: silent corruption named by rank
+        const auto r = guard->check_fingerprint(
+            step, {{model.dense.data_ptr(), static_cast<uint64_t>(model.dense.numel()), HAL_DTYPE_F32}});
+        fp = {{"match", r.match}, {"odd_ranks", r.odd_ranks}};
+      }
+      std::optional<par::Rebalance> moved;
+      if (tuning && d.action != gr::Action::rollback)  // experts off a slow link, or back
+        moved = tuner.step(step, model, expert_opt, *dispatcher, s.comm(), s.rank(), world, s.plugin());
+      const bool snapshot_due = (step + 1) % so.snapshot_every == 0;
+      if (snapshot_due && d.action != gr::Action::rollback) guard->note_snapshot(step);  // step_end takes it
+      json kept = control.read();
+      kept["guardrails"] = guard->save_state();
+      tuner.save(kept, model);
+      control.write(kept);
+      if (log) {
+        const double dt = now_s() - t0;
+        log->write({{"event", "step"},
+                    {"t", now_s()},
+                    {"step", step},
+                    {"batch", b},
+                    {"loss", d.loss},
+                    {"action", gr::action_name(d.action)},
+                    {"reason", d.reason},
+                    {"norm", d.global_norm},
+                    {"lr", learning_rate(o, step)},
+                    {"step_s", dt},
+                    {"tokens_per_s", static_cast<double>(tokens_per_rank * world) / dt},
+                    {"dropped", stats.dropped},
+                    {"routed", stats.routed},
+                    {"aux", stats.aux},
+                    {"mismatch_ranks", d.mismatch_ranks},
+                    {"non_finite_ranks", d.non_finite_ranks},
+                    {"fingerprint", fp},
+                    {"generation", s.generation()},
+                    {"poisoned", poison.count(b) > 0},
+                    {"rebalance", moved ? json::parse(par::rebalance_json(*moved)) : json()}});
+      }
+      return std::make_pair(d, moved);
+    };
+
+    // The loop: join, steps, recover from any libsigma error, finish.
+    uint64_t step = 0;
+    std::optional<std::string> failed;
+    std::string note;  // a guardrails decision, for the agent's report with the next finished step
+    try {
+      step = s.join();
+      setup(step);
+    } catch (const sigma::Error& e) {
+      if (s.ended()) return 0;  // a spare never needed
+      failed = e.what();
+    }
+    for (;;) {
+      while (step < o.steps || failed) {
+        if (failed) {
+          try {
+            step = s.recover(*failed);  // new communicator, state restored (memory tier or disk)
+            setup(step);
+            failed.reset();
+          } catch (const sigma::Error& e) {
+            if (s.ended()) return 0;                          // retired: moved off a suspect device
+            if (e.code() == sigma::Code::unavailable) throw;  // the agent is gone
+            failed = std::string(sigma::code_name(e.code())) + ": " + e.what();
+          }
+          continue;
+        }
+        try {
+          s.step_begin(step);  // heartbeats say which step we are in
+          const auto [d, moved] = train_step(step);
+          if (d.action == gr::Action::rollback) {
+            const json newest = control.read();  // the policy and skips do not go back in time
+            const auto skips = control.skips();
+            step = s.rollback(d.rollback_to_step + 1);  // own memory-tier snapshot, no peer involved
+            json back = control.read();                 // ... but the experts' placement is the snapshot's
+            back["guardrails"] = newest["guardrails"];
+            back["skips"] = newest.value("skips", json::array());
+            control.write(back);
+            tuner.restore(back, model, *dispatcher);
+            control.skip(moe::Control::batch_of(d.skip_data_begin, skips),
+                         moe::Control::batch_of(d.skip_data_end - 1, skips) + 1);
+            if (log)
+              log->write(
+                  {{"event", "rollback"}, {"t", now_s()}, {"to_step", step}, {"skips", control.skips()}});
+            note = "rolled back: " + d.reason;
+            continue;
+          }
+          if (d.action != gr::Action::apply)
+            note += (note.empty() ? "" : "; ") + std::string("skipped: ") + d.reason;
+          if (moved) note += (note.empty() ? "" : "; ") + std::string("rebalanced: ") + moved->reason;
+          // Step time and figures to the agent; memory snapshot and disk checkpoint when due.
+          sigma::runtime::StepReport report;
+          report.loss = d.loss;
+          report.tokens = static_cast<uint64_t>(tokens_per_rank) * world;
+          report.flops = plan.flops_per_token * static_cast<double>(report.tokens);
+          // MFU against the measured GEMM rate of the cores the workers share.
+          report.peak_flops = gemm * 1e9 * std::min<double>(world, std::thread::hardware_concurrency());
+          report.note = note;
+          s.step_end(step, report);
+          note.clear();
+          ++step;
+        } catch (const sigma::Error& e) {
+          failed = std::string(sigma::code_name(e.code())) + ": " + e.what();
+        }
+      }
+      try {
+        s.finish(step);
+        break;
+      } catch (const sigma::Error& e) {
+        failed = std::string(sigma::code_name(e.code())) + ": " + e.what();  // a peer failed at the end
+      }
+    }
+    // The final parameters: the dense ones per rank, each expert by its
+    // global index from whichever rank holds it now.
+    std::ofstream(so.job_dir + "/final-rank-" + std::to_string(s.rank()) + ".bin", std::ios::binary)
+        .write(static_cast<const char*>(model.dense.data_ptr()), model.dense.numel() * 4);
+    for (size_t e = 0; e < model.slot_of.size(); ++e) {
+      if (model.slot_of[e] < 0) continue;
+      std::ofstream f(so.job_dir + "/final-expert-" + std::to_string(e) + ".bin", std::ios::binary);
+      for (int64_t l = 0; l < o.model.layers; ++l)
+        f.write(static_cast<const char*>(
+                    model.expert.narrow(0, model.slot_offset(l, model.slot_of[e]), model.slot_numel())
+                        .data_ptr()),
+                model.slot_numel() * 4);
+    }
+    if (log) log->write({{"event", "done"}, {"t", now_s()}, {"steps", step}});
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moe_trainer: %s\n", e.what());
+    return 1;
+  }
+}
