@@ -23,7 +23,7 @@ gemm=$("$bin/moe_trainer" --measure-gemm)
 steps=${SIGMA_DEMO_STEPS:-450}
 trainer=("$bin/moe_trainer" --data "$PWD/$demo/kjv.txt" --steps "$steps" --gemm-gflops "$gemm"
          --guardrails "$PWD/samples/moe_trainer/guardrails.yaml")
-run=(--nproc 4 --spares 1 --snapshot-keep 4 --readmit-crashed 1)
+run=(--nproc 4 --spares 1 --snapshot-keep 4 --readmit-crashed 1 --checkpoint-every 50 --checkpoint-async)
 
 # The fault-free reference: the same job on the cpu vendor, no faults.
 reference=$demo/reference

@@ -72,6 +72,10 @@ struct AgentOptions {
   size_t snapshot_keep = 2;
   uint32_t checkpoint_base_every = 4;
   uint32_t checkpoint_keep = 4;
+  // Disk checkpoints written by the engine's thread while training goes on
+  // (the agent hears of each once it is durable); false: each save is done
+  // before step_end returns.
+  bool checkpoint_async = false;
   int metrics_port = -1;  // -1 off, 0 any free port
   bool progress = true;   // a progress line on stderr every second
   bool proactive_migration = true;

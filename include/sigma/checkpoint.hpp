@@ -186,8 +186,16 @@ class SIGMA_EXPORT Engine {
   // is running); returns the seconds it waited: with the time save_async()
   // took, what the save cost the training loop.
   double wait_snapshot();
-  // Until every pending save is durable; throws the first failure.
+  // Until every pending save is durable; throws the first failure. Returns
+  // the saves made durable since the last wait() or poll().
   std::vector<SaveResult> wait();
+  // Without waiting: the saves that became durable since the last wait()
+  // or poll(); throws a background failure, as wait() does.
+  std::vector<SaveResult> poll();
+  // Removes this rank's checkpoints of steps after `step` (a rollback made
+  // them describe steps that will run again), after the saves in flight;
+  // the next save is a full base when the current base was among them.
+  void discard_after(uint64_t step);
 
   // Loads the newest checkpoint that passes every check into `tensors` and
   // `meta`. Damaged newer ones are skipped and listed in the result (and

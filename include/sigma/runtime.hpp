@@ -57,6 +57,7 @@ struct SIGMA_EXPORT SessionOptions {
   size_t snapshot_keep = 2;            // SIGMA_SNAPSHOT_KEEP: memory-tier snapshots kept (own and replica)
   uint32_t checkpoint_base_every = 4;  // SIGMA_CHECKPOINT_BASE_EVERY: a full disk base every K checkpoints
   uint32_t checkpoint_keep = 4;        // SIGMA_CHECKPOINT_KEEP: newest disk checkpoints kept
+  bool checkpoint_async = false;       // SIGMA_CHECKPOINT_ASYNC=1: saves written in the background
   double comm_timeout_s = 30;          // how long communicator creation waits for peers
 
   // Reads the variables above; throws Error(invalid_argument) naming the

@@ -27,7 +27,9 @@
 #include <CLI/CLI.hpp>
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <time.h>
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +52,10 @@ struct Options {
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, gemm_gflops = 0;
   int threads = 1;
   std::vector<uint64_t> poison;
+  bool guardrails_on = true, autotune_on = true;  // off: the benchmark's "features off" side
+  int64_t kill_at = -1;                           // the recovery benchmark's fault: SIGKILL at this step ...
+  uint32_t kill_device = 0;                       // ... on this device, once
+  std::string progress;  // "step N T" / "kill T" lines (CLOCK_MONOTONIC) to PREFIX.dDEVICE
   moe::ModelConfig model;
 };
 
@@ -113,7 +119,9 @@ Chosen plan_layout(const Options& o, uint32_t world, double gemm_gflops) {
   sigma::planner::Devices d;
   d.count = d.per_node = world;
   d.memory_gib = 4;
-  d.gemm_tflops = gemm_gflops * 1e-3;
+  // The workers share the machine's cores: a device gets its share of them.
+  const double cores = std::min<double>(world, std::thread::hardware_concurrency());
+  d.gemm_tflops = gemm_gflops * 1e-3 * cores / world;
   d.peak_tflops = d.gemm_tflops;
   d.intra_gbps = d.inter_gbps = 1;  // TCP over loopback
   sigma::planner::Space s = sigma::planner::Space::runtime();
@@ -173,6 +181,12 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "libtorch threads per worker");
   app.add_option("--gemm-gflops", o.gemm_gflops, "measured GEMM rate of one worker (0: measure now)");
   app.add_option("--guardrails", o.guardrails, "guardrails YAML (default: f32 training, spike rollback on)");
+  app.add_flag("!--no-guardrails", o.guardrails_on,
+               "apply every step unchecked (the overhead benchmark's baseline)");
+  app.add_flag("!--no-autotune", o.autotune_on, "never move experts");
+  app.add_option("--kill-at", o.kill_at, "SIGKILL this worker when it starts this step (benchmarks)");
+  app.add_option("--kill-device", o.kill_device, "... if it runs on this device");
+  app.add_option("--progress-log", o.progress, "append step and kill times to PREFIX.dDEVICE (benchmarks)");
   app.add_option("--poison-batches", o.poison, "batches replaced by random bytes (a corrupt data shard)");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -199,7 +213,8 @@ int main(int argc, char** argv) {
     moe::Model model(o.model, par::coords_of(layout, launch_rank % world).ep_index, layout.ep, slots, o.seed);
     moe::AdamW dense_opt(model.dense), expert_opt(model.expert);
     moe::Autotuner tuner(static_cast<uint32_t>(o.model.experts), layout.ep, slots);
-    const bool tuning = layout.ep == world;  // with expert-data replicas every group would have to agree
+    // With expert-data replicas every expert group would have to agree on one placement.
+    const bool tuning = o.autotune_on && layout.ep == world;
     moe::Control control;
     auto f32 = [](const char* name, torch::Tensor& t) {
       return sigma::checkpoint::TensorView(name, HAL_DTYPE_F32, {t.numel()}, t.data_ptr());
@@ -313,7 +328,13 @@ int main(int argc, char** argv) {
       for (const auto& seg : model.dense_layers)
         grads.push_back({{model.dense_grad.data_ptr<float>() + seg.offset, static_cast<uint64_t>(seg.count),
                           HAL_DTYPE_F32}});
-      const gr::Decision d = guard->step(step, l, grads);  // skip, clip, roll back: the same on every rank
+      gr::Decision d;  // skip, clip, roll back: the same on every rank
+      if (o.guardrails_on) {
+        d = guard->step(step, l, grads);
+      } else {
+        d.step = step;
+        d.loss = l;
+      }
       if (d.action == gr::Action::apply) {
         const double lr = learning_rate(o, step);
         model.dense_grad.mul_(d.grad_multiplier);
@@ -362,6 +383,15 @@ int main(int argc, char** argv) {
       return std::make_pair(d, moved);
     };
 
+    std::FILE* progress_log = o.progress.empty()
+                                  ? nullptr
+                                  : std::fopen((o.progress + ".d" + std::to_string(so.device)).c_str(), "a");
+    auto progress = [&](const char* fmt, double t) {
+      if (!progress_log) return;
+      std::fprintf(progress_log, fmt, t);
+      std::fflush(progress_log);
+    };
+
     // The loop: join, steps, recover from any libsigma error, finish.
     uint64_t step = 0;
     std::optional<std::string> failed;
@@ -388,6 +418,11 @@ int main(int argc, char** argv) {
           continue;
         }
         try {
+          if (static_cast<int64_t>(step) == o.kill_at && so.device == o.kill_device) {
+            progress("kill %.6f\n", now_s());
+            o.kill_at = -1;
+            ::kill(::getpid(), SIGKILL);
+          }
           s.step_begin(step);  // heartbeats say which step we are in
           const auto [d, moved] = train_step(step);
           if (d.action == gr::Action::rollback) {
@@ -419,6 +454,7 @@ int main(int argc, char** argv) {
           report.peak_flops = gemm * 1e9 * std::min<double>(world, std::thread::hardware_concurrency());
           report.note = note;
           s.step_end(step, report);
+          progress(("step " + std::to_string(step) + " %.6f\n").c_str(), now_s());
           note.clear();
           ++step;
         } catch (const sigma::Error& e) {

@@ -285,6 +285,20 @@ struct Engine::Impl {
     return r;
   }
 
+  // Removes this rank's shard of `step` (the step's global manifest first:
+  // the step is no longer whole), and the step's folder once it is empty.
+  void remove_shard(uint64_t step) {
+    const std::string sd = format::step_dir(job, step);
+    io::remove_tree(step::manifest_path(sd));
+    io::remove_tree(format::shard_dir(job, step, o.rank));
+    bool shards_left = false;
+    for (const auto& name : io::list_dir(sd)) {
+      uint32_t r;
+      shards_left |= format::parse_rank(name, r);
+    }
+    if (!shards_left) io::remove_tree(sd);
+  }
+
   // Keeps the newest `keep` checkpoints of this rank and the bases they
   // need; removes the rest of this rank's shards (and emptied step folders).
   void collect_garbage() {
@@ -312,17 +326,7 @@ struct Engine::Impl {
     if (base) keep.insert(base->step);  // the next deltas need it
     for (const auto& [step, b] : shards) {
       (void)b;
-      if (keep.count(step)) continue;
-      // The step is no longer whole: its global manifest goes first.
-      const std::string sd = format::step_dir(job, step);
-      io::remove_tree(step::manifest_path(sd));
-      io::remove_tree(format::shard_dir(job, step, o.rank));
-      bool shards_left = false;
-      for (const auto& name : io::list_dir(sd)) {
-        uint32_t r;
-        shards_left |= format::parse_rank(name, r);
-      }
-      if (!shards_left) io::remove_tree(sd);
+      if (!keep.count(step)) remove_shard(step);
     }
   }
 
@@ -514,6 +518,30 @@ std::vector<SaveResult> Engine::wait() {
   auto& m = *impl_;
   std::unique_lock lk(m.mu);
   m.drain(lk);
+  m.rethrow_failure();
+  std::vector<SaveResult> out;
+  out.swap(m.done);
+  return out;
+}
+
+void Engine::discard_after(uint64_t step) {
+  auto& m = *impl_;
+  std::unique_lock lk(m.mu);
+  m.drain(lk);
+  for (const auto& name : io::list_dir(m.job)) {
+    uint64_t s;
+    if (format::parse_step(name, s) && s > step && io::exists(format::shard_dir(m.job, s, m.o.rank)))
+      m.remove_shard(s);
+  }
+  if (m.base && m.base->step > step) {
+    m.base.reset();  // the next save starts a new chain
+    m.since_base = 0;
+  }
+}
+
+std::vector<SaveResult> Engine::poll() {
+  auto& m = *impl_;
+  std::unique_lock lk(m.mu);
   m.rethrow_failure();
   std::vector<SaveResult> out;
   out.swap(m.done);

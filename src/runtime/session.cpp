@@ -11,6 +11,7 @@
 #include "runtime/protocol.hpp"
 
 #include <unistd.h>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -71,6 +72,7 @@ SessionOptions SessionOptions::from_env() {
   o.snapshot_keep = static_cast<size_t>(env_number("SIGMA_SNAPSHOT_KEEP", 2, 1, 1e6));
   o.checkpoint_base_every = static_cast<uint32_t>(env_number("SIGMA_CHECKPOINT_BASE_EVERY", 4, 1, 1e6));
   o.checkpoint_keep = static_cast<uint32_t>(env_number("SIGMA_CHECKPOINT_KEEP", 4, 1, 1e6));
+  o.checkpoint_async = env_number("SIGMA_CHECKPOINT_ASYNC", 0, 0, 1) != 0;
   return o;
 }
 
@@ -91,7 +93,8 @@ struct Session::Impl {
   std::vector<checkpoint::TensorView> views;
   std::unique_ptr<checkpoint::MemoryTier> tier;
   std::unique_ptr<checkpoint::Engine> engine;
-  std::vector<uint64_t> disk_indices;
+  std::vector<uint64_t> disk_indices;  // durable checkpoints, as the agent was told
+  std::vector<uint64_t> pending_disk;  // saved asynchronously, not yet known durable
   Clock::time_point step_t0;
 
   // The control thread's side.
@@ -244,6 +247,27 @@ struct Session::Impl {
     comm = std::move(c);
   }
 
+  // Tells the agent which asynchronous saves became durable (or that the
+  // disk failed); with `wait`, first waits for those in flight. The agent
+  // plans restores only from checkpoints that exist.
+  void settle_disk(bool wait) {
+    if (!engine || pending_disk.empty()) return;
+    try {
+      for (const auto& r : wait ? engine->wait() : engine->poll()) {
+        disk_indices.push_back(r.step);
+        pending_disk.erase(std::remove(pending_disk.begin(), pending_disk.end(), r.step), pending_disk.end());
+        ch->send(protocol::encode(protocol::Checkpointed{r.step}));
+      }
+    } catch (const Error& e) {
+      // The disk failed, not the device: the memory tier still holds the
+      // state, so training goes on. The engine is made again at the next
+      // checkpoint (the folder may come back).
+      engine.reset();
+      ch->send(protocol::encode(protocol::StorageFailed{pending_disk.back(), e.what()}));
+      pending_disk.clear();
+    }
+  }
+
   checkpoint::Engine& disk() {
     if (!engine) {
       checkpoint::Options co;
@@ -263,7 +287,10 @@ struct Session::Impl {
     const auto t0 = Clock::now();
     const uint32_t old_rank = rank, old_world = world;
     build_comm(a, aborts_before);
-    if (engine && (old_rank != rank || old_world != world)) engine.reset();
+    if (engine && (old_rank != rank || old_world != world)) {
+      settle_disk(true);
+      engine.reset();
+    }
     // A renumbered ring (the world shrank): the replicas held belong to
     // other neighbours now.
     if (old_world != 0 && (old_rank != rank || old_world != world)) tier->drop_replicas();
@@ -455,13 +482,21 @@ void Session::step_end(uint64_t step, const StepReport& report) {
     m.tier->snapshot(index, m.views, comm(), m.rank, m.world);
     m.ch->send(protocol::encode(protocol::Snapshotted{index}));
   }
+  m.settle_disk(false);  // background saves that became durable since the last step
   if (should_checkpoint(step)) {
     checkpoint::Metadata meta;
     meta.step = index;
     try {
-      m.disk().save(m.views, meta);
-      m.disk_indices.push_back(index);
-      m.ch->send(protocol::encode(protocol::Checkpointed{index}));
+      if (m.o.checkpoint_async) {
+        // Copied now, written by the engine's thread while training goes on
+        // (back-pressure when the last one is not done yet).
+        m.disk().save_async(m.views, meta);
+        m.pending_disk.push_back(index);
+      } else {
+        m.disk().save(m.views, meta);
+        m.disk_indices.push_back(index);
+        m.ch->send(protocol::encode(protocol::Checkpointed{index}));
+      }
     } catch (const Error& e) {
       // The disk failed, not the device: the memory tier still holds the
       // state, so training goes on and the agent is told. The engine is
@@ -485,6 +520,14 @@ uint64_t Session::rollback(uint64_t index) {
                                      std::to_string(m.rank) + " holds only [" + held + "]");
   }
   m.tier->drop_after(index);
+  // Disk checkpoints after it describe steps that will run again.
+  if (m.engine) {
+    m.settle_disk(true);
+    if (m.engine) m.engine->discard_after(index);
+    m.disk_indices.erase(
+        std::remove_if(m.disk_indices.begin(), m.disk_indices.end(), [&](uint64_t i) { return i > index; }),
+        m.disk_indices.end());
+  }
   m.current_step = static_cast<int64_t>(index);
   return index;
 }
@@ -499,6 +542,7 @@ uint64_t Session::recover(const std::string& reason) {
     const std::string name(code_name(static_cast<Code>(c)));
     if (reason.rfind(name + ":", 0) == 0) code = name;
   }
+  m.settle_disk(true);  // what this rank holds on disk, durable
   m.ch->send(protocol::encode(protocol::RecoverRequest{code, reason, m.generation, m.tier->own_indices(),
                                                        m.tier->replica_indices(), m.disk_indices}));
   return m.wait_and_apply();
@@ -506,6 +550,7 @@ uint64_t Session::recover(const std::string& reason) {
 
 void Session::finish(uint64_t steps_done) {
   Impl& m = *impl_;
+  m.settle_disk(true);  // the last checkpoint durable and told before the job ends
   // An abort since the assignment in force (a peer failed while this rank
   // ran its last steps) is answered with a report, not with Done.
   const uint64_t aborts = m.assigned_aborts;

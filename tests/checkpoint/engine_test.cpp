@@ -119,6 +119,40 @@ TEST(Checkpoint, AsyncSavesBlockOnlyForTheCopyAndPushBackWhenBehind) {
   EXPECT_TRUE(back == State(3));
 }
 
+// poll() never waits: it hands over each durable save once, and a save
+// it has not handed over yet comes with the next wait().
+TEST(Checkpoint, PollHandsOverEachDurableSaveOnceWithoutWaiting) {
+  Engine e(options(fresh_dir("poll")));
+  EXPECT_TRUE(e.poll().empty());
+  std::vector<uint64_t> seen;
+  for (uint64_t step = 1; step <= 4; ++step) {
+    State s(step);
+    e.save_async(s.views(), meta_for(step));
+    for (const auto& r : e.poll()) seen.push_back(r.step);
+  }
+  for (const auto& r : e.wait()) seen.push_back(r.step);
+  EXPECT_EQ(seen, (std::vector<uint64_t>{1, 2, 3, 4})) << "each save once, in order";
+  EXPECT_TRUE(e.poll().empty());
+}
+
+// After a rollback the checkpoints of later steps go, and the steps run
+// again are saved anew: a chain restarted from a full base where needed.
+TEST(Checkpoint, CheckpointsAfterARollbackAreDiscardedAndSavedAgain) {
+  Options o = options(fresh_dir("discard"));
+  o.base_every = 2;
+  o.keep = 10;
+  Engine e(o);
+  for (uint64_t step = 1; step <= 5; ++step) e.save(State(step).views(), meta_for(step));
+  e.discard_after(2);
+  State back(0);
+  EXPECT_EQ(e.restore(back.views(), nullptr).step, 2u);
+  // Step 3 again, with other contents (the re-run after a rollback differs).
+  const SaveResult r = e.save(State(33).views(), meta_for(3));
+  EXPECT_EQ(r.step, 3u);
+  EXPECT_EQ(e.restore(back.views(), nullptr).step, 3u);
+  EXPECT_TRUE(back == State(33));
+}
+
 TEST(Checkpoint, AnOverlappedSnapshotCopiesWhileTheCallerReadsAndHoldsTheStateOfItsCall) {
   Options o = options(fresh_dir("overlap"));
   Engine e(o);

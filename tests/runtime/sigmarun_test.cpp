@@ -338,6 +338,22 @@ TEST_F(Sigmarun, WithNoSpareLeftTheJobPausesAndSaysWhy) {
   expect_exact(r);
 }
 
+// Disk checkpoints written in the background: the job still ends with the
+// fault-free bytes, and the newest checkpoints of every rank are on disk.
+TEST_F(Sigmarun, BackgroundDiskCheckpointsLeaveEveryRanksNewestOnDisk) {
+  JobRun r = sigmarun("async-ckpt",
+                      {"--nproc", "3", "--spares", "1", "--checkpoint-every", "20", "--checkpoint-async"},
+                      {"--steps", std::to_string(kSteps), "--kill-at", "90", "--kill-device", "1"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  expect_exact(r);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_TRUE(fs::exists(r.dir + "/checkpoints/sigmarun/step-00000000000000000160/rank-0000" +
+                           std::to_string(k) + "/manifest.sgck"))
+        << k;
+  }
+  EXPECT_EQ(r.report["storage"]["failed_saves"], 0);
+}
+
 TEST_F(Sigmarun, AJobThatAllowsItShrinksWhenNoSpareIsLeftAndNeverBelowItsFloor) {
   JobRun r = sigmarun("shrink", {"--nproc", "3", "--spares", "0", "--allow-shrink", "--min-ranks", "2"},
                       {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "1"});

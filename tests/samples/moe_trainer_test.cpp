@@ -66,7 +66,8 @@ struct Fixture {
   }
 
   // One small job: 4 workers, 1 spare; returns its folder.
-  std::string job(const std::string& name, const std::string& scenario, std::vector<std::string> extra = {}) {
+  std::string job(const std::string& name, const std::string& scenario, std::vector<std::string> extra = {},
+                  const std::vector<std::string>& agent = {}) {
     const std::string dir = root + "/" + name;
     // A job that hangs fails here in minutes (SIGTERM stops sigmarun at a step boundary).
     std::vector<std::string> args{"timeout", "-k",
@@ -77,6 +78,7 @@ struct Fixture {
                                   "4",       "--readmit-crashed",
                                   "1",       "--job-dir",
                                   dir,       "--no-progress"};
+    args.insert(args.end(), agent.begin(), agent.end());
     if (!scenario.empty()) {
       const std::string file = root + "/" + name + ".yaml";
       std::ofstream(file) << scenario;
@@ -154,10 +156,14 @@ TEST(MoeTrainer, RecoverableFaultsEndWithTheFaultFreeRunsBytesAndGuardrailDecisi
   EXPECT_FALSE(finals(nan) == reference) << "a skipped step changes the result, and the report says so";
 
   // A corrupt data batch: its loss spike is rolled back and the window skipped.
-  const std::string spike = fx.job("spike", "", {"--poison-batches", "35"});
+  // (Disk checkpoints every 5 steps, in the background: the rollback
+  // crosses one, which is discarded and saved again.)
+  const std::string spike =
+      fx.job("spike", "", {"--poison-batches", "35"}, {"--checkpoint-every", "5", "--checkpoint-async"});
   const json sp = summary(spike);
   EXPECT_TRUE(has_incident(sp, "loss spike")) << sp.dump(1);
   EXPECT_GE(sp["rolled_back_steps"].get<int>(), 1) << sp.dump(1);
+  EXPECT_EQ(json::parse(read_file(spike + "/report.json"))["storage"]["failed_saves"], 0);
 
   // report.html: headless Chromium loads it with no console error, every
   // chart is drawn, and a screenshot is kept beside the build.

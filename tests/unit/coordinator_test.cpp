@@ -110,13 +110,14 @@ class Job {
   }
   // `d` asks for a recovery holding own and replica snapshots `held`.
   void report(uint32_t d, std::vector<uint64_t> own, std::vector<uint64_t> replica,
-              const std::string& code = "aborted") {
+              const std::string& code = "aborted", std::vector<uint64_t> disk = {}) {
     protocol::RecoverRequest r;
     r.code = code;
     r.reason = code + ": the communicator was aborted";
     r.generation = c.generation();
     r.own = std::move(own);
     r.replica = std::move(replica);
+    r.disk = std::move(disk);
     msg(d, r);
   }
   void join(uint32_t d, const protocol::Assign& a) {
@@ -349,9 +350,9 @@ TEST(Coordinator, TwoNeighboursLostTogetherFallBackToTheCommonDiskCheckpoint) {
   for (uint32_t d = 0; d < 4; ++d) j.msg(d, protocol::Checkpointed{4});
   j.clear();
   j.exit(1);
-  j.exit(2);  // rank 1's replica lived on rank 2
-  j.report(0, {8}, {8});
-  j.report(3, {8}, {8});
+  j.exit(2);                              // rank 1's replica lived on rank 2
+  j.report(0, {8}, {8}, "aborted", {4});  // a survivor's report says what it holds on disk
+  j.report(3, {8}, {8}, "aborted", {4});
   j.at(j.t + 0.01);
   const auto a = j.sent<protocol::Assign>(0);
   ASSERT_EQ(a.size(), 1u);
@@ -361,6 +362,28 @@ TEST(Coordinator, TwoNeighboursLostTogetherFallBackToTheCommonDiskCheckpoint) {
   EXPECT_EQ(j.sent<protocol::Assign>(5).size(), 1u);
   EXPECT_EQ(j.records("recovery_started").size(), 2u) << "one round, two casualties";
   EXPECT_EQ(j.records("assigned").size(), 1u);
+}
+
+// A survivor whose report no longer lists a checkpoint (a rollback
+// discarded it) is not restored from it.
+TEST(Coordinator, ACheckpointASurvivorNoLongerHoldsIsNotPlannedFrom) {
+  Job j(options(4, 2));
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 8);
+  for (uint32_t d = 0; d < 4; ++d) {
+    j.msg(d, protocol::Checkpointed{4});
+    j.msg(d, protocol::Checkpointed{8});
+  }
+  j.clear();
+  j.exit(1);
+  j.exit(2);
+  j.report(0, {8}, {8}, "aborted", {4});  // step 8's checkpoint went with a rollback
+  j.report(3, {8}, {8}, "aborted", {4, 8});
+  j.at(j.t + 0.01);
+  const auto a = j.sent<protocol::Assign>(0);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].restore, "disk");
+  EXPECT_EQ(a[0].index, 4u);
 }
 
 TEST(Coordinator, WithNoSpareLeftTheJobPausesAndSaysWhatARerunResumesFrom) {

@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-base-every", o.checkpoint_base_every,
                  "a full disk checkpoint every K; the others are differential")
       ->check(CLI::Range(1u, 1000000u));
+  app.add_flag("--checkpoint-async", o.checkpoint_async,
+               "write disk checkpoints in the background while training goes on (the agent counts each once "
+               "it is durable)");
   app.add_option("--checkpoint-keep", o.checkpoint_keep, "newest disk checkpoints kept (with their bases)")
       ->check(CLI::Range(1u, 1000000u));
   app.add_option("--metrics-port", o.metrics_port,

@@ -206,6 +206,9 @@ void Coordinator::recover_request(Slot& s, const protocol::RecoverRequest& m) {
   s.abort_sent = false;
   s.own = std::set<uint64_t>(m.own.begin(), m.own.end());
   s.replica = std::set<uint64_t>(m.replica.begin(), m.replica.end());
+  // What it holds on disk, as it knows it now (a rollback discards newer
+  // checkpoints): replaces what its Checkpointed messages said.
+  if (s.rank >= 0) disk_[static_cast<uint32_t>(s.rank)] = std::set<uint64_t>(m.disk.begin(), m.disk.end());
   // A C worker passes its last error's text, whose code is only named
   // inside it ("... HAL_ERR_DEVICE_LOST ...").
   const bool lost = m.code == "device_lost" ||

@@ -155,7 +155,8 @@ std::pair<EnvList, std::vector<std::string>> allowed_env(const EnvList& given) {
                                                  "SIGMA_SNAPSHOT_EVERY",  "SIGMA_CHECKPOINT_EVERY",
                                                  "SIGMA_SNAPSHOT_KEEP",   "SIGMA_CHECKPOINT_BASE_EVERY",
                                                  "SIGMA_CHECKPOINT_KEEP", "SIGMA_RANK",
-                                                 "SIGMA_WORLD_SIZE",      "SIGMA_WORKER_TOKEN"};
+                                                 "SIGMA_WORLD_SIZE",      "SIGMA_WORKER_TOKEN",
+                                                 "SIGMA_CHECKPOINT_ASYNC"};
   std::pair<EnvList, std::vector<std::string>> out;
   for (const auto& [k, v] : given) {
     if (kAllowed.count(k)) {
