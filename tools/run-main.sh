@@ -45,7 +45,7 @@ status=0
 "$bin/sigmarun" "${run[@]}" --vendor sim \
   --vendor-options "scenario=$PWD/samples/scenarios/early_life.yaml;rank={device}" \
   --job-dir "$job" --report-reference "$reference" -- \
-  "${trainer[@]}" --poison-batches 200 || status=$?
+  "${trainer[@]}" --poison-batches 60 || status=$?
 echo
 echo "Open $job/report.html for the charts; the HAL conformance table is tools/run-conformance.sh."
 exit $status
