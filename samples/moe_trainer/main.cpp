@@ -158,6 +158,282 @@ class Log {
   std::ofstream f_;
 };
 
+gr::Config guardrails_config(const Options& o) {
+  if (!o.guardrails.empty()) return gr::Config::from_yaml_file(o.guardrails);
+  gr::Config c;
+  c.loss_scaling.enabled = false;  // f32 training: no loss scale
+  c.precision.enabled = false;     // ... and nothing to escalate
+  c.sdc.interval = 50;
+  return c;
+}
+
+// The trainer's state and one step of it; main() below is the loop around
+// it. One thread (the training loop's), except the abort hook.
+class Trainer {
+ public:
+  Trainer(const Options& o, sigma::runtime::Session& s, const sigma::runtime::SessionOptions& so, double gemm)
+      : o_(o),
+        s_(s),
+        so_(so),
+        corpus_(o.data),
+        world_(env_u32("SIGMA_WORLD_SIZE", 1)),
+        gemm_(gemm),
+        plan_(plan_layout(o, world_, gemm)),
+        launch_rank_(env_u32("SIGMA_RANK", 0)),
+        // Expert slots: twice the even share, so the autotuner has room to move experts in.
+        slots_(std::min<int64_t>(o.model.experts, 2 * (o.model.experts / plan_.layout.ep))),
+        model_(o.model, par::coords_of(plan_.layout, launch_rank_ % world_).ep_index, plan_.layout.ep, slots_,
+               o.seed),
+        dense_opt_(model_.dense),
+        expert_opt_(model_.expert),
+        tuner_(static_cast<uint32_t>(o.model.experts), plan_.layout.ep, slots_),
+        // With expert-data replicas every expert group would have to agree on one placement.
+        tuning_(o.autotune_on && plan_.layout.ep == world_),
+        gcfg_(guardrails_config(o)),
+        store_(sigma::bootstrap::open_store(so.store)),
+        poison_(o.poison.begin(), o.poison.end()) {
+    for (const auto& seg : model_.dense_layers) layers_.push_back({seg.name, HAL_DTYPE_F32});
+    auto f32 = [](const char* name, torch::Tensor& t) {
+      return sigma::checkpoint::TensorView(name, HAL_DTYPE_F32, {t.numel()}, t.data_ptr());
+    };
+    // What the memory tier snapshots every step and a replacement restores.
+    s_.set_state({f32("dense", model_.dense),
+                  f32("dense.adam_m", dense_opt_.m),
+                  f32("dense.adam_v", dense_opt_.v),
+                  f32("experts", model_.expert),
+                  f32("experts.adam_m", expert_opt_.m),
+                  f32("experts.adam_v", expert_opt_.v),
+                  {"control", HAL_DTYPE_U8, {static_cast<int64_t>(moe::Control::kBytes)}, control_.data()}});
+    // The expert layout's own communicators are aborted with the session's when a peer fails.
+    s_.on_abort([this] {
+      std::lock_guard<std::mutex> lk(groups_mu_);
+      if (groups_) groups_->abort();
+    });
+    if (!o.progress.empty())
+      progress_log_ = std::fopen((o.progress + ".d" + std::to_string(so.device)).c_str(), "a");
+  }
+  ~Trainer() {
+    s_.on_abort(nullptr);
+    if (progress_log_) std::fclose(progress_log_);
+  }
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // After join or recover: this generation's groups, dispatcher and guardrails.
+  void setup(uint64_t index) {
+    const par::Layout& layout = plan_.layout;
+    if (s_.world_size() != world_)
+      throw std::runtime_error("moe_trainer: the job shrank to " + std::to_string(s_.world_size()) +
+                               " ranks; this trainer keeps its launch world of " + std::to_string(world_));
+    const par::Coords me = par::coords_of(layout, s_.rank());
+    if (index == 0 && s_.rank() != launch_rank_) model_.init_experts(me.ep_index, layout.ep, o_.seed);
+    dispatcher_.reset();
+    {
+      std::lock_guard<std::mutex> lk(groups_mu_);
+      groups_.reset();
+    }
+    if (layout.ep < world_) {
+      auto g = std::make_unique<par::Groups>(s_.plugin(), store_,
+                                             "groups-" + std::to_string(s_.generation()) + "/", 0, s_.rank(),
+                                             layout, std::chrono::seconds(30));
+      std::lock_guard<std::mutex> lk(groups_mu_);
+      groups_ = std::move(g);
+    }
+    sigma::hal::Communicator& ep_comm = groups_ ? groups_->comm(par::GroupKind::expert) : s_.comm();
+    dispatcher_ = std::make_unique<par::Dispatcher>(
+        ep_comm, me.ep_index, layout.ep,
+        par::DispatchOptions{static_cast<uint32_t>(o_.model.experts), par::Exchange::all_to_all,
+                             std::chrono::seconds(60)});
+    gr::Config c = gcfg_;
+    if (s_.rank() == 0) c.journal.path = so_.job_dir + "/guardrails.jsonl";
+    guard_ =
+        std::make_unique<gr::Guardrails>(c, layers_,
+                                         gr::Group{&s_.comm(), 0, static_cast<int>(s_.rank()),
+                                                   static_cast<int>(world_), gr::GradLayout::replicated});
+    const json kept = control_.read();
+    if (kept.contains("guardrails"))
+      guard_->restore_state(kept["guardrails"].get<std::string>());  // the policy
+    tuner_.restore(kept, model_, *dispatcher_);                      // the experts' placement as it was
+    if (s_.rank() == 0 && !log_) log_.emplace(so_.job_dir + "/trainer.jsonl");
+    if (log_) {
+      log_->write({{"event", "joined"},
+                   {"t", now_s()},
+                   {"rank", s_.rank()},
+                   {"device", so_.device},
+                   {"generation", s_.generation()},
+                   {"index", index},
+                   {"plan", plan_.describe},
+                   {"predicted_step_s", plan_.predicted_step_s},
+                   {"gemm_gflops", gemm_},
+                   {"flops_per_token", plan_.flops_per_token},
+                   {"world", world_}});
+    }
+  }
+
+  // One training step; returns the guardrails' decision (every rank the
+  // same) and the autotuner's move, if any.
+  std::pair<gr::Decision, std::optional<par::Rebalance>> step(uint64_t step) {
+    const double t0 = now_s();
+    const auto skips = control_.skips();
+    const uint64_t b = moe::Control::batch_of(step, skips);
+    const torch::Tensor batch =
+        corpus_.batch(o_.seed, b, s_.rank(), o_.batch, o_.model.seq, poison_.count(b) > 0);
+    model_.dense_grad.zero_();
+    model_.expert_grad.zero_();
+    moe::MoeStats stats;
+    torch::Tensor ce;
+    const torch::Tensor loss = model_.loss(batch, *dispatcher_, &stats, &ce);  // MoE tokens through the HAL
+    (loss / static_cast<double>(world_)).backward();                           // ... and their gradients back
+    all_reduce(s_.comm(), s_.plugin(), model_.dense_grad);                     // replicas' gradients summed
+    if (groups_ && groups_->size_of(par::GroupKind::expert_data) > 1)
+      all_reduce(groups_->comm(par::GroupKind::expert_data), s_.plugin(), model_.expert_grad);
+    // The guardrails see the replicated gradients; a non-finite expert
+    // gradient (this rank's alone) reaches them as a non-finite loss.
+    const bool experts_finite = torch::isfinite(model_.expert_grad).all().item<bool>();
+    const gr::Decision d = decide(step, experts_finite ? ce.item<double>() : std::nan(""));
+    if (d.action == gr::Action::apply) {
+      const double lr = learning_rate(o_, step);
+      model_.dense_grad.mul_(d.grad_multiplier);
+      model_.expert_grad.mul_(d.grad_multiplier);
+      dense_opt_.update(model_.dense, model_.dense_grad, lr, o_.weight_decay, step + 1);
+      expert_opt_.update(model_.expert, model_.expert_grad, lr, o_.weight_decay, step + 1);
+    }
+    json fp;
+    if (d.check_fingerprint) {  // replicas' parameters compared: silent corruption named by rank
+      const auto r = guard_->check_fingerprint(
+          step, {{model_.dense.data_ptr(), static_cast<uint64_t>(model_.dense.numel()), HAL_DTYPE_F32}});
+      fp = {{"match", r.match}, {"odd_ranks", r.odd_ranks}};
+    }
+    std::optional<par::Rebalance> moved;
+    if (tuning_ && d.action != gr::Action::rollback)  // experts off a slow link, or back
+      moved = tuner_.step(step, model_, expert_opt_, *dispatcher_, s_.comm(), s_.rank(), world_, s_.plugin());
+    const bool snapshot_due = (step + 1) % so_.snapshot_every == 0;
+    if (snapshot_due && d.action != gr::Action::rollback) guard_->note_snapshot(step);  // step_end takes it
+    json kept = control_.read();
+    kept["guardrails"] = guard_->save_state();
+    tuner_.save(kept, model_);
+    control_.write(kept);
+    if (log_) {
+      const double dt = now_s() - t0;
+      log_->write({{"event", "step"},
+                   {"t", now_s()},
+                   {"step", step},
+                   {"batch", b},
+                   {"loss", d.loss},
+                   {"action", gr::action_name(d.action)},
+                   {"reason", d.reason},
+                   {"norm", d.global_norm},
+                   {"lr", learning_rate(o_, step)},
+                   {"step_s", dt},
+                   {"tokens_per_s", static_cast<double>(tokens()) / dt},
+                   {"dropped", stats.dropped},
+                   {"routed", stats.routed},
+                   {"aux", stats.aux},
+                   {"mismatch_ranks", d.mismatch_ranks},
+                   {"non_finite_ranks", d.non_finite_ranks},
+                   {"fingerprint", fp},
+                   {"generation", s_.generation()},
+                   {"poisoned", poison_.count(b) > 0},
+                   {"rebalance", moved ? json::parse(par::rebalance_json(*moved)) : json()}});
+    }
+    return {d, moved};
+  }
+
+  // The guardrails' rollback: this rank's own snapshot back, the data window
+  // skipped. Returns the next step to run.
+  uint64_t rollback(const gr::Decision& d) {
+    const json newest = control_.read();  // the policy and skips do not go back in time
+    const auto skips = control_.skips();
+    const uint64_t next = s_.rollback(d.rollback_to_step + 1);  // own memory-tier snapshot, no peer involved
+    json back = control_.read();  // ... but the experts' placement is the snapshot's
+    back["guardrails"] = newest["guardrails"];
+    back["skips"] = newest.value("skips", json::array());
+    control_.write(back);
+    tuner_.restore(back, model_, *dispatcher_);
+    control_.skip(moe::Control::batch_of(d.skip_data_begin, skips),
+                  moe::Control::batch_of(d.skip_data_end - 1, skips) + 1);
+    if (log_)
+      log_->write({{"event", "rollback"}, {"t", now_s()}, {"to_step", next}, {"skips", control_.skips()}});
+    return next;
+  }
+
+  // What the agent shows of a step: loss, tokens, FLOPs against the
+  // measured GEMM rate of the cores the workers share, and a note.
+  sigma::runtime::StepReport report(const gr::Decision& d, const std::string& note) const {
+    sigma::runtime::StepReport r;
+    r.loss = d.loss;
+    r.tokens = tokens();
+    r.flops = plan_.flops_per_token * static_cast<double>(r.tokens);
+    r.peak_flops = gemm_ * 1e9 * std::min<double>(world_, std::thread::hardware_concurrency());
+    r.note = note;
+    return r;
+  }
+
+  // "step N T" / "kill T" for the recovery benchmark.
+  void progress(const std::string& what) {
+    if (!progress_log_) return;
+    std::fprintf(progress_log_, "%s %.6f\n", what.c_str(), now_s());
+    std::fflush(progress_log_);
+  }
+
+  // The final parameters: the dense ones per rank, each expert by its
+  // global index from whichever rank holds it now.
+  void write_final(uint64_t steps) {
+    std::ofstream(so_.job_dir + "/final-rank-" + std::to_string(s_.rank()) + ".bin", std::ios::binary)
+        .write(static_cast<const char*>(model_.dense.data_ptr()), model_.dense.numel() * 4);
+    for (size_t e = 0; e < model_.slot_of.size(); ++e) {
+      if (model_.slot_of[e] < 0) continue;
+      std::ofstream f(so_.job_dir + "/final-expert-" + std::to_string(e) + ".bin", std::ios::binary);
+      for (int64_t l = 0; l < o_.model.layers; ++l) {
+        const torch::Tensor w =
+            model_.expert.narrow(0, model_.slot_offset(l, model_.slot_of[e]), model_.slot_numel());
+        f.write(static_cast<const char*>(w.data_ptr()), model_.slot_numel() * 4);
+      }
+    }
+    if (log_) log_->write({{"event", "done"}, {"t", now_s()}, {"steps", steps}});
+  }
+
+ private:
+  uint64_t tokens() const { return static_cast<uint64_t>(o_.batch * o_.model.seq) * world_; }
+
+  gr::Decision decide(uint64_t step, double loss) {
+    std::vector<std::vector<gr::BufferView>> grads;
+    for (const auto& seg : model_.dense_layers)
+      grads.push_back({{model_.dense_grad.data_ptr<float>() + seg.offset, static_cast<uint64_t>(seg.count),
+                        HAL_DTYPE_F32}});
+    if (o_.guardrails_on) return guard_->step(step, loss, grads);  // skip, clip, roll back: every rank alike
+    gr::Decision d;  // the benchmark's baseline: apply, unchecked
+    d.step = step;
+    d.loss = loss;
+    return d;
+  }
+
+  const Options& o_;
+  sigma::runtime::Session& s_;
+  const sigma::runtime::SessionOptions& so_;
+  const moe::Corpus corpus_;
+  const uint32_t world_;
+  const double gemm_;
+  const Chosen plan_;
+  const uint32_t launch_rank_;
+  const int64_t slots_;
+  moe::Model model_;
+  moe::AdamW dense_opt_, expert_opt_;
+  moe::Autotuner tuner_;
+  const bool tuning_;
+  moe::Control control_;
+  const gr::Config gcfg_;
+  std::vector<gr::LayerInfo> layers_;
+  std::mutex groups_mu_;                 // the groups against the session's abort hook
+  std::unique_ptr<par::Groups> groups_;  // guarded by groups_mu_ (the pointer)
+  const std::shared_ptr<sigma::bootstrap::Store> store_;
+  std::unique_ptr<par::Dispatcher> dispatcher_;
+  std::unique_ptr<gr::Guardrails> guard_;
+  std::optional<Log> log_;
+  const std::set<uint64_t> poison_;
+  std::FILE* progress_log_ = nullptr;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -200,205 +476,17 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (o.data.empty()) throw std::runtime_error("moe_trainer: --data FILE is required");
-    const moe::Corpus corpus(o.data);
     const auto so = sigma::runtime::SessionOptions::from_env();
     sigma::runtime::Session s(so);  // connects to sigmarun's agent, self-tests the device
-    const uint32_t world = env_u32("SIGMA_WORLD_SIZE", 1);
-    const double gemm = o.gemm_gflops > 0 ? o.gemm_gflops : measure_gemm_gflops();
-    const Chosen plan = plan_layout(o, world, gemm);
-    const par::Layout layout = plan.layout;
-    const uint32_t launch_rank = env_u32("SIGMA_RANK", 0);
-    // Expert slots: twice the even share, so the autotuner has room to move experts in.
-    const int64_t slots = std::min<int64_t>(o.model.experts, 2 * (o.model.experts / layout.ep));
-    moe::Model model(o.model, par::coords_of(layout, launch_rank % world).ep_index, layout.ep, slots, o.seed);
-    moe::AdamW dense_opt(model.dense), expert_opt(model.expert);
-    moe::Autotuner tuner(static_cast<uint32_t>(o.model.experts), layout.ep, slots);
-    // With expert-data replicas every expert group would have to agree on one placement.
-    const bool tuning = o.autotune_on && layout.ep == world;
-    moe::Control control;
-    auto f32 = [](const char* name, torch::Tensor& t) {
-      return sigma::checkpoint::TensorView(name, HAL_DTYPE_F32, {t.numel()}, t.data_ptr());
-    };
-    // What the memory tier snapshots every step and a replacement restores.
-    s.set_state({f32("dense", model.dense),
-                 f32("dense.adam_m", dense_opt.m),
-                 f32("dense.adam_v", dense_opt.v),
-                 f32("experts", model.expert),
-                 f32("experts.adam_m", expert_opt.m),
-                 f32("experts.adam_v", expert_opt.v),
-                 {"control", HAL_DTYPE_U8, {static_cast<int64_t>(moe::Control::kBytes)}, control.data()}});
-
-    gr::Config gcfg;
-    if (!o.guardrails.empty()) {
-      gcfg = gr::Config::from_yaml_file(o.guardrails);
-    } else {
-      gcfg.loss_scaling.enabled = false;  // f32 training: no loss scale
-      gcfg.precision.enabled = false;     // ... and nothing to escalate
-      gcfg.sdc.interval = 50;
-    }
-    std::vector<gr::LayerInfo> layers;
-    for (const auto& seg : model.dense_layers) layers.push_back({seg.name, HAL_DTYPE_F32});
-
-    // Communicators of the expert layout, rebuilt for every generation; the
-    // session aborts them with its own when a peer fails.
-    std::mutex groups_mu;
-    std::unique_ptr<par::Groups> groups;
-    s.on_abort([&] {
-      std::lock_guard<std::mutex> lk(groups_mu);
-      if (groups) groups->abort();
-    });
-    const std::shared_ptr<sigma::bootstrap::Store> store = sigma::bootstrap::open_store(so.store);
-    std::unique_ptr<par::Dispatcher> dispatcher;
-    std::unique_ptr<gr::Guardrails> guard;
-    std::optional<Log> log;
-
-    // After join or recover: this generation's groups, dispatcher and guardrails.
-    auto setup = [&](uint64_t index) {
-      if (s.world_size() != world)
-        throw std::runtime_error("moe_trainer: the job shrank to " + std::to_string(s.world_size()) +
-                                 " ranks; this trainer keeps its launch world of " + std::to_string(world));
-      const par::Coords me = par::coords_of(layout, s.rank());
-      if (index == 0 && s.rank() != launch_rank) model.init_experts(me.ep_index, layout.ep, o.seed);
-      dispatcher.reset();
-      {
-        std::lock_guard<std::mutex> lk(groups_mu);
-        groups.reset();
-      }
-      if (layout.ep < world) {
-        auto g =
-            std::make_unique<par::Groups>(s.plugin(), store, "groups-" + std::to_string(s.generation()) + "/",
-                                          0, s.rank(), layout, std::chrono::seconds(30));
-        std::lock_guard<std::mutex> lk(groups_mu);
-        groups = std::move(g);
-      }
-      sigma::hal::Communicator& ep_comm = groups ? groups->comm(par::GroupKind::expert) : s.comm();
-      dispatcher = std::make_unique<par::Dispatcher>(
-          ep_comm, me.ep_index, layout.ep,
-          par::DispatchOptions{static_cast<uint32_t>(o.model.experts), par::Exchange::all_to_all,
-                               std::chrono::seconds(60)});
-      gr::Config c = gcfg;
-      if (s.rank() == 0) c.journal.path = so.job_dir + "/guardrails.jsonl";
-      guard =
-          std::make_unique<gr::Guardrails>(c, layers,
-                                           gr::Group{&s.comm(), 0, static_cast<int>(s.rank()),
-                                                     static_cast<int>(world), gr::GradLayout::replicated});
-      const json kept = control.read();
-      if (kept.contains("guardrails"))
-        guard->restore_state(kept["guardrails"].get<std::string>());  // the policy as it was
-      tuner.restore(kept, model, *dispatcher);                        // the experts' placement as it was
-      if (s.rank() == 0 && !log) log.emplace(so.job_dir + "/trainer.jsonl");
-      if (log) {
-        log->write({{"event", "joined"},
-                    {"t", now_s()},
-                    {"rank", s.rank()},
-                    {"device", so.device},
-                    {"generation", s.generation()},
-                    {"index", index},
-                    {"plan", plan.describe},
-                    {"predicted_step_s", plan.predicted_step_s},
-                    {"gemm_gflops", gemm},
-                    {"flops_per_token", plan.flops_per_token},
-                    {"world", world}});
-      }
-    };
-
-    const int64_t tokens_per_rank = o.batch * o.model.seq;
-    std::set<uint64_t> poison(o.poison.begin(), o.poison.end());
-    // One training step; returns the guardrails' decision (every rank the same).
-    auto train_step = [&](uint64_t step) {
-      const double t0 = now_s();
-      const auto skips = control.skips();
-      const uint64_t b = moe::Control::batch_of(step, skips);
-      const torch::Tensor batch =
-          corpus.batch(o.seed, b, s.rank(), o.batch, o.model.seq, poison.count(b) > 0);
-      model.dense_grad.zero_();
-      model.expert_grad.zero_();
-      moe::MoeStats stats;
-      torch::Tensor ce;
-      const torch::Tensor loss = model.loss(batch, *dispatcher, &stats, &ce);  // MoE tokens through the HAL
-      (loss / static_cast<double>(world)).backward();                          // ... and their gradients back
-      all_reduce(s.comm(), s.plugin(), model.dense_grad);                      // replicas' gradients summed
-      if (groups && groups->size_of(par::GroupKind::expert_data) > 1)
-        all_reduce(groups->comm(par::GroupKind::expert_data), s.plugin(), model.expert_grad);
-      // The guardrails see the replicated gradients; a non-finite expert
-      // gradient (this rank's alone) reaches them as a non-finite loss.
-      const bool experts_finite = torch::isfinite(model.expert_grad).all().item<bool>();
-      const double l = experts_finite ? ce.item<double>() : std::nan("");
-      std::vector<std::vector<gr::BufferView>> grads;
-      for (const auto& seg : model.dense_layers)
-        grads.push_back({{model.dense_grad.data_ptr<float>() + seg.offset, static_cast<uint64_t>(seg.count),
-                          HAL_DTYPE_F32}});
-      gr::Decision d;  // skip, clip, roll back: the same on every rank
-      if (o.guardrails_on) {
-        d = guard->step(step, l, grads);
-      } else {
-        d.step = step;
-        d.loss = l;
-      }
-      if (d.action == gr::Action::apply) {
-        const double lr = learning_rate(o, step);
-        model.dense_grad.mul_(d.grad_multiplier);
-        model.expert_grad.mul_(d.grad_multiplier);
-        dense_opt.update(model.dense, model.dense_grad, lr, o.weight_decay, step + 1);
-        expert_opt.update(model.expert, model.expert_grad, lr, o.weight_decay, step + 1);
-      }
-      json fp;
-      if (d.check_fingerprint) {  // replicas' parameters compared: silent corruption named by rank
-        const auto r = guard->check_fingerprint(
-            step, {{model.dense.data_ptr(), static_cast<uint64_t>(model.dense.numel()), HAL_DTYPE_F32}});
-        fp = {{"match", r.match}, {"odd_ranks", r.odd_ranks}};
-      }
-      std::optional<par::Rebalance> moved;
-      if (tuning && d.action != gr::Action::rollback)  // experts off a slow link, or back
-        moved = tuner.step(step, model, expert_opt, *dispatcher, s.comm(), s.rank(), world, s.plugin());
-      const bool snapshot_due = (step + 1) % so.snapshot_every == 0;
-      if (snapshot_due && d.action != gr::Action::rollback) guard->note_snapshot(step);  // step_end takes it
-      json kept = control.read();
-      kept["guardrails"] = guard->save_state();
-      tuner.save(kept, model);
-      control.write(kept);
-      if (log) {
-        const double dt = now_s() - t0;
-        log->write({{"event", "step"},
-                    {"t", now_s()},
-                    {"step", step},
-                    {"batch", b},
-                    {"loss", d.loss},
-                    {"action", gr::action_name(d.action)},
-                    {"reason", d.reason},
-                    {"norm", d.global_norm},
-                    {"lr", learning_rate(o, step)},
-                    {"step_s", dt},
-                    {"tokens_per_s", static_cast<double>(tokens_per_rank * world) / dt},
-                    {"dropped", stats.dropped},
-                    {"routed", stats.routed},
-                    {"aux", stats.aux},
-                    {"mismatch_ranks", d.mismatch_ranks},
-                    {"non_finite_ranks", d.non_finite_ranks},
-                    {"fingerprint", fp},
-                    {"generation", s.generation()},
-                    {"poisoned", poison.count(b) > 0},
-                    {"rebalance", moved ? json::parse(par::rebalance_json(*moved)) : json()}});
-      }
-      return std::make_pair(d, moved);
-    };
-
-    std::FILE* progress_log = o.progress.empty()
-                                  ? nullptr
-                                  : std::fopen((o.progress + ".d" + std::to_string(so.device)).c_str(), "a");
-    auto progress = [&](const char* fmt, double t) {
-      if (!progress_log) return;
-      std::fprintf(progress_log, fmt, t);
-      std::fflush(progress_log);
-    };
+    Trainer t(o, s, so, o.gemm_gflops > 0 ? o.gemm_gflops : measure_gemm_gflops());
 
     // The loop: join, steps, recover from any libsigma error, finish.
     uint64_t step = 0;
     std::optional<std::string> failed;
     std::string note;  // a guardrails decision, for the agent's report with the next finished step
     try {
-      step = s.join();
-      setup(step);
+      step = s.join();  // a rank (spares wait here), the state (fresh or restored)
+      t.setup(step);
     } catch (const sigma::Error& e) {
       if (s.ended()) return 0;  // a spare never needed
       failed = e.what();
@@ -408,7 +496,7 @@ int main(int argc, char** argv) {
         if (failed) {
           try {
             step = s.recover(*failed);  // new communicator, state restored (memory tier or disk)
-            setup(step);
+            t.setup(step);
             failed.reset();
           } catch (const sigma::Error& e) {
             if (s.ended()) return 0;                          // retired: moved off a suspect device
@@ -419,42 +507,21 @@ int main(int argc, char** argv) {
         }
         try {
           if (static_cast<int64_t>(step) == o.kill_at && so.device == o.kill_device) {
-            progress("kill %.6f\n", now_s());
-            o.kill_at = -1;
-            ::kill(::getpid(), SIGKILL);
+            t.progress("kill");
+            ::kill(::getpid(), SIGKILL);  // the recovery benchmark's fault
           }
           s.step_begin(step);  // heartbeats say which step we are in
-          const auto [d, moved] = train_step(step);
+          const auto [d, moved] = t.step(step);
           if (d.action == gr::Action::rollback) {
-            const json newest = control.read();  // the policy and skips do not go back in time
-            const auto skips = control.skips();
-            step = s.rollback(d.rollback_to_step + 1);  // own memory-tier snapshot, no peer involved
-            json back = control.read();                 // ... but the experts' placement is the snapshot's
-            back["guardrails"] = newest["guardrails"];
-            back["skips"] = newest.value("skips", json::array());
-            control.write(back);
-            tuner.restore(back, model, *dispatcher);
-            control.skip(moe::Control::batch_of(d.skip_data_begin, skips),
-                         moe::Control::batch_of(d.skip_data_end - 1, skips) + 1);
-            if (log)
-              log->write(
-                  {{"event", "rollback"}, {"t", now_s()}, {"to_step", step}, {"skips", control.skips()}});
+            step = t.rollback(d);
             note = "rolled back: " + d.reason;
             continue;
           }
           if (d.action != gr::Action::apply)
             note += (note.empty() ? "" : "; ") + std::string("skipped: ") + d.reason;
           if (moved) note += (note.empty() ? "" : "; ") + std::string("rebalanced: ") + moved->reason;
-          // Step time and figures to the agent; memory snapshot and disk checkpoint when due.
-          sigma::runtime::StepReport report;
-          report.loss = d.loss;
-          report.tokens = static_cast<uint64_t>(tokens_per_rank) * world;
-          report.flops = plan.flops_per_token * static_cast<double>(report.tokens);
-          // MFU against the measured GEMM rate of the cores the workers share.
-          report.peak_flops = gemm * 1e9 * std::min<double>(world, std::thread::hardware_concurrency());
-          report.note = note;
-          s.step_end(step, report);
-          progress(("step " + std::to_string(step) + " %.6f\n").c_str(), now_s());
+          s.step_end(step, t.report(d, note));  // to the agent; memory snapshot and disk checkpoint when due
+          t.progress("step " + std::to_string(step));
           note.clear();
           ++step;
         } catch (const sigma::Error& e) {
@@ -468,20 +535,7 @@ int main(int argc, char** argv) {
         failed = std::string(sigma::code_name(e.code())) + ": " + e.what();  // a peer failed at the end
       }
     }
-    // The final parameters: the dense ones per rank, each expert by its
-    // global index from whichever rank holds it now.
-    std::ofstream(so.job_dir + "/final-rank-" + std::to_string(s.rank()) + ".bin", std::ios::binary)
-        .write(static_cast<const char*>(model.dense.data_ptr()), model.dense.numel() * 4);
-    for (size_t e = 0; e < model.slot_of.size(); ++e) {
-      if (model.slot_of[e] < 0) continue;
-      std::ofstream f(so.job_dir + "/final-expert-" + std::to_string(e) + ".bin", std::ios::binary);
-      for (int64_t l = 0; l < o.model.layers; ++l)
-        f.write(static_cast<const char*>(
-                    model.expert.narrow(0, model.slot_offset(l, model.slot_of[e]), model.slot_numel())
-                        .data_ptr()),
-                model.slot_numel() * 4);
-    }
-    if (log) log->write({{"event", "done"}, {"t", now_s()}, {"steps", step}});
+    t.write_final(step);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moe_trainer: %s\n", e.what());
