@@ -79,11 +79,12 @@ struct AgentOptions {
   int metrics_port = -1;  // -1 off, 0 any free port
   bool progress = true;   // a progress line on stderr every second
   bool proactive_migration = true;
-  // A device whose worker process crashed (killed or exited, while the
-  // device itself never reported a loss or a failing health signal) is
-  // validated again with a fresh worker at most this many times, and waits
-  // as a spare when it passes: a driver crash is not a dead chip. 0: a
-  // crashed device stays cordoned.
+  // A device whose worker process went -- crashed, exited, or killed by the
+  // agent for not answering an abort or not beating -- while the device
+  // itself never reported a loss is validated again with a fresh worker
+  // (self-test, collective probe) at most this many times, and waits as a
+  // spare when it passes: a driver crash or a stuck process is not a dead
+  // chip. 0: such a device stays cordoned.
   uint32_t readmit_crashed = 0;
   bool allow_shrink = false;  // no spare left: go on with fewer ranks (a replicated, data-parallel state)
   uint32_t min_world = 1;     // ... but never fewer than this many ranks in all

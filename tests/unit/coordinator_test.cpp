@@ -249,6 +249,28 @@ TEST(Coordinator, ASilentWorkerIsHungAfterTheHeartbeatTimeoutAndKilled) {
   EXPECT_EQ(j.sent<protocol::Abort>(0).size(), 1u);
 }
 
+// A worker the agent had to kill (here: hung) is validated again once its
+// process is gone, when readmission is allowed: a stuck process is not a
+// dead chip.
+TEST(Coordinator, AKilledHungWorkersDeviceIsValidatedAgainOnceItsProcessIsGone) {
+  AgentOptions o = options(2, 1);
+  o.readmit_crashed = 1;
+  Job j(o);
+  j.start();
+  j.steps({0, 1}, 0, 3);
+  j.clear();
+  const double last = j.t;
+  for (double t = last + 0.5; t < last + 4; t += 0.5) {
+    j.beat({0, 2}, 3, false);
+    j.at(t);
+  }
+  ASSERT_TRUE(j.killed(1));
+  EXPECT_TRUE(j.records("readmit").empty()) << "not while its process may still run";
+  j.exit(1);
+  ASSERT_EQ(j.records("readmit").size(), 1u);
+  EXPECT_EQ(j.c.phase(1), Phase::starting) << "a fresh worker self-tests it";
+}
+
 TEST(Coordinator, ARankBehindItsPeersInAStuckCollectiveIsKilledByTheWatchdog) {
   auto o = options(3, 1);
   o.step_timeout_s = 10;

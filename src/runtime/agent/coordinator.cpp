@@ -238,7 +238,10 @@ Commands Coordinator::exited(uint32_t device, const std::string& how, double t) 
   Slot& s = slots_[device];
   s.alive = false;
   s.connected = false;
-  if (s.phase == Phase::dead) return take();
+  if (s.phase == Phase::dead) {
+    if (!s.readmit_cause.empty() && !finished_) readmit(s);  // killed by the agent, now gone: validate again
+    return take();
+  }
   if (s.phase == Phase::done && !finished_) {
     // It finished its steps and left before the goodbye: expected, unless a
     // peer fails in its last steps (then start_round replaces it).
@@ -310,10 +313,22 @@ void Coordinator::fault(Slot& s, const std::string& cause, double fault_s) {
 }
 
 void Coordinator::maybe_readmit(Slot& s, const std::string& cause, bool device_said) {
-  const bool crashed = cause.rfind("process ", 0) == 0 && !device_said;
-  if (!crashed || s.alive || readmitted_[s.device] >= o_.readmit_crashed ||
+  // The worker process went (it crashed, or the agent killed it for not
+  // answering an abort or not beating); the device never said it was lost.
+  const bool process = cause.rfind("process ", 0) == 0 ||
+                       cause.find("did not answer the abort") != std::string::npos ||
+                       cause.find("(hung)") != std::string::npos;
+  if (!process || device_said || readmitted_[s.device] >= o_.readmit_crashed ||
       scheduler_.state(s.device) != scheduler::DeviceState::cordoned)
     return;
+  s.readmit_cause = cause;
+  if (!s.alive) readmit(s);  // else once its exit is reaped (exited())
+}
+
+void Coordinator::readmit(Slot& s) {
+  const std::string cause = std::move(s.readmit_cause);
+  s.readmit_cause.clear();
+  if (scheduler_.state(s.device) != scheduler::DeviceState::cordoned) return;  // decided otherwise meanwhile
   ++readmitted_[s.device];
   monitor_.reset(s.device);
   record({{"event", "readmit"},

@@ -150,6 +150,7 @@ class Coordinator {
     bool abort_sent = false;  // aborted in this round, its report still to come
     double comm_s = 0, restore_s = 0;
     std::vector<hal_telemetry_sample_t> telemetry;  // the latest heartbeat's, for /metrics
+    std::string readmit_cause;                      // to validate again once its process is gone
   };
   struct Round {
     bool active = false;
@@ -178,6 +179,7 @@ class Coordinator {
   void fault(Slot& s, const std::string& cause, double fault_s);
   void start_round(const std::string& cause, double fault_s);
   void maybe_readmit(Slot& s, const std::string& cause, bool device_said);
+  void readmit(Slot& s);
   void advance_round();
   void assign_generation();
   void assignment_overdue();
