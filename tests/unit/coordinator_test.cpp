@@ -108,6 +108,14 @@ class Job {
   void beat(const std::vector<uint32_t>& devices, int64_t step, bool done) {
     for (uint32_t d : devices) msg(d, protocol::Heartbeat{step, done, {}, HAL_OK, {}});
   }
+  // Only `devices` beat (inside `step`) every 0.5 s for `seconds`; the others are silent.
+  void only_beat(const std::vector<uint32_t>& devices, int64_t step, double seconds) {
+    const double from = t;
+    for (double when = from + 0.5; when < from + seconds; when += 0.5) {
+      beat(devices, step, false);
+      at(when);
+    }
+  }
   // `d` asks for a recovery holding own and replica snapshots `held`.
   void report(uint32_t d, std::vector<uint64_t> own, std::vector<uint64_t> replica,
               const std::string& code = "aborted", std::vector<uint64_t> disk = {}) {
@@ -236,11 +244,7 @@ TEST(Coordinator, ASilentWorkerIsHungAfterTheHeartbeatTimeoutAndKilled) {
   j.start();
   j.steps({0, 1}, 0, 3);
   j.clear();
-  const double last = j.t;
-  for (double t = last + 0.5; t < last + 4; t += 0.5) {
-    j.beat({0, 2}, 3, false);
-    j.at(t);
-  }
+  j.only_beat({0, 2}, 3, 4.0);  // device 1 falls silent
   EXPECT_TRUE(j.killed(1));
   EXPECT_FALSE(j.killed(0));
   const auto f = j.records("fault");
@@ -259,11 +263,7 @@ TEST(Coordinator, AKilledHungWorkersDeviceIsValidatedAgainOnceItsProcessIsGone) 
   j.start();
   j.steps({0, 1}, 0, 3);
   j.clear();
-  const double last = j.t;
-  for (double t = last + 0.5; t < last + 4; t += 0.5) {
-    j.beat({0, 2}, 3, false);
-    j.at(t);
-  }
+  j.only_beat({0, 2}, 3, 4.0);  // device 1 falls silent
   ASSERT_TRUE(j.killed(1));
   EXPECT_TRUE(j.records("readmit").empty()) << "not while its process may still run";
   j.exit(1);
