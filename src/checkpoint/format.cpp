@@ -130,8 +130,9 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
       x.dtype = static_cast<hal_dtype_t>(t->dtype());
       if (t->shape()) {
         // This FlatBuffers' verifier checks a vector's 4-byte length, not
-        // the 8-byte alignment of its elements: check it here.
-        if (reinterpret_cast<uintptr_t>(t->shape()->data()) % alignof(int64_t) != 0)
+        // the 8-byte alignment of its elements: check it here (an empty
+        // vector, a scalar's shape, has no elements to align).
+        if (t->shape()->size() > 0 && reinterpret_cast<uintptr_t>(t->shape()->data()) % alignof(int64_t) != 0)
           bad(path, "tensor " + x.name + ": misaligned shape vector");
         x.shape.assign(t->shape()->begin(), t->shape()->end());
       }

@@ -83,6 +83,30 @@ TEST(Checkpoint, DeltasSkipUnchangedChunksAndRestoreExactly) {
   EXPECT_TRUE(e.save(bigger.views(), meta_for(7)).base);
 }
 
+// A scalar (shape {}: an optimizer's step counter) has an empty shape
+// vector, which FlatBuffers need not align; bases and deltas both read.
+TEST(Checkpoint, ScalarTensorsRoundTripInBasesAndDeltas) {
+  Engine e(options(fresh_dir("scalar")));
+  float step_count = 1;
+  std::vector<float> w(1000, 0.5f);
+  const auto views = [&] {
+    return std::vector<TensorView>{TensorView("w", HAL_DTYPE_F32, {1000}, w.data()),
+                                   TensorView("step", HAL_DTYPE_F32, {}, &step_count)};
+  };
+  for (int i = 0; i < 3; ++i) {
+    step_count += 1;
+    w[static_cast<size_t>(i)] += 1;
+    verify(e.save(views(), meta_for(static_cast<uint64_t>(i) + 1)).path);
+  }
+  step_count = 0;
+  w.assign(1000, 0);
+  const RestoreResult r = e.restore(views(), nullptr);
+  EXPECT_EQ(r.step, 3u);
+  EXPECT_TRUE(r.refused.empty()) << r.refused.front();
+  EXPECT_EQ(step_count, 4.0f);
+  EXPECT_EQ(w[2], 1.5f);
+}
+
 TEST(Checkpoint, RetentionKeepsTheBasesKeptDeltasNeed) {
   Options o = options(fresh_dir("gc"));
   o.keep = 2;
