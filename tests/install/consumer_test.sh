@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # usage: consumer_test.sh BUILD_DIR SKELETON_SOURCE_DIR WORK_DIR
 # Installs into a scratch prefix, then builds against it only: the vendor
-# skeleton (find_package), a C program (pkg-config) and a C++ program
-# (find_package), and runs each.
+# skeleton (find_package), a C program (pkg-config), a C++ program
+# (find_package) and, where built, a Python program (the sigma module),
+# and runs each.
 set -euo pipefail
 build=$1 skeleton=$2 work=$3
 rm -rf "$work"
@@ -35,7 +36,7 @@ PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs sigma | grep 
 # A C program with pkg-config only, and a C++ one with find_package only,
 # built with the sanitizers the package was (an instrumented libsigma needs
 # its runtime first in the program).
-consumers=$(dirname "$0")/consumers
+consumers=$(cd "$(dirname "$0")/consumers" && pwd)
 sanitize=$(sed -n 's/^SIGMA_SANITIZE:STRING=//p' "$build/CMakeCache.txt")
 case "$sanitize" in
   address) san_flags="-fsanitize=address,undefined" ;;
@@ -52,4 +53,12 @@ cmake -S "$consumers/cxx" -B "$work/cxx-build" -G Ninja -DCMAKE_PREFIX_PATH="$pr
   > "$work/cxx-configure.log"
 cmake --build "$work/cxx-build" > "$work/cxx-build.log"
 "$work/cxx-build/cxx_consumer"
+# The Python module, where this build has it (Release, pybind11 found):
+# imported from the prefix only, with Debian's interpreter.
+if compgen -G "$build/python/sigma/_sigma*.so" > /dev/null; then
+  compgen -G "$prefix/lib/python3/dist-packages/sigma/_sigma*.so" > /dev/null ||
+    { echo "missing after install: the sigma Python module"; exit 1; }
+  (cd "$work" && PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$prefix/lib/python3/dist-packages" \
+    /usr/bin/python3 "$consumers/py_consumer.py" "$prefix")
+fi
 echo "install consumer: ok"

@@ -1,0 +1,24 @@
+"""libsigma for PyTorch scripts.
+
+- :class:`Session`: a worker's side of ``sigmarun`` (heartbeats, memory-tier
+  snapshots, restore after a failure, the HAL's collectives on tensors).
+- :class:`Guardrails`: skip, clip, loss scale, roll back, escalate, around
+  any ``torch.optim`` optimizer.
+- :class:`Checkpointer`: asynchronous differential checkpoints of state
+  dicts.
+- :mod:`sigma.errors`: the exceptions, one class per kind of failure.
+
+See docs/python.md.
+"""
+
+from . import errors
+from .errors import *  # noqa: F401,F403
+from . import _sigma
+from .checkpointer import Checkpointer, Loaded
+from .guardrails import Guardrails
+from .session import Session
+
+Decision = _sigma.Decision
+SaveResult = _sigma.SaveResult
+
+__all__ = ["Session", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult"] + errors.__all__

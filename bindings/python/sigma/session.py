@@ -1,0 +1,288 @@
+"""sigma.Session: a PyTorch script's side of ``sigmarun``."""
+
+import json
+import os
+
+import torch
+
+from . import _sigma, _tensors
+from .errors import AbortedError, Error, InvalidArgumentError
+
+# The session's own slot in the state: the guardrails' policy and the data
+# windows they skipped, as JSON, so that a restored rank decides as the
+# others do. 64 KiB, like the C++ trainer's.
+_CONTROL_BYTES = 64 << 10
+
+_REDUCE = {
+    "sum": _sigma.REDUCE_SUM,
+    "prod": _sigma.REDUCE_PROD,
+    "min": _sigma.REDUCE_MIN,
+    "max": _sigma.REDUCE_MAX,
+    "avg": _sigma.REDUCE_AVG,
+}
+
+
+class Session:
+    """The worker's session with the agent that ``sigmarun`` started it under.
+
+    It connects, self-tests the device, waits for a rank (a spare waits here,
+    warm), sends heartbeats from its own thread, keeps the registered state
+    (model and optimizer) in the memory tier and in disk checkpoints, and
+    restores it after a failure. Use :meth:`run` for the whole loop::
+
+        session = sigma.Session()
+        session.register(model, optimizer)
+        session.run(steps, train_step)     # train_step(step) runs one step
+
+    Raises :class:`sigma.InvalidArgumentError` outside ``sigmarun`` (its
+    environment is missing) and :class:`sigma.UnavailableError` when the
+    agent cannot be reached. One per process; its methods are for the
+    training thread.
+    """
+
+    def __init__(self):
+        self._native = _sigma.Session()
+        self._control = torch.zeros(_CONTROL_BYTES, dtype=torch.uint8)
+        self._skips = []  # [begin, end) batch windows the guardrails skipped
+        self._guardrails = None
+        self._decision = None
+        self._report = {}
+        self._snapshot_every = int(os.environ.get("SIGMA_SNAPSHOT_EVERY", "1") or 1)
+        self._registered = False
+        self._current_step = 0
+
+    @staticmethod
+    def under_agent():
+        """True when this process was started by ``sigmarun``."""
+        return _sigma.Session.under_agent()
+
+    @property
+    def rank(self):
+        return self._native.rank
+
+    @property
+    def world_size(self):
+        return self._native.world_size
+
+    @property
+    def generation(self):
+        """Counts communicators: it grows each time the job is rebuilt."""
+        return self._native.generation
+
+    @property
+    def ended(self):
+        """True once the agent retired this worker or ended the job."""
+        return self._native.ended
+
+    # ---- state --------------------------------------------------------------
+
+    def register(self, model=None, optimizer=None, tensors=None):
+        """What the memory tier and disk checkpoints hold: the model's
+        ``state_dict()`` tensors, the optimizer's state (created now if the
+        optimizer has not stepped yet) and any further named tensors. The
+        tensors must stay where they are (in-place updates, as
+        ``torch.optim`` does) and be contiguous CPU tensors. Call before
+        :meth:`join` / :meth:`run`."""
+        named = []
+        if model is not None:
+            named += _tensors.state_dict_tensors("model", model.state_dict(keep_vars=True))
+        if optimizer is not None:
+            _tensors.materialize(optimizer)
+            optim, scalars = _tensors.optimizer_tensors(optimizer)
+            if scalars:
+                raise InvalidArgumentError(
+                    f"Session.register: the optimizer keeps non-tensor state {scalars}; the session snapshots tensors"
+                )
+            named += optim
+        for name, t in (tensors or {}).items():
+            named.append((f"user/{name}", t))
+        named.append(("sigma/control", self._control))
+        views = [_tensors.view(name, t.detach(), f"Session.register: '{name}'") for name, t in named]
+        self._native.set_state(views)
+        self._registered = True
+
+    def batch(self, step):
+        """The data batch of ``step``: the step's index moved past the
+        windows the guardrails skipped (a loss spike's data)."""
+        b = step
+        for begin, end in self._skips:
+            if begin > b:
+                break
+            b += end - begin
+        return b
+
+    # ---- the loop -----------------------------------------------------------
+
+    def join(self):
+        """Waits for a rank, builds the communicator, restores the state
+        when this worker replaces a rank; returns the next step to run.
+        Raises :class:`sigma.AbortedError` for a spare the job never needed."""
+        step = self._native.join()
+        self._read_control()
+        return step
+
+    def step_begin(self, step):
+        self._decision = None
+        self._report = {}
+        self._current_step = step
+        self._native.step_begin(step)
+
+    def report(self, tokens=0, flops=0.0, peak_flops=0.0):
+        """Figures of the current step for the progress line and the job's
+        report (tokens and FLOPs of the whole job, the devices' peak)."""
+        self._report = {"tokens": int(tokens), "flops": float(flops), "peak_flops": float(peak_flops)}
+
+    def step_end(self, step, loss=None, note=""):
+        """Ends a step: reports it, snapshots the state when due (a
+        collective), saves a disk checkpoint when due. Raises
+        :class:`sigma.AbortedError` when the agent asked the job to stop here
+        (a migration)."""
+        self._write_control()
+        self._native.step_end(step, loss=loss, note=note, **self._report)
+
+    def should_checkpoint(self, step):
+        return self._native.should_checkpoint(step)
+
+    def should_migrate(self):
+        return self._native.should_migrate()
+
+    def rollback(self, index):
+        """Copies this rank's memory-tier snapshot ``index`` (steps done)
+        back into the state; every rank decides alike, no byte moves between
+        ranks. The guardrails' policy and skipped windows stay as they are
+        now. Returns ``index``, the next step to run."""
+        self._write_control()
+        keep = bytes(self._control.numpy())
+        nxt = self._native.rollback(index)
+        self._control.copy_(torch.frombuffer(bytearray(keep), dtype=torch.uint8))
+        return nxt
+
+    def recover(self, reason=""):
+        """After a libsigma error in a step: waits for the new assignment,
+        restores the agreed state, returns the next step."""
+        step = self._native.recover(reason)
+        self._read_control()
+        return step
+
+    restore = recover  # the name PyTorch users look for
+
+    def finish(self, steps_done):
+        self._native.finish(steps_done)
+
+    def run(self, total_steps, step_fn):
+        """join, ``step_fn(step)`` for each step with step_begin / step_end
+        around it, recovery from libsigma errors, finish. Returns the steps
+        done, or None when the agent retired this worker (a spare never
+        used, or a worker moved off a suspect device). A guardrails
+        decision taken in the step (rollback, skip) is carried out here."""
+        try:
+            step = self.join()
+        except AbortedError:
+            if self.ended:
+                return None
+            raise
+        failed = None
+        while True:
+            try:
+                if failed is not None:
+                    step = self.recover(failed)
+                    failed = None
+                while step < total_steps:
+                    self.step_begin(step)
+                    step_fn(step)
+                    step = self._end(step)
+                self.finish(step)
+                return step
+            except InvalidArgumentError:
+                raise
+            except Error as e:
+                if self.ended:
+                    return None
+                if failed is not None and e.code == "unavailable":
+                    raise
+                failed = f"{e.code}: {e}"
+
+    def _end(self, step):
+        d = self._decision
+        if d is not None and d.action == "rollback":
+            return self._rollback(d)
+        note = "" if d is None or d.action == "apply" else f"skipped: {d.reason}"
+        self.step_end(step, loss=None if d is None else d.loss, note=note)
+        return step + 1
+
+    def _rollback(self, d):
+        begin, end = self.batch(d.skip_data_begin), self.batch(d.skip_data_end - 1) + 1
+        nxt = self.rollback(d.rollback_to_step + 1)
+        self._skips = sorted(self._skips + [[begin, end]])
+        self._write_control()
+        return nxt
+
+    # ---- collectives ----------------------------------------------------------
+
+    def all_reduce(self, tensor, op="sum", timeout_s=60.0):
+        """In place over every rank ("sum", "prod", "min", "max", "avg")."""
+        if op not in _REDUCE:
+            raise InvalidArgumentError(f"all_reduce: op '{op}' is not one of {sorted(_REDUCE)}")
+        _, dtype, _, addr = _tensors.view("", tensor, "all_reduce")
+        self._check_collective_dtype(tensor, "all_reduce")
+        self._native.all_reduce(addr, tensor.numel(), dtype, _REDUCE[op], timeout_s)
+        return tensor
+
+    def broadcast(self, tensor, root=0, timeout_s=60.0):
+        """In place: every rank gets ``root``'s tensor."""
+        _, dtype, _, addr = _tensors.view("", tensor, "broadcast")
+        self._check_collective_dtype(tensor, "broadcast")
+        self._native.broadcast(addr, tensor.numel(), dtype, root, timeout_s)
+        return tensor
+
+    def all_gather(self, tensor, timeout_s=60.0):
+        """A new tensor [world_size, *tensor.shape] of every rank's tensor."""
+        self._check_collective_dtype(tensor, "all_gather")
+        _tensors.check_host(tensor, "all_gather")
+        out = torch.empty((self.world_size,) + tuple(tensor.shape), dtype=tensor.dtype)
+        out[self.rank].copy_(tensor)
+        self._native.all_gather(out.data_ptr(), tensor.numel(), _tensors.HAL_DTYPE[tensor.dtype], timeout_s)
+        return out
+
+    def average_gradients(self, model, timeout_s=60.0):
+        """Data parallelism: every parameter's gradient replaced by its mean
+        over the ranks, in one collective over one flat buffer."""
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.all_reduce(flat, "sum", timeout_s)
+        flat.div_(self.world_size)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    @staticmethod
+    def _check_collective_dtype(tensor, what):
+        if tensor.dtype not in _tensors.HAL_DTYPE:
+            raise InvalidArgumentError(f"{what}: dtype {tensor.dtype} is not one the HAL reduces")
+
+    # ---- the control slot ---------------------------------------------------
+
+    def _bind(self, guardrails):
+        self._guardrails = guardrails
+
+    def _write_control(self):
+        state = {"skips": self._skips}
+        if self._guardrails is not None:
+            state["guardrails"] = self._guardrails.save_state()
+        raw = json.dumps(state).encode()
+        if len(raw) + 4 > _CONTROL_BYTES:
+            raise InvalidArgumentError(f"Session: the control state is {len(raw)} bytes, above {_CONTROL_BYTES - 4}")
+        self._control[:4].copy_(torch.tensor(list(len(raw).to_bytes(4, "little")), dtype=torch.uint8))
+        self._control[4 : 4 + len(raw)].copy_(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+
+    def _read_control(self):
+        size = int.from_bytes(bytes(self._control[:4].tolist()), "little")
+        if size == 0 or size + 4 > _CONTROL_BYTES:
+            return
+        state = json.loads(bytes(self._control[4 : 4 + size].tolist()).decode())
+        self._skips = state.get("skips", [])
+        if self._guardrails is not None and "guardrails" in state:
+            self._guardrails.restore_state(state["guardrails"])

@@ -1,0 +1,111 @@
+// sigma.Session's native half: runtime::Session, plus the HAL's collectives
+// on host memory the Python half vouches for (contiguous, right size).
+// Every call that can wait (on the agent, on peers, on a disk) releases the
+// GIL, so the script's other threads go on.
+#include <sigma/hal.hpp>
+#include <sigma/runtime.hpp>
+
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "py_session.hpp"
+
+namespace py = pybind11;
+
+namespace sigma::python {
+
+void PySession::collective(hal_coll_op_t op, uintptr_t addr, uint64_t count, int dtype, int reduce,
+                           uint32_t root, double timeout_s) {
+  const hal_dtype_t dt = checked_dtype(dtype);
+  if (reduce < 0 || reduce >= HAL_REDUCE_COUNT_V1)
+    throw Error(Code::invalid_argument, "sigma: reduce op " + std::to_string(reduce) + " is not a HAL op");
+  if (op == HAL_COLL_BROADCAST && root >= s_.world_size())
+    throw Error(Code::invalid_argument, "sigma: broadcast root " + std::to_string(root) +
+                                            " is not a rank of world " + std::to_string(s_.world_size()));
+  if (!(timeout_s > 0)) throw Error(Code::invalid_argument, "sigma: timeout_s must be positive");
+  const uint64_t total = op == HAL_COLL_ALL_GATHER ? count * s_.world_size() : count;
+  const uint64_t bytes = total * hal::dtype_size(dt);
+  if (bytes == 0) return;
+  if (!buf_ || buf_->size() < bytes || buf_generation_ != s_.generation()) {
+    buf_.reset();
+    buf_ = std::make_unique<hal::Buffer>(s_.plugin(), 0, bytes);
+    buf_generation_ = s_.generation();
+  }
+  auto* host = reinterpret_cast<uint8_t*>(addr);
+  auto* dev = static_cast<uint8_t*>(buf_->data());
+  const uint64_t own = count * hal::dtype_size(dt);
+  const uint64_t at = op == HAL_COLL_ALL_GATHER ? own * s_.rank() : 0;
+  buf_->copy_from_host(host + at, own, at);
+  void* send = dev + at;
+  s_.comm().run(hal::coll_args(op, dt, count, send, dev, static_cast<hal_reduce_op_t>(reduce), root),
+                std::chrono::nanoseconds(static_cast<int64_t>(timeout_s * 1e9)));
+  buf_->copy_to_host(host, bytes);
+}
+
+void bind_session(py::module_& m) {
+  for (const auto& [name, v] : {std::pair{"DTYPE_F32", HAL_DTYPE_F32},
+                                {"DTYPE_F16", HAL_DTYPE_F16},
+                                {"DTYPE_BF16", HAL_DTYPE_BF16},
+                                {"DTYPE_F64", HAL_DTYPE_F64},
+                                {"DTYPE_I32", HAL_DTYPE_I32},
+                                {"DTYPE_I64", HAL_DTYPE_I64},
+                                {"DTYPE_U8", HAL_DTYPE_U8}})
+    m.attr(name) = static_cast<int>(v);
+  for (const auto& [name, v] : {std::pair{"REDUCE_SUM", HAL_REDUCE_SUM},
+                                {"REDUCE_PROD", HAL_REDUCE_PROD},
+                                {"REDUCE_MIN", HAL_REDUCE_MIN},
+                                {"REDUCE_MAX", HAL_REDUCE_MAX},
+                                {"REDUCE_AVG", HAL_REDUCE_AVG}})
+    m.attr(name) = static_cast<int>(v);
+
+  py::class_<PySession>(m, "Session")
+      .def(py::init<>(), release())
+      .def_static("under_agent", &runtime::Session::under_agent)
+      .def("set_state", &PySession::set_state)
+      .def(
+          "join", [](PySession& p) { return p.s().join(); }, release())
+      .def_property_readonly("rank", [](PySession& p) { return p.s().rank(); })
+      .def_property_readonly("world_size", [](PySession& p) { return p.s().world_size(); })
+      .def_property_readonly("generation", [](PySession& p) { return p.s().generation(); })
+      .def_property_readonly("ended", [](PySession& p) { return p.s().ended(); })
+      .def("step_begin", [](PySession& p, uint64_t step) { p.s().step_begin(step); })
+      .def("step_end", &PySession::step_end, py::arg("step"), py::arg("loss") = py::none(),
+           py::arg("tokens") = 0, py::arg("flops") = 0.0, py::arg("peak_flops") = 0.0, py::arg("note") = "",
+           release())
+      .def("should_checkpoint", [](PySession& p, uint64_t step) { return p.s().should_checkpoint(step); })
+      .def("should_migrate", [](PySession& p) { return p.s().should_migrate(); })
+      .def(
+          "rollback", [](PySession& p, uint64_t index) { return p.s().rollback(index); }, release())
+      .def(
+          "recover", [](PySession& p, const std::string& reason) { return p.s().recover(reason); },
+          py::arg("reason") = "", release())
+      .def(
+          "finish", [](PySession& p, uint64_t done) { p.s().finish(done); }, release())
+      .def(
+          "all_reduce",
+          [](PySession& p, uintptr_t addr, uint64_t count, int dtype, int op, double timeout_s) {
+            p.collective(HAL_COLL_ALL_REDUCE, addr, count, dtype, op, 0, timeout_s);
+          },
+          release())
+      .def(
+          "broadcast",
+          [](PySession& p, uintptr_t addr, uint64_t count, int dtype, uint32_t root, double timeout_s) {
+            p.collective(HAL_COLL_BROADCAST, addr, count, dtype, HAL_REDUCE_SUM, root, timeout_s);
+          },
+          release())
+      .def(
+          "all_gather",
+          [](PySession& p, uintptr_t addr, uint64_t count, int dtype, double timeout_s) {
+            p.collective(HAL_COLL_ALL_GATHER, addr, count, dtype, HAL_REDUCE_SUM, 0, timeout_s);
+          },
+          release());
+}
+
+}  // namespace sigma::python

@@ -1,0 +1,54 @@
+"""The type stubs (sigma/__init__.pyi) name exactly the public API."""
+
+import ast
+import inspect
+import os
+import unittest
+
+import sigma
+
+
+def stub_classes():
+    path = os.path.join(os.path.dirname(sigma.__file__), "__init__.pyi")
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            names = set()
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                elif isinstance(item, ast.AnnAssign):
+                    names.add(item.target.id)
+            out[node.name] = {n for n in names if not n.startswith("_")}
+    return out
+
+
+def public(obj):
+    return {n for n in dir(obj) if not n.startswith("_")}
+
+
+class Stubs(unittest.TestCase):
+    def test_every_public_class_and_member_is_in_the_stubs_and_nothing_else(self):
+        stubs = stub_classes()
+        for name in ("Session", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult"):
+            self.assertIn(name, stubs)
+            cls = getattr(sigma, name)
+            runtime = public(cls)
+            if name in ("Loaded",):  # attributes set in __init__
+                runtime |= set(inspect.signature(cls.__init__).parameters) - {"self", "result", "extra"}
+                runtime |= {"extra", "path", "refused"}
+            if name == "Guardrails":
+                runtime.add("last_fingerprint")
+            self.assertEqual(stubs[name], runtime, name)
+
+    def test_every_error_class_is_exported_and_a_sigma_error(self):
+        for name in sigma.errors.__all__:
+            self.assertTrue(issubclass(getattr(sigma, name), sigma.Error), name)
+        self.assertTrue(issubclass(sigma.TimeoutError, TimeoutError))
+        self.assertTrue(issubclass(sigma.InvalidArgumentError, ValueError))
+
+
+if __name__ == "__main__":
+    unittest.main()

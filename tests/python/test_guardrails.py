@@ -1,0 +1,109 @@
+"""sigma.Guardrails around a torch.optim optimizer, in one process."""
+
+import json
+import os
+import tempfile
+import unittest
+
+import sigma
+import torch
+
+
+def model_and_optimizer(seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def backward(model, scale=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(32, 8, generator=g)
+    loss = (model(x) - x.sum(1, keepdim=True)).pow(2).mean() * scale
+    loss.backward()
+    return loss
+
+
+class Decisions(unittest.TestCase):
+    def test_a_nan_gradient_skips_the_step_and_changes_nothing(self):
+        model, opt = model_and_optimizer()
+        g = sigma.Guardrails()
+        self.assertEqual(g.step(model, backward(model), opt).action, "apply")
+        before = [p.detach().clone() for p in model.parameters()]
+        moments = [opt.state[p]["exp_avg"].clone() for p in model.parameters()]
+        loss = backward(model, seed=1)
+        model[2].weight.grad[0, 3] = float("nan")
+        d = g.step(model, loss, opt)
+        self.assertEqual(d.action, "skip")
+        self.assertEqual(d.non_finite, 1)
+        self.assertIn("non-finite", d.reason)
+        for p, b in zip(model.parameters(), before):
+            self.assertTrue(torch.equal(p, b))
+        for p, m in zip(model.parameters(), moments):
+            self.assertTrue(torch.equal(opt.state[p]["exp_avg"], m))
+        self.assertTrue(all(float(p.grad.abs().sum()) == 0 for p in model.parameters()), "gradients cleared")
+        self.assertEqual(g.step(model, backward(model, seed=2), opt).action, "apply")
+
+    def test_a_large_gradient_is_clipped_to_the_configured_norm(self):
+        model, opt = model_and_optimizer()
+        twin, twin_opt = model_and_optimizer()
+        g = sigma.Guardrails(config="clipping:\n  max_norm: 0.5\nloss_scaling:\n  enabled: false\n")
+        d = g.step(model, backward(model, scale=100.0), opt)
+        self.assertEqual(d.action, "apply")
+        self.assertLess(d.clip_factor, 1.0)
+        self.assertGreater(d.global_norm, 0.5)
+        backward(twin, scale=100.0)
+        torch.nn.utils.clip_grad_norm_(twin.parameters(), 0.5)
+        twin_opt.step()
+        for p, q in zip(model.parameters(), twin.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+    def test_the_journal_gets_a_line_per_decision_and_fingerprint(self):
+        model, opt = model_and_optimizer()
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "g.jsonl")
+            g = sigma.Guardrails(journal=path)
+            for step in range(3):
+                g.step(model, backward(model, seed=step), opt)
+            del g
+            with open(path, encoding="utf-8") as f:
+                events = [json.loads(line)["event"] for line in f]
+            self.assertEqual(events.count("step"), 3)
+            self.assertIn("fingerprint", events, "the replicas' fingerprints are compared at the first step")
+
+    def test_policy_state_round_trips(self):
+        model, opt = model_and_optimizer()
+        g = sigma.Guardrails()
+        g.step(model, backward(model), opt)
+        other = sigma.Guardrails()
+        other.restore_state(g.save_state())
+        other.step(model, backward(model, seed=1), opt, step=1)
+        self.assertIn('"', other.save_state())
+
+
+class Errors(unittest.TestCase):
+    def test_a_bad_config_names_the_file_line_and_key(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "g.yaml")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("clipping:\n  max_norm: 1.0\nspike:\n  threshhold: 6\n")
+            model, opt = model_and_optimizer()
+            with self.assertRaises(sigma.InvalidArgumentError) as e:
+                sigma.Guardrails(config=path).step(model, backward(model), opt)
+            self.assertIn("g.yaml:4", str(e.exception))
+            self.assertIn("threshhold", str(e.exception))
+
+    def test_wrong_arguments_are_invalid_argument_errors(self):
+        with self.assertRaises(sigma.InvalidArgumentError):
+            sigma.Guardrails(layout="diagonal")
+        with self.assertRaises(sigma.InvalidArgumentError):
+            sigma.Guardrails(config="no-such-file")
+        model = torch.nn.Linear(2, 2).double()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.ones(1, 2, dtype=torch.float64)).sum().backward()
+        with self.assertRaises(sigma.InvalidArgumentError) as e:
+            sigma.Guardrails().step(model, torch.tensor(1.0), opt)
+        self.assertIn("float64", str(e.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,91 @@
+"""sigma.Session under a real sigmarun: collectives on tensors, and the
+sample script surviving a real crash (memory-tier restore) and a NaN burst
+(guardrails skip) on the sim vendor."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import sigma
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIGMARUN = os.environ.get("SIGMARUN", "sigmarun")
+SAMPLE = os.environ.get("SIGMA_PYTHON_SAMPLE", os.path.join(HERE, "..", "..", "samples", "python", "train_sigma.py"))
+
+
+def sigmarun(job_dir, args, worker, scenario=None, nproc=2):
+    cmd = ["timeout", "-k", "10", "180", SIGMARUN, "--nproc", str(nproc), "--spares", "1", "--job-dir", job_dir,
+           "--no-progress", "--snapshot-keep", "3"]
+    if scenario is not None:
+        path = job_dir + ".yaml"
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(scenario)
+        cmd += ["--vendor", "sim", "--vendor-options", f"scenario={path};rank={{device}}"]
+    cmd += ["--", sys.executable, worker] + args
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    logs = ""
+    log_dir = os.path.join(job_dir, "logs")
+    if os.path.isdir(log_dir):
+        for name in sorted(os.listdir(log_dir)):
+            with open(os.path.join(log_dir, name), encoding="utf-8", errors="replace") as f:
+                logs += f"--- {name}\n{f.read()[-3000:]}"
+    return r.returncode, r.stdout + logs
+
+
+def summary(job_dir):
+    with open(os.path.join(job_dir, "report.json"), encoding="utf-8") as f:
+        return json.load(f)["summary"]
+
+
+class Outside(unittest.TestCase):
+    def test_a_session_outside_sigmarun_says_so(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SIGMA_AGENT")}
+        r = subprocess.run([sys.executable, "-c", "import sigma; sigma.Session()"], env=env,
+                           stderr=subprocess.PIPE, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("InvalidArgumentError", r.stderr)
+        self.assertIn("sigmarun", r.stderr)
+        self.assertEqual(sigma.Session.under_agent(), "SIGMA_AGENT_SOCKET" in os.environ)
+
+
+class UnderSigmarun(unittest.TestCase):
+    def test_collectives_on_tensors_are_right_and_release_the_gil(self):
+        with tempfile.TemporaryDirectory() as d:
+            rc, out = sigmarun(os.path.join(d, "job"), [], os.path.join(HERE, "collectives_worker.py"))
+            self.assertEqual(rc, 0, out)
+            self.assertIn("collectives: all correct", out)
+
+    def test_the_sample_survives_a_crash_bit_exactly_and_skips_a_nan_burst(self):
+        with tempfile.TemporaryDirectory() as d:
+            header = "seed: 5\nduration_s: 600\nworld_size: 3\n"
+            runs = {
+                "clean": header,
+                "crash": header + "faults:\n  - {kind: crash, device: 1, at_op: 150}\n",
+                "both": header + "faults:\n  - {kind: crash, device: 1, at_op: 150}\n"
+                "  - {kind: nan_burst, device: 0, at_op: 300, count: 2, op: all_reduce}\n",
+            }
+            finals = {}
+            for name, scenario in runs.items():
+                job, out = os.path.join(d, name), os.path.join(d, name + ".pt")
+                rc, log = sigmarun(job, ["--steps", "200", "--out", out], SAMPLE, scenario)
+                self.assertEqual(rc, 0, f"{name}:\n{log}")
+                finals[name] = torch.load(out)
+                kinds = [i["kind"] for i in summary(job)["incidents"]]
+                if name == "clean":
+                    self.assertEqual(kinds, [], log)
+                else:
+                    self.assertIn("crash", kinds, log)
+            self.assertEqual(summary(os.path.join(d, "crash"))["skipped_steps"], 0)
+            self.assertGreaterEqual(summary(os.path.join(d, "both"))["skipped_steps"], 1)
+            self.assertIn("NaN burst", [i["kind"] for i in summary(os.path.join(d, "both"))["incidents"]])
+            for key, value in finals["clean"].items():
+                self.assertTrue(torch.equal(value, finals["crash"][key]), f"{key}: a restored run must end alike")
+                self.assertTrue(torch.isfinite(finals["both"][key]).all(), key)
+
+
+if __name__ == "__main__":
+    unittest.main()
