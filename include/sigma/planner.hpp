@@ -138,4 +138,10 @@ struct Request {
 };
 SIGMA_EXPORT Request parse_request(const std::string& yaml_text, const std::string& file_name);
 
+// A search's result as one JSON object: model, devices, search_s,
+// model_flops_per_token and "plans" (best first: layout, step_s,
+// tokens_per_s, mfu, memory_gib, fits, breakdown_s). Pure; any thread.
+SIGMA_EXPORT std::string plans_json(const Request& request, const std::vector<Candidate>& best,
+                                    double search_s);
+
 }  // namespace sigma::planner

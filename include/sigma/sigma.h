@@ -311,6 +311,192 @@ SIGMA_EXPORT sigma_status_t sigma_session_recover(sigma_session_t* s, const char
  * steps from the one it returns, then finish again. */
 SIGMA_EXPORT sigma_status_t sigma_session_finish(sigma_session_t* s, uint64_t steps_done);
 
+/* What a training loop may tell the agent about a step (the progress line
+ * and the job's report). Zero-initialise, set struct_size, then the fields. */
+typedef struct sigma_step_report_t {
+  uint64_t struct_size;
+  int32_t has_loss; /* nonzero: `loss` is the step's loss (NaN allowed) */
+  double loss;
+  uint64_t tokens;   /* tokens the whole job trained on in this step */
+  double flops;      /* model FLOPs of this step, whole job */
+  double peak_flops; /* peak FLOP/s of the job's devices */
+  const char* note;  /* [optional] a numerics decision worth a line */
+} sigma_step_report_t;
+
+#define SIGMA_STEP_REPORT_V1_SIZE (offsetof(sigma_step_report_t, note) + sizeof(const char*))
+
+/* sigma_session_step_end with the step's figures. [in, optional] report:
+ * read during the call only; NULL is sigma_session_step_end. */
+SIGMA_EXPORT sigma_status_t sigma_session_step_end_report(sigma_session_t* s, uint64_t step,
+                                                          const sigma_step_report_t* report);
+/* 1 when the disk checkpoint of `step` is due (step_end saves it). */
+SIGMA_EXPORT int32_t sigma_session_should_checkpoint(const sigma_session_t* s, uint64_t step);
+/*
+ * A rollback every rank decided alike (the guardrails' loss spike): this
+ * rank's own memory-tier snapshot `index` (steps done) back into the state.
+ * Not collective. [out] next_step: `index`.
+ * Errors: SIGMA_ERR_DATA_LOSS when this rank no longer holds it.
+ */
+SIGMA_EXPORT sigma_status_t sigma_session_rollback(sigma_session_t* s, uint64_t index, uint64_t* next_step);
+
+/* ------------------------------------------------------------------------- */
+/* Checkpoints (see sigma/checkpoint.hpp for the format and the guarantees)  */
+/* ------------------------------------------------------------------------- */
+
+/* A checkpoint engine for one rank (opaque). */
+typedef struct sigma_checkpoint_s sigma_checkpoint_t;
+
+/* Zero-initialise, set struct_size = sizeof(sigma_checkpoint_create_args_t),
+ * then the fields; a zero field takes its default. */
+typedef struct sigma_checkpoint_create_args_t {
+  uint64_t struct_size;
+  const char* dir;     /* [in] the checkpoint root (created) */
+  const char* job;     /* [in, optional] the job's folder below it; NULL: "job" */
+  uint32_t rank;       /* this rank */
+  uint32_t world;      /* 0: 1 */
+  uint32_t keep;       /* newest checkpoints kept; 0: 3 */
+  uint32_t base_every; /* a full base every K saves; 0: 8 */
+  int32_t zstd_level;  /* 0: 1 */
+  /* nonzero: sigma_checkpoint_save returns after copying the state and a
+   * background writer persists it; zero: durable on return. */
+  int32_t async_save;
+} sigma_checkpoint_create_args_t;
+
+#define SIGMA_CHECKPOINT_CREATE_ARGS_V1_SIZE \
+  (offsetof(sigma_checkpoint_create_args_t, async_save) + sizeof(int32_t))
+
+/*
+ * [out] out: owned by the caller until sigma_checkpoint_destroy.
+ * Errors: INVALID_ARGUMENT (args, dir NULL, struct_size too small),
+ *   UNAVAILABLE (the folder cannot be made; the message names it).
+ * Thread-safety: any thread. Blocks: for mkdir.
+ */
+SIGMA_EXPORT sigma_status_t sigma_checkpoint_create(const sigma_checkpoint_create_args_t* args,
+                                                    sigma_checkpoint_t** out);
+/* Waits for pending saves (a failure is dropped here: call
+ * sigma_checkpoint_wait first to see it), then frees. NULL is accepted. */
+SIGMA_EXPORT void sigma_checkpoint_destroy(sigma_checkpoint_t* ck);
+
+/*
+ * Saves the views as checkpoint `step`, with `extra` (any text, e.g. JSON;
+ * NULL for none) given back by restore. The views are read during the call
+ * only. Errors: INVALID_ARGUMENT (views), UNAVAILABLE (a write failed, e.g. a
+ * full disk: nothing half-written stays, older checkpoints are untouched;
+ * with async_save the failure of an earlier save is returned here).
+ * Thread-safety (every sigma_checkpoint_* call): one thread at a time per
+ * engine. Blocks: async, for the copy (and for the writer when it is two
+ * saves behind); otherwise until durable.
+ */
+SIGMA_EXPORT sigma_status_t sigma_checkpoint_save(sigma_checkpoint_t* ck, uint64_t step,
+                                                  const sigma_state_view_t* views, uint32_t num_views,
+                                                  const char* extra);
+/* Until every save is durable; returns the first background failure. */
+SIGMA_EXPORT sigma_status_t sigma_checkpoint_wait(sigma_checkpoint_t* ck);
+
+/*
+ * Restores the newest checkpoint at or below `newest_step` (UINT64_MAX: any)
+ * that passes every check into the views (their names, dtypes and counts
+ * must match what was saved). Damaged newer ones are skipped.
+ * [out] step: the step restored.
+ * Errors: SIGMA_ERR_DATA_LOSS (none is good, or there is none: the message
+ *   says which files failed which check), INVALID_ARGUMENT (a good one does
+ *   not match the views).
+ */
+SIGMA_EXPORT sigma_status_t sigma_checkpoint_restore(sigma_checkpoint_t* ck, const sigma_state_view_t* views,
+                                                     uint32_t num_views, uint64_t newest_step,
+                                                     uint64_t* step);
+/* The `extra` text of the last restore ("" before one); owned by the
+ * engine, valid until its next call. Never NULL for a non-NULL engine. */
+SIGMA_EXPORT const char* sigma_checkpoint_extra(const sigma_checkpoint_t* ck);
+
+/* ------------------------------------------------------------------------- */
+/* Health monitor (see sigma/health.hpp for the detectors)                   */
+/* ------------------------------------------------------------------------- */
+
+/* A health monitor (opaque): observations and a clock in, verdicts out. */
+typedef struct sigma_health_s sigma_health_t;
+
+typedef enum sigma_health_state_e {
+  SIGMA_HEALTH_HEALTHY = 0,
+  SIGMA_HEALTH_SUSPECT = 1,
+  SIGMA_HEALTH_FAILING = 2,
+  SIGMA_HEALTH_FAILED = 3
+} sigma_health_state_t;
+
+/* Zero-initialise, set struct_size, then the thresholds to change; a zero
+ * field keeps the default of sigma/health.hpp's Config. */
+typedef struct sigma_health_create_args_t {
+  uint64_t struct_size;
+  double warn_c;              /* temperature: suspect at or above */
+  double critical_c;          /* temperature: failing at or above */
+  double heartbeat_timeout_s; /* no heartbeat this long: failed */
+  double ecc_per_min_suspect; /* correctable ECC errors per minute */
+} sigma_health_create_args_t;
+
+#define SIGMA_HEALTH_CREATE_ARGS_V1_SIZE \
+  (offsetof(sigma_health_create_args_t, ecc_per_min_suspect) + sizeof(double))
+
+/* One device's health. The caller sets struct_size; `reason` is owned by
+ * the monitor and valid until its next call. */
+typedef struct sigma_device_health_t {
+  uint64_t struct_size;
+  int32_t state; /* sigma_health_state_t */
+  uint32_t num_warnings;
+  double score;       /* 1 healthy .. 0 failed */
+  const char* reason; /* the most severe warning's line, "" when none */
+} sigma_device_health_t;
+
+#define SIGMA_DEVICE_HEALTH_V1_SIZE (offsetof(sigma_device_health_t, reason) + sizeof(const char*))
+
+/*
+ * [in, optional] args: NULL for the defaults. [out] out: owned by the caller
+ * until sigma_health_destroy. Errors: INVALID_ARGUMENT (an impossible
+ * threshold, named). Thread-safety: any thread. Blocks: no.
+ */
+SIGMA_EXPORT sigma_status_t sigma_health_create(const sigma_health_create_args_t* args, sigma_health_t** out);
+SIGMA_EXPORT void sigma_health_destroy(sigma_health_t* h);
+
+/* Observations, each at t_s seconds of any clock that does not go back per
+ * device. Devices are registered by their first observation. */
+SIGMA_EXPORT sigma_status_t sigma_health_observe_telemetry(sigma_health_t* h, uint32_t device, double t_s,
+                                                           const hal_telemetry_sample_t* samples,
+                                                           uint64_t num_samples);
+SIGMA_EXPORT sigma_status_t sigma_health_observe_step(sigma_health_t* h, uint32_t device, uint64_t step,
+                                                      double step_time_s, double t_s);
+SIGMA_EXPORT sigma_status_t sigma_health_observe_heartbeat(sigma_health_t* h, uint32_t device, double t_s);
+
+/* Runs every detector at t_s. [out, optional] num_events: how many warnings
+ * were raised or cleared and states changed since the last call. */
+SIGMA_EXPORT sigma_status_t sigma_health_evaluate(sigma_health_t* h, double t_s, uint32_t* num_events);
+
+/* [out] out: the device's health (struct_size set by the caller).
+ * Errors: INVALID_ARGUMENT (a device never observed). */
+SIGMA_EXPORT sigma_status_t sigma_health_query(sigma_health_t* h, uint32_t device,
+                                               sigma_device_health_t* out);
+
+/* Thread-safety of every sigma_health_* call: any thread, concurrently. */
+
+/* ------------------------------------------------------------------------- */
+/* Planner (see sigma/planner.hpp and docs/parallel.md)                      */
+/* ------------------------------------------------------------------------- */
+
+/*
+ * The best layouts for a model on a set of devices: `request_yaml` is what
+ * sigma-plan reads (model, devices, framework, efficiency, search); `name`
+ * names it in messages ([optional]). top: how many plans (0: the request's).
+ * [out] json: sigma-plan --json's object ("plans": best first, each with
+ *   its layout, step_s, tokens_per_s, mfu, memory_gib, breakdown_s),
+ *   allocated by the library: free it with sigma_free. "plans" is empty
+ *   when no layout fits.
+ * Errors: INVALID_ARGUMENT ("file:line: key: why" for a malformed request).
+ * Thread-safety: any thread, concurrently. Blocks: for the search (pure CPU).
+ */
+SIGMA_EXPORT sigma_status_t sigma_plan(const char* request_yaml, const char* name, uint32_t top, char** json);
+
+/* Frees memory the library allocated for the caller (sigma_plan's text).
+ * NULL is accepted. */
+SIGMA_EXPORT void sigma_free(void* p);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

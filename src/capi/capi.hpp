@@ -6,7 +6,10 @@
 #include <sigma/error.hpp>
 #include <sigma/hal.hpp>
 
+#include <sigma/checkpoint.hpp>
+
 #include <string>
+#include <vector>
 
 struct sigma_plugin_s {
   sigma::hal::PluginPtr plugin;
@@ -21,6 +24,11 @@ inline hal::PluginPtr plugin_ptr(sigma_plugin_t* p) {
   if (p == nullptr) throw Error(Code::invalid_argument, "plugin is NULL");
   return p->plugin;
 }
+
+// The C views of a state as the engines' views (1-D, host memory). Throws
+// Error(invalid_argument) naming the view that has no name, no data or an
+// unknown dtype.
+std::vector<checkpoint::TensorView> state_views(const sigma_state_view_t* views, uint32_t n);
 
 // The C API's status of a code: the HAL's, and SIGMA_ERR_DATA_LOSS for
 // damaged or missing state (the HAL has no such status).

@@ -31,19 +31,8 @@ void sigma_session_destroy(sigma_session_t* s) { delete s; }
 
 sigma_status_t sigma_session_set_state(sigma_session_t* s, const sigma_state_view_t* views, uint32_t n) {
   return capi::guarded("sigma_session_set_state", [&] {
-    if (s == nullptr || (n > 0 && views == nullptr))
-      throw Error(Code::invalid_argument, "session or views is NULL");
-    std::vector<checkpoint::TensorView> v;
-    for (uint32_t i = 0; i < n; ++i) {
-      if (views[i].name == nullptr || (views[i].count > 0 && views[i].data == nullptr)) {
-        throw Error(Code::invalid_argument, "view " + std::to_string(i) + " has no name or no data");
-      }
-      if (hal::dtype_size(views[i].dtype) == 0) {
-        throw Error(Code::invalid_argument, "view " + std::to_string(i) + " has an unknown dtype");
-      }
-      v.push_back({views[i].name, views[i].dtype, {static_cast<int64_t>(views[i].count)}, views[i].data});
-    }
-    s->s->set_state(std::move(v));
+    if (s == nullptr) throw Error(Code::invalid_argument, "session is NULL");
+    s->s->set_state(capi::state_views(views, n));
   });
 }
 
@@ -108,6 +97,37 @@ sigma_status_t sigma_session_finish(sigma_session_t* s, uint64_t steps_done) {
   return capi::guarded("sigma_session_finish", [&] {
     if (s == nullptr) throw Error(Code::invalid_argument, "session is NULL");
     s->s->finish(steps_done);
+  });
+}
+
+sigma_status_t sigma_session_step_end_report(sigma_session_t* s, uint64_t step,
+                                             const sigma_step_report_t* report) {
+  return capi::guarded("sigma_session_step_end_report", [&] {
+    if (s == nullptr) throw Error(Code::invalid_argument, "session is NULL");
+    if (report == nullptr) return s->s->step_end(step);
+    if (report->struct_size < SIGMA_STEP_REPORT_V1_SIZE)
+      throw Error(Code::invalid_argument, "report struct_size " + std::to_string(report->struct_size) +
+                                              " is below the first version's " +
+                                              std::to_string(SIGMA_STEP_REPORT_V1_SIZE));
+    runtime::StepReport r;
+    if (report->has_loss) r.loss = report->loss;
+    r.tokens = report->tokens;
+    r.flops = report->flops;
+    r.peak_flops = report->peak_flops;
+    if (report->note) r.note = report->note;
+    s->s->step_end(step, r);
+  });
+}
+
+int32_t sigma_session_should_checkpoint(const sigma_session_t* s, uint64_t step) {
+  return s && s->s->should_checkpoint(step) ? 1 : 0;
+}
+
+sigma_status_t sigma_session_rollback(sigma_session_t* s, uint64_t index, uint64_t* next_step) {
+  return capi::guarded("sigma_session_rollback", [&] {
+    if (s == nullptr || next_step == nullptr)
+      throw Error(Code::invalid_argument, "session or next_step is NULL");
+    *next_step = s->s->rollback(index);
   });
 }
 

@@ -14,6 +14,21 @@ sigma_status_t set_error(sigma_status_t status, std::string message) {
   return status;
 }
 void clear_error() { t_error.clear(); }
+
+std::vector<checkpoint::TensorView> state_views(const sigma_state_view_t* views, uint32_t n) {
+  if (n > 0 && views == nullptr) throw Error(Code::invalid_argument, "views is NULL");
+  std::vector<checkpoint::TensorView> v;
+  v.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (views[i].name == nullptr || (views[i].count > 0 && views[i].data == nullptr))
+      throw Error(Code::invalid_argument, "view " + std::to_string(i) + " has no name or no data");
+    if (hal::dtype_size(views[i].dtype) == 0)
+      throw Error(Code::invalid_argument, "view " + std::to_string(i) + " has an unknown dtype");
+    v.emplace_back(views[i].name, views[i].dtype, std::vector<int64_t>{static_cast<int64_t>(views[i].count)},
+                   views[i].data);
+  }
+  return v;
+}
 }  // namespace sigma::capi
 
 using sigma::capi::set_error;

@@ -92,8 +92,14 @@ again:
       grad[i] = 0.01f * sinf(params[i] * 2.0f + 0.02f * (float)step + 0.3f * (float)rank);
     if (st == HAL_OK) st = all_reduce(s, dev);
     if (st == HAL_OK) {
+      sigma_step_report_t report;
+      memset(&report, 0, sizeof report);
+      report.struct_size = sizeof report;
+      report.has_loss = 1;
+      report.loss = (double)grad[0] * grad[0];
+      report.tokens = 64;
       for (i = 0; i < N; ++i) params[i] -= 0.05f * grad[i] / (float)world;
-      st = sigma_session_step_end(s, step);
+      st = sigma_session_step_end_report(s, step, &report);
     }
     if (st == HAL_OK) {
       ++step;

@@ -11,7 +11,6 @@
 #include <sigma/planner.hpp>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -22,34 +21,6 @@
 using namespace sigma;
 
 namespace {
-
-nlohmann::json to_json(const planner::Candidate& c) {
-  const auto& l = c.layout;
-  const auto& s = c.score;
-  return {{"layout",
-           {{"tp", l.tp},
-            {"pp", l.pp},
-            {"dp", l.dp},
-            {"ep", l.ep},
-            {"cp", l.cp},
-            {"vpp", l.vpp},
-            {"micro_batch", l.micro_batch},
-            {"recompute", planner::recompute_name(l.recompute)},
-            {"sharding", planner::sharding_name(l.sharding)}}},
-          {"step_s", s.step_s},
-          {"tokens_per_s", s.tokens_per_s},
-          {"mfu", s.mfu},
-          {"memory_gib", s.memory_gib},
-          {"fits", s.fits},
-          {"breakdown_s",
-           {{"compute", s.compute_s},
-            {"tp", s.tp_s},
-            {"cp", s.cp_s},
-            {"ep", s.ep_s},
-            {"pp", s.pp_s},
-            {"bubble", s.bubble_s},
-            {"dp", s.dp_s}}}};
-}
 
 void print_text(const planner::Request& q, const std::vector<planner::Candidate>& best, double seconds) {
   std::printf("%s on %u devices: %zu best of the layouts that fit (searched in %.3f s)\n\n",
@@ -99,13 +70,7 @@ int main(int argc, char** argv) {
     const auto best = planner::search(q.model, q.devices, q.space, q.framework, q.efficiency, q.top);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (json) {
-      nlohmann::json out = {{"model", q.model.name},
-                            {"devices", q.devices.count},
-                            {"search_s", seconds},
-                            {"model_flops_per_token", planner::model_flops_per_token(q.model)},
-                            {"plans", nlohmann::json::array()}};
-      for (const auto& c : best) out["plans"].push_back(to_json(c));
-      std::cout << out.dump(1) << "\n";
+      std::cout << planner::plans_json(q, best, seconds) << "\n";
     } else if (!best.empty()) {
       print_text(q, best, seconds);
     }
