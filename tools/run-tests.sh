@@ -8,7 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # report are tested in the Release build (libtorch stays out of the
 # sanitizer presets).
 sigma_ensure_packages clang-format clang-tidy prometheus libtorch-dev libopenblas0-pthread bible-kjv chromium \
-  pybind11-dev python3-dev python3-torch
+  pybind11-dev python3-dev python3-torch slurm-wlm munge
 
 # Every C and C++ file is in .clang-format's style: formatting is the
 # tool's, never a reviewer's.

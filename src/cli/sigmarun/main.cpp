@@ -7,6 +7,8 @@
 // Several hosts: start one agent per host with the same --store, --job-id,
 // --nnodes K and worker; --node-rank 0 is the root (it decides, journals
 // and reports), the others start and watch their host's workers for it.
+// Under Slurm, `srun --ntasks-per-node=1 sigmarun ...` does that with no
+// such flags: each task takes them from Slurm's environment (slurm.hpp).
 //
 // Writes DIR/incidents.jsonl (the incident journal), DIR/report.json (status,
 // incidents, goodput ledger, devices, the step and device series, and the
@@ -18,10 +20,12 @@
 #include <sigma/error.hpp>
 
 #include "report/figures.hpp"
+#include "slurm.hpp"
 
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -108,12 +112,29 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   bool report = true;
   app.add_flag("!--no-report", report, "no report.html and no summary at the end");
+  bool slurm = true;
+  app.add_flag("!--no-slurm", slurm,
+               "ignore Slurm's environment (by default, under srun, each task is one agent and takes "
+               "--nnodes, --node-rank, --job-id and the root's --host from it)");
   app.add_option("worker", o.worker, "the worker program and its arguments (after --)")->required();
   app.allow_extras(false);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    const auto task =
+        slurm ? sigmarun::slurm_task([](const char* name) { return std::getenv(name); }) : std::nullopt;
+    if (task) {
+      const sigmarun::Given given{app.count("--nnodes") > 0, app.count("--node-rank") > 0,
+                                  app.count("--job-id") > 0, app.count("--host") > 0,
+                                  app.count("--store") > 0};
+      std::cerr << sigmarun::apply_slurm(o, *task, given) << "\n";
+    }
+  } catch (const sigma::Error& e) {
+    std::cerr << "sigmarun: " << e.what() << "\n";
+    return 2;
   }
   if (o.node_rank >= o.nnodes) {
     std::cerr << "sigmarun: --node-rank " << o.node_rank << " is not below --nnodes " << o.nnodes << "\n";

@@ -390,6 +390,7 @@ int Agent::Impl::run() {
   tokens.assign(core->devices(), "");
   nodes.resize(o.nnodes);
   journal->write({{"event", "start"},
+                  {"job_id", o.job_id},
                   {"nproc", o.nproc},
                   {"spares", o.spares},
                   {"nnodes", o.nnodes},

@@ -1,0 +1,60 @@
+#include "slurm.hpp"
+
+#include <sigma/error.hpp>
+
+#include <charconv>
+#include <filesystem>
+
+namespace sigmarun {
+
+using sigma::Code;
+using sigma::Error;
+
+namespace {
+
+uint32_t number(const Lookup& env, const char* name) {
+  const char* v = env(name);
+  uint32_t out = 0;
+  const char* end = v + std::char_traits<char>::length(v);
+  const auto r = std::from_chars(v, end, out);
+  if (r.ec != std::errc() || r.ptr != end || v == end)
+    throw Error(Code::invalid_argument, std::string("Slurm's ") + name + " is '" + v + "', not a number");
+  return out;
+}
+
+}  // namespace
+
+std::optional<SlurmTask> slurm_task(const Lookup& env) {
+  if (!env("SLURM_JOB_ID") || !env("SLURM_STEP_ID") || !env("SLURM_PROCID")) return std::nullopt;
+  SlurmTask t;
+  t.job = env("SLURM_JOB_ID");
+  t.step = env("SLURM_STEP_ID");
+  t.task = number(env, "SLURM_PROCID");
+  t.tasks = number(env, env("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS");
+  if (t.tasks == 0 || t.task >= t.tasks)
+    throw Error(Code::invalid_argument, "Slurm's SLURM_PROCID " + std::to_string(t.task) +
+                                            " is not below its " + std::to_string(t.tasks) + " tasks");
+  if (const char* n = env("SLURMD_NODENAME")) t.node_name = n;
+  return t;
+}
+
+std::string apply_slurm(sigma::runtime::AgentOptions& o, const SlurmTask& t, const Given& given) {
+  if (given.nnodes && o.nnodes != t.tasks)
+    throw Error(Code::invalid_argument, "--nnodes " + std::to_string(o.nnodes) + " but srun started " +
+                                            std::to_string(t.tasks) +
+                                            " sigmarun tasks (one agent per task: srun --ntasks-per-node=1)");
+  o.nnodes = t.tasks;
+  if (!given.node_rank) o.node_rank = t.task;
+  if (!given.job_id) o.job_id = "slurm-" + t.job + "." + t.step;
+  const std::string shared = std::filesystem::absolute(o.job_dir).string();
+  if (o.nnodes > 1) {
+    if (!given.host && o.node_rank == 0 && !t.node_name.empty()) o.host = t.node_name;
+    if (!given.store) o.store = shared + "/store";
+    if (o.node_rank > 0) o.job_dir = shared + "/node-" + std::to_string(o.node_rank);
+  }
+  return "sigmarun: Slurm job " + t.job + " step " + t.step + ": agent " + std::to_string(o.node_rank) +
+         " of " + std::to_string(o.nnodes) + (t.node_name.empty() ? "" : " on " + t.node_name) + ", job id " +
+         o.job_id + (o.nnodes > 1 ? ", store " + o.store : "");
+}
+
+}  // namespace sigmarun
