@@ -6,7 +6,7 @@ import os
 import torch
 
 from . import _sigma, _tensors
-from .errors import AbortedError, Error, InvalidArgumentError
+from .errors import AbortedError, Error, InvalidArgumentError, NotSupportedError
 
 # The session's own slot in the state: the guardrails' policy and the data
 # windows they skipped, as JSON, so that a restored rank decides as the
@@ -223,26 +223,45 @@ class Session:
         """In place over every rank ("sum", "prod", "min", "max", "avg")."""
         if op not in _REDUCE:
             raise InvalidArgumentError(f"all_reduce: op '{op}' is not one of {sorted(_REDUCE)}")
-        _, dtype, _, addr = _tensors.view("", tensor, "all_reduce")
-        self._check_collective_dtype(tensor, "all_reduce")
-        self._native.all_reduce(addr, tensor.numel(), dtype, _REDUCE[op], timeout_s)
-        return tensor
+        return self._collective("all_reduce", tensor, _REDUCE[op], 0, timeout_s)
 
     def broadcast(self, tensor, root=0, timeout_s=60.0):
         """In place: every rank gets ``root``'s tensor."""
-        _, dtype, _, addr = _tensors.view("", tensor, "broadcast")
-        self._check_collective_dtype(tensor, "broadcast")
-        self._native.broadcast(addr, tensor.numel(), dtype, root, timeout_s)
-        return tensor
+        return self._collective("broadcast", tensor, _sigma.REDUCE_SUM, root, timeout_s)
 
     def all_gather(self, tensor, timeout_s=60.0):
         """A new tensor [world_size, *tensor.shape] of every rank's tensor."""
         self._check_collective_dtype(tensor, "all_gather")
-        _tensors.check_host(tensor, "all_gather")
-        out = torch.empty((self.world_size,) + tuple(tensor.shape), dtype=tensor.dtype)
+        out = torch.empty((self.world_size,) + tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
         out[self.rank].copy_(tensor)
-        self._native.all_gather(out.data_ptr(), tensor.numel(), _tensors.HAL_DTYPE[tensor.dtype], timeout_s)
+        self._collective("all_gather", out, _sigma.REDUCE_SUM, 0, timeout_s, count=tensor.numel())
         return out
+
+    def _collective(self, op, tensor, reduce, root, timeout_s, count=None):
+        """CPU tensors are staged through the device's memory (any vendor);
+        a CUDA tensor goes to the `cuda` vendor's communicator as it is,
+        after torch's stream has finished writing it."""
+        self._check_collective_dtype(tensor, op)
+        count = tensor.numel() if count is None else count
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == "cuda":
+            if self._native.vendor != "cuda":
+                raise NotSupportedError(
+                    f"{op}: a CUDA tensor needs the cuda vendor; this job runs '{self._native.vendor}'"
+                )
+            if not tensor.is_contiguous():
+                raise InvalidArgumentError(f"{op}: not contiguous (call .contiguous() first)")
+            torch.cuda.current_stream(tensor.device).synchronize()
+            dtype = _tensors.HAL_DTYPE[tensor.dtype]
+            self._native.device_collective(op, tensor.data_ptr(), count, dtype, reduce, root, timeout_s)
+            return tensor
+        _, dtype, _, addr = _tensors.view("", tensor, op)
+        if op == "all_reduce":
+            self._native.all_reduce(addr, count, dtype, reduce, timeout_s)
+        elif op == "broadcast":
+            self._native.broadcast(addr, count, dtype, root, timeout_s)
+        else:
+            self._native.all_gather(addr, count, dtype, timeout_s)
+        return tensor
 
     def average_gradients(self, model, timeout_s=60.0):
         """Data parallelism: every parameter's gradient replaced by its mean
@@ -260,6 +279,8 @@ class Session:
 
     @staticmethod
     def _check_collective_dtype(tensor, what):
+        if not isinstance(tensor, torch.Tensor):
+            raise InvalidArgumentError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
         if tensor.dtype not in _tensors.HAL_DTYPE:
             raise InvalidArgumentError(f"{what}: dtype {tensor.dtype} is not one the HAL reduces")
 

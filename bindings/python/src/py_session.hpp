@@ -34,6 +34,10 @@ class PySession {
   // rank * count).
   void collective(hal_coll_op_t op, uintptr_t addr, uint64_t count, int dtype, int reduce, uint32_t root,
                   double timeout_s);
+  // The same on memory of the session's device itself (a CUDA tensor under
+  // the cuda vendor): no staging, the pointer goes to the plugin as is.
+  void device_collective(hal_coll_op_t op, uintptr_t addr, uint64_t count, int dtype, int reduce,
+                         uint32_t root, double timeout_s);
 
  private:
   runtime::Session s_;

@@ -21,32 +21,56 @@ namespace py = pybind11;
 
 namespace sigma::python {
 
-void PySession::collective(hal_coll_op_t op, uintptr_t addr, uint64_t count, int dtype, int reduce,
-                           uint32_t root, double timeout_s) {
+namespace {
+
+// Refuses what the HAL would: an unknown dtype or op, a root outside the
+// world, a bound that is not positive. Returns the bytes of the whole buffer.
+uint64_t checked_bytes(const runtime::Session& s, hal_coll_op_t op, uint64_t count, int dtype, int reduce,
+                       uint32_t root, double timeout_s) {
   const hal_dtype_t dt = checked_dtype(dtype);
   if (reduce < 0 || reduce >= HAL_REDUCE_COUNT_V1)
     throw Error(Code::invalid_argument, "sigma: reduce op " + std::to_string(reduce) + " is not a HAL op");
-  if (op == HAL_COLL_BROADCAST && root >= s_.world_size())
+  if (op == HAL_COLL_BROADCAST && root >= s.world_size())
     throw Error(Code::invalid_argument, "sigma: broadcast root " + std::to_string(root) +
-                                            " is not a rank of world " + std::to_string(s_.world_size()));
+                                            " is not a rank of world " + std::to_string(s.world_size()));
   if (!(timeout_s > 0)) throw Error(Code::invalid_argument, "sigma: timeout_s must be positive");
-  const uint64_t total = op == HAL_COLL_ALL_GATHER ? count * s_.world_size() : count;
-  const uint64_t bytes = total * hal::dtype_size(dt);
+  return (op == HAL_COLL_ALL_GATHER ? count * s.world_size() : count) * hal::dtype_size(dt);
+}
+
+std::chrono::nanoseconds bound(double timeout_s) {
+  return std::chrono::nanoseconds(static_cast<int64_t>(timeout_s * 1e9));
+}
+
+}  // namespace
+
+void PySession::collective(hal_coll_op_t op, uintptr_t addr, uint64_t count, int dtype, int reduce,
+                           uint32_t root, double timeout_s) {
+  const uint64_t bytes = checked_bytes(s_, op, count, dtype, reduce, root, timeout_s);
   if (bytes == 0) return;
   if (!buf_ || buf_->size() < bytes || buf_generation_ != s_.generation()) {
     buf_.reset();
     buf_ = std::make_unique<hal::Buffer>(s_.plugin(), 0, bytes);
     buf_generation_ = s_.generation();
   }
+  const hal_dtype_t dt = static_cast<hal_dtype_t>(dtype);
   auto* host = reinterpret_cast<uint8_t*>(addr);
   auto* dev = static_cast<uint8_t*>(buf_->data());
   const uint64_t own = count * hal::dtype_size(dt);
   const uint64_t at = op == HAL_COLL_ALL_GATHER ? own * s_.rank() : 0;
   buf_->copy_from_host(host + at, own, at);
-  void* send = dev + at;
-  s_.comm().run(hal::coll_args(op, dt, count, send, dev, static_cast<hal_reduce_op_t>(reduce), root),
-                std::chrono::nanoseconds(static_cast<int64_t>(timeout_s * 1e9)));
+  s_.comm().run(hal::coll_args(op, dt, count, dev + at, dev, static_cast<hal_reduce_op_t>(reduce), root),
+                bound(timeout_s));
   buf_->copy_to_host(host, bytes);
+}
+
+void PySession::device_collective(hal_coll_op_t op, uintptr_t addr, uint64_t count, int dtype, int reduce,
+                                  uint32_t root, double timeout_s) {
+  if (checked_bytes(s_, op, count, dtype, reduce, root, timeout_s) == 0) return;
+  const hal_dtype_t dt = static_cast<hal_dtype_t>(dtype);
+  auto* dev = reinterpret_cast<uint8_t*>(addr);
+  const uint64_t at = op == HAL_COLL_ALL_GATHER ? count * hal::dtype_size(dt) * s_.rank() : 0;
+  s_.comm().run(hal::coll_args(op, dt, count, dev + at, dev, static_cast<hal_reduce_op_t>(reduce), root),
+                bound(timeout_s));
 }
 
 void bind_session(py::module_& m) {
@@ -105,7 +129,20 @@ void bind_session(py::module_& m) {
           [](PySession& p, uintptr_t addr, uint64_t count, int dtype, double timeout_s) {
             p.collective(HAL_COLL_ALL_GATHER, addr, count, dtype, HAL_REDUCE_SUM, 0, timeout_s);
           },
-          release());
+          release())
+      .def(
+          "device_collective",
+          [](PySession& p, const std::string& op, uintptr_t addr, uint64_t count, int dtype, int reduce,
+             uint32_t root, double timeout_s) {
+            const hal_coll_op_t o = op == "all_reduce"  ? HAL_COLL_ALL_REDUCE
+                                    : op == "broadcast" ? HAL_COLL_BROADCAST
+                                    : op == "all_gather"
+                                        ? HAL_COLL_ALL_GATHER
+                                        : throw Error(Code::invalid_argument, "sigma: op " + op);
+            p.device_collective(o, addr, count, dtype, reduce, root, timeout_s);
+          },
+          release())
+      .def_property_readonly("vendor", [](PySession& p) { return p.s().plugin()->name(); });
 }
 
 }  // namespace sigma::python
