@@ -57,6 +57,43 @@ class Decisions(unittest.TestCase):
         for p, q in zip(model.parameters(), twin.parameters()):
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
+    def test_loss_scaling_unscales_applies_and_backs_off_on_overflow(self):
+        model, opt = model_and_optimizer()
+        twin, twin_opt = model_and_optimizer()
+        g = sigma.Guardrails(
+            config="loss_scaling:\n  enabled: true\n  initial_scale: 1024\nclipping:\n  max_norm: 0\n"
+        )
+        self.assertEqual(g.loss_scale, 1024.0, "the config's scale before the first step")
+        loss = backward(model, scale=1024.0)  # what g.scale(loss) gives at 1024
+        d = g.step(model, loss / 1024.0, opt)
+        self.assertEqual((d.action, d.loss_scale), ("apply", 1024.0))
+        self.assertAlmostEqual(d.grad_multiplier, 1 / 1024.0)
+        backward(twin)
+        twin_opt.step()
+        for p, q in zip(model.parameters(), twin.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+        loss = g.scale(backward(model, seed=1) * 0 + 1.0)
+        self.assertEqual(float(loss), 1024.0)
+        model[0].weight.grad[0, 0] = float("inf")
+        d = g.step(model, 1.0, opt)
+        self.assertEqual(d.action, "skip")
+        self.assertEqual(d.next_loss_scale, 512.0)
+        self.assertEqual(g.loss_scale, 512.0)
+
+    def test_a_layer_that_keeps_overflowing_is_escalated_by_name(self):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(torch.bfloat16)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+        g = sigma.Guardrails(config="precision:\n  window: 20\n  max_overflow_rate: 0.05\n")
+        x = torch.randn(4, 8).to(torch.bfloat16)
+        model(x).float().pow(2).mean().backward()
+        model[2].weight.grad[0, 0] = float("nan")
+        d = g.step(model, 1.0, opt)
+        self.assertEqual(d.action, "skip")
+        self.assertIn("2", d.escalate, d.reason)
+        self.assertTrue(g.escalated("2"))
+        self.assertFalse(g.escalated("0"))
+
     def test_the_journal_gets_a_line_per_decision_and_fingerprint(self):
         model, opt = model_and_optimizer()
         with tempfile.TemporaryDirectory() as d:
@@ -86,9 +123,8 @@ class Errors(unittest.TestCase):
             path = os.path.join(d, "g.yaml")
             with open(path, "w", encoding="utf-8") as f:
                 f.write("clipping:\n  max_norm: 1.0\nspike:\n  threshhold: 6\n")
-            model, opt = model_and_optimizer()
             with self.assertRaises(sigma.InvalidArgumentError) as e:
-                sigma.Guardrails(config=path).step(model, backward(model), opt)
+                sigma.Guardrails(config=path)  # at once, not at the first step
             self.assertIn("g.yaml:4", str(e.exception))
             self.assertIn("threshhold", str(e.exception))
 

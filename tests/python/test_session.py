@@ -59,6 +59,17 @@ class UnderSigmarun(unittest.TestCase):
             self.assertEqual(rc, 0, out)
             self.assertIn("collectives: all correct", out)
 
+    def test_a_loss_spike_is_rolled_back_and_its_data_skipped(self):
+        with tempfile.TemporaryDirectory() as d:
+            job = os.path.join(d, "job")
+            rc, out = sigmarun(job, [], os.path.join(HERE, "spike_worker.py"))
+            self.assertEqual(rc, 0, out)
+            self.assertIn("spike: rolled back", out)
+            spikes = [i for i in summary(job)["incidents"] if i["kind"] == "loss spike"]
+            self.assertEqual(len(spikes), 1, out)
+            self.assertIn("data window skipped", spikes[0]["handled"])
+            self.assertIn("skip the data of steps [30, 33)", spikes[0]["what"])
+
     def test_the_sample_survives_a_crash_bit_exactly_and_skips_a_nan_burst(self):
         with tempfile.TemporaryDirectory() as d:
             header = "seed: 5\nduration_s: 600\nworld_size: 3\n"

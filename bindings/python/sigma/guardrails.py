@@ -1,5 +1,6 @@
 """sigma.Guardrails: numerical guardrails around any torch.optim optimizer."""
 
+import json
 import os
 
 from . import _sigma, _tensors
@@ -46,6 +47,8 @@ class Guardrails:
                 raise InvalidArgumentError(f"Guardrails: config '{config}' is neither a file nor YAML text")
         if journal is None and session is not None and os.environ.get("SIGMA_JOB_DIR"):
             journal = os.path.join(os.environ["SIGMA_JOB_DIR"], "guardrails.jsonl")
+        if layout not in ("replicated", "sharded"):
+            raise InvalidArgumentError(f"Guardrails: layout must be 'replicated' or 'sharded', not '{layout}'")
         self._journal = journal
         self._layout = layout
         self._layers = None  # [(name, dtype)], [[param]] per layer
@@ -54,8 +57,9 @@ class Guardrails:
         self._pending_state = None
         self._count = 0
         self.last_fingerprint = None  # the newest replica comparison, when one ran
-        if layout not in ("replicated", "sharded"):
-            raise InvalidArgumentError(f"Guardrails: layout must be 'replicated' or 'sharded', not '{layout}'")
+        # The config is checked now (file, line and key of a mistake), and
+        # gives the loss scale until the first step builds the engine.
+        self._initial_scale = _sigma.Guardrails(self._yaml, self._name, None, [], None, layout).loss_scale
         if session is not None:
             session._bind(self)
 
@@ -90,7 +94,14 @@ class Guardrails:
 
     @property
     def loss_scale(self):
-        return self._native.loss_scale if self._native is not None else 1.0
+        """The scale this step's loss must be multiplied by (1 with loss
+        scaling off): the config's initial scale before the first step,
+        the restored one after a restore."""
+        if self._native is not None:
+            return self._native.loss_scale
+        if self._pending_state:
+            return float(json.loads(self._pending_state)["loss_scale"])
+        return self._initial_scale
 
     def scale(self, loss):
         """The loss times the current loss scale (1 with scaling off)."""

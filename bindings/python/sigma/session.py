@@ -50,6 +50,7 @@ class Session:
         self._snapshot_every = int(os.environ.get("SIGMA_SNAPSHOT_EVERY", "1") or 1)
         self._registered = False
         self._current_step = 0
+        self._note = ""  # a rollback, said with the next finished step
 
     @staticmethod
     def under_agent():
@@ -206,15 +207,21 @@ class Session:
         d = self._decision
         if d is not None and d.action == "rollback":
             return self._rollback(d)
-        note = "" if d is None or d.action == "apply" else f"skipped: {d.reason}"
-        self.step_end(step, loss=None if d is None else d.loss, note=note)
+        notes = [self._note] if self._note else []
+        if d is not None and d.action != "apply":
+            notes.append(f"skipped: {d.reason}")
+        self.step_end(step, loss=None if d is None else d.loss, note="; ".join(notes))
+        self._note = ""
         return step + 1
 
     def _rollback(self, d):
+        """The guardrails' loss-spike answer: the snapshot back, the spike's
+        data window skipped, said with the next finished step."""
         begin, end = self.batch(d.skip_data_begin), self.batch(d.skip_data_end - 1) + 1
         nxt = self.rollback(d.rollback_to_step + 1)
         self._skips = sorted(self._skips + [[begin, end]])
         self._write_control()
+        self._note = f"rolled back: {d.reason}"
         return nxt
 
     # ---- collectives ----------------------------------------------------------
