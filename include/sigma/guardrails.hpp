@@ -188,6 +188,8 @@ struct Decision {
   // replicated gradients disagreed. A mismatch there asks for the step to be
   // re-run on another device (FingerprintResult::rerun_needed).
   bool check_fingerprint = false;
+  // Every rank's riders (see Guardrails::step), rank after rank.
+  std::vector<double> riders;
 };
 
 struct FingerprintResult {
@@ -226,9 +228,14 @@ class SIGMA_EXPORT Guardrails {
   // Scans each buffer once, exchanges [loss, per layer: non-finite, sum of
   // squares, amax] with every rank, decides and journals. Steps must grow
   // (after a rollback they restart above rollback_to_step).
+  // `riders`: a few figures of this rank's own that travel in the same
+  // exchange instead of a collective of their own (an autotuner's samples,
+  // load statistics); every rank's come back in Decision::riders. Every
+  // rank passes the same number of them.
   // Throws Error(invalid_argument) for a wrong layer count, a NULL buffer or
   // another dtype; timeout / aborted / remote_error from the exchange.
-  Decision step(uint64_t step, double loss, const std::vector<std::vector<BufferView>>& grads);
+  Decision step(uint64_t step, double loss, const std::vector<std::vector<BufferView>>& grads,
+                const std::vector<double>& riders = {});
 
   // A snapshot of the state after `step` now exists (memory tier or disk):
   // a candidate for rollback.

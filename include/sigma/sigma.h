@@ -437,7 +437,7 @@ typedef struct sigma_health_create_args_t {
   (offsetof(sigma_health_create_args_t, ecc_per_min_suspect) + sizeof(double))
 
 /* One device's health. The caller sets struct_size; `reason` is owned by
- * the monitor and valid until its next call. */
+ * the library and valid until the calling thread's next sigma_health_query. */
 typedef struct sigma_device_health_t {
   uint64_t struct_size;
   int32_t state; /* sigma_health_state_t */

@@ -1,6 +1,7 @@
 // The MoE autotuner in the training loop. Every step each rank of the expert
 // group measures its time inside the exchanges and its link's retry rate
-// (HAL telemetry); the group gathers them and sigma::parallel::ExpertBalancer
+// (HAL telemetry); the group gathers them (riding on the guardrails'
+// exchange, or in one of their own) and sigma::parallel::ExpertBalancer
 // decides, the same on every rank, whether experts move off a slow link or
 // back. move_experts carries each moving expert's parameters and AdamW
 // moments through the HAL into a free slot of its new rank. Results do not
@@ -39,20 +40,33 @@ class Autotuner {
     control["slots"] = model.slot_of;
   }
 
-  // Collective over the expert group. Returns the move made, if any.
-  std::optional<sigma::parallel::Rebalance> step(uint64_t step, Model& model, AdamW& opt,
-                                                 sigma::parallel::Dispatcher& d, sigma::hal::Communicator& ep,
-                                                 uint32_t ep_rank, uint32_t ep_size,
-                                                 const sigma::hal::PluginPtr& plugin) {
-    const double mine[2] = {model.take_exchange_seconds(), retry_rate(plugin)};
-    sigma::hal::Buffer b(plugin, 0, sizeof mine * ep_size);
-    b.copy_from_host(mine, sizeof mine);
-    ep.run(sigma::hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_F64, 2, b.data(), b.data()),
+  // This rank's sample of the step: its time inside the exchanges and its
+  // link's retry rate. It travels in the guardrails' exchange where they
+  // run (no collective of its own), else through gather().
+  std::vector<double> sample(Model& model, const sigma::hal::PluginPtr& plugin) {
+    return {model.take_exchange_seconds(), retry_rate(plugin)};
+  }
+
+  // Collective over the expert group: every rank's sample, rank after rank.
+  static std::vector<double> gather(const std::vector<double>& mine, sigma::hal::Communicator& ep,
+                                    uint32_t ep_size, const sigma::hal::PluginPtr& plugin) {
+    const uint64_t bytes = sizeof(double) * mine.size();
+    sigma::hal::Buffer b(plugin, 0, bytes * ep_size);
+    b.copy_from_host(mine.data(), bytes);
+    ep.run(sigma::hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_F64, mine.size(), b.data(), b.data()),
            std::chrono::seconds(60));
-    std::vector<double> all(2 * ep_size);
+    std::vector<double> all(mine.size() * ep_size);
     b.copy_to_host(all.data(), sizeof(double) * all.size());
+    return all;
+  }
+
+  // From every rank's sample (the same on every rank): the balancer decides
+  // and, collectively over the expert group, experts move. Returns the move.
+  std::optional<sigma::parallel::Rebalance> step(uint64_t step, const std::vector<double>& all, Model& model,
+                                                 AdamW& opt, sigma::parallel::Dispatcher& d,
+                                                 sigma::hal::Communicator& ep, uint32_t ep_rank) {
     std::vector<sigma::parallel::RankSample> samples;
-    for (uint32_t r = 0; r < ep_size; ++r) samples.push_back({all[2 * r], all[2 * r + 1]});
+    for (size_t r = 0; r + 1 < all.size(); r += 2) samples.push_back({all[r], all[r + 1]});
     auto r = balancer_.observe(step, samples);
     if (!r) return r;
     sigma::parallel::move_experts(

@@ -290,7 +290,9 @@ class Trainer {
     // The guardrails see the replicated gradients; a non-finite expert
     // gradient (this rank's alone) reaches them as a non-finite loss.
     const bool experts_finite = torch::isfinite(model_.expert_grad).all().item<bool>();
-    const gr::Decision d = decide(step, experts_finite ? ce.item<double>() : std::nan(""));
+    std::vector<double> sample;  // the autotuner's, riding on the guardrails' exchange
+    if (tuning_) sample = tuner_.sample(model_, s_.plugin());
+    const gr::Decision d = decide(step, experts_finite ? ce.item<double>() : std::nan(""), sample);
     if (d.action == gr::Action::apply) {
       const double lr = learning_rate(o_, step);
       model_.dense_grad.mul_(d.grad_multiplier);
@@ -305,8 +307,11 @@ class Trainer {
       fp = {{"match", r.match}, {"odd_ranks", r.odd_ranks}};
     }
     std::optional<par::Rebalance> moved;
-    if (tuning_ && d.action != gr::Action::rollback)  // experts off a slow link, or back
-      moved = tuner_.step(step, model_, expert_opt_, *dispatcher_, s_.comm(), s_.rank(), world_, s_.plugin());
+    if (tuning_ && d.action != gr::Action::rollback) {  // experts off a slow link, or back
+      const auto all =
+          o_.guardrails_on ? d.riders : moe::Autotuner::gather(sample, s_.comm(), world_, s_.plugin());
+      moved = tuner_.step(step, all, model_, expert_opt_, *dispatcher_, s_.comm(), s_.rank());
+    }
     const bool snapshot_due = (step + 1) % so_.snapshot_every == 0;
     if (snapshot_due && d.action != gr::Action::rollback) guard_->note_snapshot(step);  // step_end takes it
     json kept = control_.read();
@@ -396,13 +401,14 @@ class Trainer {
  private:
   uint64_t tokens() const { return static_cast<uint64_t>(o_.batch * o_.model.seq) * world_; }
 
-  gr::Decision decide(uint64_t step, double loss) {
+  gr::Decision decide(uint64_t step, double loss, const std::vector<double>& riders) {
     std::vector<std::vector<gr::BufferView>> grads;
     for (const auto& seg : model_.dense_layers)
       grads.push_back({{model_.dense_grad.data_ptr<float>() + seg.offset, static_cast<uint64_t>(seg.count),
                         HAL_DTYPE_F32}});
-    if (o_.guardrails_on) return guard_->step(step, loss, grads);  // skip, clip, roll back: every rank alike
-    gr::Decision d;  // the benchmark's baseline: apply, unchecked
+    if (o_.guardrails_on)
+      return guard_->step(step, loss, grads, riders);  // skip, clip, roll back: every rank alike
+    gr::Decision d;                                    // the benchmark's baseline: apply, unchecked
     d.step = step;
     d.loss = loss;
     return d;

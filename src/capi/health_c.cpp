@@ -15,10 +15,12 @@ struct sigma_health_s {
   std::unique_ptr<health::Monitor> monitor;
   std::mutex mu;               // guards what follows (the monitor has its own)
   std::set<uint32_t> devices;  // observed at least once
-  std::string reason;          // of the last query
 };
 
 namespace {
+
+// The reason text of each thread's last query: queries may run concurrently.
+thread_local std::string t_reason;
 
 health::Config config_of(const sigma_health_create_args_t* a) {
   health::Config c;
@@ -95,11 +97,11 @@ sigma_status_t sigma_health_query(sigma_health_t* h, uint32_t device, sigma_devi
     if (!h->devices.count(device))
       throw Error(Code::invalid_argument, "device " + std::to_string(device) + " was never observed");
     const health::DeviceHealth d = h->monitor->device(device);
-    h->reason = d.warnings.empty() ? "" : d.warnings.front().message;
+    t_reason = d.warnings.empty() ? "" : d.warnings.front().message;
     out->state = static_cast<int32_t>(d.state);
     out->num_warnings = static_cast<uint32_t>(d.warnings.size());
     out->score = d.score;
-    out->reason = h->reason.c_str();
+    out->reason = t_reason.c_str();
   });
 }
 

@@ -104,7 +104,8 @@ Guardrails::Guardrails(Config config, std::vector<LayerInfo> layers, Group group
 
 Guardrails::~Guardrails() = default;
 
-Decision Guardrails::step(uint64_t step, double loss, const std::vector<std::vector<BufferView>>& grads) {
+Decision Guardrails::step(uint64_t step, double loss, const std::vector<std::vector<BufferView>>& grads,
+                          const std::vector<double>& riders) {
   auto& m = *impl_;
   if (grads.size() != m.layers.size())
     throw Error(Code::invalid_argument, "guardrails: step " + std::to_string(step) + " has gradients for " +
@@ -132,9 +133,11 @@ Decision Guardrails::step(uint64_t step, double loss, const std::vector<std::vec
   tbb::parallel_for(size_t{0}, pieces.size(), [&](size_t i) {
     found[i] = kernels::grad_scan(pieces[i].where, pieces[i].data, pieces[i].count, pieces[i].dtype);
   });
-  // [loss, then per layer: non-finite count, sum of squares, amax]
-  std::vector<double> mine(1 + 3 * m.layers.size());
+  // [loss, then per layer: non-finite count, sum of squares, amax; riders]
+  const size_t width = 1 + 3 * m.layers.size();
+  std::vector<double> mine(width + riders.size());
   mine[0] = loss;
+  std::copy(riders.begin(), riders.end(), mine.begin() + static_cast<std::ptrdiff_t>(width));
   for (size_t i = 0; i < pieces.size(); ++i) {
     double* at = mine.data() + 1 + 3 * pieces[i].layer;
     at[0] += static_cast<double>(found[i].non_finite);
@@ -144,10 +147,20 @@ Decision Guardrails::step(uint64_t step, double loss, const std::vector<std::vec
   const auto t1 = std::chrono::steady_clock::now();
   const auto bytes = m.exchange.all_gather(mine.data(), mine.size() * sizeof(double));
   const auto t2 = std::chrono::steady_clock::now();
-  std::vector<double> all(bytes.size() / sizeof(double));
-  std::memcpy(all.data(), bytes.data(), bytes.size());
+  std::vector<double> gathered(bytes.size() / sizeof(double));
+  std::memcpy(gathered.data(), bytes.data(), bytes.size());
+  // Each rank's figures for the decision; the riders apart.
+  std::vector<double> all, ridden;
+  for (size_t r = 0; r < static_cast<size_t>(m.exchange.world()); ++r) {
+    const auto at = gathered.begin() + static_cast<std::ptrdiff_t>(r * mine.size());
+    all.insert(all.end(), at, at + static_cast<std::ptrdiff_t>(width));
+    ridden.insert(ridden.end(), at + static_cast<std::ptrdiff_t>(width),
+                  at + static_cast<std::ptrdiff_t>(mine.size()));
+  }
   using ms = std::chrono::duration<double, std::milli>;
-  return m.decide(step, all, ms(t1 - t0).count(), ms(t2 - t1).count());
+  Decision d = m.decide(step, all, ms(t1 - t0).count(), ms(t2 - t1).count());
+  d.riders = std::move(ridden);
+  return d;
 }
 
 void Guardrails::Impl::escalate_all(Decision& d, const std::string& why,

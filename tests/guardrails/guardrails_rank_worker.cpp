@@ -122,8 +122,17 @@ int main(int argc, char** argv) {
       double loss = 1.0 + 0.001 * std::cos(static_cast<double>(batch));
       if (scenario == "spike" && batch == 23) loss *= 10;
 
-      const auto d = guard.step(step, loss, {{{g.data(), kN, HAL_DTYPE_F32}}});
+      // Two riders per rank travel in the step's exchange; every rank must
+      // get every rank's, in rank order.
+      const std::vector<double> riders{10.0 * rank + static_cast<double>(step), -static_cast<double>(rank)};
+      const auto d = guard.step(step, loss, {{{g.data(), kN, HAL_DTYPE_F32}}}, riders);
       result["action_" + std::to_string(step)] = guardrails::action_name(d.action);
+      for (int r = 0; r < world; ++r) {
+        const std::vector<double> expect{10.0 * r + static_cast<double>(step), -static_cast<double>(r)};
+        if (d.riders.size() != 2 * static_cast<size_t>(world) ||
+            !std::equal(expect.begin(), expect.end(), d.riders.begin() + 2 * r))
+          result["riders_wrong_at"] = std::to_string(step);
+      }
       if (d.action == guardrails::Action::apply) {
         for (uint64_t i = 0; i < kN; ++i) {
           const float u = kLr * g[i] * static_cast<float>(d.grad_multiplier);

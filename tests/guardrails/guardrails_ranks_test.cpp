@@ -133,6 +133,8 @@ TEST(GuardrailsRanks, ACleanRunAppliesEveryStepAndTheReplicasAgree) {
   const Job job = run("clean", 2, 12);
   expect_same_decisions(job);
   expect_replicas_equal(job);
+  for (size_t r = 0; r < job.results.size(); ++r)
+    EXPECT_EQ(job.results[r].count("riders_wrong_at"), 0u) << "rank " << r << ": the riders came back wrong";
   for (const auto& e : job.journals[0])
     if (e["event"] == "step") {
       EXPECT_EQ(e["action"], "apply") << e.dump();

@@ -187,8 +187,10 @@ class Gil(unittest.TestCase):
             stop.set()
             t.join()
         during = [x for x in ticks if t0 < x < t1]
-        # A held GIL would leave the counter at one or two ticks.
-        self.assertGreater(len(during), 0.2 * (t1 - t0) / 0.001, f"{len(during)} ticks in {t1 - t0:.2f} s")
+        self.assertGreater(t1 - t0, 0.3, "the save must block long enough to tell")
+        # A held GIL would leave the counter at one or two ticks; a free one
+        # gives hundreds even with the compressor on both cores.
+        self.assertGreater(len(during), 20, f"{len(during)} ticks in {t1 - t0:.2f} s")
 
 
 class KilledWriter(unittest.TestCase):

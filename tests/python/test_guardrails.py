@@ -40,7 +40,8 @@ class Decisions(unittest.TestCase):
             self.assertTrue(torch.equal(p, b))
         for p, m in zip(model.parameters(), moments):
             self.assertTrue(torch.equal(opt.state[p]["exp_avg"], m))
-        self.assertTrue(all(float(p.grad.abs().sum()) == 0 for p in model.parameters()), "gradients cleared")
+        cleared = all(p.grad is None or float(p.grad.abs().sum()) == 0 for p in model.parameters())
+        self.assertTrue(cleared, "gradients cleared")
         self.assertEqual(g.step(model, backward(model, seed=2), opt).action, "apply")
 
     def test_a_large_gradient_is_clipped_to_the_configured_norm(self):
@@ -109,12 +110,20 @@ class Decisions(unittest.TestCase):
 
     def test_policy_state_round_trips(self):
         model, opt = model_and_optimizer()
-        g = sigma.Guardrails()
+        g = sigma.Guardrails(config="loss_scaling:\n  enabled: true\n  initial_scale: 256\n")
         g.step(model, backward(model), opt)
-        other = sigma.Guardrails()
+        model[0].weight.grad = None
+        backward(model, seed=1)
+        model[0].weight.grad[0, 0] = float("inf")
+        g.step(model, 1.0, opt)  # an overflow: the scale halves
+        other = sigma.Guardrails(config="loss_scaling:\n  enabled: true\n  initial_scale: 256\n")
         other.restore_state(g.save_state())
-        other.step(model, backward(model, seed=1), opt, step=1)
-        self.assertIn('"', other.save_state())
+        self.assertEqual(other.loss_scale, 128.0, "restored before its first step")
+        self.assertEqual(json.loads(other.save_state()), json.loads(g.save_state()))
+        with self.assertRaises(sigma.InvalidArgumentError):
+            other.step(model, backward(model, seed=2), opt, step=1)  # steps must grow past the restored ones
+        other.step(model, backward(model, seed=3), opt, step=2)
+        self.assertEqual(other.loss_scale, 128.0)
 
 
 class Errors(unittest.TestCase):

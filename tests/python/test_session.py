@@ -18,7 +18,7 @@ SAMPLE = os.environ.get("SIGMA_PYTHON_SAMPLE", os.path.join(HERE, "..", "..", "s
 
 
 def sigmarun(job_dir, args, worker, scenario=None, nproc=2):
-    cmd = ["timeout", "-k", "10", "180", SIGMARUN, "--nproc", str(nproc), "--spares", "1", "--job-dir", job_dir,
+    cmd = ["timeout", "-k", "10", "120", SIGMARUN, "--nproc", str(nproc), "--spares", "1", "--job-dir", job_dir,
            "--no-progress", "--snapshot-keep", "3"]
     if scenario is not None:
         path = job_dir + ".yaml"
@@ -26,7 +26,7 @@ def sigmarun(job_dir, args, worker, scenario=None, nproc=2):
             f.write(scenario)
         cmd += ["--vendor", "sim", "--vendor-options", f"scenario={path};rank={{device}}"]
     cmd += ["--", sys.executable, worker] + args
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=150)
     logs = ""
     log_dir = os.path.join(job_dir, "logs")
     if os.path.isdir(log_dir):

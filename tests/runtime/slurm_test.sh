@@ -23,6 +23,14 @@ mkdir -p "$work/state" "$work/spool"
 work=$(cd "$work" && pwd)
 # The daemons are stopped, and waited for, however the test ends.
 stop() {
+  # This cluster's jobs first (SLURM_CONF names it), then its daemons.
+  if [ -n "${SLURM_CONF:-}" ]; then
+    scancel --quiet --full "--user=$(id -un)" 2> /dev/null || true
+    for _ in $(seq 25); do
+      [ -z "$(squeue -h 2> /dev/null)" ] && break
+      sleep 0.2
+    done
+  fi
   local pids=()
   for daemon in slurmd slurmctld munged; do
     [ -f "$work/$daemon.pid" ] && pids+=("$(cat "$work/$daemon.pid")")
@@ -103,7 +111,7 @@ sinfo -h -o %T | grep -q idle || { logs; skip "the Slurm node did not come up: $
 # rank 3, on the second agent.
 job="$work/job"
 set +e
-srun -n 2 -t 5 "$sigmarun" --nproc 2 --spares 1 --job-dir "$job" --no-progress \
+timeout -k 10 180 srun -n 2 -t 3 "$sigmarun" --nproc 2 --spares 1 --job-dir "$job" --no-progress \
   -- "$worker" --steps 120 --kill-at 40 --kill-device 3 > "$work/srun.log" 2>&1
 rc=$?
 set -e

@@ -70,7 +70,7 @@ TEST(SlurmPlacement, OneTaskIsASingleAgentJobNamedAfterTheStep) {
   EXPECT_EQ(o.job_dir, "/shared/job");
 }
 
-TEST(SlurmPlacement, TheCommandLineWinsWhereItIsGivenAndMayNotContradictTheStep) {
+TEST(SlurmPlacement, TheCommandLineWinsWhereItIsGiven) {
   const Env env = step("1", "2");
   const auto t = *sigmarun::slurm_task(lookup(env));
   auto o = options();
@@ -80,14 +80,26 @@ TEST(SlurmPlacement, TheCommandLineWinsWhereItIsGivenAndMayNotContradictTheStep)
   sigmarun::apply_slurm(o, t, {.job_id = true, .host = true, .store = true});
   EXPECT_EQ(o.job_id, "mine");
   EXPECT_EQ(o.store, "redis://db:6379");
-  auto wrong = options();
-  wrong.nnodes = 4;
-  try {
-    sigmarun::apply_slurm(wrong, t, {.nnodes = true});
-    FAIL() << "a contradiction was accepted";
-  } catch (const sigma::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--ntasks-per-node=1"), std::string::npos) << e.what();
-  }
+  EXPECT_EQ(o.node_rank, 1u);
+  // An agent placed by hand inside a step (an interactive srun shell) keeps
+  // its own placement entirely.
+  auto manual = options();
+  manual.nnodes = 4;
+  manual.node_rank = 3;
+  const std::string line = sigmarun::apply_slurm(manual, t, {.nnodes = true, .node_rank = true});
+  EXPECT_EQ(manual.nnodes, 4u);
+  EXPECT_EQ(manual.node_rank, 3u);
+  EXPECT_TRUE(manual.job_id.empty());
+  EXPECT_EQ(manual.job_dir, "/shared/job");
+  EXPECT_NE(line.find("not used"), std::string::npos) << line;
+}
+
+TEST(SlurmPlacement, ASecondAgentOnOneNodeIsToldSo) {
+  Env env = step("1", "2");
+  env["SLURM_LOCALID"] = "1";
+  auto o = options();
+  const std::string line = sigmarun::apply_slurm(o, *sigmarun::slurm_task(lookup(env)), {});
+  EXPECT_NE(line.find("--ntasks-per-node=1"), std::string::npos) << line;
 }
 
 TEST(SlurmPlacement, AMalformedVariableIsNamed) {
@@ -100,6 +112,15 @@ TEST(SlurmPlacement, AMalformedVariableIsNamed) {
   }
   env = step("2", "2");
   EXPECT_THROW(sigmarun::slurm_task(lookup(env)), sigma::Error);
+  env = step("0", "2");
+  env.erase("SLURM_STEP_NUM_TASKS");
+  env.erase("SLURM_NTASKS");
+  try {
+    sigmarun::slurm_task(lookup(env));
+    FAIL() << "accepted";
+  } catch (const sigma::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SLURM_NTASKS is not set"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -20,5 +20,6 @@ from .session import Session
 
 Decision = _sigma.Decision
 SaveResult = _sigma.SaveResult
+FingerprintResult = _sigma.FingerprintResult
 
-__all__ = ["Session", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult"] + errors.__all__
+__all__ = ["Session", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult", "FingerprintResult"] + errors.__all__

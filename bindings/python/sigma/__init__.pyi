@@ -35,6 +35,7 @@ class Decision:
     escalate: List[str]
     deescalate: List[str]
     check_fingerprint: bool
+    riders: List[float]
 
 class FingerprintResult:
     step: int

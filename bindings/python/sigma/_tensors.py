@@ -21,28 +21,46 @@ HAL_DTYPE = {
 }
 
 
-def check_host(t, what):
-    """Raises unless ``t`` is a contiguous CPU tensor."""
+def dense(t):
+    """True when ``t``'s elements fill one block of memory with no gaps or
+    overlaps, in any order (contiguous, channels_last, a transpose)."""
+    if t.numel() <= 1:
+        return True
+    expected = 1
+    for stride, size in sorted((st, s) for s, st in zip(t.shape, t.stride()) if s != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def check_host(t, what, any_order=False):
+    """Raises unless ``t`` is a CPU tensor that is contiguous (or, with
+    ``any_order``, dense in any order of its dimensions)."""
     if not isinstance(t, torch.Tensor):
         raise InvalidArgumentError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
         raise NotSupportedError(f"{what}: a {t.device.type} tensor; this call takes CPU tensors")
-    if not t.is_contiguous():
+    if not (t.is_contiguous() or (any_order and dense(t))):
         raise InvalidArgumentError(f"{what}: not contiguous (call .contiguous() first)")
 
 
-def view(name, t, what=None):
-    """The view of a contiguous CPU tensor: its HAL dtype and shape, or its
-    raw bytes for a dtype the HAL lacks (bool, int8, complex, ...)."""
-    check_host(t, what or f"tensor '{name}'")
+def view(name, t, what=None, any_order=False):
+    """The view of a CPU tensor: its HAL dtype and shape, or, for a dtype
+    the HAL lacks (bool, int8, int16, complex), its bytes as u8 of shape
+    [*shape, element size], so that a tensor of another shape or element
+    size does not match it. ``any_order``: a dense tensor in any memory
+    order is taken as its memory (snapshots restore into the same tensor)."""
+    check_host(t, what or f"tensor '{name}'", any_order)
+    shape = list(t.shape) if t.is_contiguous() else [t.numel()]
     if t.dtype in HAL_DTYPE:
-        return (name, HAL_DTYPE[t.dtype], list(t.shape), t.data_ptr())
-    return (name, _sigma.DTYPE_U8, [t.numel() * t.element_size()], t.data_ptr())
+        return (name, HAL_DTYPE[t.dtype], shape, t.data_ptr())
+    return (name, _sigma.DTYPE_U8, shape + [t.element_size()], t.data_ptr())
 
 
 def buffer(t, what):
-    """(address, count, dtype) of a contiguous CPU f32/f16/bf16 tensor."""
-    check_host(t, what)
+    """(address, count, dtype) of a dense CPU f32/f16/bf16 tensor."""
+    check_host(t, what, any_order=True)
     if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise InvalidArgumentError(f"{what}: dtype {t.dtype}; the guardrails take float32, float16 or bfloat16")
     return (t.data_ptr(), t.numel(), HAL_DTYPE[t.dtype])
@@ -52,30 +70,46 @@ def optimizer_params(optimizer):
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
+# Optimizers whose state, made by one step with zero gradients at learning
+# rate and weight decay 0 (step counters then put back to 0), is exactly the
+# state their first real step starts from.
+_MATERIALIZABLE = ("Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta")
+
+
 def materialize(optimizer):
-    """Creates an optimizer's lazily made state (Adam's moments, SGD's
-    momentum) as it is before its first step, so that it can be registered
-    or restored before training starts: one step with zero gradients at
-    learning rate 0 (which changes no parameter), then every step counter
-    back to 0. For SGD with dampening the first real step then treats the
-    zero momentum buffer as existing (PyTorch starts it from the gradient)."""
+    """Creates the lazily made state (Adam's moments, SGD's momentum) of the
+    parameters that have none yet, as it is before their first step, so that
+    it can be registered or restored before training starts. Parameters that
+    have state are not touched. Other optimizers must step once first."""
     params = optimizer_params(optimizer)
-    if all(optimizer.state.get(p) for p in params):
+    fresh = [p for p in params if not optimizer.state.get(p)]
+    if not fresh:
         return
+    name = type(optimizer).__name__
+    if name not in _MATERIALIZABLE:
+        raise NotSupportedError(
+            f"{name}: its state appears at its first step and cannot be made before it here; "
+            "register or checkpoint it after one step"
+        )
+    fresh_ids = {id(p) for p in fresh}
     grads = [p.grad for p in params]
-    lrs = [group["lr"] for group in optimizer.param_groups]
+    saved = [(group.get("lr"), group.get("weight_decay")) for group in optimizer.param_groups]
     try:
         for p in params:
-            p.grad = torch.zeros_like(p)
+            p.grad = torch.zeros_like(p) if id(p) in fresh_ids else None  # None: the optimizer skips it
         for group in optimizer.param_groups:
             group["lr"] = 0.0
+            if "weight_decay" in group:
+                group["weight_decay"] = 0.0
         optimizer.step()
     finally:
         for p, g in zip(params, grads):
             p.grad = g
-        for group, lr in zip(optimizer.param_groups, lrs):
+        for group, (lr, wd) in zip(optimizer.param_groups, saved):
             group["lr"] = lr
-    for p in params:
+            if wd is not None:
+                group["weight_decay"] = wd
+    for p in fresh:
         state = optimizer.state.get(p, {})
         for key, value in state.items():
             if key == "step":
@@ -93,7 +127,7 @@ def optimizer_tensors(optimizer):
         for key, value in sorted(optimizer.state.get(p, {}).items()):
             if isinstance(value, torch.Tensor):
                 tensors.append((f"optim/{index}/{key}", value))
-            else:
+            elif value is not None:  # plain SGD's momentum_buffer is None
                 scalars.setdefault(str(index), {})[key] = value
     return tensors, scalars
 

@@ -1,6 +1,7 @@
 """sigma.Checkpointer: asynchronous differential checkpoints of state dicts."""
 
 import json
+import threading
 
 import torch
 
@@ -46,6 +47,7 @@ class Checkpointer:
             str(directory), job, rank, world, keep, base_every, zstd_level, direct_io
         )
         self._async = async_save
+        self._lock = threading.Lock()  # the engine takes one caller at a time; its waits release the GIL
 
     def save(self, step, model, optimizer=None, extra=None, data_position=0):
         """Saves ``step``; returns the engine's :class:`SaveResult` (with
@@ -55,12 +57,14 @@ class Checkpointer:
         meta["sigma.extra"] = json.dumps(extra)
         keep_alive = [t.contiguous() for _, t in named]
         views = [_tensors.view(name, t) for (name, _), t in zip(named, keep_alive)]
-        return self._engine.save(views, int(step), int(data_position), meta, self._async)
+        with self._lock:
+            return self._engine.save(views, int(step), int(data_position), meta, self._async)
 
     def wait(self):
         """Until every save is durable; raises the first failure. Returns
         the saves that became durable since the last wait()."""
-        return self._engine.wait()
+        with self._lock:
+            return self._engine.wait()
 
     def steps(self):
         """This rank's committed checkpoints, newest first."""
@@ -72,16 +76,26 @@ class Checkpointer:
         Raises :class:`sigma.DataLossError` when checkpoints exist but none
         passes its checks, :class:`sigma.InvalidArgumentError` when the good
         one does not match these structures."""
-        self._engine.wait()
-        if not self._engine.steps():
-            return None
-        named, _ = _flatten(model, optimizer, materialize=True)
-        staged = [t if t.is_contiguous() else t.contiguous() for _, t in named]
-        views = [_tensors.view(name, t) for (name, _), t in zip(named, staged)]
-        newest = (1 << 64) - 1 if newest_step is None else int(newest_step)
-        result, step, meta = self._engine.restore(views, newest)
-        for (_, t), s in zip(named, staged):
-            if s is not t:
+        with self._lock:
+            self._engine.wait()
+            if not self._engine.steps():
+                return None
+            named, mine = _flatten(model, optimizer, materialize=True)
+            # Restored into staging copies first: nothing of the caller's
+            # changes unless every tensor matches what was saved.
+            staged = [t.detach().clone(memory_format=torch.contiguous_format) for _, t in named]
+            views = [_tensors.view(name, t) for (name, _), t in zip(named, staged)]
+            newest = (1 << 64) - 1 if newest_step is None else int(newest_step)
+            result, step, meta = self._engine.restore(views, newest)
+        saved = json.loads(meta.get("sigma.tensors", "{}"))
+        for name, spec in json.loads(mine["sigma.tensors"]).items():
+            if name in saved and saved[name] != spec:
+                raise InvalidArgumentError(
+                    f"checkpoint {result.path}: tensor '{name}' was saved as {saved[name][0]} {saved[name][1]}, "
+                    f"not {spec[0]} {spec[1]}; nothing was loaded"
+                )
+        with torch.no_grad():
+            for (_, t), s in zip(named, staged):
                 t.copy_(s)
         if isinstance(optimizer, torch.optim.Optimizer):
             if "sigma.param_groups" in meta:

@@ -45,11 +45,13 @@ class Guardrails:
                 self._yaml, self._name = config, "(guardrails config text)"
             else:
                 raise InvalidArgumentError(f"Guardrails: config '{config}' is neither a file nor YAML text")
-        if journal is None and session is not None and os.environ.get("SIGMA_JOB_DIR"):
-            journal = os.path.join(os.environ["SIGMA_JOB_DIR"], "guardrails.jsonl")
         if layout not in ("replicated", "sharded"):
             raise InvalidArgumentError(f"Guardrails: layout must be 'replicated' or 'sharded', not '{layout}'")
         self._journal = journal
+        # Under a session, where the config names no journal either.
+        self._fallback_journal = None
+        if session is not None and os.environ.get("SIGMA_JOB_DIR"):
+            self._fallback_journal = os.path.join(os.environ["SIGMA_JOB_DIR"], "guardrails.jsonl")
         self._layout = layout
         self._layers = None  # [(name, dtype)], [[param]] per layer
         self._native = None
@@ -59,7 +61,7 @@ class Guardrails:
         self.last_fingerprint = None  # the newest replica comparison, when one ran
         # The config is checked now (file, line and key of a mistake), and
         # gives the loss scale until the first step builds the engine.
-        self._initial_scale = _sigma.Guardrails(self._yaml, self._name, None, [], None, layout).loss_scale
+        self._initial_scale = _sigma.Guardrails(self._yaml, self._name, None, None, [], None, layout).loss_scale
         if session is not None:
             session._bind(self)
 
@@ -135,7 +137,13 @@ class Guardrails:
             state = self.save_state()
             native_session = self._session._native if self._session is not None else None
             self._native = _sigma.Guardrails(
-                self._yaml, self._name, self._journal, self._layers, native_session, self._layout
+                self._yaml,
+                self._name,
+                self._journal,
+                self._fallback_journal,
+                self._layers,
+                native_session,
+                self._layout,
             )
             self._pending_state = None
             if state:

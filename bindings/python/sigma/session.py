@@ -6,7 +6,7 @@ import os
 import torch
 
 from . import _sigma, _tensors
-from .errors import AbortedError, Error, InvalidArgumentError, NotSupportedError
+from .errors import Error, InvalidArgumentError, NotSupportedError
 
 # The session's own slot in the state: the guardrails' policy and the data
 # windows they skipped, as JSON, so that a restored rank decides as the
@@ -48,7 +48,7 @@ class Session:
         self._decision = None
         self._report = {}
         self._snapshot_every = int(os.environ.get("SIGMA_SNAPSHOT_EVERY", "1") or 1)
-        self._registered = False
+        self._state = []  # (name, tensor, address) as registered
         self._current_step = 0
         self._note = ""  # a rollback, said with the next finished step
 
@@ -98,9 +98,11 @@ class Session:
         for name, t in (tensors or {}).items():
             named.append((f"user/{name}", t))
         named.append(("sigma/control", self._control))
-        views = [_tensors.view(name, t.detach(), f"Session.register: '{name}'") for name, t in named]
+        views = [_tensors.view(name, t.detach(), f"Session.register: '{name}'", any_order=True) for name, t in named]
         self._native.set_state(views)
-        self._registered = True
+        # The session holds their addresses: the tensors are kept alive here,
+        # and step_end checks that none was replaced.
+        self._state = [(name, t, t.data_ptr()) for name, t in named]
 
     def batch(self, step):
         """The data batch of ``step``: the step's index moved past the
@@ -138,8 +140,17 @@ class Session:
         collective), saves a disk checkpoint when due. Raises
         :class:`sigma.AbortedError` when the agent asked the job to stop here
         (a migration)."""
+        self._check_state()
         self._write_control()
         self._native.step_end(step, loss=loss, note=note, **self._report)
+
+    def _check_state(self):
+        for name, t, addr in self._state:
+            if t.data_ptr() != addr:
+                raise InvalidArgumentError(
+                    f"Session: the registered tensor '{name}' moved (replaced by load_state_dict, .data =, a "
+                    "resize?); snapshots would copy the old memory: update it in place, or register again"
+                )
 
     def should_checkpoint(self, step):
         return self._native.should_checkpoint(step)
@@ -176,13 +187,15 @@ class Session:
         done, or None when the agent retired this worker (a spare never
         used, or a worker moved off a suspect device). A guardrails
         decision taken in the step (rollback, skip) is carried out here."""
+        failed = None
         try:
             step = self.join()
-        except AbortedError:
+        except InvalidArgumentError:
+            raise
+        except Error as e:  # a spare never needed, or a peer lost while the first communicator formed
             if self.ended:
                 return None
-            raise
-        failed = None
+            failed = f"{e.code}: {e}"
         while True:
             try:
                 if failed is not None:
@@ -219,7 +232,7 @@ class Session:
         data window skipped, said with the next finished step."""
         begin, end = self.batch(d.skip_data_begin), self.batch(d.skip_data_end - 1) + 1
         nxt = self.rollback(d.rollback_to_step + 1)
-        self._skips = sorted(self._skips + [[begin, end]])
+        self._skips = _merged(self._skips + [[begin, end]])
         self._write_control()
         self._note = f"rolled back: {d.reason}"
         return nxt
@@ -314,3 +327,14 @@ class Session:
         self._skips = state.get("skips", [])
         if self._guardrails is not None and "guardrails" in state:
             self._guardrails.restore_state(state["guardrails"])
+
+
+def _merged(windows):
+    """[begin, end) windows sorted, overlapping ones joined."""
+    out = []
+    for begin, end in sorted(windows):
+        if out and begin <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([begin, end])
+    return out

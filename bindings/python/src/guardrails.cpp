@@ -32,15 +32,22 @@ std::vector<gr::BufferView> to_buffers(const std::vector<BufferTuple>& tuples) {
   return out;
 }
 
+// `journal` replaces the config's journal path; `fallback` is used only
+// when neither names one.
 gr::Config make_config(const std::optional<std::string>& yaml, const std::string& name,
-                       const std::optional<std::string>& journal) {
+                       const std::optional<std::string>& journal,
+                       const std::optional<std::string>& fallback) {
   gr::Config c = yaml ? gr::Config::from_yaml(*yaml, name) : gr::Config{};
-  if (journal) c.journal.path = *journal;
+  if (journal)
+    c.journal.path = *journal;
+  else if (c.journal.path.empty() && fallback)
+    c.journal.path = *fallback;
   return c;
 }
 
 std::unique_ptr<gr::Guardrails> make(const std::optional<std::string>& yaml, const std::string& name,
                                      const std::optional<std::string>& journal,
+                                     const std::optional<std::string>& fallback_journal,
                                      const std::vector<std::pair<std::string, int>>& layers,
                                      PySession* session, const std::string& layout) {
   if (layout != "replicated" && layout != "sharded")
@@ -56,7 +63,8 @@ std::unique_ptr<gr::Guardrails> make(const std::optional<std::string>& yaml, con
     group.world = static_cast<int>(session->s().world_size());
     group.layout = layout == "replicated" ? gr::GradLayout::replicated : gr::GradLayout::sharded;
   }
-  return std::make_unique<gr::Guardrails>(make_config(yaml, name, journal), std::move(infos), group);
+  return std::make_unique<gr::Guardrails>(make_config(yaml, name, journal, fallback_journal),
+                                          std::move(infos), group);
 }
 
 }  // namespace
@@ -82,6 +90,7 @@ void bind_guardrails(py::module_& m) {
       .def_readonly("escalate", &gr::Decision::escalate)
       .def_readonly("deescalate", &gr::Decision::deescalate)
       .def_readonly("check_fingerprint", &gr::Decision::check_fingerprint)
+      .def_readonly("riders", &gr::Decision::riders)
       .def("__repr__", [](const gr::Decision& d) {
         return "<sigma.Decision step " + std::to_string(d.step) + " " + gr::action_name(d.action) + ": " +
                d.reason + ">";
@@ -97,8 +106,8 @@ void bind_guardrails(py::module_& m) {
 
   // The session, when given, must outlive the guardrails (keep_alive).
   py::class_<gr::Guardrails>(m, "Guardrails")
-      .def(py::init(&make), py::arg("yaml"), py::arg("name"), py::arg("journal"), py::arg("layers"),
-           py::arg("session"), py::arg("layout"), py::keep_alive<1, 6>())
+      .def(py::init(&make), py::arg("yaml"), py::arg("name"), py::arg("journal"), py::arg("fallback_journal"),
+           py::arg("layers"), py::arg("session"), py::arg("layout"), py::keep_alive<1, 7>())
       .def(
           "step",
           [](gr::Guardrails& g, uint64_t step, double loss,

@@ -23,6 +23,8 @@ namespace sigma::python {
 
 namespace {
 
+constexpr double kMaxTimeoutS = 7 * 24 * 3600.0;  // a week: far below what nanoseconds in int64 hold
+
 // Refuses what the HAL would: an unknown dtype or op, a root outside the
 // world, a bound that is not positive. Returns the bytes of the whole buffer.
 uint64_t checked_bytes(const runtime::Session& s, hal_coll_op_t op, uint64_t count, int dtype, int reduce,
@@ -33,7 +35,9 @@ uint64_t checked_bytes(const runtime::Session& s, hal_coll_op_t op, uint64_t cou
   if (op == HAL_COLL_BROADCAST && root >= s.world_size())
     throw Error(Code::invalid_argument, "sigma: broadcast root " + std::to_string(root) +
                                             " is not a rank of world " + std::to_string(s.world_size()));
-  if (!(timeout_s > 0)) throw Error(Code::invalid_argument, "sigma: timeout_s must be positive");
+  if (!(timeout_s > 0) || timeout_s > kMaxTimeoutS)
+    throw Error(Code::invalid_argument,
+                "sigma: timeout_s must be in (0, " + std::to_string(kMaxTimeoutS) + "]");
   return (op == HAL_COLL_ALL_GATHER ? count * s.world_size() : count) * hal::dtype_size(dt);
 }
 

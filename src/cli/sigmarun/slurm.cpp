@@ -14,6 +14,7 @@ namespace {
 
 uint32_t number(const Lookup& env, const char* name) {
   const char* v = env(name);
+  if (v == nullptr) throw Error(Code::invalid_argument, std::string("Slurm's ") + name + " is not set");
   uint32_t out = 0;
   const char* end = v + std::char_traits<char>::length(v);
   const auto r = std::from_chars(v, end, out);
@@ -35,16 +36,16 @@ std::optional<SlurmTask> slurm_task(const Lookup& env) {
     throw Error(Code::invalid_argument, "Slurm's SLURM_PROCID " + std::to_string(t.task) +
                                             " is not below its " + std::to_string(t.tasks) + " tasks");
   if (const char* n = env("SLURMD_NODENAME")) t.node_name = n;
+  if (env("SLURM_LOCALID")) t.local_id = number(env, "SLURM_LOCALID");
   return t;
 }
 
 std::string apply_slurm(sigma::runtime::AgentOptions& o, const SlurmTask& t, const Given& given) {
-  if (given.nnodes && o.nnodes != t.tasks)
-    throw Error(Code::invalid_argument, "--nnodes " + std::to_string(o.nnodes) + " but srun started " +
-                                            std::to_string(t.tasks) +
-                                            " sigmarun tasks (one agent per task: srun --ntasks-per-node=1)");
+  const std::string where = "sigmarun: Slurm job " + t.job + " step " + t.step;
+  if (given.nnodes || given.node_rank)  // placed by hand inside a step: as told
+    return where + ": --nnodes/--node-rank given, Slurm's placement not used";
   o.nnodes = t.tasks;
-  if (!given.node_rank) o.node_rank = t.task;
+  o.node_rank = t.task;
   if (!given.job_id) o.job_id = "slurm-" + t.job + "." + t.step;
   const std::string shared = std::filesystem::absolute(o.job_dir).string();
   if (o.nnodes > 1) {
@@ -52,9 +53,14 @@ std::string apply_slurm(sigma::runtime::AgentOptions& o, const SlurmTask& t, con
     if (!given.store) o.store = shared + "/store";
     if (o.node_rank > 0) o.job_dir = shared + "/node-" + std::to_string(o.node_rank);
   }
-  return "sigmarun: Slurm job " + t.job + " step " + t.step + ": agent " + std::to_string(o.node_rank) +
-         " of " + std::to_string(o.nnodes) + (t.node_name.empty() ? "" : " on " + t.node_name) + ", job id " +
-         o.job_id + (o.nnodes > 1 ? ", store " + o.store : "");
+  std::string line = where + ": agent " + std::to_string(o.node_rank) + " of " + std::to_string(o.nnodes) +
+                     (t.node_name.empty() ? "" : " on " + t.node_name) + ", job id " + o.job_id +
+                     (o.nnodes > 1 ? ", store " + o.store : "");
+  if (t.local_id > 0)
+    line +=
+        " (not the first agent on this node: each runs --nproc workers on the node's devices; "
+        "srun --ntasks-per-node=1 gives one agent per node)";
+  return line;
 }
 
 }  // namespace sigmarun

@@ -20,6 +20,7 @@ struct SlurmTask {
   std::string job;        // SLURM_JOB_ID
   std::string step;       // SLURM_STEP_ID
   std::string node_name;  // SLURMD_NODENAME: where this task runs
+  uint32_t local_id = 0;  // SLURM_LOCALID: this task among those of its node
 };
 
 using Lookup = std::function<const char*(const char*)>;
@@ -38,9 +39,9 @@ struct Given {
 // step's tasks), --node-rank (this task), --job-id ("slurm-JOB.STEP") and,
 // with several agents, the root's --host (its node name), a --store in the
 // job folder (which the nodes must then share) and a follower's own
-// folder below it (node-K: a job folder has one agent). Returns one line
-// saying what was taken. Throws sigma::Error(invalid_argument) when the
-// command line contradicts the step (--nnodes other than its tasks).
+// folder below it (node-K: a job folder has one agent). A command line that
+// places the agent itself (--nnodes or --node-rank) is left as it is.
+// Returns one line saying what was taken.
 std::string apply_slurm(sigma::runtime::AgentOptions& o, const SlurmTask& task, const Given& given);
 
 }  // namespace sigmarun
