@@ -68,4 +68,12 @@ if rank == 0:
     assert t1 - t0 > 0.3, f"rank 0 did not wait ({t1 - t0:.2f} s)"
     assert during > 20, f"{during} ticks of a second thread in {t1 - t0:.2f} s: the GIL was held"
     print(f"collectives: all correct; {during} ticks of a second thread while waiting {t1 - t0:.2f} s", flush=True)
+# A registered tensor whose storage was replaced would be snapshotted from
+# freed memory: refused, naming it.
+state.set_(torch.zeros(4))
+try:
+    session.step_end(0)
+    sys.exit("a registered tensor that moved was accepted")
+except sigma.InvalidArgumentError as e:
+    assert "user/w" in str(e), e
 session.finish(0)

@@ -92,6 +92,45 @@ class RoundTrip(unittest.TestCase):
             for key, value in opt.state[p].items():
                 self.assertTrue(same_bits(value, fresh_opt.state[q][key]), key)
 
+    def test_a_tensor_of_other_dtype_or_shape_but_the_same_bytes_is_refused_and_nothing_changes(self):
+        with tempfile.TemporaryDirectory() as d:
+            ck = sigma.Checkpointer(d, async_save=False)
+            ck.save(1, {"m": torch.tensor([1, -2, 3, -4], dtype=torch.int16), "b": torch.ones(2, 3, dtype=torch.bool)})
+            for wrong in ({"m": torch.zeros(8, dtype=torch.int8), "b": torch.zeros(2, 3, dtype=torch.bool)},
+                          {"m": torch.zeros(4, dtype=torch.int16), "b": torch.zeros(3, 2, dtype=torch.bool)},
+                          {"m": torch.zeros(4, dtype=torch.int16), "b": torch.zeros(2, 3, dtype=torch.int8)}):
+                before = {k: v.clone() for k, v in wrong.items()}
+                with self.assertRaises(sigma.InvalidArgumentError):
+                    ck.load_latest(wrong)
+                for k in wrong:
+                    self.assertTrue(torch.equal(wrong[k], before[k]), f"{k} changed by a refused load")
+
+    def test_saving_creates_only_missing_optimizer_state_and_leaves_the_rest(self):
+        torch.manual_seed(0)
+        a, b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        opt = torch.optim.AdamW(list(a.parameters()) + list(b.parameters()), lr=1e-2, weight_decay=0.1)
+        a(torch.randn(2, 4)).sum().backward()  # b has no gradient: no state yet
+        opt.step()
+        kept = {k: v.clone() for k, v in opt.state[a.weight].items()}
+        with tempfile.TemporaryDirectory() as d:
+            sigma.Checkpointer(d, async_save=False).save(1, torch.nn.ModuleList([a, b]), opt)
+        for k, v in kept.items():
+            self.assertTrue(torch.equal(opt.state[a.weight][k], v), f"a's {k} changed")
+        self.assertEqual(float(opt.state[b.weight]["step"]), 0.0)
+        self.assertEqual(float(opt.state[b.weight]["exp_avg"].abs().sum()), 0.0, "fresh, despite weight decay")
+        self.assertEqual(opt.param_groups[0]["lr"], 1e-2)
+        self.assertEqual(opt.param_groups[0]["weight_decay"], 0.1)
+
+    def test_plain_sgd_and_an_optimizer_that_cannot_be_prepared(self):
+        model = torch.nn.Linear(3, 1)
+        with tempfile.TemporaryDirectory() as d:
+            ck = sigma.Checkpointer(d, async_save=False)
+            ck.save(1, model, torch.optim.SGD(model.parameters(), lr=0.1))  # momentum_buffer None
+            self.assertEqual(ck.load_latest(model, torch.optim.SGD(model.parameters(), lr=0.1)).step, 1)
+            with self.assertRaises(sigma.NotSupportedError) as e:
+                ck.save(2, model, torch.optim.Rprop(model.parameters()))
+            self.assertIn("Rprop", str(e.exception))
+
     def test_an_empty_directory_loads_nothing(self):
         with tempfile.TemporaryDirectory() as d:
             self.assertIsNone(sigma.Checkpointer(d).load_latest({"w": torch.zeros(3)}))
