@@ -13,7 +13,7 @@ export CCACHE_BASEDIR="$SIGMA_ROOT" CCACHE_NOHASHDIR=1
 SIGMA_PACKAGES=(cmake ninja-build g++ ccache pkg-config libgtest-dev libgmock-dev
                 libbenchmark-dev nlohmann-json3-dev libcli11-dev libgloo-dev libhiredis-dev redis-server
                 libyaml-cpp-dev libxxhash-dev libtbb-dev libflatbuffers-dev flatbuffers-compiler
-                libzstd-dev python3 libplplot-dev libcpp-httplib-dev)
+                libzstd-dev python3 libplplot-dev libcpp-httplib-dev libsodium-dev)
 
 sigma_ensure_packages() {
   local missing=()

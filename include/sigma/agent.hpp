@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,8 +54,13 @@ struct AgentOptions {
   // Device-time seconds per wall second, for the health monitor's windows
   // (a simulated device that compresses time); see health::time_scaled.
   double health_time_scale = 1;
-  std::string job_dir;       // required, absolute
-  std::string store;         // empty: a file store in the job folder
+  std::string job_dir;  // required, absolute
+  std::string store;    // empty: a file store in the job folder
+  // The per-job secret (sigmarun: --secret-file or SIGMA_JOB_SECRET; at
+  // least 16 bytes). Required with several agents: the root's record in the
+  // store and every message between agents and workers are authenticated
+  // with a key derived from it. Empty: nothing is (one host).
+  std::string secret;
   double heartbeat_s = 0.1;  // worker heartbeat period
   double heartbeat_timeout_s = 3;
   double abort_grace_s = 5;        // survivors must report within this after an abort
@@ -137,5 +143,16 @@ SIGMA_EXPORT void stop_agent_on_signals(Agent& agent);
 // for on this host, reports their exits and signals them. Exit status: the
 // root's.
 SIGMA_EXPORT int run_follower(const AgentOptions& options);
+
+// At least this many bytes of job secret.
+constexpr size_t kMinSecretBytes = 16;
+
+// The job secret (AgentOptions::secret): from `file` when given (a regular
+// file only its owner may read or write, its trailing newline dropped),
+// else from `env_value` (SIGMA_JOB_SECRET); nullopt when neither is given.
+// Throws Error(invalid_argument) naming the file or the variable and what
+// is wrong: missing, not a regular file, open to others, too short, a NUL.
+// Thread-safety: any thread.
+SIGMA_EXPORT std::optional<std::string> read_job_secret(const std::string& file, const char* env_value);
 
 }  // namespace sigma::runtime

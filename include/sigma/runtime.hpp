@@ -59,6 +59,10 @@ struct SIGMA_EXPORT SessionOptions {
   uint32_t checkpoint_keep = 4;        // SIGMA_CHECKPOINT_KEEP: newest disk checkpoints kept
   bool checkpoint_async = false;       // SIGMA_CHECKPOINT_ASYNC=1: saves written in the background
   double comm_timeout_s = 30;          // how long communicator creation waits for peers
+  // SIGMA_JOB_SECRET: when set, every message to and from the agent is
+  // authenticated with the job's key (sigmarun sets it for jobs on several
+  // hosts).
+  std::string secret;
 
   // Reads the variables above; throws Error(invalid_argument) naming the
   // variable that is missing or malformed.

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 namespace sigma::runtime {
 
@@ -80,9 +81,39 @@ std::unique_ptr<Channel> Channel::connect(const std::string& path) {
   return std::make_unique<Channel>(fd);
 }
 
+namespace {
+
+// Nonces this process accepted as a server: a connection replayed whole is
+// refused. A few dozen bytes per connection ever made to this agent.
+std::mutex g_nonces_mu;
+std::set<std::string> g_nonces;
+
+// What the MAC covers: the connection, the direction, the place, the body.
+std::string sealed_text(const std::string& nonce, bool from_client, uint64_t seq, const std::string& body) {
+  return "sigma-channel\n" + nonce + (from_client ? "\nc\n" : "\ns\n") + std::to_string(seq) + "\n" + body;
+}
+
+}  // namespace
+
+void Channel::authenticate(const JobKey& key, bool client) {
+  key_ = key;
+  client_ = client;
+  if (client) nonce_ = random_hex(16);
+}
+
 bool Channel::send(const nlohmann::json& msg) {
-  const std::string line = msg.dump() + "\n";
   std::lock_guard<std::mutex> lk(send_mu_);
+  std::string line;
+  if (key_) {
+    const std::string body = msg.dump();
+    nlohmann::json outer = {
+        {"n", sent_}, {"b", body}, {"a", mac_hex(*key_, sealed_text(nonce_, client_, sent_, body))}};
+    if (client_ && sent_ == 0) outer["c"] = nonce_;
+    ++sent_;
+    line = outer.dump() + "\n";
+  } else {
+    line = msg.dump() + "\n";
+  }
   size_t off = 0;
   while (off < line.size()) {
     const ssize_t n = ::send(fd_, line.data() + off, line.size() - off, MSG_NOSIGNAL);
@@ -100,8 +131,58 @@ std::optional<nlohmann::json> Channel::pop_line() {
     std::string line = buffer_.substr(0, nl);
     buffer_.erase(0, nl + 1);
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (key_) {
+      if (!j.is_discarded() && j.is_object()) {
+        if (auto m = open_sealed(j)) return m;
+      } else {
+        refuse("a line that is not an authenticated message");
+      }
+      return std::nullopt;  // the connection is closed
+    }
     if (!j.is_discarded() && j.is_object()) return j;
   }
+}
+
+void Channel::refuse(const std::string& why) {
+  forged_ = closed_ = true;
+  refusal_ = why;
+  buffer_.clear();
+  ::shutdown(fd_, SHUT_RDWR);
+}
+
+std::optional<nlohmann::json> Channel::open_sealed(const nlohmann::json& outer) {
+  const auto text = [&](const char* k) {
+    return outer.contains(k) && outer[k].is_string() ? outer[k].get<std::string>() : std::string();
+  };
+  if (!client_ && nonce_.empty()) {  // the first line names the connection
+    const std::string c = text("c");
+    if (c.size() != 32 || c.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      refuse("a first message without the connection's nonce (a peer without the job's secret?)");
+      return std::nullopt;
+    }
+    std::lock_guard<std::mutex> lk(g_nonces_mu);
+    if (!g_nonces.insert(c).second) {
+      refuse("a connection replayed (its nonce was seen before)");
+      return std::nullopt;
+    }
+    nonce_ = c;
+  }
+  const std::string body = text("b"), mac = text("a");
+  if (!outer.contains("n") || !outer["n"].is_number_unsigned() || outer["n"].get<uint64_t>() != received_) {
+    refuse("a message out of sequence (expected " + std::to_string(received_) + ")");
+    return std::nullopt;
+  }
+  if (!mac_ok(*key_, sealed_text(nonce_, !client_, received_, body), mac)) {
+    refuse("a message whose authentication code is wrong (forged, altered, or another job's secret)");
+    return std::nullopt;
+  }
+  ++received_;
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    refuse("an authenticated message that is not a JSON object");
+    return std::nullopt;
+  }
+  return j;
 }
 
 bool Channel::fill() {

@@ -1,7 +1,10 @@
-// One connection between the agent and a worker: a Unix stream socket
-// carrying one JSON object per line. Small control messages only (commands,
+// One connection between the agent and a worker (or another agent): a
+// Unix or TCP stream socket carrying one JSON object per line, optionally
+// authenticated with the job's key. Small control messages only (commands,
 // heartbeats, step figures); tensors travel through the HAL, never here.
 #pragma once
+
+#include "runtime/job_key.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -42,14 +45,35 @@ class Channel {
   // Shuts the socket down so a blocked receive() returns (closed()).
   void shutdown();
 
+  // From now on every message of this connection is authenticated with the
+  // job's key (call before the first send or receive). Each line then
+  // carries an HMAC-SHA-256 over the connection's nonce (the connecting
+  // side, `client`, picks it and sends it with its first message), the
+  // direction, a sequence number and the message; a peer without the key
+  // can neither forge, alter, reorder nor replay one, nor replay a whole
+  // earlier connection (a nonce is accepted once per process). A line that
+  // fails closes the connection: closed() and forged() are true.
+  void authenticate(const JobKey& key, bool client);
+  bool forged() const { return forged_; }
+  // Why the last line was refused ("" when none was).
+  const std::string& refusal() const { return refusal_; }
+
  private:
   std::optional<nlohmann::json> pop_line();
+  std::optional<nlohmann::json> open_sealed(const nlohmann::json& outer);  // authenticated lines
+  void refuse(const std::string& why);
   bool fill();  // one read(); false when the peer hung up
   int fd_;
   bool closed_ = false;
   bool oversized_ = false;
   std::string buffer_;
   std::mutex send_mu_;
+  std::optional<JobKey> key_;
+  bool client_ = false;
+  std::string nonce_;  // the connection's; the server learns it from the first line
+  uint64_t sent_ = 0, received_ = 0;
+  bool forged_ = false;
+  std::string refusal_;
 };
 
 // A listening Unix socket at `path` (removed first if stale). Returns the fd.

@@ -8,6 +8,7 @@
 #include <sigma/runtime.hpp>
 
 #include "runtime/channel.hpp"
+#include "runtime/job_key.hpp"
 #include "runtime/protocol.hpp"
 
 #include <unistd.h>
@@ -65,6 +66,7 @@ SessionOptions SessionOptions::from_env() {
   if (auto p = env("SIGMA_HAL_PLUGIN", false); !p.empty()) o.plugin = p;
   o.plugin_options = env("SIGMA_HAL_OPTIONS", false);
   o.store = env("SIGMA_STORE", false);
+  o.secret = env("SIGMA_JOB_SECRET", false);
   if (o.store.empty()) o.store = "file://" + o.job_dir + "/store";
   o.heartbeat_s = env_number("SIGMA_HEARTBEAT_S", o.heartbeat_s, 1e-3, 3600);
   o.snapshot_every = static_cast<uint64_t>(env_number("SIGMA_SNAPSHOT_EVERY", 1, 1, 1e9));
@@ -365,6 +367,7 @@ Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
   m.o = std::move(options);
   m.tier = std::make_unique<checkpoint::MemoryTier>(checkpoint::MemoryTierPolicy{m.o.snapshot_keep});
   m.ch = Channel::connect(m.o.agent_socket);
+  if (!m.o.secret.empty()) m.ch->authenticate(derive_key(*read_job_secret("", m.o.secret.c_str())), true);
   protocol::Hello hello;
   hello.device = m.o.device;
   hello.pid = ::getpid();

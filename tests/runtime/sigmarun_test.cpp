@@ -3,6 +3,7 @@
 // toward failure, and run out of spares. Every recovered run must end with
 // exactly the bytes of a fault-free run.
 #include <sigma/agent.hpp>
+#include <sigma/bootstrap.hpp>
 #include <sigma/checkpoint.hpp>
 #include <sigma/sim.hpp>
 
@@ -11,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -685,8 +687,11 @@ TEST_F(Sigmarun, ACollectiveThatHangsWhileTheProcessBeatsIsFoundByTheStepWatchdo
 // Several agents, as on several hosts: the root (node 0) and followers,
 // each with `per_node` = {nproc, spares}, meeting through a real Redis.
 // Returns the root's run; follower k's folder is `dir + "-nodeK"`.
+constexpr const char* kTestSecret = "sigmarun-test-secret-4f1c9a";
+
 JobRun agents(const std::string& name, int redis_port, uint32_t nnodes, std::vector<std::string> common,
               std::vector<std::string> worker_args) {
+  ::setenv("SIGMA_JOB_SECRET", kTestSecret, 1);  // every agent of the job holds it
   common.insert(common.end(), {"--nnodes", std::to_string(nnodes), "--store",
                                "redis://127.0.0.1:" + std::to_string(redis_port), "--job-id",
                                name + "-" + std::to_string(::getpid())});
@@ -1027,6 +1032,84 @@ TEST(SigmarunUsage, BadArgumentsAndAWorkerThatNeverGreetsAreClearErrors) {
   const json done = json::parse(read_file(ok_dir + "/report.json"));
   EXPECT_EQ(done["status"], "done") << done.dump();
   EXPECT_TRUE(done["incidents"].empty()) << done.dump();
+}
+
+// A store anyone on the network can write must not let them pose as the
+// root: a record without the job's MAC is never connected to, and the
+// follower runs nothing.
+TEST(SigmarunNodes, AForgedRootRecordInARealRedisIsRefusedAndNothingRuns) {
+  const int port = redis_port();
+  ASSERT_GT(port, 0) << "the redis fixture did not start";
+  // A decoy root: a listening socket nobody must connect to.
+  const int decoy = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(decoy, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(decoy, 4), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(decoy, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string job = "forged-" + std::to_string(::getpid());
+  const std::string record = json{
+      {"addr", "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port))},
+      {"nonce", "1-2"},
+      {"mac",
+       std::string(64, 'a')}}.dump();
+  sigma::bootstrap::open_store("redis://127.0.0.1:" + std::to_string(port) + "/sigmarun-" + job)
+      ->set("root", std::vector<uint8_t>(record.begin(), record.end()));
+
+  ::setenv("SIGMA_JOB_SECRET", kTestSecret, 1);
+  const std::string dir = job_dir("forged-follower");
+  const std::string log = dir + ".log";
+  std::vector<std::string> args{SIGMARUN,
+                                "--nnodes",
+                                "2",
+                                "--node-rank",
+                                "1",
+                                "--nproc",
+                                "1",
+                                "--job-dir",
+                                dir,
+                                "--store",
+                                "redis://127.0.0.1:" + std::to_string(port),
+                                "--job-id",
+                                job,
+                                "--validate-timeout",
+                                "2",
+                                "--no-progress",
+                                "--",
+                                RUNTIME_WORKER};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (std::freopen(log.c_str(), "w", stderr) == nullptr) ::_exit(126);
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << read_file(log);
+  EXPECT_NE(read_file(log).find("whose authentication failed"), std::string::npos) << read_file(log);
+  pollfd p{decoy, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "the follower connected to the forged root";
+  ::close(decoy);
+  bool ran = false;
+  if (fs::exists(dir + "/logs"))
+    for (const auto& e : fs::directory_iterator(dir + "/logs"))
+      ran |= e.path().filename().string().rfind("device-", 0) == 0;
+  EXPECT_FALSE(ran) << "a worker was started";
+  fs::remove_all(dir);
+  fs::remove(log);
+}
+
+TEST(SigmarunNodes, SeveralAgentsWithoutAJobSecretAreRefusedUpFront) {
+  ::unsetenv("SIGMA_JOB_SECRET");
+  const JobRun r =
+      sigmarun("no-secret", {"--nproc", "1", "--nnodes", "2", "--store", job_dir("no-secret-store")},
+               {"--steps", "2"});
+  EXPECT_EQ(r.exit_code, 2);
 }
 
 }  // namespace

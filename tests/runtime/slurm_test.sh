@@ -110,6 +110,10 @@ sinfo -h -o %T | grep -q idle || { logs; skip "the Slurm node did not come up: $
 # The job: two agents (tasks) with 2 ranks and 1 spare each; device 3 is
 # rank 3, on the second agent.
 job="$work/job"
+# Agents on several hosts authenticate each other with a per-job secret;
+# srun hands the environment to every task.
+SIGMA_JOB_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+export SIGMA_JOB_SECRET
 set +e
 timeout -k 10 180 srun -n 2 -t 3 "$sigmarun" --nproc 2 --spares 1 --job-dir "$job" --no-progress \
   -- "$worker" --steps 120 --kill-at 40 --kill-device 3 > "$work/srun.log" 2>&1

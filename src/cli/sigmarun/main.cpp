@@ -55,6 +55,11 @@ int main(int argc, char** argv) {
   app.add_option("--host", o.host,
                  "the address other hosts reach the root agent at (default: this host's name)");
   app.add_option("--job-id", o.job_id, "names the job in the store (default: the job folder's name)");
+  std::string secret_file;
+  app.add_option(
+      "--secret-file", secret_file,
+      "the per-job secret (a file only its owner can read; default: $SIGMA_JOB_SECRET), needed with "
+      "several agents: the root and every message between hosts are authenticated with it");
   app.add_option("--job-dir", o.job_dir, "job folder: journal, report, logs, store, checkpoints")->required();
   app.add_option("--store", o.store,
                  "rendezvous store (redis://host:port); default: a file store in the job folder");
@@ -67,6 +72,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--abort-grace", o.abort_grace_s,
                  "survivors must report within this after a recovery's abort, or are replaced as hung")
+      ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--validate-timeout", o.validate_timeout_s,
+         "start without devices still validating after this; a follower waits twice this for its root")
       ->check(CLI::PositiveNumber);
   app.add_option("--recovery-timeout", o.recovery_timeout_s,
                  "a rank that has not joined the new generation this long after a recovery's assignment "
@@ -132,6 +141,13 @@ int main(int argc, char** argv) {
                                   app.count("--store") > 0};
       std::cerr << sigmarun::apply_slurm(o, *task, given) << "\n";
     }
+  } catch (const sigma::Error& e) {
+    std::cerr << "sigmarun: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    if (auto secret = sigma::runtime::read_job_secret(secret_file, std::getenv("SIGMA_JOB_SECRET")))
+      o.secret = *secret;
   } catch (const sigma::Error& e) {
     std::cerr << "sigmarun: " << e.what() << "\n";
     return 2;

@@ -11,6 +11,7 @@
 #include "runtime/agent/preflight.hpp"
 #include "runtime/agent/series.hpp"
 #include "runtime/channel.hpp"
+#include "runtime/job_key.hpp"
 #include "runtime/protocol.hpp"
 
 #include <sigma/agent.hpp>
@@ -52,6 +53,7 @@ struct Agent::Impl {
   std::vector<std::unique_ptr<Channel>> pending;  // connected, not yet greeted
   int listen_fd = -1, tcp_fd = -1;
   std::string tcp_addr, store_uri;
+  std::optional<JobKey> key;  // from o.secret: every connection authenticated
   int stop_seen = 0;
   double last_progress = 0;
   Series series;
@@ -287,7 +289,12 @@ void Agent::Impl::open_endpoints() {
     const std::string nonce =
         std::to_string(::getpid()) + "-" + std::to_string(static_cast<uint64_t>(health::monotonic_s() * 1e6));
     store_uri = control_store_uri(o) + "-" + nonce;
-    const std::string root = json{{"addr", tcp_addr}, {"nonce", nonce}}.dump();
+    // Signed with the job's key: a follower connects only to a root that
+    // holds the job's secret, whoever else can write the store.
+    const std::string root = json{{"addr", tcp_addr},
+                                  {"nonce", nonce},
+                                  {"mac", mac_hex(*key, root_record_text(o.job_id, tcp_addr, nonce))}}
+                                 .dump();
     bootstrap::open_store(control_store_uri(o))->set("root", std::vector<uint8_t>(root.begin(), root.end()));
   }
   if (o.metrics_port >= 0) {
@@ -317,6 +324,7 @@ void Agent::Impl::poll_once(int wake_fd) {
       const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) break;
       pending.push_back(std::make_unique<Channel>(fd));
+      if (key) pending.back()->authenticate(*key, /*client=*/false);
     }
   }
   // Greetings: the first message names the device.
@@ -473,6 +481,7 @@ Agent::Agent(AgentOptions options, AgentObserver observer) : impl_(std::make_uni
   check_options(options);
   impl_->o = std::move(options);
   impl_->observer = std::move(observer);
+  if (!impl_->o.secret.empty()) impl_->key = derive_key(impl_->o.secret);
 }
 
 Agent::~Agent() = default;

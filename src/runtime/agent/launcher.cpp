@@ -3,6 +3,7 @@
 #include "runtime/agent/journal.hpp"
 #include "runtime/agent/preflight.hpp"
 #include "runtime/channel.hpp"
+#include "runtime/job_key.hpp"
 #include "runtime/protocol.hpp"
 
 #include <sigma/bootstrap.hpp>
@@ -46,6 +47,10 @@ std::string control_store_uri(const AgentOptions& o) {
   return "file://" + base + "/sigmarun-" + o.job_id;
 }
 
+std::string root_record_text(const std::string& job_id, const std::string& addr, const std::string& nonce) {
+  return "sigma-root\n" + job_id + "\n" + addr + "\n" + nonce;
+}
+
 std::string vendor_options_for(const std::string& options, uint32_t device) {
   static const std::string kDevice = "{device}";
   std::string out = options;
@@ -65,6 +70,7 @@ pid_t spawn_worker(const AgentOptions& o, uint32_t device, const EnvList& given)
   for (const auto& [k, v] : given) env.push_back(k + "=" + v);
   env.push_back("SIGMA_JOB_DIR=" + o.job_dir);
   env.push_back("SIGMA_HAL_PLUGIN=" + o.vendor);
+  if (!o.secret.empty()) env.push_back("SIGMA_JOB_SECRET=" + o.secret);
   if (!o.vendor_options.empty())
     env.push_back("SIGMA_HAL_OPTIONS=" + vendor_options_for(o.vendor_options, device));
   std::vector<char*> envp;
@@ -124,27 +130,43 @@ void drain_wake_pipe() {
 namespace {
 
 // Finds the root's address in the control store and connects; a key left by
-// an earlier run of the same job id points nowhere and is read again.
+// an earlier run of the same job id points nowhere and is read again. A
+// record whose MAC fails (written by someone without the job's secret) is
+// never connected to.
 std::unique_ptr<Channel> reach_root(const AgentOptions& o, double timeout_s) {
+  const JobKey key = derive_key(o.secret);
   auto store = bootstrap::open_store(control_store_uri(o));
   const double t0 = health::monotonic_s();
-  std::string last;
+  std::string last, refused;
   while (health::monotonic_s() - t0 < timeout_s) {
     auto v = store->get("root", std::chrono::milliseconds(500));
     if (!v) continue;
     const auto j = json::parse(std::string(v->begin(), v->end()), nullptr, false);
-    if (j.is_discarded() || !j.contains("addr")) continue;
-    last = j["addr"].get<std::string>();
+    if (j.is_discarded() || !j.is_object() || !j.contains("addr") || !j["addr"].is_string()) continue;
+    const std::string addr = j["addr"].get<std::string>();
+    const std::string nonce = j.value("nonce", std::string()), mac = j.value("mac", std::string());
+    if (!mac_ok(key, root_record_text(o.job_id, addr, nonce), mac)) {
+      refused = addr;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
+    last = addr;
     try {
-      return Channel::connect(last);
+      auto ch = Channel::connect(last);
+      ch->authenticate(key, /*client=*/true);
+      return ch;
     } catch (const Error&) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
-  throw Error(Code::unavailable, "sigmarun: no root agent of job '" + o.job_id + "' answered within " +
-                                     std::to_string(static_cast<int>(timeout_s)) + " s (store " +
-                                     control_store_uri(o) + (last.empty() ? "" : ", last address " + last) +
-                                     ")");
+  throw Error(Code::unavailable,
+              "sigmarun: no root agent of job '" + o.job_id + "' answered within " +
+                  std::to_string(static_cast<int>(timeout_s)) + " s (store " + control_store_uri(o) +
+                  (last.empty() ? "" : ", last address " + last) +
+                  (refused.empty() ? ""
+                                   : "; refused a root record for " + refused +
+                                         " whose authentication failed: forged, or another job secret") +
+                  ")");
 }
 
 }  // namespace

@@ -37,6 +37,9 @@ std::string describe_status(int status);
 
 // The control store all agents of a job meet in: STORE/sigmarun-JOB_ID.
 std::string control_store_uri(const AgentOptions& o);
+// What the MAC in the root's record in the control store covers: the job,
+// the root's address and the run's nonce.
+std::string root_record_text(const std::string& job_id, const std::string& addr, const std::string& nonce);
 
 // A non-blocking pipe whose reading end wakes a poll() loop: SIGCHLD writes
 // to it (installed once per process), and so does wake().

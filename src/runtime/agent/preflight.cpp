@@ -1,4 +1,5 @@
 #include "runtime/agent/preflight.hpp"
+#include "runtime/job_key.hpp"
 
 #include "runtime/agent/launcher.hpp"
 
@@ -51,6 +52,11 @@ void check_options(const AgentOptions& o) {
   if (o.snapshot_every == 0) bad("snapshot period (--snapshot-every)", "must be at least 1 step");
   if (o.checkpoint_every > (uint64_t{1} << 40))
     bad("checkpoint period (--checkpoint-every)", "is not a step count (a negative number?)");
+  if (o.nnodes > 1 && o.secret.empty())
+    bad("job secret (--secret-file or SIGMA_JOB_SECRET)",
+        "is needed with several agents: it authenticates the root and every message between hosts; give "
+        "every agent the same one (e.g. export SIGMA_JOB_SECRET=$(openssl rand -hex 32))");
+  if (!o.secret.empty()) read_job_secret("", o.secret.c_str());  // long enough, no NUL
 }
 
 JobDirLock::JobDirLock(const std::string& dir) {
