@@ -279,6 +279,19 @@ SIGMA_EXPORT std::vector<ShardInfo> list_shards(const std::string& job_dir);
 // for damage, Error(invalid_argument) when the shard has no such tensor.
 SIGMA_EXPORT std::vector<uint8_t> read_tensor(const std::string& shard_path, const std::string& name);
 
+// How one tensor differs between two shards: the elements whose bytes
+// differ, the largest |a - b| and the root mean square of a - b over every
+// element (values read as doubles). Both are decoded chunk by chunk side by
+// side, every hash checked: memory stays two chunks whatever the tensor's
+// size. Throws Error(invalid_argument) when a shard lacks the tensor or the
+// two differ in dtype or shape, Error(data_loss) for damage.
+struct TensorDiff {
+  uint64_t elements = 0, changed = 0;
+  double max_abs = 0, rms = 0;
+};
+SIGMA_EXPORT TensorDiff diff_tensor(const std::string& shard_a, const std::string& shard_b,
+                                    const std::string& name);
+
 // safetensors (https://github.com/huggingface/safetensors): an 8-byte
 // little-endian header length, a JSON header naming each tensor's dtype,
 // shape and byte range, then the bytes. Export writes every tensor of a

@@ -217,6 +217,40 @@ std::unique_ptr<Shard> open_base(const Shard& s) {
 
 namespace {
 
+// What decoding one tensor's chunks needs: its data file and, for
+// differential chunks, the base's same tensor and data file.
+struct TensorSource {
+  TensorSource(const Shard& s, const format::Tensor& t, const Shard* base)
+      : t(t), dpath(s.path + "/" + format::kData), data(dpath), base(base) {
+    if (base) {
+      for (const auto& x : base->manifest.tensors)
+        if (x.name == t.name) bt = &x;
+    }
+    for (const auto& c : t.chunks)
+      if (c.codec != format::kShuffleZstd && base != nullptr && !base_data)
+        base_data = std::make_unique<io::Reader>(base->path + "/" + format::kData);
+  }
+  std::string where(size_t k) const { return dpath + ": tensor " + t.name + " chunk " + std::to_string(k); }
+  // Chunk k's base chunk when it needs one (checked to match), else NULL.
+  const format::Chunk* base_chunk(size_t k) const {
+    const format::Chunk& c = t.chunks[k];
+    if (c.codec == format::kShuffleZstd) return nullptr;
+    if (bt == nullptr || bt->dtype != t.dtype || bt->bytes != t.bytes || k >= bt->chunks.size() ||
+        bt->chunks[k].offset != c.offset || bt->chunks[k].raw_size != c.raw_size || !base_data)
+      throw Error(Code::data_loss, "checkpoint: " + where(k) + ": the base " +
+                                       (base ? base->path : std::string("(none)")) +
+                                       " has no matching chunk");
+    return &bt->chunks[k];
+  }
+
+  const format::Tensor& t;
+  const format::Tensor* bt = nullptr;
+  std::string dpath;
+  io::Reader data;
+  const Shard* base;
+  std::unique_ptr<io::Reader> base_data;
+};
+
 // Runs `fn(k, chunk, where, base_chunk, base_reader)` for every chunk of
 // tensor `t` on oneTBB's threads (in order on this one when not
 // `parallel`); `base_chunk` (and its reader) is the base's same chunk for a
@@ -224,30 +258,9 @@ namespace {
 template <typename Fn>
 void for_each_chunk(const Shard& s, const format::Tensor& t, const Shard* base, Fn&& fn,
                     bool parallel = true) {
-  const format::Tensor* bt = nullptr;
-  if (base) {
-    for (const auto& x : base->manifest.tensors)
-      if (x.name == t.name) bt = &x;
-  }
-  const std::string dpath = s.path + "/" + format::kData;
-  const io::Reader data(dpath);
-  std::unique_ptr<io::Reader> base_data;
-  for (const auto& c : t.chunks)
-    if (c.codec != format::kShuffleZstd && base != nullptr && !base_data)
-      base_data = std::make_unique<io::Reader>(base->path + "/" + format::kData);
+  const TensorSource src(s, t, base);
   auto one = [&](size_t k) {
-    const format::Chunk& c = t.chunks[k];
-    const std::string where = dpath + ": tensor " + t.name + " chunk " + std::to_string(k);
-    const format::Chunk* b = nullptr;
-    if (c.codec != format::kShuffleZstd) {
-      if (bt == nullptr || bt->dtype != t.dtype || bt->bytes != t.bytes || k >= bt->chunks.size() ||
-          bt->chunks[k].offset != c.offset || bt->chunks[k].raw_size != c.raw_size || !base_data)
-        throw Error(Code::data_loss, "checkpoint: " + where + ": the base " +
-                                         (base ? base->path : std::string("(none)")) +
-                                         " has no matching chunk");
-      b = &bt->chunks[k];
-    }
-    fn(k, c, where, data, b, base_data.get());
+    fn(k, t.chunks[k], src.where(k), src.data, src.base_chunk(k), src.base_data.get());
   };
   if (parallel) {
     // oneTBB's own synchronisation is invisible to ThreadSanitizer: each job
@@ -265,35 +278,39 @@ void for_each_chunk(const Shard& s, const format::Tensor& t, const Shard* base, 
   }
 }
 
+// Chunk `c` (the k-th) decoded into `out` (c.raw_size bytes), its hashes and
+// those of the base chunk `b` it needs (when not NULL) checked.
+void decode_chunk(const format::Tensor& t, size_t k, const format::Chunk& c, const std::string& where,
+                  const io::Reader& data, const format::Chunk* b, const io::Reader* base_data, uint8_t* out) {
+  const auto es = static_cast<uint32_t>(hal::dtype_size(t.dtype));
+  thread_local std::vector<uint8_t> stored, bstored, base_raw;
+  const uint8_t* br = nullptr;
+  if (b != nullptr) {
+    // The base's same chunk, decoded (and verified) first.
+    base_raw.resize(c.raw_size);
+    bstored.resize(b->stored_size);
+    base_data->read_at(b->data_offset, bstored.data(), b->stored_size);
+    codec::decode(*b, bstored.data(), es, nullptr, base_raw.data(),
+                  base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
+    br = base_raw.data();
+  }
+  stored.resize(c.stored_size);
+  if (c.stored_size) data.read_at(c.data_offset, stored.data(), c.stored_size);
+  codec::decode(c, stored.data(), es, br, out, where);
+}
+
 // Decodes every chunk of `t`, hashes checked: into `out` at its offset, or,
 // without `out`, into a chunk-sized buffer of the thread that `sink` (when
 // given) sees, in order.
 void decode(const Shard& s, const format::Tensor& t, const Shard* base, uint8_t* out, const ChunkSink* sink) {
-  const auto es = static_cast<uint32_t>(hal::dtype_size(t.dtype));
-  // Chunks decode independently, each into its place.
   for_each_chunk(
       s, t, base,
       [&](size_t k, const format::Chunk& c, const std::string& where, const io::Reader& data,
           const format::Chunk* b, const io::Reader* base_data) {
-        thread_local std::vector<uint8_t> stored, bstored, base_raw, raw;
-        const uint8_t* br = nullptr;
-        if (b != nullptr) {
-          // The base's same chunk, decoded (and verified) first.
-          base_raw.resize(c.raw_size);
-          bstored.resize(b->stored_size);
-          base_data->read_at(b->data_offset, bstored.data(), b->stored_size);
-          codec::decode(*b, bstored.data(), es, nullptr, base_raw.data(),
-                        base_data->path() + ": tensor " + t.name + " chunk " + std::to_string(k));
-          br = base_raw.data();
-        }
-        stored.resize(c.stored_size);
-        if (c.stored_size) data.read_at(c.data_offset, stored.data(), c.stored_size);
-        if (out != nullptr) {
-          codec::decode(c, stored.data(), es, br, out + c.offset, where);
-          return;
-        }
+        if (out != nullptr) return decode_chunk(t, k, c, where, data, b, base_data, out + c.offset);
+        thread_local std::vector<uint8_t> raw;
         raw.resize(c.raw_size);
-        codec::decode(c, stored.data(), es, br, raw.data(), where);
+        decode_chunk(t, k, c, where, data, b, base_data, raw.data());
         if (sink != nullptr) (*sink)(c.offset, raw.data(), c.raw_size);
       },
       out != nullptr || sink == nullptr);
@@ -311,6 +328,30 @@ void check_tensor(const Shard& s, const format::Tensor& t, const Shard* base) {
 
 void stream_tensor(const Shard& s, const format::Tensor& t, const Shard* base, const ChunkSink& sink) {
   decode(s, t, base, nullptr, &sink);
+}
+
+struct ChunkCursor::State {
+  State(const Shard& s, const format::Tensor& t, const Shard* base) : src(s, t, base) {}
+  TensorSource src;
+  size_t next = 0;
+  std::vector<uint8_t> raw;
+};
+
+ChunkCursor::ChunkCursor(const Shard& s, const format::Tensor& t, const Shard* base)
+    : state_(std::make_unique<State>(s, t, base)) {}
+ChunkCursor::~ChunkCursor() = default;
+
+bool ChunkCursor::next(uint64_t* offset, const std::vector<uint8_t>** raw) {
+  State& st = *state_;
+  if (st.next >= st.src.t.chunks.size()) return false;
+  const size_t k = st.next++;
+  const format::Chunk& c = st.src.t.chunks[k];
+  st.raw.resize(c.raw_size);
+  decode_chunk(st.src.t, k, c, st.src.where(k), st.src.data, st.src.base_chunk(k), st.src.base_data.get(),
+               st.raw.data());
+  *offset = c.offset;
+  *raw = &st.raw;
+  return true;
 }
 
 void verify_stored(const Shard& s, const format::Tensor& t, const Shard* base) {

@@ -93,6 +93,24 @@ void check_tensor(const Shard& s, const format::Tensor& t, const Shard* base);
 // size)`: memory stays one chunk whatever the tensor's size.
 using ChunkSink = std::function<void(uint64_t offset, const uint8_t* bytes, uint64_t size)>;
 void stream_tensor(const Shard& s, const format::Tensor& t, const Shard* base, const ChunkSink& sink);
+// The chunks of one tensor decoded one at a time, in order, on the
+// caller's thread: two tensors can be walked side by side (diff) in a
+// chunk's memory each. The shard, tensor and base must outlive it.
+class ChunkCursor {
+ public:
+  ChunkCursor(const Shard& s, const format::Tensor& t, const Shard* base);
+  ~ChunkCursor();
+  ChunkCursor(const ChunkCursor&) = delete;
+  ChunkCursor& operator=(const ChunkCursor&) = delete;
+  // The next chunk: its offset in the tensor and its raw bytes (valid until
+  // the next call), every hash checked; false after the last.
+  bool next(uint64_t* offset, const std::vector<uint8_t>** raw);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 // Reads tensor `t`'s stored bytes (and, for a differential shard, those of
 // the base chunks it needs) and checks their hashes, decoding nothing: what
 // lets a restore decode straight into the caller's memory once every

@@ -107,6 +107,31 @@ TEST(Checkpoint, ScalarTensorsRoundTripInBasesAndDeltas) {
   EXPECT_EQ(w[2], 1.5f);
 }
 
+// diff_tensor walks two shards chunk by chunk side by side, whatever their
+// chunk sizes: the counts and figures are those of the whole tensors.
+TEST(Checkpoint, DiffComparesTensorsChunkedDifferentlyElementByElement) {
+  std::vector<float> a(10000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.25f;
+  std::vector<float> b = a;
+  b[0] += 1.0f;     // first element
+  b[1023] -= 3.0f;  // the last of a's first 4 KiB chunk
+  b[9999] += 0.5f;  // last element
+  Options oa = options(fresh_dir("diff-a")), ob = options(fresh_dir("diff-b"));
+  oa.chunk_bytes = 4096;
+  ob.chunk_bytes = 12288;
+  const std::string pa =
+      Engine(oa).save({TensorView("w", HAL_DTYPE_F32, {10000}, a.data())}, meta_for(1)).path;
+  const std::string pb =
+      Engine(ob).save({TensorView("w", HAL_DTYPE_F32, {10000}, b.data())}, meta_for(1)).path;
+  const TensorDiff d = diff_tensor(pa, pb, "w");
+  EXPECT_EQ(d.elements, 10000u);
+  EXPECT_EQ(d.changed, 3u);
+  EXPECT_DOUBLE_EQ(d.max_abs, 3.0);
+  EXPECT_DOUBLE_EQ(d.rms, std::sqrt((1.0 + 9.0 + 0.25) / 10000));
+  EXPECT_EQ(diff_tensor(pa, pa, "w").changed, 0u);
+  EXPECT_THROW(diff_tensor(pa, pb, "missing"), Error);
+}
+
 TEST(Checkpoint, RetentionKeepsTheBasesKeptDeltasNeed) {
   Options o = options(fresh_dir("gc"));
   o.keep = 2;

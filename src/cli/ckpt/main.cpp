@@ -181,46 +181,6 @@ int cmd_inspect(const std::string& path) {
   return 0;
 }
 
-double as_double(const uint8_t* p, hal_dtype_t d) {
-  switch (d) {
-    case HAL_DTYPE_F32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case HAL_DTYPE_F64: {
-      double f;
-      std::memcpy(&f, p, 8);
-      return f;
-    }
-    case HAL_DTYPE_F16: {  // binary16 by hand: not every compiler has _Float16
-      const int e = (p[1] >> 2) & 0x1F, m = (p[1] & 3) << 8 | p[0];
-      const double mag = e == 0    ? std::ldexp(m, -24)
-                         : e == 31 ? (m ? NAN : INFINITY)
-                                   : std::ldexp(1024 + m, e - 25);
-      return p[1] & 0x80 ? -mag : mag;
-    }
-    case HAL_DTYPE_BF16: {
-      uint32_t x = static_cast<uint32_t>(p[0] | p[1] << 8) << 16;
-      float f;
-      std::memcpy(&f, &x, 4);
-      return f;
-    }
-    case HAL_DTYPE_I32: {
-      int32_t i;
-      std::memcpy(&i, p, 4);
-      return i;
-    }
-    case HAL_DTYPE_I64: {
-      int64_t i;
-      std::memcpy(&i, p, 8);
-      return static_cast<double>(i);
-    }
-    default:
-      return *p;
-  }
-}
-
 int cmd_diff(const std::string& a, const std::string& b) {
   const ck::ShardInfo ia = ck::inspect(a), ib = ck::inspect(b);
   int differ = 0;
@@ -240,22 +200,10 @@ int cmd_diff(const std::string& a, const std::string& b) {
       ++differ;
       continue;
     }
-    const auto va = ck::read_tensor(a, ta.name), vb = ck::read_tensor(b, ta.name);
-    const uint64_t es = sigma::hal::dtype_size(ta.dtype);
-    uint64_t changed = 0;
-    double worst = 0, sq = 0;
-    for (uint64_t i = 0; i < va.size() / es; ++i) {
-      if (std::memcmp(va.data() + i * es, vb.data() + i * es, es) == 0) continue;
-      ++changed;
-      const double d = as_double(va.data() + i * es, ta.dtype) - as_double(vb.data() + i * es, ta.dtype);
-      worst = std::max(worst, std::fabs(d));
-      sq += d * d;
-    }
-    const uint64_t n = va.size() / es;
-    if (changed) ++differ;
-    std::printf("%-40s %-10s %12llu %14.6g %14.6g\n", ta.name.c_str(), changed ? "differs" : "same",
-                static_cast<unsigned long long>(changed), worst,
-                n ? std::sqrt(sq / static_cast<double>(n)) : 0.0);
+    const ck::TensorDiff d = ck::diff_tensor(a, b, ta.name);  // chunk by chunk, side by side
+    if (d.changed) ++differ;
+    std::printf("%-40s %-10s %12llu %14.6g %14.6g\n", ta.name.c_str(), d.changed ? "differs" : "same",
+                static_cast<unsigned long long>(d.changed), d.max_abs, d.rms);
   }
   for (const auto& tb : ib.tensors) {
     bool in_a = false;
