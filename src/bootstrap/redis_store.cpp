@@ -4,10 +4,30 @@
 
 #include <hiredis.h>
 
+#include <sys/time.h>
+
+#include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <thread>
 
 namespace sigma::bootstrap {
+
+namespace {
+
+// No single connect or command waits longer than this, nor past the
+// caller's deadline (a server that accepts and never answers, a network
+// that drops packets): hiredis gets it as its socket timeouts.
+constexpr std::chrono::nanoseconds kMaxCommand = std::chrono::seconds(5);
+constexpr std::chrono::nanoseconds kMinCommand = std::chrono::milliseconds(20);
+
+timeval to_timeval(std::chrono::nanoseconds bound) {
+  bound = std::clamp(bound, kMinCommand, kMaxCommand);
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(bound).count();
+  return timeval{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+}
+
+}  // namespace
 
 struct RedisStore::Impl {
   std::string host;
@@ -18,10 +38,9 @@ struct RedisStore::Impl {
 
   std::string where() const { return "redis://" + host + ":" + std::to_string(port); }
 
-  void connect_locked() {
+  void connect_locked(std::chrono::nanoseconds bound) {
     if (ctx != nullptr) return;
-    timeval tv{5, 0};
-    ctx = redisConnectWithTimeout(host.c_str(), port, tv);
+    ctx = redisConnectWithTimeout(host.c_str(), port, to_timeval(bound));
     if (ctx == nullptr || ctx->err) {
       std::string why = ctx ? ctx->errstr : "out of memory";
       if (ctx) redisFree(ctx);
@@ -30,10 +49,13 @@ struct RedisStore::Impl {
     }
   }
 
-  // One command; on a connection error the context is dropped so the next
-  // call reconnects, and the error is thrown.
-  redisReply* command_locked(const char* fmt, const std::string& key, const std::vector<uint8_t>* value) {
-    connect_locked();
+  // One command, its connect and reply bounded by `bound` (clamped to
+  // kMinCommand..kMaxCommand); on a connection error or a timeout the
+  // context is dropped so the next call reconnects, and the error is thrown.
+  redisReply* command_locked(const char* fmt, const std::string& key, const std::vector<uint8_t>* value,
+                             std::chrono::nanoseconds bound = kMaxCommand) {
+    connect_locked(bound);
+    redisSetTimeout(ctx, to_timeval(bound));
     void* r = value ? redisCommand(ctx, fmt, key.data(), key.size(), value->data(), value->size())
                     : redisCommand(ctx, fmt, key.data(), key.size());
     if (r == nullptr) {
@@ -57,7 +79,7 @@ RedisStore::RedisStore(std::string host, int port, std::string prefix) : impl_(s
   impl_->port = port;
   impl_->prefix = std::move(prefix);
   std::lock_guard lk(impl_->mu);
-  impl_->connect_locked();
+  impl_->connect_locked(kMaxCommand);
 }
 
 RedisStore::~RedisStore() {
@@ -88,7 +110,8 @@ std::optional<std::vector<uint8_t>> RedisStore::get(const std::string& key,
   for (;;) {
     {
       std::lock_guard lk(impl_->mu);
-      redisReply* r = impl_->command_locked("GET %b", full, nullptr);
+      redisReply* r =
+          impl_->command_locked("GET %b", full, nullptr, deadline - std::chrono::steady_clock::now());
       if (r->type == REDIS_REPLY_STRING) {
         std::vector<uint8_t> v(r->str, r->str + r->len);
         freeReplyObject(r);

@@ -5,6 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <fstream>
 #include <thread>
 
@@ -23,6 +29,27 @@ int redis_port() {
 std::string unique_prefix() {
   return std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "-" +
          std::to_string(::getpid()) + "/";
+}
+
+// A "server" that accepts and never answers: every call returns within its
+// bound (a get within the caller's timeout, a set within 5 s), as an error.
+TEST(RedisStore, AServerThatNeverAnswersCannotHoldACallerPastItsBound) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  RedisStore store("127.0.0.1", ntohs(a.sin_port));  // the kernel accepts for the silent listener
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(store.get("k", 300ms), Error);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "get outlived its 300 ms";
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(store.set("k", {1}), Error);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 7s) << "set outlived its 5 s bound";
+  ::close(fd);
 }
 
 TEST(RedisStore, SetThenGetRoundTripsBinaryValues) {
