@@ -234,6 +234,9 @@ inline hal_coll_args_t coll_args(hal_coll_op_t op, hal_dtype_t dtype, uint64_t c
 
 // Bytes per element of a dtype; 0 for a dtype ABI 1.0 does not define.
 SIGMA_EXPORT uint64_t dtype_size(hal_dtype_t dtype) noexcept;
+// The value of one element of `dtype` at `element` (dtype_size bytes, any
+// alignment) as a double; NaN for a dtype ABI 1.0 does not define. Pure.
+SIGMA_EXPORT double element_as_double(const void* element, hal_dtype_t dtype) noexcept;
 // "f32", "bf16", ...; "dtype N" for an unknown one.
 SIGMA_EXPORT std::string dtype_name(hal_dtype_t dtype);
 SIGMA_EXPORT std::string coll_op_name(hal_coll_op_t op);

@@ -1,6 +1,7 @@
 // One tensor of two shards compared element by element, both decoded chunk
 // by chunk side by side (sigma-ckpt diff): memory stays two chunks.
 #include <sigma/checkpoint.hpp>
+#include <sigma/hal.hpp>
 
 #include "checkpoint/shard.hpp"
 
@@ -11,46 +12,6 @@
 namespace sigma::checkpoint {
 
 namespace {
-
-double as_double(const uint8_t* p, hal_dtype_t d) {
-  switch (d) {
-    case HAL_DTYPE_F32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case HAL_DTYPE_F64: {
-      double f;
-      std::memcpy(&f, p, 8);
-      return f;
-    }
-    case HAL_DTYPE_F16: {  // binary16 by hand: not every compiler has _Float16
-      const int e = (p[1] >> 2) & 0x1F, m = (p[1] & 3) << 8 | p[0];
-      const double mag = e == 0    ? std::ldexp(m, -24)
-                         : e == 31 ? (m ? NAN : INFINITY)
-                                   : std::ldexp(1024 + m, e - 25);
-      return p[1] & 0x80 ? -mag : mag;
-    }
-    case HAL_DTYPE_BF16: {
-      uint32_t x = static_cast<uint32_t>(p[0] | p[1] << 8) << 16;
-      float f;
-      std::memcpy(&f, &x, 4);
-      return f;
-    }
-    case HAL_DTYPE_I32: {
-      int32_t i;
-      std::memcpy(&i, p, 4);
-      return i;
-    }
-    case HAL_DTYPE_I64: {
-      int64_t i;
-      std::memcpy(&i, p, 8);
-      return static_cast<double>(i);
-    }
-    default:
-      return *p;
-  }
-}
 
 const format::Tensor& tensor_of(const shard::Shard& s, const std::string& name) {
   for (const auto& t : s.manifest.tensors)
@@ -94,7 +55,7 @@ TensorDiff diff_tensor(const std::string& shard_a, const std::string& shard_b, c
     for (uint64_t i = 0; i < n; i += es) {
       if (std::memcmp(pa + i, pb + i, es) == 0) continue;
       ++d.changed;
-      const double x = as_double(pa + i, ta.dtype) - as_double(pb + i, ta.dtype);
+      const double x = hal::element_as_double(pa + i, ta.dtype) - hal::element_as_double(pb + i, ta.dtype);
       d.max_abs = std::max(d.max_abs, std::fabs(x));
       sum_sq += x * x;
     }

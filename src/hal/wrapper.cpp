@@ -2,7 +2,9 @@
 #include <sigma/hal.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 
 namespace sigma::hal {
 
@@ -160,6 +162,42 @@ uint64_t dtype_size(hal_dtype_t dtype) noexcept {
       return 1;
     default:
       return 0;
+  }
+}
+
+double element_as_double(const void* element, hal_dtype_t dtype) noexcept {
+  const auto* p = static_cast<const uint8_t*>(element);
+  const auto load = [p](auto v) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (dtype) {
+    case HAL_DTYPE_F32:
+      return load(float{});
+    case HAL_DTYPE_F64:
+      return load(double{});
+    case HAL_DTYPE_F16: {  // binary16 by hand: not every compiler has _Float16
+      const uint16_t h = load(uint16_t{});
+      const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+      const double mag = e == 0    ? std::ldexp(m, -24)
+                         : e == 31 ? (m ? NAN : INFINITY)
+                                   : std::ldexp(1024 + m, e - 25);
+      return h & 0x8000 ? -mag : mag;
+    }
+    case HAL_DTYPE_BF16: {
+      const uint32_t x = static_cast<uint32_t>(load(uint16_t{})) << 16;
+      float f;
+      std::memcpy(&f, &x, 4);
+      return f;
+    }
+    case HAL_DTYPE_I32:
+      return load(int32_t{});
+    case HAL_DTYPE_I64:
+      return static_cast<double>(load(int64_t{}));
+    case HAL_DTYPE_U8:
+      return *p;
+    default:
+      return NAN;
   }
 }
 

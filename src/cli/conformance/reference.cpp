@@ -33,41 +33,12 @@ uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(sign | half);
 }
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu;
-  const uint32_t mant = h & 0x3FFu;
-  uint32_t x;
-  if (exp == 0) {
-    if (mant == 0) {
-      x = sign;
-    } else {
-      float f = std::ldexp(static_cast<float>(mant), -24);
-      return (h & 0x8000u) ? -f : f;
-    }
-  } else if (exp == 31) {
-    x = sign | 0x7F800000u | (mant << 13);
-  } else {
-    x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-
 uint16_t float_to_bf16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   if ((x & 0x7F800000u) == 0x7F800000u && (x & 0x7FFFFFu)) return static_cast<uint16_t>((x >> 16) | 0x40);
   x += 0x7FFFu + ((x >> 16) & 1);  // round to nearest even
   return static_cast<uint16_t>(x >> 16);
-}
-
-float bf16_to_float(uint16_t h) {
-  uint32_t x = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
 }
 
 HostArray::HostArray(hal_dtype_t dtype, uint64_t n)
@@ -114,45 +85,7 @@ void HostArray::set(uint64_t i, double v) {
   }
 }
 
-double HostArray::get(uint64_t i) const {
-  const uint8_t* p = bytes_.data() + i * esize_;
-  switch (dtype_) {
-    case HAL_DTYPE_F32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case HAL_DTYPE_F64: {
-      double d;
-      std::memcpy(&d, p, 8);
-      return d;
-    }
-    case HAL_DTYPE_F16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return half_to_float(h);
-    }
-    case HAL_DTYPE_BF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return bf16_to_float(h);
-    }
-    case HAL_DTYPE_I32: {
-      int32_t x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case HAL_DTYPE_I64: {
-      int64_t x;
-      std::memcpy(&x, p, 8);
-      return static_cast<double>(x);
-    }
-    case HAL_DTYPE_U8:
-      return *p;
-    default:
-      return std::numeric_limits<double>::quiet_NaN();
-  }
-}
+double HostArray::get(uint64_t i) const { return hal::element_as_double(bytes_.data() + i * esize_, dtype_); }
 
 double input_value(hal_dtype_t dtype, bool reducing, hal_reduce_op_t red, uint32_t rank, uint64_t i) {
   const uint64_t h = (static_cast<uint64_t>(rank) * 2654435761u + i * 40503u + 17) >> 3;

@@ -30,9 +30,7 @@ class HostArray {
 };
 
 uint16_t float_to_half(float f);
-float half_to_float(uint16_t h);
 uint16_t float_to_bf16(float f);
-float bf16_to_float(uint16_t h);
 
 // The value rank `rank` contributes at element `i` (exact in every dtype).
 // Reducing ops use small values so sums and products stay exact.
