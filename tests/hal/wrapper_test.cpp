@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstdlib>
 #include <thread>
 
@@ -234,6 +236,25 @@ TEST(Names, DtypesOpsAndReductionsHaveStableNames) {
   EXPECT_EQ(coll_op_name(HAL_COLL_ALL_TO_ALLV), "all_to_allv");
   EXPECT_EQ(reduce_op_name(HAL_REDUCE_AVG), "avg");
   EXPECT_EQ(dtype_name(99), "dtype 99");
+}
+
+TEST(Dtypes, AnElementOfEveryDtypeReadsAsItsValue) {
+  const auto f16 = [](uint16_t h) { return element_as_double(&h, HAL_DTYPE_F16); };
+  EXPECT_EQ(f16(0x3C00), 1.0);
+  EXPECT_EQ(f16(0xC000), -2.0);
+  EXPECT_EQ(f16(0x0001), std::ldexp(1.0, -24));  // the smallest subnormal
+  EXPECT_EQ(f16(0x7BFF), 65504.0);
+  EXPECT_TRUE(std::isinf(f16(0x7C00)));
+  EXPECT_TRUE(std::isnan(f16(0x7E00)));
+  const uint16_t bf = 0x3FC0;  // 1.5
+  EXPECT_EQ(element_as_double(&bf, HAL_DTYPE_BF16), 1.5);
+  const int64_t i64 = -5;
+  EXPECT_EQ(element_as_double(&i64, HAL_DTYPE_I64), -5.0);
+  const uint8_t unaligned[9] = {0, 0, 0, 0, 0, 0, 0, 0xF0, 0x3F};  // 1.0 at offset 1
+  EXPECT_EQ(element_as_double(unaligned + 1, HAL_DTYPE_F64), 1.0);
+  const uint8_t u8 = 200;
+  EXPECT_EQ(element_as_double(&u8, HAL_DTYPE_U8), 200.0);
+  EXPECT_TRUE(std::isnan(element_as_double(&u8, static_cast<hal_dtype_t>(99))));
 }
 
 }  // namespace
