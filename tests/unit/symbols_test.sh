@@ -7,7 +7,7 @@
 #   symbols_test.sh LIBSIGMA.so
 set -euo pipefail
 lib=$1
-public='^sigma::((hal|checkpoint|guardrails|health|scheduler|bootstrap|kernels|sim|parallel|planner)::|runtime::(Session|SessionOptions|Agent|AgentOptions|AgentEvent|stop_agent_on_signals|run_follower)|Error|code_name|to_hal_status|from_hal_status|hal_status_name)'
+public='^sigma::((hal|checkpoint|guardrails|health|scheduler|bootstrap|kernels|sim|parallel|planner)::|runtime::(Session|SessionOptions|Agent|AgentOptions|AgentEvent|stop_agent_on_signals|run_follower|read_job_secret)|Error|code_name|to_hal_status|from_hal_status|hal_status_name)'
 internal='^sigma::(runtime::(agent|protocol|recovery)|sim::detail|capi|checkpoint::(detail|format|codec|io|shard|step))::'
 count=0
 bad=()
