@@ -43,11 +43,36 @@ class Stubs(unittest.TestCase):
                 runtime.add("last_fingerprint")
             self.assertEqual(stubs[name], runtime, name)
 
+    def test_the_module_functions_are_in_the_stubs(self):
+        path = os.path.join(os.path.dirname(sigma.__file__), "__init__.pyi")
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        self.assertEqual(functions, {"plan"})
+        self.assertTrue(callable(sigma.plan))
+
     def test_every_error_class_is_exported_and_a_sigma_error(self):
         for name in sigma.errors.__all__:
             self.assertTrue(issubclass(getattr(sigma, name), sigma.Error), name)
         self.assertTrue(issubclass(sigma.TimeoutError, TimeoutError))
         self.assertTrue(issubclass(sigma.InvalidArgumentError, ValueError))
+
+
+class Plan(unittest.TestCase):
+    def test_a_request_file_gives_the_best_layouts_and_a_bad_one_names_the_line(self):
+        request = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "samples", "plans",
+                               "moe-200b-h100.yaml")
+        answer = sigma.plan(request, top=3)
+        self.assertEqual(len(answer["plans"]), 3)
+        steps = [p["step_s"] for p in answer["plans"]]
+        self.assertEqual(steps, sorted(steps), "best first")
+        best = answer["plans"][0]
+        layout = best["layout"]
+        self.assertEqual(layout["tp"] * layout["pp"] * layout["dp"] * layout["cp"], 2048)
+        self.assertTrue(0 < best["mfu"] < 1)
+        with self.assertRaises(sigma.InvalidArgumentError) as e:
+            sigma.plan("model:\n  layers: 0\n")
+        self.assertIn("(plan request):1: devices: missing", str(e.exception))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
   any ``torch.optim`` optimizer.
 - :class:`Checkpointer`: asynchronous differential checkpoints of state
   dicts.
+- :func:`plan`: the planner's best parallel layouts for a model and devices.
 - :mod:`sigma.errors`: the exceptions, one class per kind of failure.
 
 See docs/python.md.
@@ -16,10 +17,11 @@ from .errors import *  # noqa: F401,F403
 from . import _sigma
 from .checkpointer import Checkpointer, Loaded
 from .guardrails import Guardrails
+from .planner import plan
 from .session import Session
 
 Decision = _sigma.Decision
 SaveResult = _sigma.SaveResult
 FingerprintResult = _sigma.FingerprintResult
 
-__all__ = ["Session", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult", "FingerprintResult"] + errors.__all__
+__all__ = ["Session", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult", "FingerprintResult", "plan"] + errors.__all__

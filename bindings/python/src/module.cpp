@@ -25,4 +25,5 @@ PYBIND11_MODULE(_sigma, m) {
   sigma::python::bind_session(m);
   sigma::python::bind_guardrails(m);
   sigma::python::bind_checkpoint(m);
+  sigma::python::bind_planner(m);
 }
