@@ -32,7 +32,7 @@ def public(obj):
 class Stubs(unittest.TestCase):
     def test_every_public_class_and_member_is_in_the_stubs_and_nothing_else(self):
         stubs = stub_classes()
-        for name in ("Session", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult"):
+        for name in ("Session", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult", "HealthMonitor"):
             self.assertIn(name, stubs)
             cls = getattr(sigma, name)
             runtime = public(cls)
@@ -56,6 +56,34 @@ class Stubs(unittest.TestCase):
             self.assertTrue(issubclass(getattr(sigma, name), sigma.Error), name)
         self.assertTrue(issubclass(sigma.TimeoutError, TimeoutError))
         self.assertTrue(issubclass(sigma.InvalidArgumentError, ValueError))
+
+
+class Health(unittest.TestCase):
+    def test_a_device_heating_past_critical_is_failing_with_the_rule_and_figures(self):
+        mon = sigma.HealthMonitor(critical_c=92)
+        for t in range(10):
+            mon.observe(2, t, temperature_c=60.0, ecc_correctable=3)
+            mon.heartbeat(2, t)
+        mon.evaluate(10)
+        self.assertEqual(mon.device(2)["state"], "healthy")
+        for t in range(11, 21):  # the smoothed temperature crosses 92 C
+            mon.observe(2, t, temperature_c=97.0)
+            mon.heartbeat(2, t)
+        self.assertGreater(mon.evaluate(21), 0)
+        d = mon.device(2)
+        self.assertEqual(d["state"], "failing")
+        self.assertLess(d["score"], 1.0)
+        w = d["warnings"][0]
+        self.assertEqual((w["signal"], w["rule"], w["threshold"]), ("temperature", "threshold", 92.0))
+        self.assertIn("critical", w["message"])
+
+    def test_unknown_readings_and_impossible_thresholds_are_refused_by_name(self):
+        with self.assertRaises(sigma.InvalidArgumentError) as e:
+            sigma.HealthMonitor().observe(0, 0.0, temprature_c=50)
+        self.assertIn("temprature_c", str(e.exception))
+        with self.assertRaises(sigma.InvalidArgumentError) as e:
+            sigma.HealthMonitor(warn_c=90, critical_c=80)
+        self.assertIn("critical_c", str(e.exception))
 
 
 class Plan(unittest.TestCase):

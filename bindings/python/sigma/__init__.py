@@ -7,6 +7,7 @@
 - :class:`Checkpointer`: asynchronous differential checkpoints of state
   dicts.
 - :func:`plan`: the planner's best parallel layouts for a model and devices.
+- :class:`HealthMonitor`: per-device health from readings and heartbeats.
 - :mod:`sigma.errors`: the exceptions, one class per kind of failure.
 
 See docs/python.md.
@@ -17,6 +18,7 @@ from .errors import *  # noqa: F401,F403
 from . import _sigma
 from .checkpointer import Checkpointer, Loaded
 from .guardrails import Guardrails
+from .health import HealthMonitor
 from .planner import plan
 from .session import Session
 
@@ -24,4 +26,4 @@ Decision = _sigma.Decision
 SaveResult = _sigma.SaveResult
 FingerprintResult = _sigma.FingerprintResult
 
-__all__ = ["Session", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult", "FingerprintResult", "plan"] + errors.__all__
+__all__ = ["Session", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult", "FingerprintResult", "plan", "HealthMonitor"] + errors.__all__

@@ -31,5 +31,6 @@ void bind_session(pybind11::module_& m);
 void bind_guardrails(pybind11::module_& m);
 void bind_checkpoint(pybind11::module_& m);
 void bind_planner(pybind11::module_& m);
+void bind_health(pybind11::module_& m);
 
 }  // namespace sigma::python

@@ -26,4 +26,5 @@ PYBIND11_MODULE(_sigma, m) {
   sigma::python::bind_guardrails(m);
   sigma::python::bind_checkpoint(m);
   sigma::python::bind_planner(m);
+  sigma::python::bind_health(m);
 }
