@@ -143,5 +143,9 @@ SIGMA_EXPORT Request parse_request(const std::string& yaml_text, const std::stri
 // tokens_per_s, mfu, memory_gib, fits, breakdown_s). Pure; any thread.
 SIGMA_EXPORT std::string plans_json(const Request& request, const std::vector<Candidate>& best,
                                     double search_s);
+// A request's YAML in, the search's plans_json() out (top: how many plans,
+// 0 for the request's). What the C API and the Python module answer.
+// Throws Error(invalid_argument) "name:line: key: why" for a bad request.
+SIGMA_EXPORT std::string plan_json(const std::string& yaml_text, const std::string& name, size_t top = 0);
 
 }  // namespace sigma::planner

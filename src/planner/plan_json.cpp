@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+
 namespace sigma::planner {
 
 namespace {
@@ -46,6 +48,14 @@ std::string plans_json(const Request& q, const std::vector<Candidate>& best, dou
                         {"plans", nlohmann::json::array()}};
   for (const auto& c : best) out["plans"].push_back(to_json(c));
   return out.dump(1);
+}
+
+std::string plan_json(const std::string& yaml_text, const std::string& name, size_t top) {
+  Request q = parse_request(yaml_text, name);
+  if (top) q.top = top;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto best = search(q.model, q.devices, q.space, q.framework, q.efficiency, q.top);
+  return plans_json(q, best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace sigma::planner
