@@ -18,10 +18,12 @@ demo=build/default/demo
 mkdir -p "$demo"
 # The text: public domain, from Debian's bible-kjv (its `bible` prints it).
 [ -s "$demo/kjv.txt" ] || bible gen1:1-rev22:21 > "$demo/kjv.txt"
-# One worker thread's GEMM rate: the planner's compute rate and the MFU peak.
+# One worker thread's GEMM rate (the MFU peak) and the model's own rate on a
+# core (the planner's compute rate), measured once for every worker.
 gemm=$("$bin/moe_trainer" --measure-gemm)
+model=$("$bin/moe_trainer" --measure-model)
 steps=${SIGMA_DEMO_STEPS:-450}
-trainer=("$bin/moe_trainer" --data "$PWD/$demo/kjv.txt" --steps "$steps" --gemm-gflops "$gemm"
+trainer=("$bin/moe_trainer" --data "$PWD/$demo/kjv.txt" --steps "$steps" --gemm-gflops "$gemm" --model-gflops "$model"
          --guardrails "$PWD/samples/moe_trainer/guardrails.yaml")
 run=(--nproc 4 --spares 1 --snapshot-keep 4 --readmit-crashed 1 --checkpoint-every 50 --checkpoint-async)
 

@@ -42,6 +42,16 @@ struct Devices {
   double gemm_tflops = 0;   // measured large-GEMM rate (0: 0.7 x peak)
   double intra_gbps = 300;  // GB/s per device, one direction, inside a node
   double inter_gbps = 25;   // GB/s per device, one direction, between nodes
+  // Measured on the job's own communicators through the HAL, where given:
+  // the fixed cost of one small collective at each level (0: the
+  // Efficiency's latency), and whether the bandwidths above are achieved
+  // ones (no link efficiency applied) rather than nominal.
+  double intra_latency_us = 0, inter_latency_us = 0;
+  bool links_measured = false;
+  // The rate the model's own forward and backward reached on one device,
+  // every operation counted (not GEMMs alone), in model TFLOP/s. 0: the
+  // GEMM rate with the Efficiency's non-GEMM share added.
+  double model_tflops = 0;
 };
 
 // How much of a link and a device the software gets; one set for every

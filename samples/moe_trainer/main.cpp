@@ -17,6 +17,7 @@
 #include "control.hpp"
 #include "corpus.hpp"
 #include "model.hpp"
+#include "plan.hpp"
 
 #include <sigma/bootstrap.hpp>
 #include <sigma/guardrails.hpp>
@@ -49,7 +50,7 @@ struct Options {
   std::string data, guardrails;
   uint64_t steps = 300, seed = 1, warmup = 30;
   int64_t batch = 8;  // sequences per rank and step
-  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, gemm_gflops = 0;
+  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, gemm_gflops = 0, model_gflops = 0;
   int threads = 1;
   std::vector<uint64_t> poison;
   bool guardrails_on = true, autotune_on = true;  // off: the benchmark's "features off" side
@@ -83,66 +84,6 @@ void all_reduce(sigma::hal::Communicator& comm, const sigma::hal::PluginPtr& plu
   b.copy_to_host(t.data_ptr(), bytes);
 }
 
-// The large-GEMM rate of one thread here, for the planner and for MFU.
-double measure_gemm_gflops() {
-  const torch::Tensor a = torch::randn({512, 512}), b = torch::randn({512, 512});
-  torch::matmul(a, b);
-  const double t0 = now_s();
-  int n = 0;
-  while (now_s() - t0 < 0.3 || n < 3) {
-    torch::matmul(a, b);
-    ++n;
-  }
-  return 2.0 * 512 * 512 * 512 * n / (now_s() - t0) * 1e-9;
-}
-
-// The layout, from the planner: data parallel over the world, experts
-// sharded (ep >= 2) as the planner scores best for this model.
-struct Chosen {
-  par::Layout layout;
-  double predicted_step_s = 0, flops_per_token = 0;
-  std::string describe;
-};
-Chosen plan_layout(const Options& o, uint32_t world, double gemm_gflops) {
-  sigma::planner::Model m;
-  m.name = "moe_trainer";
-  m.layers = static_cast<uint32_t>(o.model.layers);
-  m.hidden = static_cast<uint32_t>(o.model.d_model);
-  m.ffn = static_cast<uint32_t>(o.model.ffn);
-  m.heads = m.kv_heads = static_cast<uint32_t>(o.model.heads);
-  m.vocab = static_cast<uint32_t>(o.model.vocab);
-  m.experts = static_cast<uint32_t>(o.model.experts);
-  m.top_k = static_cast<uint32_t>(o.model.top_k);
-  m.seq = static_cast<uint32_t>(o.model.seq);
-  m.global_batch = static_cast<uint64_t>(o.batch) * world;
-  m.bytes_per_param = 4;
-  sigma::planner::Devices d;
-  d.count = d.per_node = world;
-  d.memory_gib = 4;
-  // The workers share the machine's cores: a device gets its share of them.
-  const double cores = std::min<double>(world, std::thread::hardware_concurrency());
-  d.gemm_tflops = gemm_gflops * 1e-3 * cores / world;
-  d.peak_tflops = d.gemm_tflops;
-  d.intra_gbps = d.inter_gbps = 1;  // TCP over loopback
-  sigma::planner::Space s = sigma::planner::Space::runtime();
-  s.pp = s.vpp = {1};
-  s.micro_batch = {static_cast<uint32_t>(o.batch)};
-  s.recompute = {sigma::planner::Recompute::none};
-  s.sharding = {sigma::planner::Sharding::none};
-  for (uint32_t ep = 2; ep <= world; ++ep)
-    if (world % ep == 0 && m.experts % ep == 0) s.ep.push_back(ep);
-  if (s.ep.empty()) s.ep = {1};
-  sigma::planner::Framework f;
-  f.dp_overlap = 0;  // this trainer all-reduces after backward
-  const auto best = sigma::planner::search(m, d, s, f, {}, 1);
-  if (best.empty()) throw std::runtime_error("moe_trainer: the planner found no layout that fits");
-  const auto& c = best.front();
-  return {{c.layout.dp, c.layout.ep, 1},
-          c.score.step_s,
-          sigma::planner::model_flops_per_token(m),
-          sigma::planner::describe(c.layout)};
-}
-
 uint32_t env_u32(const char* name, uint32_t fallback) {
   const char* v = std::getenv(name);
   return v && *v ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : fallback;
@@ -171,14 +112,16 @@ gr::Config guardrails_config(const Options& o) {
 // it. One thread (the training loop's), except the abort hook.
 class Trainer {
  public:
-  Trainer(const Options& o, sigma::runtime::Session& s, const sigma::runtime::SessionOptions& so, double gemm)
+  Trainer(const Options& o, sigma::runtime::Session& s, const sigma::runtime::SessionOptions& so,
+          const moe::Rates& rates)
       : o_(o),
         s_(s),
         so_(so),
         corpus_(o.data),
         world_(env_u32("SIGMA_WORLD_SIZE", 1)),
-        gemm_(gemm),
-        plan_(plan_layout(o, world_, gemm)),
+        gemm_(rates.gemm_gflops),
+        plan_(moe::plan_layout(o.model, o.batch, world_, rates)),
+        predicted_step_s_(plan_.predicted_step_s),
         launch_rank_(env_u32("SIGMA_RANK", 0)),
         // Expert slots: twice the even share, so the autotuner has room to move experts in.
         slots_(std::min<int64_t>(o.model.experts, 2 * (o.model.experts / plan_.layout.ep))),
@@ -254,6 +197,11 @@ class Trainer {
     if (kept.contains("guardrails"))
       guard_->restore_state(kept["guardrails"].get<std::string>());  // the policy
     tuner_.restore(kept, model_, *dispatcher_);                      // the experts' placement as it was
+    // The planner's prediction, priced again with the links as the HAL measures them (once, all ranks).
+    if (s_.generation() == 1) {
+      links_ = moe::probe_links(s_.comm(), s_.plugin(), world_);
+      predicted_step_s_ = moe::predict_with_links(plan_, links_);
+    }
     if (s_.rank() == 0 && !log_) log_.emplace(so_.job_dir + "/trainer.jsonl");
     if (log_) {
       log_->write({{"event", "joined"},
@@ -263,8 +211,11 @@ class Trainer {
                    {"generation", s_.generation()},
                    {"index", index},
                    {"plan", plan_.describe},
-                   {"predicted_step_s", plan_.predicted_step_s},
+                   {"predicted_step_s", predicted_step_s_},
                    {"gemm_gflops", gemm_},
+                   {"model_gflops", plan_.devices.model_tflops * 1e3},
+                   {"link_latency_us", links_.latency_us},
+                   {"link_gbps", links_.gbps},
                    {"flops_per_token", plan_.flops_per_token},
                    {"world", world_}});
     }
@@ -420,7 +371,9 @@ class Trainer {
   const moe::Corpus corpus_;
   const uint32_t world_;
   const double gemm_;
-  const Chosen plan_;
+  const moe::Chosen plan_;
+  double predicted_step_s_;
+  moe::Links links_;
   const uint32_t launch_rank_;
   const int64_t slots_;
   moe::Model model_;
@@ -445,7 +398,7 @@ class Trainer {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"moe_trainer: a byte-level MoE transformer trained under sigmarun"};
-  bool measure = false;
+  bool measure = false, measure_model = false;
   app.add_flag("--measure-gemm", measure, "print this machine's one-thread GEMM rate in GFLOP/s and exit");
   app.add_option("--data", o.data, "text file to train on");
   app.add_option("--steps", o.steps, "training steps");
@@ -462,6 +415,9 @@ int main(int argc, char** argv) {
   app.add_option("--capacity-factor", o.model.capacity_factor, "per expert and rank; 0: dropless");
   app.add_option("--threads", o.threads, "libtorch threads per worker");
   app.add_option("--gemm-gflops", o.gemm_gflops, "measured GEMM rate of one worker (0: measure now)");
+  app.add_flag("--measure-model", measure_model,
+               "print this model's whole-step rate alone on one core in GFLOP/s and exit");
+  app.add_option("--model-gflops", o.model_gflops, "... as --measure-model prints it (0: measure now)");
   app.add_option("--guardrails", o.guardrails, "guardrails YAML (default: f32 training, spike rollback on)");
   app.add_flag("!--no-guardrails", o.guardrails_on,
                "apply every step unchecked (the overhead benchmark's baseline)");
@@ -478,13 +434,20 @@ int main(int argc, char** argv) {
     if (auto* set = reinterpret_cast<void (*)(int)>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
       set(o.threads);
     if (measure) {
-      std::printf("%.2f\n", measure_gemm_gflops());
+      std::printf("%.2f\n", moe::measure_gemm_gflops());
+      return 0;
+    }
+    if (measure_model) {
+      std::printf("%.2f\n", moe::measure_model_gflops(o.model, o.batch, o.seed));
       return 0;
     }
     if (o.data.empty()) throw std::runtime_error("moe_trainer: --data FILE is required");
     const auto so = sigma::runtime::SessionOptions::from_env();
     sigma::runtime::Session s(so);  // connects to sigmarun's agent, self-tests the device
-    Trainer t(o, s, so, o.gemm_gflops > 0 ? o.gemm_gflops : measure_gemm_gflops());
+    const moe::Rates rates{
+        o.gemm_gflops > 0 ? o.gemm_gflops : moe::measure_gemm_gflops(),
+        o.model_gflops > 0 ? o.model_gflops : moe::measure_model_gflops(o.model, o.batch, o.seed)};
+    Trainer t(o, s, so, rates);
 
     // The loop: join, steps, recover from any libsigma error, finish.
     uint64_t step = 0;

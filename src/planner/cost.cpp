@@ -107,8 +107,10 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
   const double t = l.tp, pp = l.pp, v = l.vpp, c = l.cp, e = l.ep;
   const double micro = std::ceil(B / l.dp / l.micro_batch);
   const double rate = (d.gemm_tflops > 0 ? d.gemm_tflops : 0.7 * d.peak_tflops) * 1e12;
-  const double intra = d.intra_gbps * 1e9 * eff.link, inter = d.inter_gbps * 1e9 * eff.link;
-  const double lat = eff.latency_s;
+  const double link = d.links_measured ? 1.0 : eff.link;
+  const double intra = d.intra_gbps * 1e9 * link, inter = d.inter_gbps * 1e9 * link;
+  const double lat_in = d.intra_latency_us > 0 ? d.intra_latency_us * 1e-6 : eff.latency_s;
+  const double lat_out = d.inter_latency_us > 0 ? d.inter_latency_us * 1e-6 : eff.latency_s;
 
   Score sc;
   const double tokens = B * s, flops = model_flops_per_token(m) * tokens / N;
@@ -117,28 +119,37 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
   double extra = 0;
   if (l.recompute == Recompute::full) extra = (layer_flops + attn_flops) / 3;
   if (l.recompute == Recompute::selective) extra = attn_flops / 3;
-  sc.compute_s = (flops + extra) / rate * (1 + eff.non_gemm);
+  sc.compute_s = d.model_tflops > 0 ? (flops + extra) / (d.model_tflops * 1e12)
+                                    : (flops + extra) / rate * (1 + eff.non_gemm);
 
   const double act = l.micro_batch * s * h * m.bytes_per_param / c;  // one micro-batch's hidden states
   if (l.tp > 1) {
     const double reduces = (4.0 + (l.recompute == Recompute::full ? 2 : 0)) / (m.parallel_block ? 2 : 1);
-    const double bw = l.tp <= d.per_node ? intra : inter;
-    sc.tp_s = L / pp * micro * reduces * (2 * (t - 1) / t * act / bw + lat);
+    const bool in = l.tp <= d.per_node;
+    sc.tp_s =
+        L / pp * micro * reduces * (2 * (t - 1) / t * act / (in ? intra : inter) + (in ? lat_in : lat_out));
   }
   if (l.cp > 1) {
-    const double bw = l.tp * l.cp <= d.per_node ? intra : inter;
-    sc.cp_s = L / pp * micro * 3 * ((c - 1) / c * act * 2 * m.kv_heads / m.heads / t / bw + lat);
+    const bool in = l.tp * l.cp <= d.per_node;
+    sc.cp_s =
+        L / pp * micro * 3 *
+        ((c - 1) / c * act * 2 * m.kv_heads / m.heads / t / (in ? intra : inter) + (in ? lat_in : lat_out));
   }
   if (l.ep > 1) {
-    const double bw = l.ep <= d.per_node ? intra : inter;
-    sc.ep_s = L / pp * micro * 4 * ((e - 1) / e * act * m.top_k / bw + lat);
+    // Four exchanges of the tokens (to the experts and back, forward and
+    // backward) and two small ones before them: the per-expert counts an
+    // all-to-all(v) needs and the load statistics of the auxiliary loss.
+    const bool in = l.ep <= d.per_node;
+    const double lat = in ? lat_in : lat_out;
+    sc.ep_s = L / pp * micro * (4 * ((e - 1) / e * act * m.top_k / (in ? intra : inter) + lat) + 2 * lat);
   }
   const double uneven = std::ceil(L / (pp * v)) * pp * v / L;
   const double per_micro = (sc.compute_s + sc.tp_s + sc.cp_s + sc.ep_s) / micro * uneven;
   const double work = per_micro * micro;
   if (l.pp > 1) {
     sc.bubble_s = (pp - 1) / v * per_micro;
-    const double bw = static_cast<uint64_t>(l.tp) * l.cp * l.dp >= d.per_node ? inter : intra;
+    const bool out = static_cast<uint64_t>(l.tp) * l.cp * l.dp >= d.per_node;
+    const double bw = out ? inter : intra, lat = out ? lat_out : lat_in;
     sc.pp_s = f.blocking_p2p ? micro * 4 * (act / bw + lat) : micro * v * 2 * (act / t / bw + lat);
   }
   // Gradients: reduce-scatter inside the node, all-reduce of the shards
@@ -146,7 +157,8 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
   const double grads = params_on_device(m, l, p) * m.bytes_per_param;
   const double d_in = std::max(1.0, std::min<double>(l.dp, std::floor(d.per_node / (t * c))));
   const double n_out = std::ceil(l.dp / d_in);
-  double dp_s = 2 * (d_in - 1) / d_in * grads / intra + 2 * (n_out - 1) / n_out * grads / d_in / inter;
+  double dp_s = 2 * (d_in - 1) / d_in * grads / intra + 2 * (n_out - 1) / n_out * grads / d_in / inter +
+                (d_in > 1 ? lat_in : 0) + (n_out > 1 ? lat_out : 0);
   if (l.sharding == Sharding::full) dp_s *= 1.5;  // parameters gathered again for backward
   sc.dp_s = dp_s * (1 - f.dp_overlap);
   // The breakdown is of the step: compute and the per-layer exchanges stretched by uneven stages.

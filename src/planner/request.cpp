@@ -44,7 +44,8 @@ void read_model(const Reader& r, const YAML::Node& n, Model& m) {
 
 void read_devices(const Reader& r, const YAML::Node& n, Devices& d) {
   r.only_keys(n, "devices",
-              {"count", "per_node", "memory_gib", "peak_tflops", "gemm_tflops", "intra_gbps", "inter_gbps"});
+              {"count", "per_node", "memory_gib", "peak_tflops", "gemm_tflops", "intra_gbps", "inter_gbps",
+               "intra_latency_us", "inter_latency_us", "links_measured", "model_tflops"});
   if (!n["count"]) r.fail(n, "devices.count", "missing");
   if (!n["peak_tflops"]) r.fail(n, "devices.peak_tflops", "missing");
   d.count = static_cast<uint32_t>(r.integer(n["count"], "devices.count", 1, 1u << 24));
@@ -56,6 +57,13 @@ void read_devices(const Reader& r, const YAML::Node& n, Devices& d) {
   if (n["memory_gib"]) d.memory_gib = r.number(n["memory_gib"], "devices.memory_gib", 1e-3, 1e9);
   if (n["intra_gbps"]) d.intra_gbps = r.number(n["intra_gbps"], "devices.intra_gbps", 1e-6, 1e9);
   if (n["inter_gbps"]) d.inter_gbps = r.number(n["inter_gbps"], "devices.inter_gbps", 1e-6, 1e9);
+  if (n["intra_latency_us"])
+    d.intra_latency_us = r.number(n["intra_latency_us"], "devices.intra_latency_us", 0, 1e7);
+  if (n["inter_latency_us"])
+    d.inter_latency_us = r.number(n["inter_latency_us"], "devices.inter_latency_us", 0, 1e7);
+  if (n["links_measured"]) d.links_measured = r.boolean(n["links_measured"], "devices.links_measured");
+  if (n["model_tflops"])
+    d.model_tflops = r.number(n["model_tflops"], "devices.model_tflops", 1e-6, d.peak_tflops);
 }
 
 void read_framework(const Reader& r, const YAML::Node& n, Framework& f) {

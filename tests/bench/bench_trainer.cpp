@@ -10,7 +10,10 @@
 // Throughput is the tokens of the steps over the time between rank 0's first
 // and last step (start-up excluded), from each job's report.json. Also
 // reported: MFU against the measured GEMM rate, and the planner's predicted
-// step time against the measured median (trainer.jsonl).
+// step time (given the GEMM and whole-model rates measured alone on a core,
+// and the links the trainer measured through the HAL) against the measured
+// median step of the features-off side, which is what the planner prices
+// (trainer.jsonl); the features' cost is the on/off ratio.
 //
 // Time to first step after a SIGKILL: the same model under sigmarun (one
 // warm spare, a memory-tier snapshot every step) and under torchrun (Debian
@@ -74,7 +77,12 @@ struct Figures {
   double tokens_per_s = 0, mfu = 0, median_step_s = 0, predicted_step_s = 0;
 };
 
-Figures job(bool features, double gemm, int workers) {
+// One worker alone on a core: the trainer's own measurements.
+struct Rates {
+  double gemm = 0, model = 0;
+};
+
+Figures job(bool features, const Rates& rates, int workers) {
   const std::string dir = fs::temp_directory_path() / ("bench-trainer-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   std::vector<std::string> args{SIGMARUN,        "--nproc",    std::to_string(workers), "--job-dir", dir,
@@ -85,8 +93,9 @@ Figures job(bool features, double gemm, int workers) {
   } else {
     args.insert(args.end(), {"--snapshot-every", "1000000"});
   }
-  args.insert(args.end(), {"--", MOE_TRAINER, "--data", text(), "--steps", std::to_string(kSteps),
-                           "--gemm-gflops", std::to_string(gemm)});
+  args.insert(args.end(),
+              {"--", MOE_TRAINER, "--data", text(), "--steps", std::to_string(kSteps), "--gemm-gflops",
+               std::to_string(rates.gemm), "--model-gflops", std::to_string(rates.model)});
   if (!features) args.insert(args.end(), {"--no-guardrails", "--no-autotune"});
   Figures f;
   if (run(args) != 0) return f;
@@ -115,25 +124,28 @@ Figures job(bool features, double gemm, int workers) {
 }
 
 void BM_TrainerFeaturesOnVsOff(benchmark::State& state) {
-  double gemm = 0;
-  {
-    const std::string out = fs::temp_directory_path() / "bench-trainer-gemm.txt";
-    std::vector<std::string> a{"sh", "-c", std::string(MOE_TRAINER) + " --measure-gemm > " + out};
+  Rates rates;
+  for (auto [flag, to] :
+       {std::pair{"--measure-gemm", &rates.gemm}, std::pair{"--measure-model", &rates.model}}) {
+    const std::string out = fs::temp_directory_path() / "bench-trainer-rate.txt";
+    std::vector<std::string> a{"sh", "-c", std::string(MOE_TRAINER) + " " + flag + " > " + out};
     run(a);
-    std::ifstream(out) >> gemm;
+    std::ifstream(out) >> *to;
   }
-  std::vector<double> on, off;
+  std::vector<double> on, off, off_step, planned;
   Figures last_on;
   for (auto _ : state) {
     // Interleaved, so drift on the machine hits both sides alike.
     const int workers = static_cast<int>(state.range(0));
-    const Figures a = job(true, gemm, workers), b = job(false, gemm, workers);
+    const Figures a = job(true, rates, workers), b = job(false, rates, workers);
     if (a.tokens_per_s <= 0 || b.tokens_per_s <= 0) {
       state.SkipWithError("a trainer job failed (see a run without --no-report)");
       return;
     }
     on.push_back(a.tokens_per_s);
     off.push_back(b.tokens_per_s);
+    off_step.push_back(b.median_step_s);
+    planned.push_back(b.predicted_step_s);
     last_on = a;
   }
   auto median = [](std::vector<double> v) {
@@ -144,10 +156,11 @@ void BM_TrainerFeaturesOnVsOff(benchmark::State& state) {
   state.counters["off_tokens_per_s"] = median(off);
   state.counters["on_over_off"] = median(on) / median(off);
   state.counters["mfu_on"] = last_on.mfu;
-  state.counters["gemm_gflops"] = gemm;
-  state.counters["step_s_measured"] = last_on.median_step_s;
-  state.counters["step_s_planned"] = last_on.predicted_step_s;
-  state.counters["planned_over_measured"] = last_on.predicted_step_s / last_on.median_step_s;
+  state.counters["gemm_gflops"] = rates.gemm;
+  state.counters["model_gflops"] = rates.model;
+  state.counters["step_s_off"] = median(off_step);
+  state.counters["step_s_planned"] = median(planned);
+  state.counters["planned_over_off"] = median(planned) / median(off_step);
 }
 // 4 workers share the 2 cores (the demo's shape: every collective waits for
 // a scheduling round); 2 have a core each (a worker per device, as a
@@ -210,6 +223,8 @@ double sigmarun_recovery() {
                                 std::to_string(kKillSteps),
                                 "--gemm-gflops",
                                 "100",
+                                "--model-gflops",
+                                "50",
                                 "--kill-at",
                                 std::to_string(kKillStep),
                                 "--kill-device",

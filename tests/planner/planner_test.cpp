@@ -125,6 +125,41 @@ std::string refusal(const std::string& yaml) {
 const char* kModel =
     "model: {layers: 4, hidden: 256, ffn: 1024, heads: 8, vocab: 256, seq: 128, global_batch: 32}\n";
 
+// What the HAL measured replaces the defaults: the model's own rate prices
+// compute with no non-GEMM share added, each level's latency is charged to
+// the exchanges on that level, and measured bandwidths get no link
+// efficiency.
+TEST(Planner, MeasuredRatesAndLinksReplaceTheDefaults) {
+  const Model m = small_moe();
+  Devices d = sixteen(80);
+  const Layout l{1, 1, 16, 8};  // ep 8 inside a node, dp 16 over two
+  const Efficiency eff{};
+  const Score base = evaluate(m, d, l, {}, eff);
+  const double flops = model_flops_per_token(m) * static_cast<double>(m.global_batch) * m.seq / d.count;
+  EXPECT_NEAR(base.compute_s, flops / (d.gemm_tflops * 1e12) * (1 + eff.non_gemm), 1e-12);
+
+  Devices measured = d;
+  measured.model_tflops = 100;
+  EXPECT_NEAR(evaluate(m, measured, l, {}, eff).compute_s, flops / 100e12, 1e-12);
+
+  // 2 ms more per intra-node exchange: 6 per layer and micro-batch (four of
+  // tokens, the counts, the load statistics); the gradient ring crosses nodes.
+  measured = d;
+  measured.intra_latency_us = eff.latency_s * 1e6 + 2000;
+  const Score slow = evaluate(m, measured, l, {}, eff);
+  const double micro = static_cast<double>(m.global_batch) / l.dp / l.micro_batch;
+  EXPECT_NEAR(slow.ep_s - base.ep_s, m.layers * micro * 6 * 2e-3, 1e-9);
+  measured.inter_latency_us = eff.latency_s * 1e6 + 5000;
+  EXPECT_NEAR(evaluate(m, measured, l, {}, eff).dp_s - slow.dp_s, 5e-3 * 0.5, 1e-9);  // half overlapped
+
+  measured = d;
+  measured.links_measured = true;
+  EXPECT_LT(evaluate(m, measured, l, {}, eff).dp_s, base.dp_s);
+  measured.intra_gbps *= eff.link;
+  measured.inter_gbps *= eff.link;
+  EXPECT_NEAR(evaluate(m, measured, l, {}, eff).dp_s, base.dp_s, 1e-12);
+}
+
 TEST(PlannerRequest, ReadsAWholeRequest) {
   const Request q = parse_request(std::string(kModel) +
                                       "devices: {count: 4, peak_tflops: 1.2, memory_gib: 16}\n"
@@ -138,6 +173,22 @@ TEST(PlannerRequest, ReadsAWholeRequest) {
   EXPECT_EQ(q.space.recompute.size(), 2u);
   EXPECT_EQ(q.top, 3u);
   EXPECT_FALSE(search(q.model, q.devices, q.space, q.framework, q.efficiency, q.top).empty());
+}
+
+TEST(PlannerRequest, ReadsMeasuredLinksAndRates) {
+  const Request q = parse_request(std::string(kModel) +
+                                      "devices: {count: 4, peak_tflops: 1.2, model_tflops: 0.4,\n"
+                                      "          intra_latency_us: 700, inter_latency_us: 2500,\n"
+                                      "          links_measured: true}\n",
+                                  "req.yaml");
+  EXPECT_DOUBLE_EQ(q.devices.model_tflops, 0.4);
+  EXPECT_DOUBLE_EQ(q.devices.intra_latency_us, 700);
+  EXPECT_DOUBLE_EQ(q.devices.inter_latency_us, 2500);
+  EXPECT_TRUE(q.devices.links_measured);
+  const std::string over =
+      refusal(std::string(kModel) + "devices: {count: 4, peak_tflops: 1,\n  model_tflops: 3}\n");
+  EXPECT_NE(over.find("req.yaml:3"), std::string::npos) << over;
+  EXPECT_NE(over.find("devices.model_tflops"), std::string::npos) << over;
 }
 
 TEST(PlannerRequest, RefusalsNameTheFileLineAndField) {

@@ -84,10 +84,30 @@ struct Fixture {
       std::ofstream(file) << scenario;
       args.insert(args.end(), {"--vendor", "sim", "--vendor-options", "scenario=" + file + ";rank={device}"});
     }
-    args.insert(args.end(),
-                {"--",        MOE_TRAINER, "--data",        text,  "--steps",      "60",      "--layers", "2",
-                 "--d-model", "64",        "--ffn",         "128", "--seq",        "32",      "--batch",  "4",
-                 "--warmup",  "10",        "--gemm-gflops", "50",  "--guardrails", GUARDRAILS});
+    args.insert(args.end(), {"--",
+                             MOE_TRAINER,
+                             "--data",
+                             text,
+                             "--steps",
+                             "60",
+                             "--layers",
+                             "2",
+                             "--d-model",
+                             "64",
+                             "--ffn",
+                             "128",
+                             "--seq",
+                             "32",
+                             "--batch",
+                             "4",
+                             "--warmup",
+                             "10",
+                             "--gemm-gflops",
+                             "50",
+                             "--model-gflops",
+                             "25",
+                             "--guardrails",
+                             GUARDRAILS});
     args.insert(args.end(), extra.begin(), extra.end());
     const int rc = run(args, root + "/" + name + ".log");
     EXPECT_EQ(rc, 0) << name << ":\n" << read_file(root + "/" + name + ".log");
