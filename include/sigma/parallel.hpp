@@ -42,15 +42,28 @@ namespace sigma::parallel {
 // --- Layout ------------------------------------------------------------------
 
 struct Layout {
-  uint32_t dp = 1;  // data-parallel degree (per pipeline stage)
-  uint32_t ep = 1;  // expert-parallel degree; divides dp
-  uint32_t pp = 1;  // pipeline stages
+  uint32_t dp = 1;   // data-parallel degree (per pipeline stage)
+  uint32_t ep = 1;   // expert-parallel degree; divides dp
+  uint32_t pp = 1;   // pipeline stages
+  uint32_t vpp = 1;  // model chunks per stage (interleaved 1F1B when > 1)
   uint32_t world() const { return dp * pp; }
 };
 
 // pipeline_grad has the pipeline's members: a second communicator, so that
-// gradients going back never queue behind activations going forward.
-enum class GroupKind { data, expert, expert_data, pipeline, pipeline_grad };
+// gradients going back never queue behind activations going forward. With
+// interleaving (vpp > 1) two more carry what wraps from the last stage to
+// the first between chunks (activations) and back (gradients): operations
+// on one communicator run in posting order, and a stage whose sends and
+// receives shared one would wait on itself (sigma/pipeline.hpp).
+enum class GroupKind {
+  data,
+  expert,
+  expert_data,
+  pipeline,
+  pipeline_grad,
+  pipeline_wrap,
+  pipeline_grad_wrap
+};
 SIGMA_EXPORT const char* group_kind_name(GroupKind kind);
 
 // Where one rank sits. Thread-safety: plain data.
@@ -62,7 +75,8 @@ struct Coords {
 };
 
 // Throws Error(invalid_argument) saying which degree is wrong: a zero
-// degree, ep not dividing dp, or dp * pp != world. Pure.
+// degree, ep not dividing dp, dp * pp != world, or vpp > 1 with one stage.
+// Pure.
 SIGMA_EXPORT void check_layout(const Layout& layout, uint32_t world);
 // Pure; `rank` < layout.world().
 SIGMA_EXPORT Coords coords_of(const Layout& layout, uint32_t rank);
@@ -83,7 +97,7 @@ SIGMA_EXPORT ExpertRange expert_range(uint32_t num_experts, uint32_t ep, uint32_
 // --- In checkpoints ---------------------------------------------------------
 
 // The layout as the checkpoint's Metadata::parallel_plan holds it:
-// {"dp":4,"ep":2,"experts":8,"pp":1}. Pure.
+// {"dp":4,"ep":2,"experts":8,"pp":1,"vpp":1} ("vpp" absent reads as 1). Pure.
 SIGMA_EXPORT std::string layout_json(const Layout& layout, uint32_t num_experts);
 // Reads it back. Throws Error(invalid_argument) naming what is missing or
 // wrong (not JSON, a degree of 0, ep not dividing dp or the experts).
@@ -119,6 +133,8 @@ class SIGMA_EXPORT Groups {
   Groups(const Groups&) = delete;
   Groups& operator=(const Groups&) = delete;
 
+  // Throws Error(invalid_argument) for the wrap groups of a layout with
+  // vpp 1, which has none.
   hal::Communicator& comm(GroupKind kind) const;
   // Aborts every group's communicator (what is in flight ends with
   // Error(aborted)). Any thread, like hal::Communicator::abort.
@@ -127,11 +143,14 @@ class SIGMA_EXPORT Groups {
   uint32_t size_of(GroupKind kind) const;
   const Layout& layout() const { return layout_; }
   const Coords& coords() const { return coords_; }
+  uint32_t world_rank() const { return rank_; }
 
  private:
   struct Group;
+  const Group& group(GroupKind kind) const;
   Layout layout_;
   Coords coords_;
+  uint32_t rank_ = 0;
   std::vector<std::unique_ptr<Group>> groups_;  // indexed by GroupKind
 };
 

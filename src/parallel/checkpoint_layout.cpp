@@ -8,7 +8,8 @@
 namespace sigma::parallel {
 
 std::string layout_json(const Layout& l, uint32_t num_experts) {
-  return nlohmann::json{{"dp", l.dp}, {"ep", l.ep}, {"pp", l.pp}, {"experts", num_experts}}.dump();
+  return nlohmann::json{{"dp", l.dp}, {"ep", l.ep}, {"pp", l.pp}, {"vpp", l.vpp}, {"experts", num_experts}}
+      .dump();
 }
 
 Layout parse_layout_json(const std::string& text, uint32_t* num_experts) {
@@ -26,6 +27,7 @@ Layout parse_layout_json(const std::string& text, uint32_t* num_experts) {
   l.dp = degree("dp");
   l.ep = degree("ep");
   l.pp = degree("pp");
+  if (j.contains("vpp")) l.vpp = degree("vpp");  // absent before interleaving existed
   const uint32_t experts = degree("experts");
   check_layout(l, l.world());
   expert_range(experts, l.ep, 0);  // ep divides the experts

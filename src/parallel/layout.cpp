@@ -9,8 +9,9 @@ namespace sigma::parallel {
 
 namespace {
 
-constexpr GroupKind kKinds[] = {GroupKind::data, GroupKind::expert, GroupKind::expert_data,
-                                GroupKind::pipeline, GroupKind::pipeline_grad};
+constexpr GroupKind kKinds[] = {
+    GroupKind::data,          GroupKind::expert,        GroupKind::expert_data,       GroupKind::pipeline,
+    GroupKind::pipeline_grad, GroupKind::pipeline_wrap, GroupKind::pipeline_grad_wrap};
 
 }  // namespace
 
@@ -26,15 +27,21 @@ const char* group_kind_name(GroupKind kind) {
       return "pipeline";
     case GroupKind::pipeline_grad:
       return "pipeline_grad";
+    case GroupKind::pipeline_wrap:
+      return "pipeline_wrap";
+    case GroupKind::pipeline_grad_wrap:
+      return "pipeline_grad_wrap";
   }
   return "unknown";
 }
 
 void check_layout(const Layout& layout, uint32_t world) {
   const std::string shape = "layout dp=" + std::to_string(layout.dp) + " ep=" + std::to_string(layout.ep) +
-                            " pp=" + std::to_string(layout.pp);
-  if (layout.dp == 0 || layout.ep == 0 || layout.pp == 0)
+                            " pp=" + std::to_string(layout.pp) + " vpp=" + std::to_string(layout.vpp);
+  if (layout.dp == 0 || layout.ep == 0 || layout.pp == 0 || layout.vpp == 0)
     throw Error(Code::invalid_argument, shape + ": every degree must be at least 1");
+  if (layout.vpp > 1 && layout.pp == 1)
+    throw Error(Code::invalid_argument, shape + ": interleaving (vpp > 1) needs two pipeline stages or more");
   if (layout.dp % layout.ep != 0)
     throw Error(Code::invalid_argument, shape + ": ep must divide dp (experts fold into data parallelism)");
   if (static_cast<uint64_t>(layout.dp) * layout.pp != world)
@@ -72,6 +79,8 @@ std::vector<uint32_t> group_members(const Layout& layout, uint32_t rank, GroupKi
       break;
     case GroupKind::pipeline:
     case GroupKind::pipeline_grad:
+    case GroupKind::pipeline_wrap:
+    case GroupKind::pipeline_grad_wrap:
       for (uint32_t s = 0; s < layout.pp; ++s) out.push_back(s * layout.dp + c.dp_index);
       break;
   }
@@ -89,6 +98,8 @@ uint32_t group_index(const Layout& layout, uint32_t rank, GroupKind kind) {
       return c.stage * layout.ep + c.ep_index;
     case GroupKind::pipeline:
     case GroupKind::pipeline_grad:
+    case GroupKind::pipeline_wrap:
+    case GroupKind::pipeline_grad_wrap:
       return c.dp_index;
   }
   return 0;
@@ -117,8 +128,12 @@ struct Groups::Group {
 
 Groups::Groups(hal::PluginPtr plugin, std::shared_ptr<bootstrap::Store> store, const std::string& prefix,
                uint32_t device, uint32_t rank, const Layout& layout, std::chrono::nanoseconds timeout)
-    : layout_(layout), coords_(coords_of(layout, rank)) {
+    : layout_(layout), coords_(coords_of(layout, rank)), rank_(rank) {
   for (GroupKind kind : kKinds) {
+    if (layout.vpp == 1 && (kind == GroupKind::pipeline_wrap || kind == GroupKind::pipeline_grad_wrap)) {
+      groups_.push_back(nullptr);  // none without interleaving
+      continue;
+    }
     const auto members = group_members(layout, rank, kind);
     uint32_t me = 0;
     while (members[me] != rank) ++me;
@@ -153,6 +168,7 @@ void Groups::abort() {
   // Every group is aborted even when one refuses; the first refusal is thrown.
   std::exception_ptr first;
   for (auto& g : groups_) {
+    if (!g) continue;
     try {
       g->comm->abort();
     } catch (const Error&) {
@@ -162,8 +178,16 @@ void Groups::abort() {
   if (first) std::rethrow_exception(first);
 }
 
-hal::Communicator& Groups::comm(GroupKind kind) const { return *groups_.at(static_cast<size_t>(kind))->comm; }
-uint32_t Groups::rank_in(GroupKind kind) const { return groups_.at(static_cast<size_t>(kind))->rank; }
-uint32_t Groups::size_of(GroupKind kind) const { return groups_.at(static_cast<size_t>(kind))->size; }
+const Groups::Group& Groups::group(GroupKind kind) const {
+  const auto& g = groups_.at(static_cast<size_t>(kind));
+  if (!g)
+    throw Error(Code::invalid_argument, std::string("no ") + group_kind_name(kind) +
+                                            " group: the layout does not interleave (vpp 1)");
+  return *g;
+}
+
+hal::Communicator& Groups::comm(GroupKind kind) const { return *group(kind).comm; }
+uint32_t Groups::rank_in(GroupKind kind) const { return group(kind).rank; }
+uint32_t Groups::size_of(GroupKind kind) const { return group(kind).size; }
 
 }  // namespace sigma::parallel

@@ -97,6 +97,10 @@ TEST(ExpertReshard, ABlockOfTheWrongSizeOrABadPlanIsRefused) {
   EXPECT_THROW(parse_layout_json(R"({"dp":4,"ep":2,"pp":0,"experts":8})"), Error);
   EXPECT_THROW(parse_layout_json(R"({"dp":4,"ep":4,"pp":1,"experts":6})"), Error);
   EXPECT_NO_THROW(parse_layout_json(layout_json({4, 2, 1}, 8)));
+  // Interleaving travels with the layout; a plan written before it existed reads as vpp 1.
+  EXPECT_EQ(parse_layout_json(layout_json({2, 2, 2, 3}, 8)).vpp, 3u);
+  EXPECT_EQ(parse_layout_json(R"({"dp":4,"ep":2,"pp":1,"experts":8})").vpp, 1u);
+  EXPECT_THROW(parse_layout_json(R"({"dp":4,"ep":2,"pp":1,"vpp":2,"experts":8})"), Error);
 }
 
 }  // namespace

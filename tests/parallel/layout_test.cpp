@@ -26,6 +26,14 @@ TEST(ParallelLayout, RejectsDegreesThatDoNotFitTheWorldSayingWhich) {
     EXPECT_NE(std::string(e.what()).find("ep must divide dp"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(check_layout({4, 2, 2}, 8));
+  EXPECT_NO_THROW(check_layout({4, 2, 2, 2}, 8));
+  EXPECT_THROW(check_layout({4, 2, 2, 0}, 8), Error);
+  try {
+    check_layout({4, 2, 1, 2}, 4);
+    ADD_FAILURE() << "interleaving one stage";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("two pipeline stages"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ParallelLayout, EveryKindPartitionsTheWorldAndExpertGroupsAreConsecutive) {
@@ -74,6 +82,9 @@ TEST(ParallelGroups, EachCommunicatorReachesExactlyItsMembers) {
       EXPECT_EQ(m.at(rank_in), r);
       EXPECT_EQ(sum, std::accumulate(m.begin(), m.end(), uint64_t{0})) << "rank " << r << " " << name;
     }
+    std::string wrap, code;
+    ASSERT_TRUE(in >> wrap >> code) << "rank " << r;
+    EXPECT_EQ(wrap + " " + code, "no_wrap invalid_argument") << "rank " << r;
   }
 }
 

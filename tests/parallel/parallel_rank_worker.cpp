@@ -33,6 +33,12 @@ void groups_case(uint32_t rank, const std::string& dir, std::shared_ptr<bootstra
     out << parallel::group_kind_name(kind) << " " << g.rank_in(kind) << " " << g.size_of(kind) << " " << v
         << "\n";
   }
+  try {  // no interleaving, no wrap groups
+    g.comm(parallel::GroupKind::pipeline_wrap);
+    out << "pipeline_wrap present\n";
+  } catch (const Error& e) {
+    out << "no_wrap " << code_name(e.code()) << "\n";
+  }
 }
 
 void moe_case(const test::Case& c, uint32_t rank, uint32_t world, const std::string& dir,
@@ -75,38 +81,43 @@ void moe_case(const test::Case& c, uint32_t rank, uint32_t world, const std::str
 // micro-batches in 1F1B; writes its weight gradient and measured bubble.
 // "pipe_kill": the same on 3 stages, where stage 1 kills itself (SIGKILL)
 // in its forward of micro-batch 3; the others must fail naming it.
-void pipe_case(bool kill, uint32_t rank, uint32_t world, const std::string& dir,
+// "pipe_interleaved": every rank holds 2 chunks of a model of 2 x world
+// parts (chunk c of stage s is part c * world + s), interleaved 1F1B;
+// writes each part's gradient as grad-PART.
+void pipe_case(const std::string& name, uint32_t rank, uint32_t world, const std::string& dir,
                std::shared_ptr<bootstrap::Store> store) {
+  const bool kill = name == "pipe_kill";
   parallel::Layout layout;
   layout.pp = world;
+  layout.vpp = name == "pipe_interleaved" ? 2 : 1;
   parallel::Groups g(hal::Plugin::load("cpu"), std::move(store), "pipe/", 0, rank, layout, kTimeout);
   parallel::PipelineOptions opt;
   opt.micro_batches = 8;
   opt.activation_bytes = test::kActivationBytes;
   opt.timeout = std::chrono::seconds(20);
-  opt.world_ranks = parallel::group_members(layout, rank, parallel::GroupKind::pipeline);
   const uint32_t stage = g.rank_in(parallel::GroupKind::pipeline);
-  parallel::Pipeline pipe(g.comm(parallel::GroupKind::pipeline), g.comm(parallel::GroupKind::pipeline_grad),
-                          stage, world, opt);
-  test::Stage model(stage);
+  parallel::Pipeline pipe(g, opt);  // the groups' communicators, chunks from the layout
+  std::vector<test::Stage> chunks;
+  for (uint32_t c = 0; c < layout.vpp; ++c) chunks.emplace_back(c * world + stage);
   parallel::StageFns fns;
-  fns.forward = [&](uint32_t micro, const void* in, void* out) {
+  fns.forward = [&](uint32_t micro, uint32_t chunk, const void* in, void* out) {
     if (kill && stage == 1 && micro == 3) ::raise(SIGKILL);
     const auto x = in ? std::vector<float>(static_cast<const float*>(in),
                                            static_cast<const float*>(in) + test::kRows * test::kWidth)
                       : test::input(micro);
-    const auto y = model.forward(micro, x.data());
+    const auto y = chunks.at(chunk).forward(micro, x.data());
     if (out) std::memcpy(out, y.data(), test::kActivationBytes);
   };
-  fns.backward = [&](uint32_t micro, const void* grad_out, void* grad_in) {
-    const auto gx = model.backward(micro, static_cast<const float*>(grad_out));
+  fns.backward = [&](uint32_t micro, uint32_t chunk, const void* grad_out, void* grad_in) {
+    const auto gx = chunks.at(chunk).backward(micro, static_cast<const float*>(grad_out));
     if (grad_in) std::memcpy(grad_in, gx.data(), test::kActivationBytes);
   };
   try {
     const auto stats = pipe.run(fns);
-    std::ofstream(dir + "/grad-" + std::to_string(rank), std::ios::binary)
-        .write(reinterpret_cast<const char*>(model.dw.data()),
-               static_cast<std::streamsize>(model.dw.size() * 4));
+    for (uint32_t c = 0; c < layout.vpp; ++c)
+      std::ofstream(dir + "/grad-" + std::to_string(c * world + stage), std::ios::binary)
+          .write(reinterpret_cast<const char*>(chunks[c].dw.data()),
+                 static_cast<std::streamsize>(chunks[c].dw.size() * 4));
     std::ofstream(dir + "/bubble-" + std::to_string(rank)) << stats.bubble() << "\n";
   } catch (const Error& e) {
     std::ofstream(dir + "/error-" + std::to_string(rank)) << code_name(e.code()) << ": " << e.what() << "\n";
@@ -130,8 +141,8 @@ int main(int argc, char** argv) {
       groups_case(rank, dir, store);
     } else if (name == "autotune") {
       test::autotune_case(rank, world, dir, store);
-    } else if (name == "pipe" || name == "pipe_kill") {
-      pipe_case(name == "pipe_kill", rank, world, dir, store);
+    } else if (name == "pipe" || name == "pipe_kill" || name == "pipe_interleaved") {
+      pipe_case(name, rank, world, dir, store);
     } else {
       const auto it = test::cases().find(name);
       if (it == test::cases().end()) throw Error(Code::invalid_argument, "no case " + name);
