@@ -223,6 +223,10 @@ struct DispatchOptions {
   // Each collective's bound; a peer that does not arrive in time aborts the
   // communicator and throws Error(timeout).
   std::chrono::nanoseconds timeout = std::chrono::seconds(60);
+  // The communicator's device: where the *_on_device calls' buffers are,
+  // and where the small exchanges (counts, statistics) are staged when its
+  // memory is not host-addressable.
+  uint32_t device = 0;
 };
 
 // What one dispatch decided, kept until its combine (one per MoE layer and
@@ -299,12 +303,40 @@ class SIGMA_EXPORT Dispatcher {
   void from_experts(const Plan& plan, const void* expert_rows, uint64_t hidden, hal_dtype_t dtype,
                     std::vector<uint8_t>& out);
 
+  // --- On device memory --------------------------------------------------
+  // dispatch and combine with tokens, rows and outputs in the device memory
+  // (options.device) of the expert communicator's plugin (hal::Buffer pointers; any
+  // memory the plugin's collectives take). Nothing is staged through the
+  // host by libsigma: the permute and the weighted unpermute run through
+  // the plugin's kernels extension (kernels.hpp's Place entry points, which
+  // stage only where a plugin lacks it), the all-to-all(v) takes the
+  // device buffers, and the reorder between source-major and expert-major
+  // rows is the device's memcpy. The plan's row map and the weights (small)
+  // are copied to the device. Results equal the host path's bit for bit.
+  // all-to-all exchange only (Error(not_supported) for all-gather). `rows`
+  // holds plan.expert_rows() rows, `out` plan.num_tokens rows. Collective.
+  void dispatch_on_device(const Plan& plan, const void* tokens, uint64_t hidden, hal_dtype_t dtype,
+                          void* rows);
+  void combine_on_device(const Plan& plan, const void* expert_out, const float* weights, uint64_t hidden,
+                         hal_dtype_t dtype, void* out);
+
   // Collective. The group's load statistics: every rank's LoadStats added
   // in rank order (so every rank computes the same auxiliary loss).
   LoadStats global_stats(const LoadStats& local);
 
  private:
   void run(const hal_coll_args_t& args);
+  // A collective on small host buffers, staged through device buffers
+  // where the device's memory is not host-addressable.
+  void run_small(hal_coll_args_t args, uint64_t send_bytes, uint64_t recv_bytes);
+  // Reused device buffers (grown, never shrunk).
+  struct DeviceScratch {
+    std::unique_ptr<hal::Buffer> buffer;
+    uint32_t device = 0;
+  };
+  void* device_scratch(DeviceScratch& s, uint32_t device, uint64_t bytes);
+  void to_device(void* dst, uint32_t device, const void* src, uint64_t bytes);
+  DeviceScratch dev_sent_, dev_exchange_, dev_back_, dev_row_of_, dev_weights_, dev_small_in_, dev_small_out_;
   hal::Communicator& comm_;
   uint32_t ep_rank_, ep_size_, local_experts_;
   DispatchOptions options_;

@@ -91,6 +91,22 @@ void Dispatcher::set_placement(const std::vector<uint32_t>& owner) {
 
 void Dispatcher::run(const hal_coll_args_t& args) { comm_.run(args, options_.timeout); }
 
+void Dispatcher::run_small(hal_coll_args_t a, uint64_t send_bytes, uint64_t recv_bytes) {
+  const hal::Plugin& pl = *comm_.plugin();
+  const uint32_t dev = options_.device;
+  if (pl.host_addressable(dev)) return run(a);
+  void* host_out = a.recvbuf;
+  void* in = device_scratch(dev_small_in_, dev, send_bytes);
+  void* out = device_scratch(dev_small_out_, dev, recv_bytes);
+  to_device(in, dev, a.sendbuf, send_bytes);
+  a.sendbuf = in;
+  a.recvbuf = out;
+  run(a);
+  if (recv_bytes)
+    pl.check(pl.device_api().memcpy(dev, host_out, out, recv_bytes, HAL_COPY_DEVICE_TO_HOST, nullptr),
+             "hal_device_api_t.memcpy (MoE counts from the device)");
+}
+
 Plan Dispatcher::plan(const Routing& routing) {
   const size_t E = options_.num_experts, L = local_experts_, R = ep_size_;
   Plan p;
@@ -122,12 +138,14 @@ Plan Dispatcher::plan(const Routing& routing) {
       rd[j] = j * L;
     }
     std::vector<uint64_t> recv(std::max<size_t>(R * L, 1));
-    run(alltoallv(HAL_DTYPE_I64, sent.data(), recv.data(), sc, sd, rc, rd));
+    run_small(alltoallv(HAL_DTYPE_I64, sent.data(), recv.data(), sc, sd, rc, rd), sent.size() * 8,
+              recv.size() * 8);
     std::copy(recv.begin(), recv.begin() + static_cast<ptrdiff_t>(R * L), p.recv_counts.begin());
   } else {
     p.source_offsets.resize(R * (E + 1));
     std::vector<uint64_t> mine(p.sent_offsets);
-    run(hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_I64, E + 1, mine.data(), p.source_offsets.data()));
+    run_small(hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_I64, E + 1, mine.data(), p.source_offsets.data()),
+              mine.size() * 8, p.source_offsets.size() * 8);
     const uint32_t first = first_slot_[ep_rank_];
     for (uint32_t s = 0; s < ep_size_; ++s)
       for (uint32_t l = 0; l < L; ++l) {
@@ -153,6 +171,59 @@ uint64_t expert_block(const Plan& p, uint32_t L, uint32_t s, uint32_t l) {
   return off;
 }
 
+// The all-to-all(v) blocks in bytes: counts and displacements per rank.
+struct Blocks {
+  std::vector<uint64_t> sc, sd, rc, rd;
+  uint64_t recv_total = 0;
+  explicit Blocks(size_t R) : sc(R), sd(R), rc(R), rd(R) {}
+};
+
+// To the experts: each rank's slots of the sent layout out; from each
+// source, its rows for this rank's experts in, source-major.
+Blocks to_expert_blocks(const Plan& p, const std::vector<uint32_t>& first_slot, uint32_t L, uint32_t R,
+                        uint64_t row) {
+  Blocks b(R);
+  for (uint32_t j = 0; j < R; ++j) {
+    b.sd[j] = p.sent_offsets[first_slot[j]] * row;
+    b.sc[j] = (p.sent_offsets[first_slot[j + 1]] - p.sent_offsets[first_slot[j]]) * row;
+    uint64_t rows = 0;
+    for (uint32_t l = 0; l < L; ++l) rows += p.recv_counts[j * L + l];
+    b.rd[j] = b.recv_total;
+    b.rc[j] = rows * row;
+    b.recv_total += b.rc[j];
+  }
+  return b;
+}
+
+// Back: the reverse of to_expert_blocks.
+Blocks from_expert_blocks(const Plan& p, const std::vector<uint32_t>& first_slot, uint32_t L, uint32_t R,
+                          uint64_t row) {
+  Blocks b(R);
+  uint64_t at = 0;
+  for (uint32_t s = 0; s < R; ++s) {
+    b.sd[s] = at;
+    for (uint32_t l = 0; l < L; ++l) at += p.recv_counts[s * L + l] * row;
+    b.sc[s] = at - b.sd[s];
+    b.rd[s] = p.sent_offsets[first_slot[s]] * row;
+    b.rc[s] = (p.sent_offsets[first_slot[s + 1]] - p.sent_offsets[first_slot[s]]) * row;
+    b.recv_total += b.rc[s];
+  }
+  return b;
+}
+
+// Every (source, local expert) block: copy(expert-major byte offset,
+// source-major byte offset, bytes), in source-major order.
+template <typename Copy>
+void each_block(const Plan& p, uint32_t L, uint32_t R, uint64_t row, Copy copy) {
+  uint64_t at = 0;
+  for (uint32_t s = 0; s < R; ++s)
+    for (uint32_t l = 0; l < L; ++l) {
+      const uint64_t n = p.recv_counts[s * L + l] * row;
+      if (n) copy(expert_block(p, L, s, l) * row, at, n);
+      at += n;
+    }
+}
+
 }  // namespace
 
 std::vector<uint8_t> Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden,
@@ -168,28 +239,14 @@ void Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden, ha
   const size_t E = options_.num_experts, L = local_experts_, R = ep_size_;
   out.resize(p.expert_rows() * row);
   if (options_.exchange == Exchange::all_to_all) {
-    std::vector<uint64_t> sc(R), sd(R), rc(R), rd(R);
-    uint64_t recv_total = 0;
-    for (uint32_t j = 0; j < R; ++j) {
-      sd[j] = p.sent_offsets[first_slot_[j]] * row;
-      sc[j] = (p.sent_offsets[first_slot_[j + 1]] - p.sent_offsets[first_slot_[j]]) * row;
-      uint64_t rows = 0;
-      for (uint32_t l = 0; l < L; ++l) rows += p.recv_counts[j * L + l];
-      rd[j] = recv_total;
-      rc[j] = rows * row;
-      recv_total += rc[j];
-    }
+    const Blocks b = to_expert_blocks(p, first_slot_, L, R, row);
     static const uint8_t kNone = 0;
-    uint8_t* by_source = scratch(exchange_, recv_total);
-    run(alltoallv(HAL_DTYPE_U8, p.sent_rows() ? sent : &kNone, by_source, sc, sd, rc, rd));
+    uint8_t* by_source = scratch(exchange_, b.recv_total);
+    run(alltoallv(HAL_DTYPE_U8, p.sent_rows() ? sent : &kNone, by_source, b.sc, b.sd, b.rc, b.rd));
     // Source-major to expert-major.
-    uint64_t at = 0;
-    for (uint32_t s = 0; s < R; ++s)
-      for (uint32_t l = 0; l < L; ++l) {
-        const uint64_t n = p.recv_counts[s * L + l] * row;
-        if (n) std::memcpy(out.data() + expert_block(p, L, s, l) * row, by_source + at, n);
-        at += n;
-      }
+    each_block(p, L, R, row, [&](uint64_t expert_at, uint64_t source_at, uint64_t n) {
+      std::memcpy(out.data() + expert_at, by_source + source_at, n);
+    });
     return;
   }
   // All-gather: every source's sent rows, padded to the longest.
@@ -222,21 +279,12 @@ void Dispatcher::from_experts(const Plan& p, const void* expert_rows, uint64_t h
   const auto* in = static_cast<const uint8_t*>(expert_rows);
   out.resize(p.sent_rows() * row);
   if (options_.exchange == Exchange::all_to_all) {
-    std::vector<uint64_t> sc(R), sd(R), rc(R), rd(R);
+    const Blocks b = from_expert_blocks(p, first_slot_, L, R, row);
     uint8_t* by_source = scratch(exchange_, p.expert_rows() * row);
-    uint64_t at = 0;
-    for (uint32_t s = 0; s < R; ++s) {
-      sd[s] = at;
-      for (uint32_t l = 0; l < L; ++l) {
-        const uint64_t n = p.recv_counts[s * L + l] * row;
-        if (n) std::memcpy(by_source + at, in + expert_block(p, L, s, l) * row, n);
-        at += n;
-      }
-      sc[s] = at - sd[s];
-      rd[s] = p.sent_offsets[first_slot_[s]] * row;
-      rc[s] = (p.sent_offsets[first_slot_[s + 1]] - p.sent_offsets[first_slot_[s]]) * row;
-    }
-    run(alltoallv(HAL_DTYPE_U8, by_source, bytes_of(out), sc, sd, rc, rd));
+    each_block(p, L, R, row, [&](uint64_t expert_at, uint64_t source_at, uint64_t n) {
+      std::memcpy(by_source + source_at, in + expert_at, n);
+    });
+    run(alltoallv(HAL_DTYPE_U8, by_source, bytes_of(out), b.sc, b.sd, b.rc, b.rd));
     out.resize(p.sent_rows() * row);
     return;
   }
@@ -296,6 +344,80 @@ void Dispatcher::combine(const Plan& p, const void* expert_out, const float* wei
                          out);
 }
 
+void* Dispatcher::device_scratch(DeviceScratch& s, uint32_t device, uint64_t bytes) {
+  if (!s.buffer || s.device != device || s.buffer->size() < bytes) {
+    s.buffer.reset();
+    s.buffer = std::make_unique<hal::Buffer>(comm_.plugin(), device, std::max<uint64_t>(bytes, 1));
+    s.device = device;
+  }
+  return s.buffer->data();
+}
+
+void Dispatcher::to_device(void* dst, uint32_t device, const void* src, uint64_t bytes) {
+  const hal::Plugin& pl = *comm_.plugin();
+  if (bytes)
+    pl.check(pl.device_api().memcpy(device, dst, src, bytes, HAL_COPY_HOST_TO_DEVICE, nullptr),
+             "hal_device_api_t.memcpy (MoE plan to the device)");
+}
+
+namespace {
+
+void device_copy(const hal::Plugin& pl, uint32_t device, void* dst, const void* src, uint64_t bytes) {
+  pl.check(pl.device_api().memcpy(device, dst, src, bytes, HAL_COPY_DEVICE_TO_DEVICE, nullptr),
+           "hal_device_api_t.memcpy (MoE rows reordered on the device)");
+}
+
+}  // namespace
+
+void Dispatcher::dispatch_on_device(const Plan& p, const void* tokens, uint64_t hidden, hal_dtype_t dtype,
+                                    void* rows) {
+  const uint32_t device = options_.device;
+  if (options_.exchange != Exchange::all_to_all)
+    throw Error(Code::not_supported, "dispatch_on_device: the all-gather exchange runs on host memory only");
+  const uint64_t row = row_bytes(hidden, dtype, "dispatch_on_device");
+  const uint32_t L = local_experts_, R = ep_size_;
+  const kernels::Place where{comm_.plugin().get(), device};
+  auto* sent = static_cast<uint8_t*>(device_scratch(dev_sent_, device, p.sent_rows() * row));
+  if (p.num_tokens > 0) {
+    auto* row_of =
+        static_cast<int64_t*>(device_scratch(dev_row_of_, device, p.row_of.size() * sizeof(int64_t)));
+    to_device(row_of, device, p.row_of.data(), p.row_of.size() * sizeof(int64_t));
+    kernels::moe_permute(where, tokens, p.num_tokens, hidden, dtype, row_of, p.top_k, p.sent_rows(), sent);
+  }
+  const Blocks b = to_expert_blocks(p, first_slot_, L, R, row);
+  auto* by_source = static_cast<uint8_t*>(device_scratch(dev_exchange_, device, b.recv_total));
+  run(alltoallv(HAL_DTYPE_U8, sent, by_source, b.sc, b.sd, b.rc, b.rd));
+  const hal::Plugin& pl = *comm_.plugin();
+  each_block(p, L, R, row, [&](uint64_t expert_at, uint64_t source_at, uint64_t n) {
+    device_copy(pl, device, static_cast<uint8_t*>(rows) + expert_at, by_source + source_at, n);
+  });
+}
+
+void Dispatcher::combine_on_device(const Plan& p, const void* expert_out, const float* weights,
+                                   uint64_t hidden, hal_dtype_t dtype, void* out) {
+  const uint32_t device = options_.device;
+  if (options_.exchange != Exchange::all_to_all)
+    throw Error(Code::not_supported, "combine_on_device: the all-gather exchange runs on host memory only");
+  const uint64_t row = row_bytes(hidden, dtype, "combine_on_device");
+  const uint32_t L = local_experts_, R = ep_size_;
+  const hal::Plugin& pl = *comm_.plugin();
+  auto* by_source = static_cast<uint8_t*>(device_scratch(dev_exchange_, device, p.expert_rows() * row));
+  each_block(p, L, R, row, [&](uint64_t expert_at, uint64_t source_at, uint64_t n) {
+    device_copy(pl, device, by_source + source_at, static_cast<const uint8_t*>(expert_out) + expert_at, n);
+  });
+  const Blocks b = from_expert_blocks(p, first_slot_, L, R, row);
+  auto* back = static_cast<uint8_t*>(device_scratch(dev_back_, device, p.sent_rows() * row));
+  run(alltoallv(HAL_DTYPE_U8, by_source, back, b.sc, b.sd, b.rc, b.rd));
+  if (p.num_tokens == 0) return;
+  const uint64_t choices = p.row_of.size();
+  auto* row_of = static_cast<int64_t*>(device_scratch(dev_row_of_, device, choices * sizeof(int64_t)));
+  auto* w = static_cast<float*>(device_scratch(dev_weights_, device, choices * sizeof(float)));
+  to_device(row_of, device, p.row_of.data(), choices * sizeof(int64_t));
+  to_device(w, device, weights, choices * sizeof(float));
+  kernels::moe_unpermute(kernels::Place{comm_.plugin().get(), device}, back, p.sent_rows(), row_of, w,
+                         p.num_tokens, p.top_k, hidden, dtype, out);
+}
+
 LoadStats Dispatcher::global_stats(const LoadStats& local) {
   const size_t E = options_.num_experts, R = ep_size_;
   if (local.routed.size() != E)
@@ -307,8 +429,10 @@ LoadStats Dispatcher::global_stats(const LoadStats& local) {
   std::copy(local.routed.begin(), local.routed.end(), mine.begin() + 2);
   std::copy(local.kept.begin(), local.kept.end(), mine.begin() + 2 + E);
   std::vector<double> probs(local.prob_sum), all_probs(static_cast<size_t>(E) * R);
-  run(hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_I64, mine.size(), mine.data(), all.data()));
-  run(hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_F64, E, probs.data(), all_probs.data()));
+  run_small(hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_I64, mine.size(), mine.data(), all.data()),
+            mine.size() * 8, all.size() * 8);
+  run_small(hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_F64, E, probs.data(), all_probs.data()), E * 8,
+            all_probs.size() * 8);
   LoadStats sum;
   for (uint32_t s = 0; s < R; ++s) {
     const uint64_t* m = all.data() + s * mine.size();

@@ -77,6 +77,46 @@ void moe_case(const test::Case& c, uint32_t rank, uint32_t world, const std::str
   stats << (back == sent ? "adjoint ok" : "adjoint broken") << "\n";
 }
 
+// "device/OPTIONS/CASE": the MoE case on the sim vendor with OPTIONS
+// (opaque=1: device memory the host cannot read), tokens, rows and outputs
+// in device buffers through dispatch_on_device / combine_on_device; the
+// experts run on the host between them, on rows copied over.
+void moe_device_case(const std::string& options, const test::Case& c, uint32_t rank, uint32_t world,
+                     const std::string& dir, std::shared_ptr<bootstrap::Store> store) {
+  const test::Inputs in = test::make_inputs(c);
+  hal::LoadOptions lo;
+  lo.options = options;
+  const hal::PluginPtr plugin = hal::Plugin::load("sim", lo);
+  parallel::Layout layout;
+  layout.dp = layout.ep = world;
+  parallel::Groups groups(plugin, std::move(store), "moe/", 0, rank, layout, kTimeout);
+  parallel::DispatchOptions opt;
+  opt.num_experts = test::kExperts;
+  opt.timeout = kTimeout;
+  parallel::Dispatcher d(groups.comm(parallel::GroupKind::expert),
+                         groups.rank_in(parallel::GroupKind::expert), world, opt);
+  const auto ro = parallel::route(in.logits[rank].data(), c.tokens_per_rank[rank], c.router);
+  const auto plan = d.plan(ro);
+  const uint64_t row = test::kHidden * hal::dtype_size(c.dtype);
+  const auto device = [&](uint64_t rows) {
+    return hal::Buffer(plugin, 0, std::max<uint64_t>(rows * row, 1));
+  };
+  hal::Buffer tokens = device(c.tokens_per_rank[rank]), rows = device(plan.expert_rows()),
+              y_dev = device(plan.expert_rows()), out_dev = device(c.tokens_per_rank[rank]);
+  tokens.copy_from_host(in.tokens[rank].data(), c.tokens_per_rank[rank] * row);
+  d.dispatch_on_device(plan, tokens.data(), test::kHidden, c.dtype, rows.data());
+  std::vector<uint8_t> host_rows(plan.expert_rows() * row);
+  rows.copy_to_host(host_rows.data(), host_rows.size());
+  const auto y = test::run_experts(host_rows, plan.expert_offsets, d.local_expert_ids(), c.dtype);
+  y_dev.copy_from_host(y.data(), y.size());
+  d.combine_on_device(plan, y_dev.data(), ro.weights.data(), test::kHidden, c.dtype, out_dev.data());
+  std::vector<uint8_t> out(c.tokens_per_rank[rank] * row);
+  out_dev.copy_to_host(out.data(), out.size());
+  std::ofstream(dir + "/out-" + std::to_string(rank), std::ios::binary)
+      .write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
+  std::ofstream(dir + "/stats-" + std::to_string(rank)) << "device\nadjoint ok\n";
+}
+
 // "pipe": every rank a stage of y = tanh(W x) (pipe_model.hpp), 8
 // micro-batches in 1F1B; writes its weight gradient and measured bubble.
 // "pipe_kill": the same on 3 stages, where stage 1 kills itself (SIGKILL)
@@ -143,6 +183,12 @@ int main(int argc, char** argv) {
       test::autotune_case(rank, world, dir, store);
     } else if (name == "pipe" || name == "pipe_kill" || name == "pipe_interleaved") {
       pipe_case(name, rank, world, dir, store);
+    } else if (name.rfind("device/", 0) == 0) {
+      const size_t cut = name.find('/', 7);
+      const auto it = test::cases().find(name.substr(cut + 1));
+      if (cut == std::string::npos || it == test::cases().end())
+        throw Error(Code::invalid_argument, "no case " + name);
+      moe_device_case(name.substr(7, cut - 7), it->second, rank, world, dir, store);
     } else {
       const auto it = test::cases().find(name);
       if (it == test::cases().end()) throw Error(Code::invalid_argument, "no case " + name);
