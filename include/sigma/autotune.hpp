@@ -1,5 +1,6 @@
 // sigma/autotune.hpp -- the MoE autotuner: moves experts off a rank whose
-// link went slow and back once it recovered, with hysteresis.
+// link went slow and back once it recovered, with hysteresis; optionally
+// also gives that rank a smaller share of the tokens (data re-balancing).
 //
 // The decision is pure: every rank of the expert group feeds the same
 // per-rank samples (its exchange time and its link's retry rate, gathered
@@ -7,7 +8,9 @@
 // others what to do. Carrying a decision out is collective: the experts'
 // state goes from the old owner to the new through the HAL, then every
 // rank's Dispatcher takes the new placement. Moving an expert changes only
-// where it runs: results stay bitwise the same (see Dispatcher).
+// where it runs: results stay bitwise the same (see Dispatcher). A token
+// share changes which rank computes which tokens, so it is off by default
+// and results with it are not bitwise those of a run without.
 #pragma once
 
 #include <sigma/export.hpp>
@@ -36,6 +39,12 @@ struct BalancerOptions {
   // At most this many experts on one rank after a move (0: twice the even
   // share).
   uint32_t max_experts_per_rank = 0;
+  // The share of the tokens a rank takes while its experts are moved off,
+  // relative to an even share, in (0, 1]; the other ranks split the rest.
+  // 1 (the default): tokens stay evenly split. With expert parallelism
+  // alone a slow rank's own tokens still cross its link; a smaller share is
+  // what shortens that (docs/parallel.md).
+  double slow_token_share = 1;
 };
 
 // One rank's measurements of one step.
@@ -55,7 +64,16 @@ struct Rebalance {
   std::vector<uint32_t> owner{};      // the new placement
   std::vector<Move> moves{};          // ascending by expert
   std::vector<RankSample> samples{};  // the measurements behind it
+  // Each rank's share of the tokens after the change, relative to an even
+  // share (mean 1); all 1 unless BalancerOptions::slow_token_share < 1.
+  std::vector<double> token_share{};
 };
+
+// Splits `total` tokens (or sequences) over the ranks in proportion to
+// `share`: floors first, then the remainders largest first (lowest rank on
+// a tie), so the parts add up to `total` and every rank computes the same
+// split. Pure.
+SIGMA_EXPORT std::vector<uint64_t> split_tokens(uint64_t total, const std::vector<double>& share);
 
 // The journal line of a rebalance (one JSON object, no newline).
 SIGMA_EXPORT std::string rebalance_json(const Rebalance& r);
@@ -68,10 +86,13 @@ class SIGMA_EXPORT ExpertBalancer {
   // option is out of range.
   ExpertBalancer(uint32_t num_experts, uint32_t ep, const BalancerOptions& options = {});
   // One step's samples, one per rank of the group. Returns a rebalance when
-  // the placement changes (at most one per step), else nothing.
+  // the placement or the token shares change (at most one per step), else
+  // nothing.
   std::optional<Rebalance> observe(uint64_t step, const std::vector<RankSample>& samples);
   const std::vector<uint32_t>& owner() const { return owner_; }
   bool evacuated(uint32_t rank) const { return evacuated_.at(rank); }
+  // Each rank's share of the tokens now (see Rebalance::token_share).
+  const std::vector<double>& token_share() const { return token_share_; }
   // The whole decision state (placement, counters) as JSON, for a
   // checkpoint or a memory-tier snapshot; restore_state() takes it back.
   // Throws Error(invalid_argument) for text that is not such a state or
@@ -83,11 +104,14 @@ class SIGMA_EXPORT ExpertBalancer {
   std::optional<Rebalance> evacuate(uint64_t step, uint32_t rank, const std::vector<RankSample>& samples,
                                     const std::vector<bool>& slow, double median);
   std::optional<Rebalance> bring_back(uint64_t step, uint32_t rank, const std::vector<RankSample>& samples);
+  // token_share_ from evacuated_; whether it changed.
+  bool reshare();
   uint32_t num_experts_, ep_;
   BalancerOptions options_;
   std::vector<uint32_t> owner_, home_;
   std::vector<uint32_t> slow_steps_, healthy_steps_;
   std::vector<bool> evacuated_;
+  std::vector<double> token_share_;
 };
 
 // Collective over the expert group: carries out `r`. For each move, in

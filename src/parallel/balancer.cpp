@@ -1,10 +1,12 @@
 // The autotuner's decision: which rank's link is slow, when its experts
-// move off, and when they come back. Pure: samples in, placement out.
+// move off (and its token share shrinks), and when they come back. Pure:
+// samples in, placement and shares out.
 #include <sigma/autotune.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace sigma::parallel {
@@ -30,11 +32,12 @@ std::string describe(const RankSample& s, double median) {
 ExpertBalancer::ExpertBalancer(uint32_t num_experts, uint32_t ep, const BalancerOptions& options)
     : num_experts_(num_experts), ep_(ep), options_(options) {
   if (!(options.slow_ratio == 0 || options.slow_ratio > 1) || !(options.slow_retry_rate > 0) ||
-      options.trigger_steps == 0 || options.recover_steps == 0)
+      options.trigger_steps == 0 || options.recover_steps == 0 ||
+      !(options.slow_token_share > 0 && options.slow_token_share <= 1))
     throw Error(
         Code::invalid_argument,
         "ExpertBalancer: slow_ratio must be 0 (off) or exceed 1, slow_retry_rate be positive, trigger "
-        "and recover steps at least 1");
+        "and recover steps at least 1, slow_token_share in (0, 1]");
   for (uint32_t j = 0; j < ep; ++j) {
     const ExpertRange r = expert_range(num_experts, ep, j);
     for (uint32_t e = r.first; e < r.first + r.count; ++e) home_.push_back(j);
@@ -44,6 +47,40 @@ ExpertBalancer::ExpertBalancer(uint32_t num_experts, uint32_t ep, const Balancer
   slow_steps_.assign(ep, 0);
   healthy_steps_.assign(ep, 0);
   evacuated_.assign(ep, false);
+  token_share_.assign(ep, 1.0);
+}
+
+bool ExpertBalancer::reshare() {
+  const auto n = static_cast<uint32_t>(std::count(evacuated_.begin(), evacuated_.end(), true));
+  const double s = options_.slow_token_share;
+  std::vector<double> share(ep_, 1.0);
+  if (s < 1 && n > 0 && n < ep_)
+    for (uint32_t r = 0; r < ep_; ++r) share[r] = evacuated_[r] ? s : (ep_ - n * s) / (ep_ - n);
+  const bool changed = share != token_share_;
+  token_share_ = std::move(share);
+  return changed;
+}
+
+std::vector<uint64_t> split_tokens(uint64_t total, const std::vector<double>& share) {
+  double sum = 0;
+  for (double s : share) {
+    if (!(s >= 0) || !std::isfinite(s))
+      throw Error(Code::invalid_argument, "split_tokens: a share must be finite and >= 0");
+    sum += s;
+  }
+  if (share.empty() || !(sum > 0)) throw Error(Code::invalid_argument, "split_tokens: no positive share");
+  std::vector<uint64_t> out(share.size());
+  std::vector<std::pair<double, size_t>> rest;
+  uint64_t given = 0;
+  for (size_t r = 0; r < share.size(); ++r) {
+    const double exact = static_cast<double>(total) * share[r] / sum;
+    out[r] = std::min<uint64_t>(total - given, static_cast<uint64_t>(std::floor(exact)));
+    given += out[r];
+    rest.emplace_back(exact - std::floor(exact), r);
+  }
+  std::stable_sort(rest.begin(), rest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; given < total; i = (i + 1) % rest.size(), ++given) ++out[rest[i].second];
+  return out;
 }
 
 std::string ExpertBalancer::save_state() const {
@@ -76,6 +113,7 @@ void ExpertBalancer::restore_state(const std::string& text) {
     slow_steps_ = std::move(slow);
     healthy_steps_ = std::move(healthy);
     evacuated_ = std::move(evacuated);
+    reshare();  // a function of which ranks are evacuated
   } catch (const nlohmann::json::exception& e) {
     throw Error(Code::invalid_argument, std::string("ExpertBalancer: not a balancer state: ") + e.what());
   }
@@ -131,9 +169,16 @@ std::optional<Rebalance> ExpertBalancer::evacuate(uint64_t step, uint32_t rank,
     d.moves.push_back({e, rank, static_cast<uint32_t>(to)});
   }
   evacuated_[rank] = true;  // even when nothing could move: do not retry every step
-  if (d.moves.empty()) return std::nullopt;
+  const bool reshared = reshare();
+  d.token_share = token_share_;
+  if (d.moves.empty() && !reshared) return std::nullopt;
   d.reason = "rank " + std::to_string(rank) + " slow for " + std::to_string(slow_steps_[rank]) +
              " steps: " + describe(samples[rank], median) + "; its experts move off";
+  if (reshared) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " and it takes %.2f of an even share of the tokens", token_share_[rank]);
+    d.reason += buf;
+  }
   owner_ = d.owner;
   return d;
 }
@@ -141,18 +186,20 @@ std::optional<Rebalance> ExpertBalancer::evacuate(uint64_t step, uint32_t rank,
 std::optional<Rebalance> ExpertBalancer::bring_back(uint64_t step, uint32_t rank,
                                                     const std::vector<RankSample>& samples) {
   evacuated_[rank] = false;
+  const bool reshared = reshare();
   Rebalance d;
   d.step = step;
   d.samples = samples;
   d.owner = owner_;
+  d.token_share = token_share_;
   for (uint32_t e = 0; e < num_experts_; ++e)
     if (home_[e] == rank && owner_[e] != rank) {
       d.moves.push_back({e, owner_[e], rank});
       d.owner[e] = rank;
     }
-  if (d.moves.empty()) return std::nullopt;
+  if (d.moves.empty() && !reshared) return std::nullopt;
   d.reason = "rank " + std::to_string(rank) + " healthy for " + std::to_string(healthy_steps_[rank]) +
-             " steps; its experts come home";
+             " steps; its experts come home" + (reshared ? " and the tokens are shared as before" : "");
   owner_ = d.owner;
   return d;
 }
@@ -164,6 +211,7 @@ std::string rebalance_json(const Rebalance& r) {
   j["samples"] = nlohmann::json::array();
   for (const RankSample& s : r.samples)
     j["samples"].push_back({{"exchange_s", s.exchange_s}, {"link_retries_per_s", s.link_retry_rate}});
+  if (!r.token_share.empty()) j["token_share"] = r.token_share;
   return j.dump();
 }
 

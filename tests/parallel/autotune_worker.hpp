@@ -7,7 +7,9 @@
 // (which can slow a link); without, on the cpu vendor. Writes per step a
 // checksum of its output (out-R.txt), and on rank 0 the per-step samples
 // (samples.jsonl) and each rebalance (rebalances.jsonl). With
-// DIR/no-autotune the balancer is not asked (the baseline).
+// DIR/no-autotune the balancer is not asked (the baseline). With
+// DIR/token-share holding S, a slow rank also takes S of an even share of
+// the step's 48 x world tokens (BalancerOptions::slow_token_share).
 #pragma once
 
 #include "moe_cases.hpp"
@@ -43,6 +45,7 @@ inline void autotune_case(uint32_t rank, uint32_t world, const std::string& dir,
   parallel::BalancerOptions bo;
   bo.trigger_steps = 3;
   bo.recover_steps = 20;
+  std::ifstream(dir + "/token-share") >> bo.slow_token_share;
   parallel::ExpertBalancer balancer(kExperts, world, bo);
 
   // Each expert's state (a bias), held by its rank, changed every step.
@@ -69,7 +72,7 @@ inline void autotune_case(uint32_t rank, uint32_t world, const std::string& dir,
     const auto t0 = clock::now();
     std::mt19937 rng(step * 131 + rank);
     std::normal_distribution<float> n01(0, 1);
-    const uint64_t T = c.tokens_per_rank[rank];
+    const uint64_t T = parallel::split_tokens(48 * world, balancer.token_share())[rank];
     std::vector<float> logits(T * kExperts), tokens(T * kHidden);
     for (auto& x : logits) x = n01(rng);
     for (auto& x : tokens) x = n01(rng);

@@ -39,6 +39,52 @@ TEST(ExpertBalancer, ASlowRankLosesItsExpertsAfterTriggerStepsAndGetsThemBackAft
   EXPECT_EQ(j["samples"][2]["link_retries_per_s"].get<double>(), 400);
 }
 
+// With slow_token_share < 1 the slow rank also takes fewer tokens while its
+// experts are away; the others split the rest, and all is even again when
+// they come back. Tokens split exactly by the shares.
+TEST(ExpertBalancer, ASlowRankTakesItsTokenShareWhileAwayAndAnEvenOneAfter) {
+  BalancerOptions o;
+  o.trigger_steps = 3;
+  o.recover_steps = 10;
+  o.slow_token_share = 0.5;
+  ExpertBalancer b(8, 4, o);
+  std::vector<Rebalance> seen;
+  for (uint64_t step = 0; step < 100; ++step)
+    if (auto r = b.observe(step, samples(4, step >= 20 && step < 50 ? 2 : -1))) seen.push_back(*r);
+  ASSERT_EQ(seen.size(), 2u);
+  const double other = (4 - 0.5) / 3;
+  EXPECT_EQ(seen[0].token_share, (std::vector<double>{other, other, 0.5, other}));
+  EXPECT_NE(seen[0].reason.find("takes 0.50 of an even share of the tokens"), std::string::npos)
+      << seen[0].reason;
+  EXPECT_EQ(seen[1].token_share, (std::vector<double>(4, 1.0)));
+  EXPECT_EQ(b.token_share(), (std::vector<double>(4, 1.0)));
+  const auto j = nlohmann::json::parse(rebalance_json(seen[0]));
+  EXPECT_DOUBLE_EQ(j["token_share"][2].get<double>(), 0.5);
+
+  EXPECT_EQ(split_tokens(192, seen[0].token_share), (std::vector<uint64_t>{56, 56, 24, 56}));
+  EXPECT_EQ(split_tokens(10, {1, 1, 1}), (std::vector<uint64_t>{4, 3, 3}));
+  EXPECT_EQ(split_tokens(0, {1, 2}), (std::vector<uint64_t>{0, 0}));
+  EXPECT_THROW(split_tokens(5, {0, 0}), Error);
+  EXPECT_THROW(split_tokens(5, {1, -1}), Error);
+  EXPECT_THROW(ExpertBalancer(8, 4,
+                              [] {
+                                BalancerOptions bad;
+                                bad.slow_token_share = 0;
+                                return bad;
+                              }()),
+               Error);
+
+  // A rank that holds no experts still gets its smaller share.
+  ExpertBalancer c(4, 4, o);
+  c.restore_state(R"({"experts":4,"ep":4,"owner":[0,1,3,3],"slow_steps":[0,0,0,0],"healthy_steps":[0,0,0,0],)"
+                  R"("evacuated":[false,false,false,false]})");
+  std::optional<Rebalance> r;
+  for (uint64_t step = 0; step < 3 && !r; ++step) r = c.observe(step, samples(4, 2));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->moves.empty());
+  EXPECT_DOUBLE_EQ(r->token_share[2], 0.5);
+}
+
 // A balancer restored from a snapshot decides as the one that never stopped.
 TEST(ExpertBalancer, ARestoredStateDecidesAsTheOriginal) {
   BalancerOptions o;
@@ -50,6 +96,7 @@ TEST(ExpertBalancer, ARestoredStateDecidesAsTheOriginal) {
   b.restore_state(a.save_state());
   EXPECT_EQ(b.owner(), a.owner());
   EXPECT_TRUE(b.evacuated(2));
+  EXPECT_EQ(b.token_share(), a.token_share());
   for (uint64_t step = 24; step < 40; ++step) {
     const auto ra = a.observe(step, samples(4, -1)), rb = b.observe(step, samples(4, -1));
     ASSERT_EQ(ra.has_value(), rb.has_value()) << "step " << step;
