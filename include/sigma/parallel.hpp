@@ -33,6 +33,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -145,12 +146,31 @@ class SIGMA_EXPORT Groups {
   const Coords& coords() const { return coords_; }
   uint32_t world_rank() const { return rank_; }
 
+  // After an operation on the `kind` group failed: aborts the group's
+  // communicator (members blocked in the operation fail at once), says so
+  // in the store (under the groups' prefix), waits up to `window` for the
+  // other members
+  // to say the same, and returns `failure` with what it learnt: the
+  // members that did not report (dead, or hung in the operation) and what
+  // each other member saw (a member whose own device was lost says so).
+  // A crashed peer is named this way; a hung one only where its peers give
+  // up first (else every member reports a timeout). Any thread; once per
+  // group per Groups (rebuild the groups after a failure). Never throws:
+  // if the store fails, `failure` comes back with a note.
+  Error name_failure(GroupKind kind, const Error& failure,
+                     std::chrono::nanoseconds window = std::chrono::seconds(2)) const;
+  // A DispatchOptions::on_failure that calls name_failure for `kind`.
+  std::function<Error(const Error&)> failure_namer(
+      GroupKind kind, std::chrono::nanoseconds window = std::chrono::seconds(2)) const;
+
  private:
   struct Group;
   const Group& group(GroupKind kind) const;
   Layout layout_;
   Coords coords_;
   uint32_t rank_ = 0;
+  std::shared_ptr<bootstrap::Store> store_;
+  std::string prefix_;
   std::vector<std::unique_ptr<Group>> groups_;  // indexed by GroupKind
 };
 
@@ -223,6 +243,9 @@ struct DispatchOptions {
   // Each collective's bound; a peer that does not arrive in time aborts the
   // communicator and throws Error(timeout).
   std::chrono::nanoseconds timeout = std::chrono::seconds(60);
+  // Turns a failed collective's error into the one thrown (e.g.
+  // Groups::failure_namer, which names the ranks behind it); unset: as is.
+  std::function<Error(const Error&)> on_failure{};
   // The communicator's device: where the *_on_device calls' buffers are,
   // and where the small exchanges (counts, statistics) are staged when its
   // memory is not host-addressable.

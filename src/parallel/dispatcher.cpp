@@ -89,7 +89,14 @@ void Dispatcher::set_placement(const std::vector<uint32_t>& owner) {
   local_experts_ = static_cast<uint32_t>(local_ids_.size());
 }
 
-void Dispatcher::run(const hal_coll_args_t& args) { comm_.run(args, options_.timeout); }
+void Dispatcher::run(const hal_coll_args_t& args) {
+  try {
+    comm_.run(args, options_.timeout);
+  } catch (const Error& e) {
+    if (!options_.on_failure) throw;
+    throw options_.on_failure(e);
+  }
+}
 
 void Dispatcher::run_small(hal_coll_args_t a, uint64_t send_bytes, uint64_t recv_bytes) {
   const hal::Plugin& pl = *comm_.plugin();

@@ -128,7 +128,7 @@ struct Groups::Group {
 
 Groups::Groups(hal::PluginPtr plugin, std::shared_ptr<bootstrap::Store> store, const std::string& prefix,
                uint32_t device, uint32_t rank, const Layout& layout, std::chrono::nanoseconds timeout)
-    : layout_(layout), coords_(coords_of(layout, rank)), rank_(rank) {
+    : layout_(layout), coords_(coords_of(layout, rank)), rank_(rank), store_(store), prefix_(prefix) {
   for (GroupKind kind : kKinds) {
     if (layout.vpp == 1 && (kind == GroupKind::pipeline_wrap || kind == GroupKind::pipeline_grad_wrap)) {
       groups_.push_back(nullptr);  // none without interleaving

@@ -71,6 +71,40 @@ TEST(MoeDispatch, OnOpaqueDeviceMemoryEqualsOneProcessBitwise) {
   expect_matches_reference("device/opaque=1;kernels=0/top1_position");
 }
 
+// A rank that dies mid-job, or whose device is lost, is named by the
+// others' errors: each failing rank aborts the group, says what it saw in
+// the store, and names who did not say anything within 2 s; the lost
+// device's rank says so itself. Well within the 20 s collective bound.
+void expect_named(const std::string& name, const std::string& scenario, const std::string& about_rank2) {
+  std::vector<int> st;
+  const std::string dir =
+      run_ranks(SIGMA_PARALLEL_WORKER, name, 4, std::chrono::seconds(90), &st, [&](const std::string& d) {
+        if (!scenario.empty()) std::ofstream(d + "/scenario.yaml") << scenario;
+      });
+  ASSERT_EQ(st.size(), 4u);
+  for (uint32_t r : {0u, 1u, 3u}) {
+    EXPECT_TRUE(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 1) << name << " rank " << r << " status " << st[r];
+    std::ifstream in(dir + "/error-" + std::to_string(r));
+    std::string text, secs;
+    std::getline(in, text);
+    std::getline(in, secs);
+    EXPECT_NE(text.find("expert group 0, this is rank " + std::to_string(r)), std::string::npos) << text;
+    EXPECT_NE(text.find(about_rank2), std::string::npos) << name << " rank " << r << ": " << text;
+    ASSERT_FALSE(secs.empty()) << text;
+    EXPECT_LT(std::stod(secs), 10) << name << " rank " << r << ": " << text;
+  }
+}
+
+TEST(MoeDispatch, AFailureNamesTheRankBehindIt) {
+  expect_named("census_kill", "",
+               "did not report the failure within 2.0 s (dead, or stuck in it): rank 2 (world rank 2)");
+  // 3 collectives a step (counts, rows out, rows back): op 7 is step 2's rows out.
+  expect_named(
+      "census_lost",
+      "seed: 1\nduration_s: 600\nworld_size: 4\nfaults:\n  - {kind: device_lost, device: 2, at_op: 7}\n",
+      "rank 2 (world rank 2): device_lost");
+}
+
 TEST(MoeDispatch, AnyExpertPlacementGivesTheSameResultsBitwise) {
   expect_matches_reference("placement");
   expect_matches_reference("placement_all_gather");

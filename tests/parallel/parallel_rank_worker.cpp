@@ -13,8 +13,10 @@
 
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 
 using namespace sigma;
 
@@ -117,6 +119,52 @@ void moe_device_case(const std::string& options, const test::Case& c, uint32_t r
   std::ofstream(dir + "/stats-" + std::to_string(rank)) << "device\nadjoint ok\n";
 }
 
+// "census_kill" / "census_lost": 4 ranks dispatch and combine tokens step
+// after step, the groups' failure namer on the dispatcher. census_kill:
+// rank 2 kills itself (SIGKILL) as step 3 starts. census_lost (the sim
+// vendor, DIR/scenario.yaml): the scenario loses rank 2's device in step
+// 3. A rank that fails writes the error and the seconds from the failing
+// step's start to error-R and exits 1.
+void census_case(const std::string& name, uint32_t rank, uint32_t world, const std::string& dir,
+                 std::shared_ptr<bootstrap::Store> store) {
+  using clock = std::chrono::steady_clock;
+  const std::string scenario = dir + "/scenario.yaml";
+  const bool sim = std::filesystem::exists(scenario);
+  hal::LoadOptions lo;
+  if (sim) lo.options = "rank=" + std::to_string(rank) + ";scenario=" + scenario;
+  const hal::PluginPtr plugin = hal::Plugin::load(sim ? "sim" : "cpu", lo);
+  parallel::Layout layout;
+  layout.dp = layout.ep = world;
+  parallel::Groups groups(plugin, std::move(store), "census/", 0, rank, layout, kTimeout);
+  parallel::DispatchOptions opt;
+  opt.num_experts = test::kExperts;
+  opt.timeout = std::chrono::seconds(20);
+  opt.on_failure = groups.failure_namer(parallel::GroupKind::expert, std::chrono::seconds(2));
+  parallel::Dispatcher d(groups.comm(parallel::GroupKind::expert), rank, world, opt);
+  const auto ro_opt = test::router(2, 0);
+  for (uint32_t step = 0; step < 10; ++step) {
+    if (name == "census_kill" && rank == 2 && step == 3) ::raise(SIGKILL);
+    const auto t0 = clock::now();
+    std::mt19937 rng(step * 7 + rank);
+    std::normal_distribution<float> n01(0, 1);
+    std::vector<float> logits(16 * test::kExperts), tokens(16 * test::kHidden), out(tokens.size());
+    for (auto& x : logits) x = n01(rng);
+    for (auto& x : tokens) x = n01(rng);
+    try {
+      const auto ro = parallel::route(logits.data(), 16, ro_opt);
+      const auto plan = d.plan(ro);
+      const auto rows = d.dispatch(plan, tokens.data(), test::kHidden, HAL_DTYPE_F32);
+      const auto y = test::run_experts(rows, plan.expert_offsets, d.local_expert_ids(), HAL_DTYPE_F32);
+      d.combine(plan, y.data(), ro.weights.data(), test::kHidden, HAL_DTYPE_F32, out.data());
+    } catch (const Error& e) {
+      std::ofstream(dir + "/error-" + std::to_string(rank))
+          << e.what() << "\n"
+          << std::chrono::duration<double>(clock::now() - t0).count() << "\n";
+      throw;
+    }
+  }
+}
+
 // "pipe": every rank a stage of y = tanh(W x) (pipe_model.hpp), 8
 // micro-batches in 1F1B; writes its weight gradient and measured bubble.
 // "pipe_kill": the same on 3 stages, where stage 1 kills itself (SIGKILL)
@@ -183,6 +231,8 @@ int main(int argc, char** argv) {
       test::autotune_case(rank, world, dir, store);
     } else if (name == "pipe" || name == "pipe_kill" || name == "pipe_interleaved") {
       pipe_case(name, rank, world, dir, store);
+    } else if (name == "census_kill" || name == "census_lost") {
+      census_case(name, rank, world, dir, store);
     } else if (name.rfind("device/", 0) == 0) {
       const size_t cut = name.find('/', 7);
       const auto it = test::cases().find(name.substr(cut + 1));
