@@ -76,6 +76,14 @@ class SIGMA_EXPORT MemoryTier {
   // Forgets everything (a new rank assignment on a new ring).
   void clear();
 
+  // Allocates now, and writes to, the memory that snapshots of a `bytes`
+  // state take in steady state (`keep` own, `keep` replicas when world > 1,
+  // and two being exchanged), counting what is already held. Later
+  // snapshots then neither fault pages in (the first touch of fresh memory
+  // costs more than the copy) nor run out of memory mid-training: a
+  // machine that cannot hold them fails here. Not collective.
+  void reserve(uint64_t bytes, hal::Communicator& comm, uint32_t world);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

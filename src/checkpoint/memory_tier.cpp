@@ -73,9 +73,11 @@ struct MemoryTier::Impl {
   size_t keep_;
   std::map<uint64_t, Snap> own_, replica_;
   std::vector<Snap> free_;
+  size_t free_cap_ = 2;                 // buffers kept for reuse (more once reserved)
   std::unique_ptr<hal::Buffer> stage_;  // device memory that is not host-addressable
 
-  Snap take(hal::Communicator& comm, uint64_t bytes);
+  Snap take(hal::Communicator& comm, uint64_t bytes);  // a free buffer of that size, else fresh()
+  Snap fresh(hal::Communicator& comm, uint64_t bytes);
   void give_back(Snap s);
   void send(hal::Communicator& comm, uint32_t peer, const Snap& s);
   Snap recv(hal::Communicator& comm, uint32_t peer);
@@ -96,6 +98,10 @@ Snap MemoryTier::Impl::take(hal::Communicator& comm, uint64_t bytes) {
     free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
     return s;
   }
+  return fresh(comm, bytes);
+}
+
+Snap MemoryTier::Impl::fresh(hal::Communicator& comm, uint64_t bytes) {
   Snap s;
   s.size = bytes;
   if (host_addressable(comm.plugin()))
@@ -107,7 +113,7 @@ Snap MemoryTier::Impl::take(hal::Communicator& comm, uint64_t bytes) {
 
 void MemoryTier::Impl::give_back(Snap s) {
   free_.push_back(std::move(s));
-  while (free_.size() > 2) free_.erase(free_.begin());
+  while (free_.size() > free_cap_) free_.erase(free_.begin());
 }
 
 void MemoryTier::Impl::send(hal::Communicator& comm, uint32_t peer, const Snap& s) {
@@ -143,6 +149,21 @@ Snap MemoryTier::Impl::recv(hal::Communicator& comm, uint32_t peer) {
     stage_->copy_to_host(s.host.data(), n);
   }
   return s;
+}
+
+void MemoryTier::reserve(uint64_t bytes, hal::Communicator& comm, uint32_t world) {
+  auto& m = *impl_;
+  const size_t want = m.keep_ + (world > 1 ? m.keep_ : 0) + 2;
+  size_t held = 0;
+  for (const auto* map : {&m.own_, &m.replica_})
+    for (const auto& [k, s] : *map) held += s.size == bytes;
+  for (const auto& s : m.free_) held += s.size == bytes;
+  m.free_cap_ = std::max<size_t>(2, want);
+  for (; held < want; ++held) {
+    Snap s = m.fresh(comm, bytes);
+    std::memset(s.data(), 0, s.size);  // the pages are faulted in here
+    m.free_.push_back(std::move(s));
+  }
 }
 
 void MemoryTier::drop_replicas() { impl_->drop_replicas(); }

@@ -93,6 +93,11 @@ struct Session::Impl {
   uint32_t rank = 0, world = 0;
   uint64_t generation = 0;
   std::vector<checkpoint::TensorView> views;
+  uint64_t state_bytes() const {
+    uint64_t n = 0;
+    for (const auto& v : views) n += v.bytes();
+    return n;
+  }
   std::unique_ptr<checkpoint::MemoryTier> tier;
   std::unique_ptr<checkpoint::Engine> engine;
   std::vector<uint64_t> disk_indices;  // durable checkpoints, as the agent was told
@@ -318,6 +323,7 @@ struct Session::Impl {
     const auto t1 = Clock::now();
     if (how == "none") {
       tier->clear();
+      tier->reserve(state_bytes(), *comm, world);  // a fresh start: fault the snapshots' memory in now
       tier->snapshot(0, views, *comm, rank, world);
     } else if (how == "memory") {
       const std::vector<std::pair<uint32_t, uint32_t>>& pairs = a.handoff;
@@ -339,6 +345,7 @@ struct Session::Impl {
                                          (res.refused.empty() ? "" : " (" + res.refused.front() + ")"));
       }
       tier->clear();
+      tier->reserve(state_bytes(), *comm, world);
       tier->snapshot(index, views, *comm, rank, world);
     }
     stop_after = -1;
