@@ -17,7 +17,7 @@ B=build/default
 BUNDLE=device-bundle
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/lib/sigma/plugins" "$BUNDLE/deps"
-BINS=(unit_kernels_cuda_test unit_kernels_test cuda_vendor_test sigma-hal-conformance bench_cuda_kernels)
+BINS=(unit_kernels_cuda_test unit_kernels_test cuda_vendor_test parallel_dispatch_cuda_test sigma-hal-conformance bench_cuda_kernels)
 for b in "${BINS[@]}"; do cp "$B/bin/$b" "$BUNDLE/bin/"; done
 cp -P "$B"/lib/libsigma.so* "$BUNDLE/lib/"
 cp "$B"/lib/sigma/plugins/*.so "$BUNDLE/lib/sigma/plugins/"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one prepared script for a machine with an NVIDIA GPU: build with CUDA,
 # run the cuda vendor's kernels extension (HAL_EXT_KERNELS, reached through
-# libsigma's Place entry points) against the CPU kernels, the HAL
+# libsigma's Place entry points) against the CPU kernels, the MoE dispatch
+# on GPU memory (NCCL, one rank), the HAL
 # conformance suite on the cuda vendor (one rank, one GPU; its kernels.*
 # checks included), the cuda vendor's own tests and the GPU kernel
 # benchmark (fused scan vs a device-to-device copy).
@@ -37,7 +38,7 @@ else
   if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSIGMA_ENABLE_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES="${SIGMA_CUDA_ARCH:-90}" >"$OUT/configure.log" 2>&1 ||
      ! cmake --build "$BUILD" -j"$(nproc)" --target sigma sigma_hal_cuda sigma-hal-conformance \
-        unit_kernels_cuda_test unit_kernels_test cuda_vendor_test bench_cuda_kernels >"$OUT/build.log" 2>&1; then
+        unit_kernels_cuda_test unit_kernels_test cuda_vendor_test parallel_dispatch_cuda_test bench_cuda_kernels >"$OUT/build.log" 2>&1; then
     log "BUILD FAILED: tail of the logs:"
     tail -30 "$OUT/configure.log" "$OUT/build.log" | tee -a "$OUT/summary.txt"
     exit 1
@@ -59,6 +60,7 @@ run kernels_cuda_test "$BUILD/bin/unit_kernels_cuda_test" --gtest_output="json:$
 run kernels_cpu_test "$BUILD/bin/unit_kernels_test"
 # (The one test of what happens without a GPU is left out: here it cannot run.)
 run cuda_vendor_test "$BUILD/bin/cuda_vendor_test" --gtest_filter=-*WithoutAGpu*
+run dispatch_cuda_test "$BUILD/bin/parallel_dispatch_cuda_test"
 run conformance_cuda_1 "$BUILD/bin/sigma-hal-conformance" --plugin cuda --ranks 1 --json "$OUT/conformance_cuda_1.json"
 # Out-of-bounds accesses, uninitialised reads and races in the kernels
 # themselves, where the machine's runtime lets the memory checker in.
