@@ -198,7 +198,7 @@ class Trainer {
       guard_->restore_state(kept["guardrails"].get<std::string>());  // the policy
     tuner_.restore(kept, model_, *dispatcher_);                      // the experts' placement as it was
     // The planner's prediction, priced again with the links as the HAL measures them (once, all ranks).
-    if (s_.generation() == 1) {
+    if (s_.generation() == 1 && world_ > 1) {
       links_ = moe::probe_links(s_.comm(), s_.plugin(), world_);
       predicted_step_s_ = moe::predict_with_links(plan_, links_);
     }
