@@ -159,7 +159,8 @@ class SIGMA_EXPORT Groups {
   // if the store fails, `failure` comes back with a note.
   Error name_failure(GroupKind kind, const Error& failure,
                      std::chrono::nanoseconds window = std::chrono::seconds(2)) const;
-  // A DispatchOptions::on_failure that calls name_failure for `kind`.
+  // A DispatchOptions::on_failure that calls name_failure for `kind`. It
+  // refers to this Groups, which must outlive every use of it.
   std::function<Error(const Error&)> failure_namer(
       GroupKind kind, std::chrono::nanoseconds window = std::chrono::seconds(2)) const;
 
