@@ -102,7 +102,7 @@ hal_status_t Communicator::async_error() const {
 }
 
 Request::Request(Request&& other) noexcept
-    : plugin_(std::move(other.plugin_)), comm_(other.comm_), req_(other.req_) {
+    : plugin_(std::move(other.plugin_)), comm_(other.comm_), req_(other.req_), bound_(other.bound_) {
   other.req_ = nullptr;
 }
 
