@@ -380,6 +380,13 @@ void Comm::shutdown_sockets() {
   for (int fd : sockets_) ::shutdown(fd, SHUT_RDWR);
 }
 
+void Comm::wake_p2p() {
+  std::lock_guard lk(p2p_mu_);
+  if (p2p_ == nullptr) return;
+  p2p_->abortWaitSend();
+  p2p_->abortWaitRecv();
+}
+
 void Comm::abort() {
   const bool first = !aborted_.exchange(true);
   std::deque<Op> dropped;
@@ -392,6 +399,7 @@ void Comm::abort() {
       // instead of waiting for their timeout.
       shutdown_sockets();
     }
+    wake_p2p();
     // Bounded: the signalled pairs fail the running call at once.
     idle_cv_.wait_for(lk, std::chrono::seconds(1), [&] { return !running_; });
   }
@@ -459,6 +467,7 @@ void Comm::execute(Op& op) {
       set_async_error(st);
       shutdown_sockets();
     }
+    wake_p2p();
   }
   {
     std::lock_guard lk(mu_);
@@ -627,16 +636,26 @@ void Comm::run_p2p(const hal_coll_args_t& a) {
   const size_t bytes = a.count * dtype_bytes(a.dtype);
   const uint32_t peer = a.peer;
   constexpr uint64_t kP2PSlotBase = uint64_t{0x5A} << 56;
-  if (a.op == HAL_COLL_SEND) {
-    const uint64_t slot = kP2PSlotBase | send_seq_[peer]++;
-    if (bytes == 0) return;
-    auto buf = ctx_->createUnboundBuffer(const_cast<void*>(a.sendbuf), bytes);
+  const bool send = a.op == HAL_COLL_SEND;
+  const uint64_t slot = kP2PSlotBase | (send ? send_seq_[peer]++ : recv_seq_[peer]++);
+  if (bytes == 0) return;
+  auto buf = ctx_->createUnboundBuffer(send ? const_cast<void*>(a.sendbuf) : a.recvbuf, bytes);
+  {
+    std::lock_guard lk(p2p_mu_);
+    p2p_ = buf.get();
+  }
+  struct Clear {
+    Comm* c;
+    ~Clear() {
+      std::lock_guard lk(c->p2p_mu_);
+      c->p2p_ = nullptr;
+    }
+  } clear{this};
+  if (aborted_) throw gloo::IoException("aborted");  // abort() came before p2p_ was set
+  if (send) {
     buf->send(static_cast<int>(peer), slot);
     if (!buf->waitSend(ctx_->getTimeout())) throw gloo::IoException("send aborted");
   } else {
-    const uint64_t slot = kP2PSlotBase | recv_seq_[peer]++;
-    if (bytes == 0) return;
-    auto buf = ctx_->createUnboundBuffer(a.recvbuf, bytes);
     buf->recv(static_cast<int>(peer), slot);
     if (!buf->waitRecv(ctx_->getTimeout())) throw gloo::IoException("recv aborted");
   }

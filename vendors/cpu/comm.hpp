@@ -6,6 +6,8 @@
 
 #include <sigma/hal.h>
 
+#include <gloo/transport/unbound_buffer.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -75,6 +77,7 @@ class Comm {
   void run_p2p(const hal_coll_args_t& a);
   void set_async_error(hal_status_t st);
   void shutdown_sockets();
+  void wake_p2p();  // fails the send or receive in flight, if any
 
   const uint32_t rank_, size_;
   std::shared_ptr<gloo::Context> ctx_;  // null for a world of one
@@ -89,6 +92,10 @@ class Comm {
   std::vector<uint64_t> send_seq_, recv_seq_;  // per peer, whoever holds running_
   std::vector<uint8_t> scratch_;               // whoever holds running_
   std::vector<int> sockets_;                   // duplicates of this comm's TCP connections, owned
+  // The send or receive in flight: abort() wakes its wait (a send waiting
+  // for a dead peer's receive is not woken by the sockets' shutdown).
+  std::mutex p2p_mu_;
+  gloo::transport::UnboundBuffer* p2p_ = nullptr;
   std::thread worker_;
 };
 
