@@ -49,11 +49,30 @@ class SIGMA_EXPORT MemoryTier {
 
   // Collective over `comm` (every rank, same order): copies `views` as
   // snapshot `index` (steps done) and swaps copies along the ring. World 1:
-  // no replica.
+  // no replica. The copy is taken before it returns (the views may change
+  // at once) and is this rank's own snapshot from then on. Where snapshots
+  // live in HAL memory, the ring exchange is only posted: it runs on the
+  // communicator while training goes on, and the predecessor's copy counts
+  // as a replica once it has arrived (settle(), or the next call that needs
+  // it). Operations posted on `comm` after this one queue behind it; `comm`
+  // must outlive the exchange (or be aborted, then abandon()).
   void snapshot(uint64_t index, const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank,
                 uint32_t world);
 
-  // Indices this rank holds of its own state / of its ring predecessor's.
+  // Keeps the replica of the exchange in flight if it has arrived; never
+  // blocks. An exchange that failed is dropped here (the communicator's
+  // next operation reports the failure).
+  void settle();
+  // Waits for the ring exchange in flight and keeps its replica; throws
+  // its error (Error(timeout) after 60 s).
+  void flush();
+  // After the communicator was aborted (a peer failed): the exchange in
+  // flight is kept if it had finished and dropped if not. Waits only for
+  // the plugin to let go of the buffers.
+  void abandon();
+
+  // Indices this rank holds of its own state / of its ring predecessor's
+  // (replicas whose exchange is still in flight are not counted).
   std::vector<uint64_t> own_indices() const;
   std::vector<uint64_t> replica_indices() const;
 
@@ -67,6 +86,9 @@ class SIGMA_EXPORT MemoryTier {
   // by every rank. Throws Error(data_loss) when a holder lacks the replica.
   void handoff(uint64_t index, const std::vector<std::pair<uint32_t, uint32_t>>& pairs,
                const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank);
+
+  // Every call below, and snapshot and handoff, first waits for the ring
+  // exchange in flight (throwing its error).
 
   // Forgets snapshots newer than `index` (after a rollback to it: they
   // describe steps that will be run again).

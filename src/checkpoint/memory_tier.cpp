@@ -2,8 +2,10 @@
 #include <sigma/memory_tier.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
+#include <optional>
 
 namespace sigma::checkpoint {
 
@@ -69,18 +71,31 @@ struct Snap {
 
 }  // namespace
 
+// A ring exchange posted and not yet waited for: the predecessor's
+// snapshot `index` arriving in `theirs`, this rank's going out.
+struct Inflight {
+  uint64_t index = 0;
+  Snap theirs;
+  std::vector<hal::Request> requests;  // in posting order
+};
+
 struct MemoryTier::Impl {
   size_t keep_;
   std::map<uint64_t, Snap> own_, replica_;
   std::vector<Snap> free_;
   size_t free_cap_ = 2;                 // buffers kept for reuse (more once reserved)
   std::unique_ptr<hal::Buffer> stage_;  // device memory that is not host-addressable
+  std::optional<Inflight> inflight_;
 
   Snap take(hal::Communicator& comm, uint64_t bytes);  // a free buffer of that size, else fresh()
   Snap fresh(hal::Communicator& comm, uint64_t bytes);
   void give_back(Snap s);
   void send(hal::Communicator& comm, uint32_t peer, const Snap& s);
   Snap recv(hal::Communicator& comm, uint32_t peer);
+  uint64_t swap_sizes(hal::Communicator& comm, uint32_t rank, uint32_t world, uint64_t mine);
+  void post_ring(uint64_t index, const Snap& mine, hal::Communicator& comm, uint32_t rank, uint32_t world);
+  void keep_replica(uint64_t index, Snap theirs);
+  void finish();  // waits for the exchange in flight and keeps its replica; throws its error
   void trim(std::map<uint64_t, Snap>& m);
   void drop_replicas();
 };
@@ -153,6 +168,7 @@ Snap MemoryTier::Impl::recv(hal::Communicator& comm, uint32_t peer) {
 
 void MemoryTier::reserve(uint64_t bytes, hal::Communicator& comm, uint32_t world) {
   auto& m = *impl_;
+  m.finish();
   const size_t want = m.keep_ + (world > 1 ? m.keep_ : 0) + 2;
   size_t held = 0;
   for (const auto* map : {&m.own_, &m.replica_})
@@ -166,7 +182,10 @@ void MemoryTier::reserve(uint64_t bytes, hal::Communicator& comm, uint32_t world
   }
 }
 
-void MemoryTier::drop_replicas() { impl_->drop_replicas(); }
+void MemoryTier::drop_replicas() {
+  impl_->finish();
+  impl_->drop_replicas();
+}
 
 void MemoryTier::Impl::drop_replicas() {
   for (auto& [k, s] : replica_) give_back(std::move(s));
@@ -175,6 +194,7 @@ void MemoryTier::Impl::drop_replicas() {
 
 void MemoryTier::clear() {
   auto& m = *impl_;
+  m.finish();
   m.drop_replicas();
   for (auto& [k, s] : m.own_) m.give_back(std::move(s));
   m.own_.clear();
@@ -190,14 +210,15 @@ void MemoryTier::Impl::trim(std::map<uint64_t, Snap>& m) {
 void MemoryTier::snapshot(uint64_t index, const std::vector<TensorView>& views, hal::Communicator& comm,
                           uint32_t rank, uint32_t world) {
   auto& m = *impl_;
+  m.finish();  // the previous snapshot's exchange, if still in flight
   uint64_t total = 0;
   for (const auto& v : views) total += v.bytes();
   Snap mine = m.take(comm, total);
   copy_in(mine.data(), total, views);
-  if (world > 1) {
-    // Even ranks send first, odd ranks receive first: the ring cannot
-    // deadlock whatever the transport's send semantics (rank 0's send to an
-    // odd rank 1 always completes first and unblocks the chain).
+  if (world > 1 && mine.dev) {
+    m.post_ring(index, mine, comm, rank, world);  // sends from `mine`, which stays in own_ meanwhile
+  } else if (world > 1) {
+    // Host memory staged through one device buffer: exchanged now.
     const uint32_t next = (rank + 1) % world, prev = (rank + world - 1) % world;
     Snap theirs;
     if (rank % 2 == 0) {
@@ -207,15 +228,88 @@ void MemoryTier::snapshot(uint64_t index, const std::vector<TensorView>& views, 
       theirs = m.recv(comm, prev);
       m.send(comm, next, mine);
     }
-    auto old = m.replica_.find(index);
-    if (old != m.replica_.end()) m.give_back(std::move(old->second));
-    m.replica_[index] = std::move(theirs);
-    m.trim(m.replica_);
+    m.keep_replica(index, std::move(theirs));
   }
   auto old = m.own_.find(index);
   if (old != m.own_.end()) m.give_back(std::move(old->second));
   m.own_[index] = std::move(mine);
   m.trim(m.own_);
+}
+
+// Even ranks send first, odd ranks receive first: the ring cannot deadlock
+// whatever the transport's send semantics (rank 0's send to an odd rank 1
+// always completes first and unblocks the chain). Returns the
+// predecessor's size.
+uint64_t MemoryTier::Impl::swap_sizes(hal::Communicator& comm, uint32_t rank, uint32_t world, uint64_t mine) {
+  const uint32_t next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  hal::Buffer out(comm.plugin(), 0, 8), in(comm.plugin(), 0, 8);
+  out.copy_from_host(&mine, 8);
+  const auto send = args(HAL_COLL_SEND, next, 8, out.data(), nullptr);
+  const auto recv = args(HAL_COLL_RECV, prev, 8, nullptr, in.data());
+  comm.run(rank % 2 == 0 ? send : recv, kTimeout);
+  comm.run(rank % 2 == 0 ? recv : send, kTimeout);
+  uint64_t n = 0;
+  in.copy_to_host(&n, 8);
+  if (n > (uint64_t{1} << 40))
+    throw Error(Code::data_loss, "memory tier: a peer announced " + std::to_string(n) + " bytes");
+  return n;
+}
+
+// The sizes now; the snapshots themselves posted in the same ring order, to
+// move while the next steps run.
+void MemoryTier::Impl::post_ring(uint64_t index, const Snap& mine, hal::Communicator& comm, uint32_t rank,
+                                 uint32_t world) {
+  const uint32_t next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  Inflight f;
+  f.index = index;
+  f.theirs = take(comm, swap_sizes(comm, rank, world, mine.size));
+  const auto send = args(HAL_COLL_SEND, next, mine.size, mine.data(), nullptr);
+  const auto recv = args(HAL_COLL_RECV, prev, f.theirs.size, nullptr, f.theirs.data());
+  for (const auto* a : rank % 2 == 0 ? std::array{&send, &recv} : std::array{&recv, &send})
+    if (a->count > 0) f.requests.push_back(comm.post(*a));
+  inflight_ = std::move(f);
+}
+
+void MemoryTier::Impl::keep_replica(uint64_t index, Snap theirs) {
+  auto old = replica_.find(index);
+  if (old != replica_.end()) give_back(std::move(old->second));
+  replica_[index] = std::move(theirs);
+  trim(replica_);
+}
+
+void MemoryTier::Impl::finish() {
+  if (!inflight_) return;
+  Inflight f = std::move(*inflight_);
+  inflight_.reset();
+  for (auto& r : f.requests)
+    if (!r.wait(kTimeout))
+      throw Error(Code::timeout, "memory tier: the ring exchange of snapshot " + std::to_string(f.index) +
+                                     " did not finish within " + std::to_string(kTimeout.count()) + " s");
+  keep_replica(f.index, std::move(f.theirs));
+}
+
+void MemoryTier::flush() { impl_->finish(); }
+
+void MemoryTier::settle() {
+  auto& m = *impl_;
+  if (!m.inflight_) return;
+  try {
+    bool done = true;
+    for (auto& r : m.inflight_->requests) done = done && r.test();
+    if (done) m.finish();
+  } catch (const Error&) {
+    m.inflight_.reset();  // failed: the replica never came; the communicator reports the failure
+  }
+}
+
+void MemoryTier::abandon() {
+  auto& m = *impl_;
+  if (!m.inflight_) return;
+  try {
+    m.finish();  // after an abort: at once, kept if it had finished
+  } catch (const Error&) {
+    m.inflight_.reset();
+  }
 }
 
 std::vector<uint64_t> MemoryTier::own_indices() const {
@@ -243,6 +337,7 @@ bool MemoryTier::restore_own(uint64_t index, const std::vector<TensorView>& view
 void MemoryTier::handoff(uint64_t index, const std::vector<std::pair<uint32_t, uint32_t>>& pairs,
                          const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank) {
   auto& m = *impl_;
+  m.finish();
   for (auto [holder, receiver] : pairs) {
     if (rank == holder) {
       auto it = m.replica_.find(index);
@@ -263,6 +358,7 @@ void MemoryTier::handoff(uint64_t index, const std::vector<std::pair<uint32_t, u
 
 void MemoryTier::drop_after(uint64_t index) {
   auto& m = *impl_;
+  m.finish();
   for (auto* held : {&m.own_, &m.replica_}) {
     for (auto it = held->upper_bound(index); it != held->end();) {
       m.give_back(std::move(it->second));

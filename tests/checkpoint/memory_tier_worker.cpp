@@ -1,0 +1,113 @@
+// One rank of the memory tier's tests: "memory_tier_worker CASE RANK WORLD
+// DIR", over real Gloo (the cpu vendor) meeting through a file store in DIR.
+//  - ring: world 3; snapshots 1..3 of a state overwritten right after each;
+//    rank 1 hands its replica of rank 0's snapshot 3 to rank 2; each rank
+//    checks the bytes and writes what it holds.
+//  - kill: world 2; both snapshot 1 and settle it; at snapshot 2 rank 1
+//    SIGKILLs itself as soon as the exchange is posted; rank 0 aborts,
+//    abandons, and writes what it holds.
+#include <sigma/bootstrap.hpp>
+#include <sigma/memory_tier.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace sigma;
+
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(60);
+constexpr size_t kFloats = 16 << 20;  // 64 MiB: an exchange that cannot finish before a kill lands
+
+// Rank r's state at snapshot i: every float a function of (r, i, position).
+void fill(std::vector<float>& v, uint32_t rank, uint64_t index) {
+  for (size_t k = 0; k < v.size(); ++k)
+    v[k] = static_cast<float>((uint64_t{rank} * 1000) + index) + static_cast<float>(k % 7);
+}
+
+bool holds(const std::vector<float>& v, uint32_t rank, uint64_t index) {
+  std::vector<float> want(v.size());
+  fill(want, rank, index);
+  return v == want;
+}
+
+std::vector<checkpoint::TensorView> views_of(std::vector<float>& v) {
+  return {checkpoint::TensorView("state", HAL_DTYPE_F32, {static_cast<int64_t>(v.size())}, v.data())};
+}
+
+void write_held(const std::string& path, const checkpoint::MemoryTier& tier) {
+  std::ofstream out(path);
+  out << "own";
+  for (uint64_t i : tier.own_indices()) out << " " << i;
+  out << "\nreplica";
+  for (uint64_t i : tier.replica_indices()) out << " " << i;
+  out << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::cerr << "usage: memory_tier_worker CASE RANK WORLD DIR\n";
+    return 2;
+  }
+  const std::string name = argv[1], dir = argv[4];
+  const auto rank = static_cast<uint32_t>(std::stoul(argv[2])),
+             world = static_cast<uint32_t>(std::stoul(argv[3]));
+  try {
+    auto store = std::make_shared<bootstrap::FileStore>(dir + "/store");
+    auto plugin = hal::Plugin::load("cpu");
+    bootstrap::HalBootstrap boot(store, "ring/");
+    hal_comm_create_args_t ca{};
+    ca.struct_size = sizeof(ca);
+    ca.rank = rank;
+    ca.world_size = world;
+    ca.bootstrap = boot.table();
+    ca.timeout_ns = static_cast<uint64_t>(std::chrono::nanoseconds(kTimeout).count());
+    auto comm = std::make_unique<hal::Communicator>(plugin, ca);
+    checkpoint::MemoryTier tier({.keep = 2});
+    std::vector<float> state(kFloats);
+    const auto views = views_of(state);
+    if (name == "ring") {
+      for (uint64_t i = 1; i <= 3; ++i) {
+        fill(state, rank, i);
+        tier.snapshot(i, views, *comm, rank, world);
+        fill(state, rank, 99);  // training goes on: the copy was taken before snapshot() returned
+      }
+      // Snapshot 3's exchange may still be in flight; the hand-off waits for
+      // it. Rank 1 holds rank 0's snapshot 3 and hands it to rank 2.
+      std::vector<float> theirs(kFloats);
+      tier.handoff(3, {{1, 2}}, views_of(theirs), *comm, rank);
+      std::ofstream out(dir + "/ring-" + std::to_string(rank));
+      const uint32_t owner = rank == 2 ? 0 : rank;  // whose state rank 2 now holds as its own
+      if (rank == 2) out << "handed " << (holds(theirs, 0, 3) ? "ok" : "wrong") << "\n";
+      std::fill(state.begin(), state.end(), 0.0f);
+      out << "own " << (tier.restore_own(3, views) && holds(state, owner, 3) ? "ok" : "wrong") << "\n";
+      write_held(dir + "/held-" + std::to_string(rank), tier);
+    } else if (name == "kill") {
+      fill(state, rank, 1);
+      tier.snapshot(1, views, *comm, rank, world);
+      tier.drop_after(1);  // waits for the exchange of 1: both ranks hold each other's
+      fill(state, rank, 2);
+      tier.snapshot(2, views, *comm, rank, world);
+      if (rank == 1) ::raise(SIGKILL);  // the posted exchange of 2 dies with it
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      tier.settle();  // never blocks, whatever state the exchange is in
+      comm->abort();  // what a session does when a peer is gone
+      tier.abandon();
+      write_held(dir + "/held-" + std::to_string(rank), tier);
+    } else {
+      throw Error(Code::invalid_argument, "no case " + name);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "rank " << rank << ": " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
