@@ -182,6 +182,13 @@ class SIGMA_EXPORT Engine {
   // waits for the copy first.
   SaveResult save_async(const std::vector<TensorView>& tensors, const Metadata& meta,
                         Snapshot mode = Snapshot::now);
+  // Makes two host copies of tensors like these ready for save_async() (one
+  // becomes the differential base, one stages the next save), every page
+  // touched, on the writer's thread: a copy into fresh memory costs a page
+  // fault per page, several times the copy itself. Returns at once; a save
+  // that comes first stages into fresh memory as before, and memory that
+  // cannot be had is only logged. Any thread, like save_async().
+  void reserve(const std::vector<TensorView>& tensors);
   // Until the copy of an overlapped save_async() is done (at once when none
   // is running); returns the seconds it waited: with the time save_async()
   // took, what the save cost the training loop.

@@ -165,7 +165,8 @@ struct Engine::Impl {
   std::string failure;        // the first background failure, thrown at the next call
   Code failure_code = Code::ok;
   std::vector<SaveResult> done;
-  Pool pool;  // staging buffers to reuse
+  Pool pool;                       // staging buffers to reuse
+  std::vector<uint64_t> prefault;  // sizes of staging buffers the writer makes ready (reserve())
   std::thread writer;
 
   // Only the thread that writes (the writer, or the caller of save() after
@@ -330,10 +331,35 @@ struct Engine::Impl {
     }
   }
 
+  // Staging buffers of these sizes, every page touched, into the pool.
+  // Called without `mu`; memory that cannot be had is left to the saves.
+  void make_ready(const std::vector<uint64_t>& sizes) {
+    std::vector<shard::Bytes> made;
+    try {
+      for (uint64_t n : sizes) {
+        shard::Bytes b(n);
+        std::memset(b.data(), 0, n);
+        made.push_back(std::move(b));
+      }
+    } catch (const Error& e) {
+      log(std::string("checkpoint: staging memory not reserved: ") + e.what());
+    }
+    std::lock_guard lk(mu);
+    for (auto& b : made) pool.emplace(b.size(), std::move(b));
+  }
+
   void run_writer() {
     std::unique_lock lk(mu);
     for (;;) {
-      cv.wait(lk, [&] { return stop || !queue.empty(); });
+      cv.wait(lk, [&] { return stop || !queue.empty() || !prefault.empty(); });
+      if (!prefault.empty()) {
+        std::vector<uint64_t> sizes;
+        sizes.swap(prefault);
+        lk.unlock();
+        make_ready(sizes);
+        lk.lock();
+        continue;
+      }
       if (queue.empty()) return;
       Pending p = std::move(queue.front());
       queue.pop_front();
@@ -419,6 +445,17 @@ Engine::~Engine() {
   m.cv.notify_all();
   if (m.snapper.joinable()) m.snapper.join();
   m.writer.join();
+}
+
+void Engine::reserve(const std::vector<TensorView>& tensors) {
+  auto& m = *impl_;
+  check_views(tensors);
+  {
+    std::lock_guard lk(m.mu);
+    for (int set = 0; set < 2; ++set)  // the differential base and the next save's staging
+      for (const auto& v : tensors) m.prefault.push_back(v.bytes());  // host copies of device views too
+  }
+  m.cv.notify_all();
 }
 
 SaveResult Engine::save(const std::vector<TensorView>& tensors, const Metadata& meta) {

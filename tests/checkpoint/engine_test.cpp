@@ -168,6 +168,25 @@ TEST(Checkpoint, AsyncSavesBlockOnlyForTheCopyAndPushBackWhenBehind) {
   EXPECT_TRUE(back == State(3));
 }
 
+// reserve() only readies staging memory: saves that come before or after
+// it round-trip, and memory reserved for other sizes is harmless.
+TEST(Checkpoint, SavesAroundAReservationRoundTrip) {
+  Engine e(options(fresh_dir("reserve")));
+  State s(1);
+  e.reserve(s.views());
+  e.save_async(s.views(), meta_for(1));  // may come before the writer readied anything
+  std::vector<float> other(1000, 2.0f);
+  e.reserve({{"other", HAL_DTYPE_F32, {static_cast<int64_t>(other.size())}, other.data()}});
+  for (uint64_t step = 2; step <= 4; ++step) {
+    State t(step);
+    e.save_async(t.views(), meta_for(step));
+  }
+  ASSERT_EQ(e.wait().size(), 4u);
+  State back(0);
+  EXPECT_EQ(e.restore(back.views(), nullptr).step, 4u);
+  EXPECT_TRUE(back == State(4));
+}
+
 // poll() never waits: it hands over each durable save once, and a save
 // it has not handed over yet comes with the next wait().
 TEST(Checkpoint, PollHandsOverEachDurableSaveOnceWithoutWaiting) {
