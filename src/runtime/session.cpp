@@ -22,6 +22,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace sigma::runtime {
 
@@ -102,6 +103,7 @@ struct Session::Impl {
   std::unique_ptr<checkpoint::Engine> engine;
   std::vector<uint64_t> disk_indices;  // durable checkpoints, as the agent was told
   std::vector<uint64_t> pending_disk;  // saved asynchronously, not yet known durable
+  bool resnapshot = false;             // a replacement joined: the next step snapshots
   Clock::time_point step_t0;
 
   // The control thread's side.
@@ -289,6 +291,17 @@ struct Session::Impl {
     return *engine;
   }
 
+  // Background saves stage into memory the engine's writer faults in now,
+  // while training starts.
+  void reserve_disk() {
+    if (o.checkpoint_every == 0 || !o.checkpoint_async) return;
+    try {
+      disk().reserve(views);
+    } catch (const Error&) {
+      engine.reset();  // the disk is not there: the first checkpoint says so, as a storage incident
+    }
+  }
+
   // Carries out an assignment: communicator, then the agreed state.
   uint64_t apply(const protocol::Assign& a, uint64_t aborts_before) {
     const auto t0 = Clock::now();
@@ -321,9 +334,11 @@ struct Session::Impl {
     const std::string& how = a.restore;
     const uint64_t index = a.index;
     const auto t1 = Clock::now();
+    resnapshot = false;
     if (how == "none") {
       tier->clear();
       tier->reserve(state_bytes(), *comm, world);  // a fresh start: fault the snapshots' memory in now
+      reserve_disk();
       tier->snapshot(0, views, *comm, rank, world);
     } else if (how == "memory") {
       const std::vector<std::pair<uint32_t, uint32_t>>& pairs = a.handoff;
@@ -335,6 +350,11 @@ struct Session::Impl {
       }
       tier->handoff(index, pairs, views, *comm, rank);
       tier->drop_after(index);
+      // A replacement holds no replica of its ring predecessor: the first
+      // step snapshots, so that a second fault soon after still finds every
+      // rank's state in a peer. Not here: a rank that hangs in the exchange
+      // must not keep the others from joining, so that the agent can name it.
+      resnapshot = !pairs.empty();
     } else if (how == "disk") {
       checkpoint::Metadata meta;
       const auto res = disk().restore(views, &meta, index);
@@ -346,6 +366,7 @@ struct Session::Impl {
       }
       tier->clear();
       tier->reserve(state_bytes(), *comm, world);
+      reserve_disk();
       tier->snapshot(index, views, *comm, rank, world);
     }
     stop_after = -1;
@@ -488,8 +509,9 @@ void Session::step_end(uint64_t step, const StepReport& report) {
   m.ch->send(protocol::encode(protocol::StepDone{step, seconds, report.loss, report.tokens, report.flops,
                                                  report.peak_flops, report.note}));
   const uint64_t index = step + 1;
-  if (index % m.o.snapshot_every == 0) {
-    m.tier->snapshot(index, m.views, comm(), m.rank, m.world);
+  m.tier->settle();  // the last snapshot's ring exchange, if it has arrived
+  if (index % m.o.snapshot_every == 0 || std::exchange(m.resnapshot, false)) {
+    m.tier->snapshot(index, m.views, comm(), m.rank, m.world);  // the ring exchange runs on behind
     m.ch->send(protocol::encode(protocol::Snapshotted{index}));
   }
   m.settle_disk(false);  // background saves that became durable since the last step
@@ -545,6 +567,7 @@ uint64_t Session::rollback(uint64_t index) {
 uint64_t Session::recover(const std::string& reason) {
   Impl& m = *impl_;
   m.abort_comm();
+  m.tier->abandon();  // a replica still in flight is not held
   // run() and the C API pass "code_name: message"; the code travels on its
   // own, so the agent never has to search the text.
   std::string code = "unknown";

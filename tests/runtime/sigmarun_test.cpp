@@ -302,15 +302,30 @@ TEST_F(Sigmarun, AHungWorkerIsFoundWithinTheHeartbeatTimeoutAndReplaced) {
 }
 
 TEST_F(Sigmarun, TwoFaultsCloseTogetherFallBackToDiskAndStillEndExact) {
-  // Ranks 1 and 2 die one step apart: rank 1's memory replica was on rank 2.
-  JobRun r = sigmarun("two", {"--nproc", "3", "--spares", "2", "--checkpoint-every", "20"},
-                      {"--steps", std::to_string(kSteps), "--kill-at", "70", "--kill-device", "1",
-                       "--kill-at", "70", "--kill-device", "2"});
+  // Ranks 1 and 2 die together, right after the same all-reduce: rank 1's
+  // memory replica was on rank 2, so its state is only on disk.
+  JobRun r =
+      sigmarun("two", {"--nproc", "3", "--spares", "2", "--checkpoint-every", "20"},
+               {"--steps", std::to_string(kSteps), "--kill-at", "70", "--kill-device", "1",
+                "--kill-after-reduce", "--kill-at", "70", "--kill-device", "2", "--kill-after-reduce"});
   ASSERT_EQ(r.exit_code, 0) << logs(r);
   ASSERT_GE(r.report["incidents"].size(), 1u);
   bool disk = false;
   for (const auto& inc : r.report["incidents"]) disk |= inc.value("restore", "") == "disk";
   EXPECT_TRUE(disk) << logs(r);
+  expect_exact(r);
+}
+
+// One after the other: each is restored from memory, because a
+// replacement snapshots in its first step, so that its ring successor
+// holds a replica of it again.
+TEST_F(Sigmarun, NeighboursLostOneAfterTheOtherAreBothRestoredFromMemory) {
+  JobRun r = sigmarun("apart", {"--nproc", "3", "--spares", "2", "--checkpoint-every", "1000"},
+                      {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "2",
+                       "--kill-at", "62", "--kill-device", "1"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_EQ(r.report["incidents"].size(), 2u) << logs(r);
+  for (const auto& inc : r.report["incidents"]) EXPECT_EQ(inc.value("restore", ""), "memory") << logs(r);
   expect_exact(r);
 }
 
