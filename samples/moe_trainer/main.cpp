@@ -54,11 +54,23 @@ struct Options {
   int threads = 1;
   std::vector<uint64_t> poison;
   bool guardrails_on = true, autotune_on = true;  // off: the benchmark's "features off" side
+  int64_t expert_slots = 0;                       // per rank; 0: the even share and one more
   int64_t kill_at = -1;                           // the recovery benchmark's fault: SIGKILL at this step ...
   uint32_t kill_device = 0;                       // ... on this device, once
   std::string progress;  // "step N T" / "kill T" lines (CLOCK_MONOTONIC) to PREFIX.dDEVICE
   moe::ModelConfig model;
 };
+
+// Expert slots per rank: the even share and room for one more, so the
+// autotuner can move an expert in. Every slot is in each snapshot,
+// checkpoint and optimizer step, empty or not: more room costs time.
+int64_t expert_slots(const Options& o, uint32_t ep) {
+  const int64_t share = o.model.experts / ep;
+  const int64_t want = o.expert_slots > 0 ? o.expert_slots : share + 1;
+  if (want < share)
+    throw std::runtime_error("moe_trainer: --expert-slots below the even share " + std::to_string(share));
+  return std::min<int64_t>(o.model.experts, want);
+}
 
 double now_s() {
   timespec ts{};
@@ -123,8 +135,7 @@ class Trainer {
         plan_(moe::plan_layout(o.model, o.batch, world_, rates)),
         predicted_step_s_(plan_.predicted_step_s),
         launch_rank_(env_u32("SIGMA_RANK", 0)),
-        // Expert slots: twice the even share, so the autotuner has room to move experts in.
-        slots_(std::min<int64_t>(o.model.experts, 2 * (o.model.experts / plan_.layout.ep))),
+        slots_(expert_slots(o, plan_.layout.ep)),
         model_(o.model, par::coords_of(plan_.layout, launch_rank_ % world_).ep_index, plan_.layout.ep, slots_,
                o.seed),
         dense_opt_(model_.dense),
@@ -242,8 +253,11 @@ class Trainer {
     // gradient (this rank's alone) reaches them as a non-finite loss.
     const bool experts_finite = torch::isfinite(model_.expert_grad).all().item<bool>();
     std::vector<double> sample;  // the autotuner's, riding on the guardrails' exchange
+    const double t_grads = now_s();
     if (tuning_) sample = tuner_.sample(model_, s_.plugin());
+    const double t_sample = now_s();
     const gr::Decision d = decide(step, experts_finite ? ce.item<double>() : std::nan(""), sample);
+    const double t_decide = now_s();
     if (d.action == gr::Action::apply) {
       const double lr = learning_rate(o_, step);
       model_.dense_grad.mul_(d.grad_multiplier);
@@ -257,6 +271,7 @@ class Trainer {
           step, {{model_.dense.data_ptr(), static_cast<uint64_t>(model_.dense.numel()), HAL_DTYPE_F32}});
       fp = {{"match", r.match}, {"odd_ranks", r.odd_ranks}};
     }
+    const double t_fp = now_s();
     std::optional<par::Rebalance> moved;
     if (tuning_ && d.action != gr::Action::rollback) {  // experts off a slow link, or back
       const auto all =
@@ -281,6 +296,12 @@ class Trainer {
                    {"norm", d.global_norm},
                    {"lr", learning_rate(o_, step)},
                    {"step_s", dt},
+                   {"phases_s",  // where the step's time went
+                    {{"forward_backward_allreduce", t_grads - t0},
+                     {"autotune_sample", t_sample - t_grads},
+                     {"guardrails", t_decide - t_sample},
+                     {"optimizer_fingerprint", t_fp - t_decide},
+                     {"autotune_bookkeeping", now_s() - t_fp}}},
                    {"tokens_per_s", static_cast<double>(tokens()) / dt},
                    {"dropped", stats.dropped},
                    {"routed", stats.routed},
@@ -414,6 +435,7 @@ int main(int argc, char** argv) {
   app.add_option("--seq", o.model.seq);
   app.add_option("--capacity-factor", o.model.capacity_factor, "per expert and rank; 0: dropless");
   app.add_option("--threads", o.threads, "libtorch threads per worker");
+  app.add_option("--expert-slots", o.expert_slots, "expert slots per rank (0: the even share and one more)");
   app.add_option("--gemm-gflops", o.gemm_gflops, "measured GEMM rate of one worker (0: measure now)");
   app.add_flag("--measure-model", measure_model,
                "print this model's whole-step rate alone on one core in GFLOP/s and exit");
