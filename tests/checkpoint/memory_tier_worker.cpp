@@ -9,6 +9,8 @@
 #include <sigma/bootstrap.hpp>
 #include <sigma/memory_tier.hpp>
 
+#include "../parallel/rank_main.hpp"
+
 #include <signal.h>
 
 #include <chrono>
@@ -53,17 +55,12 @@ void write_held(const std::string& path, const checkpoint::MemoryTier& tier) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::cerr << "usage: memory_tier_worker CASE RANK WORLD DIR\n";
-    return 2;
-  }
-  const std::string name = argv[1], dir = argv[4];
-  const auto rank = static_cast<uint32_t>(std::stoul(argv[2])),
-             world = static_cast<uint32_t>(std::stoul(argv[3]));
-  try {
-    auto store = std::make_shared<bootstrap::FileStore>(dir + "/store");
+  return test::rank_main(argc, argv, [](const test::RankCase& c) {
+    const std::string& name = c.name;
+    const std::string& dir = c.dir;
+    const uint32_t rank = c.rank, world = c.world;
     auto plugin = hal::Plugin::load("cpu");
-    bootstrap::HalBootstrap boot(store, "ring/");
+    bootstrap::HalBootstrap boot(c.store, "ring/");
     hal_comm_create_args_t ca{};
     ca.struct_size = sizeof(ca);
     ca.rank = rank;
@@ -105,9 +102,5 @@ int main(int argc, char** argv) {
     } else {
       throw Error(Code::invalid_argument, "no case " + name);
     }
-  } catch (const std::exception& e) {
-    std::cerr << "rank " << rank << ": " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  });
 }

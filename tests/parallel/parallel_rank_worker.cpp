@@ -7,6 +7,7 @@
 #include "autotune_worker.hpp"
 #include "moe_cases.hpp"
 #include "pipe_model.hpp"
+#include "rank_main.hpp"
 
 #include <sigma/parallel.hpp>
 #include <sigma/pipeline.hpp>
@@ -216,15 +217,11 @@ void pipe_case(const std::string& name, uint32_t rank, uint32_t world, const std
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::cerr << "usage: parallel_rank_worker CASE RANK WORLD DIR\n";
-    return 2;
-  }
-  const std::string name = argv[1], dir = argv[4];
-  const auto rank = static_cast<uint32_t>(std::stoul(argv[2])),
-             world = static_cast<uint32_t>(std::stoul(argv[3]));
-  try {
-    auto store = std::make_shared<bootstrap::FileStore>(dir + "/store");
+  return sigma::test::rank_main(argc, argv, [](const sigma::test::RankCase& c) {
+    const std::string& name = c.name;
+    const std::string& dir = c.dir;
+    const uint32_t rank = c.rank, world = c.world;
+    const auto& store = c.store;
     if (name == "groups") {
       groups_case(rank, dir, store);
     } else if (name == "autotune") {
@@ -244,9 +241,5 @@ int main(int argc, char** argv) {
       if (it == test::cases().end()) throw Error(Code::invalid_argument, "no case " + name);
       moe_case(it->second, rank, world, dir, store);
     }
-  } catch (const std::exception& e) {
-    std::cerr << "rank " << rank << ": " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  });
 }
