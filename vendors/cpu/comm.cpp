@@ -7,18 +7,19 @@
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
-#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -382,10 +383,36 @@ void Comm::shutdown_sockets() {
 
 void Comm::wake_p2p() {
   std::lock_guard lk(p2p_mu_);
-  if (p2p_ == nullptr) return;
-  p2p_->abortWaitSend();
-  p2p_->abortWaitRecv();
+  for (auto* b : p2p_) {
+    b->abortWaitSend();
+    b->abortWaitRecv();
+  }
 }
+
+// The buffers of one operation, visible to wake_p2p() while it runs.
+class Comm::InFlight {
+ public:
+  InFlight(Comm& c, std::vector<gloo::transport::UnboundBuffer*> bufs) : c_(c) {
+    {
+      std::lock_guard lk(c_.p2p_mu_);
+      c_.p2p_ = std::move(bufs);
+    }
+    if (c_.aborted_) {  // abort() came before the buffers were visible
+      clear();
+      throw gloo::IoException("aborted");
+    }
+  }
+  ~InFlight() { clear(); }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  void clear() {
+    std::lock_guard lk(c_.p2p_mu_);
+    c_.p2p_.clear();
+  }
+  Comm& c_;
+};
 
 void Comm::abort() {
   const bool first = !aborted_.exchange(true);
@@ -580,54 +607,49 @@ void Comm::run_reduce_scatter(const hal_coll_args_t& a) {
   if (a.reduce_op == HAL_REDUCE_AVG) divide_by(a.dtype, a.recvbuf, a.count, size_);
 }
 
-// Gloo's alltoallv wants blocks packed in rank order; arbitrary
-// displacements are packed into scratch and unpacked after.
+// Each block goes straight from its place in the send buffer to its place
+// in the peer's receive buffer, whatever the displacements: Gloo's own
+// alltoallv wants the blocks packed in rank order, which would cost a copy
+// of both buffers for any other layout (MoE dispatch leaves its own block
+// out, so its layout never is). The pairing is Gloo's: step i sends to rank
+// + i and receives from rank - i, every transfer posted before any wait.
+// Zero-length blocks are not sent: both sides' counts agree (the HAL's
+// contract), so both skip them.
 void Comm::run_all_to_allv(const hal_coll_args_t& a) {
-  const size_t es = dtype_bytes(a.dtype);
-  std::vector<int64_t> in_counts(size_), out_counts(size_);
-  bool packed_in = true, packed_out = true;
-  uint64_t in_total = 0, out_total = 0;
+  const uint64_t es = dtype_bytes(a.dtype);
+  auto* in = static_cast<uint8_t*>(const_cast<void*>(a.sendbuf));
+  auto* out = static_cast<uint8_t*>(a.recvbuf);
+  if (a.send_counts[rank_] > 0)
+    std::memcpy(out + a.recv_displs[rank_] * es, in + a.send_displs[rank_] * es, a.send_counts[rank_] * es);
+  if (size_ == 1) return;
+  uint64_t in_end = 1, out_end = 1;  // extents; Gloo wants a buffer even when nothing moves
   for (uint32_t j = 0; j < size_; ++j) {
-    in_counts[j] = static_cast<int64_t>(a.send_counts[j]);
-    out_counts[j] = static_cast<int64_t>(a.recv_counts[j]);
-    packed_in &= a.send_displs[j] == in_total;
-    packed_out &= a.recv_displs[j] == out_total;
-    in_total += a.send_counts[j];
-    out_total += a.recv_counts[j];
+    if (j == rank_) continue;
+    if (a.send_counts[j] > 0) in_end = std::max(in_end, (a.send_displs[j] + a.send_counts[j]) * es);
+    if (a.recv_counts[j] > 0) out_end = std::max(out_end, (a.recv_displs[j] + a.recv_counts[j]) * es);
   }
-  std::vector<uint8_t> in_buf, out_buf;
-  const uint8_t* in = static_cast<const uint8_t*>(a.sendbuf);
-  uint8_t* out = static_cast<uint8_t*>(a.recvbuf);
-  if (!packed_in) {
-    in_buf.resize(in_total * es + 1);
-    uint64_t off = 0;
-    for (uint32_t j = 0; j < size_; ++j) {
-      std::memcpy(in_buf.data() + off * es, in + a.send_displs[j] * es, a.send_counts[j] * es);
-      off += a.send_counts[j];
+  uint8_t dummy[2] = {0, 0};
+  auto send = ctx_->createUnboundBuffer(in ? in : dummy, in_end);
+  auto recv = ctx_->createUnboundBuffer(out ? out : dummy + 1, out_end);
+  const InFlight in_flight(*this, {send.get(), recv.get()});
+  constexpr uint64_t kSlot = uint64_t{0x5B} << 56;  // a range no other operation uses
+  int sends = 0, recvs = 0;
+  for (uint32_t i = 1; i < size_; ++i) {
+    const uint32_t to = (rank_ + i) % size_, from = (rank_ + size_ - i) % size_;
+    if (a.send_counts[to] > 0) {
+      send->send(static_cast<int>(to), kSlot, a.send_displs[to] * es, a.send_counts[to] * es);
+      ++sends;
     }
-    in = in_buf.data();
-  }
-  if (!packed_out) {
-    out_buf.resize(out_total * es + 1);
-    out = out_buf.data();
-  }
-  // Gloo needs a non-NULL pointer even for an empty side.
-  uint8_t dummy = 0;
-  gloo::AlltoallvOptions o(ctx_);
-  with_elem(es, [&](auto* t) {
-    using T = std::remove_pointer_t<decltype(t)>;
-    o.setInput(reinterpret_cast<T*>(in ? const_cast<uint8_t*>(in) : &dummy), in_counts);
-    o.setOutput(reinterpret_cast<T*>(out ? out : &dummy), out_counts);
-  });
-  gloo::alltoallv(o);
-  if (!packed_out) {
-    uint64_t off = 0;
-    for (uint32_t j = 0; j < size_; ++j) {
-      std::memcpy(static_cast<uint8_t*>(a.recvbuf) + a.recv_displs[j] * es, out_buf.data() + off * es,
-                  a.recv_counts[j] * es);
-      off += a.recv_counts[j];
+    if (a.recv_counts[from] > 0) {
+      recv->recv(static_cast<int>(from), kSlot, a.recv_displs[from] * es, a.recv_counts[from] * es);
+      ++recvs;
     }
   }
+  const auto timeout = ctx_->getTimeout();
+  for (int k = 0; k < sends; ++k)
+    if (!send->waitSend(timeout)) throw gloo::IoException("all_to_allv: send aborted");
+  for (int k = 0; k < recvs; ++k)
+    if (!recv->waitRecv(timeout)) throw gloo::IoException("all_to_allv: receive aborted");
 }
 
 // Matched in posting order per peer: the k-th send to a peer meets that
@@ -640,18 +662,7 @@ void Comm::run_p2p(const hal_coll_args_t& a) {
   const uint64_t slot = kP2PSlotBase | (send ? send_seq_[peer]++ : recv_seq_[peer]++);
   if (bytes == 0) return;
   auto buf = ctx_->createUnboundBuffer(send ? const_cast<void*>(a.sendbuf) : a.recvbuf, bytes);
-  {
-    std::lock_guard lk(p2p_mu_);
-    p2p_ = buf.get();
-  }
-  struct Clear {
-    Comm* c;
-    ~Clear() {
-      std::lock_guard lk(c->p2p_mu_);
-      c->p2p_ = nullptr;
-    }
-  } clear{this};
-  if (aborted_) throw gloo::IoException("aborted");  // abort() came before p2p_ was set
+  const InFlight in_flight(*this, {buf.get()});
   if (send) {
     buf->send(static_cast<int>(peer), slot);
     if (!buf->waitSend(ctx_->getTimeout())) throw gloo::IoException("send aborted");

@@ -77,7 +77,10 @@ class Comm {
   void run_p2p(const hal_coll_args_t& a);
   void set_async_error(hal_status_t st);
   void shutdown_sockets();
-  void wake_p2p();  // fails the send or receive in flight, if any
+  void wake_p2p();  // fails the sends and receives in flight, if any
+  // Registers `bufs` with wake_p2p() until the returned guard goes; throws
+  // if the communicator was aborted before.
+  class InFlight;
 
   const uint32_t rank_, size_;
   std::shared_ptr<gloo::Context> ctx_;  // null for a world of one
@@ -92,10 +95,12 @@ class Comm {
   std::vector<uint64_t> send_seq_, recv_seq_;  // per peer, whoever holds running_
   std::vector<uint8_t> scratch_;               // whoever holds running_
   std::vector<int> sockets_;                   // duplicates of this comm's TCP connections, owned
-  // The send or receive in flight: abort() wakes its wait (a send waiting
-  // for a dead peer's receive is not woken by the sockets' shutdown).
+  // The buffers whose sends or receives are in flight (a point-to-point
+  // operation's one, an all-to-all(v)'s two): abort() wakes their waits (a
+  // send waiting for a dead peer's receive is not woken by the sockets'
+  // shutdown).
   std::mutex p2p_mu_;
-  gloo::transport::UnboundBuffer* p2p_ = nullptr;
+  std::vector<gloo::transport::UnboundBuffer*> p2p_;
   std::thread worker_;
 };
 

@@ -35,6 +35,9 @@ bool is_reducing(hal_coll_op_t op) { return op == HAL_COLL_ALL_REDUCE || op == H
 
 // all_to_allv block sizes: rank `from` sends this many elements to rank `to`.
 uint64_t v_count(uint32_t from, uint32_t to, uint64_t scale) { return ((from * 7 + to * 3) % 4) * scale; }
+// What the gaps between all_to_allv's blocks hold before and after: no
+// block's value (those are below 97), exact in every dtype.
+constexpr double kGap = 99;
 // Value of element k of the block from `from` to `to`.
 double v_value(uint32_t from, uint32_t to, uint64_t k) {
   return static_cast<double>((from * 31 + to * 7 + k) % 97);
@@ -68,14 +71,16 @@ std::string run_case(Context& ctx, Communicator& comm, const Case& c, bool block
 
   std::vector<uint64_t> sc(W), sd(W), rc(W), rd(W);
   if (c.op == HAL_COLL_ALL_TO_ALLV) {
+    // Blocks in reverse rank order, each after a one-element gap that must
+    // stay untouched: displacements are arbitrary, not packed.
     const uint64_t scale = std::max<uint64_t>(c.count / std::max<uint32_t>(W, 1), c.count ? 1 : 0);
     n_in = n_out = 0;
-    for (uint32_t j = 0; j < W; ++j) {
+    for (uint32_t j = W; j-- > 0;) {
       sc[j] = v_count(R, j, scale);
-      sd[j] = n_in;
+      sd[j] = ++n_in;
       n_in += sc[j];
       rc[j] = v_count(j, R, scale);
-      rd[j] = n_out;
+      rd[j] = ++n_out;
       n_out += rc[j];
     }
   }
@@ -112,6 +117,11 @@ std::string run_case(Context& ctx, Communicator& comm, const Case& c, bool block
     sbuf = std::make_unique<Buffer>(plugin, 0, n_in * es);
     rbuf = std::make_unique<Buffer>(plugin, 0, n_out * es);
     sbuf->copy_from_host(in.data(), n_in * es);
+    if (c.op == HAL_COLL_ALL_TO_ALLV) {  // the gaps' sentinel
+      HostArray gaps(c.dtype, n_out);
+      for (uint64_t i = 0; i < n_out; ++i) gaps.set(i, kGap);
+      rbuf->copy_from_host(gaps.data(), n_out * es);
+    }
     a.sendbuf = sbuf->data();
     a.recvbuf = rbuf->data();
   }
@@ -156,9 +166,9 @@ std::string run_case(Context& ctx, Communicator& comm, const Case& c, bool block
         break;
       }
       case HAL_COLL_ALL_TO_ALLV: {
-        uint32_t from = 0;
-        while (from + 1 < W && i >= rd[from + 1]) ++from;
-        want = v_value(from, R, i - rd[from]);
+        want = kGap;
+        for (uint32_t from = 0; from < W; ++from)
+          if (i >= rd[from] && i < rd[from] + rc[from]) want = v_value(from, R, i - rd[from]);
         break;
       }
       default:
