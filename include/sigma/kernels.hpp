@@ -91,6 +91,17 @@ SIGMA_EXPORT void moe_unpermute(const void* expert_out, const int64_t* row_of, c
                                 uint64_t num_tokens, uint32_t top_k, uint64_t hidden, hal_dtype_t dtype,
                                 void* out);
 
+// moe_unpermute with each choice's row in one of two buffers: row
+// row_of_a[i] of `a` where that is >= 0, else row row_of_b[i] of `b` (both
+// -1: dropped). The same sum in the same order, so the same bits as
+// moe_unpermute over one buffer holding those rows: what an exchange's
+// received rows and a rank's own experts' output are combined with,
+// without copying either into one buffer. Thread-safety and errors as
+// moe_unpermute.
+SIGMA_EXPORT void moe_unpermute_split(const void* a, const int64_t* row_of_a, const void* b,
+                                      const int64_t* row_of_b, const float* weights, uint64_t num_tokens,
+                                      uint32_t top_k, uint64_t hidden, hal_dtype_t dtype, void* out);
+
 // The GPU-friendly checksum ("sigma-h64"), defined so that a GPU computes
 // it in parallel and this CPU twin gives the same value: the bytes are read
 // as little-endian 64-bit words w_i (the last one zero-padded), each word is

@@ -56,19 +56,30 @@ __attribute__((always_inline)) inline void weighted_row(const uint8_t* const* ro
   }
 }
 
+// Where the unpermute's rows are: row_of[i] of `a`, else (b_row_of set
+// and row_of[i] < 0) b_row_of[i] of `b`.
+struct Sources {
+  const uint8_t* a;
+  const int64_t* row_of;
+  const uint8_t* b = nullptr;
+  const int64_t* b_row_of = nullptr;
+};
+
 template <hal_dtype_t kDt>
-__attribute__((always_inline)) inline void unpermute_rows(const uint8_t* src, const int64_t* row_of,
-                                                          const float* weights, uint64_t tokens, uint32_t k,
-                                                          uint64_t hidden, uint8_t* out) {
+__attribute__((always_inline)) inline void unpermute_rows(const Sources& src, const float* weights,
+                                                          uint64_t tokens, uint32_t k, uint64_t hidden,
+                                                          uint8_t* out) {
   constexpr size_t es = kDt == HAL_DTYPE_F32 ? 4 : 2;
   std::vector<const uint8_t*> rows(k);
   std::vector<float> w(k);
   for (uint64_t t = 0; t < tokens; ++t) {
     uint32_t n = 0;
     for (uint32_t c = 0; c < k; ++c) {
-      const int64_t r = row_of[t * k + c];
-      if (r < 0) continue;
-      rows[n] = src + static_cast<uint64_t>(r) * hidden * es;
+      const int64_t r = src.row_of[t * k + c];
+      const int64_t rb = r < 0 && src.b_row_of ? src.b_row_of[t * k + c] : -1;
+      if (r < 0 && rb < 0) continue;
+      rows[n] = r >= 0 ? src.a + static_cast<uint64_t>(r) * hidden * es
+                       : src.b + static_cast<uint64_t>(rb) * hidden * es;
       w[n++] = weights[t * k + c];
     }
     weighted_row<kDt>(rows.data(), w.data(), n, hidden, out + t * hidden * es);
@@ -77,16 +88,39 @@ __attribute__((always_inline)) inline void unpermute_rows(const uint8_t* src, co
 
 // The same loops, compiled once for any x86-64 and once for AVX2 + F16C.
 template <hal_dtype_t kDt>
-void unpermute_generic(const uint8_t* src, const int64_t* row_of, const float* weights, uint64_t tokens,
-                       uint32_t k, uint64_t hidden, uint8_t* out) {
-  unpermute_rows<kDt>(src, row_of, weights, tokens, k, hidden, out);
+void unpermute_generic(const Sources& src, const float* weights, uint64_t tokens, uint32_t k, uint64_t hidden,
+                       uint8_t* out) {
+  unpermute_rows<kDt>(src, weights, tokens, k, hidden, out);
 }
 
 template <hal_dtype_t kDt>
-__attribute__((target("avx2,fma,f16c"))) void unpermute_avx2(const uint8_t* src, const int64_t* row_of,
-                                                             const float* weights, uint64_t tokens,
-                                                             uint32_t k, uint64_t hidden, uint8_t* out) {
-  unpermute_rows<kDt>(src, row_of, weights, tokens, k, hidden, out);
+__attribute__((target("avx2,fma,f16c"))) void unpermute_avx2(const Sources& src, const float* weights,
+                                                             uint64_t tokens, uint32_t k, uint64_t hidden,
+                                                             uint8_t* out) {
+  unpermute_rows<kDt>(src, weights, tokens, k, hidden, out);
+}
+
+void unpermute(const Sources& src, const float* weights, uint64_t num_tokens, uint32_t top_k, uint64_t hidden,
+               hal_dtype_t dtype, void* out, const char* what) {
+  if (dtype != HAL_DTYPE_F32 && dtype != HAL_DTYPE_F16 && dtype != HAL_DTYPE_BF16)
+    throw Error(Code::invalid_argument,
+                std::string(what) + ": dtype " + std::to_string(dtype) + " is not f32, f16 or bf16");
+  if (num_tokens * hidden == 0) return;
+  if (out == nullptr || (top_k > 0 && (src.a == nullptr || src.row_of == nullptr || weights == nullptr)))
+    throw Error(Code::invalid_argument, std::string(what) + ": NULL buffer");
+  auto* dst = static_cast<uint8_t*>(out);
+  const bool avx2 = detail::isa() == Isa::avx2;
+  switch (dtype) {
+    case HAL_DTYPE_F32:
+      return avx2 ? unpermute_avx2<HAL_DTYPE_F32>(src, weights, num_tokens, top_k, hidden, dst)
+                  : unpermute_generic<HAL_DTYPE_F32>(src, weights, num_tokens, top_k, hidden, dst);
+    case HAL_DTYPE_F16:
+      return avx2 ? unpermute_avx2<HAL_DTYPE_F16>(src, weights, num_tokens, top_k, hidden, dst)
+                  : unpermute_generic<HAL_DTYPE_F16>(src, weights, num_tokens, top_k, hidden, dst);
+    default:
+      return avx2 ? unpermute_avx2<HAL_DTYPE_BF16>(src, weights, num_tokens, top_k, hidden, dst)
+                  : unpermute_generic<HAL_DTYPE_BF16>(src, weights, num_tokens, top_k, hidden, dst);
+  }
 }
 
 // Rows bound for a buffer far larger than the caches: non-temporal stores
@@ -153,26 +187,17 @@ void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_d
 
 void moe_unpermute(const void* expert_out, const int64_t* row_of, const float* weights, uint64_t num_tokens,
                    uint32_t top_k, uint64_t hidden, hal_dtype_t dtype, void* out) {
-  if (dtype != HAL_DTYPE_F32 && dtype != HAL_DTYPE_F16 && dtype != HAL_DTYPE_BF16)
-    throw Error(Code::invalid_argument,
-                "moe_unpermute: dtype " + std::to_string(dtype) + " is not f32, f16 or bf16");
-  if (num_tokens * hidden == 0) return;
-  if (out == nullptr || (top_k > 0 && (expert_out == nullptr || row_of == nullptr || weights == nullptr)))
-    throw Error(Code::invalid_argument, "moe_unpermute: NULL buffer");
-  const auto* src = static_cast<const uint8_t*>(expert_out);
-  auto* dst = static_cast<uint8_t*>(out);
-  const bool avx2 = detail::isa() == Isa::avx2;
-  switch (dtype) {
-    case HAL_DTYPE_F32:
-      return avx2 ? unpermute_avx2<HAL_DTYPE_F32>(src, row_of, weights, num_tokens, top_k, hidden, dst)
-                  : unpermute_generic<HAL_DTYPE_F32>(src, row_of, weights, num_tokens, top_k, hidden, dst);
-    case HAL_DTYPE_F16:
-      return avx2 ? unpermute_avx2<HAL_DTYPE_F16>(src, row_of, weights, num_tokens, top_k, hidden, dst)
-                  : unpermute_generic<HAL_DTYPE_F16>(src, row_of, weights, num_tokens, top_k, hidden, dst);
-    default:
-      return avx2 ? unpermute_avx2<HAL_DTYPE_BF16>(src, row_of, weights, num_tokens, top_k, hidden, dst)
-                  : unpermute_generic<HAL_DTYPE_BF16>(src, row_of, weights, num_tokens, top_k, hidden, dst);
-  }
+  unpermute({static_cast<const uint8_t*>(expert_out), row_of}, weights, num_tokens, top_k, hidden, dtype, out,
+            "moe_unpermute");
+}
+
+void moe_unpermute_split(const void* a, const int64_t* row_of_a, const void* b, const int64_t* row_of_b,
+                         const float* weights, uint64_t num_tokens, uint32_t top_k, uint64_t hidden,
+                         hal_dtype_t dtype, void* out) {
+  if (num_tokens * top_k * hidden > 0 && (b == nullptr || row_of_b == nullptr))
+    throw Error(Code::invalid_argument, "moe_unpermute_split: NULL buffer");
+  unpermute({static_cast<const uint8_t*>(a), row_of_a, static_cast<const uint8_t*>(b), row_of_b}, weights,
+            num_tokens, top_k, hidden, dtype, out, "moe_unpermute_split");
 }
 
 }  // namespace sigma::kernels
