@@ -350,6 +350,20 @@ class SIGMA_EXPORT Dispatcher {
 
  private:
   void run(const hal_coll_args_t& args);
+  // The all-to-all exchange to the experts: other ranks' rows from the sent
+  // layout `sent` to the expert layout `out` through the communicator, this
+  // rank's own copied across unless `own_in_place` (dispatch permuted them
+  // there already).
+  void exchange_to_experts(const Plan& plan, const void* sent, uint64_t row, uint8_t* out, bool own_in_place);
+  // The way back: other ranks' rows from the expert layout `in` through
+  // the communicator to their place in the sent layout `back`, this rank's
+  // own copied across unless `own_in_place` (combine reads them in `in`).
+  void exchange_from_experts(const Plan& plan, const uint8_t* in, uint64_t row, uint8_t* back,
+                             bool own_in_place);
+  // plan.row_of split: others_row_of_ keeps the rows that go to other ranks
+  // (-1 for the rest), own_row_of_ maps this rank's own choices to their
+  // row in the expert layout.
+  void split_row_map(const Plan& plan);
   // A collective on small host buffers, staged through device buffers
   // where the device's memory is not host-addressable.
   void run_small(hal_coll_args_t args, uint64_t send_bytes, uint64_t recv_bytes);
@@ -367,6 +381,7 @@ class SIGMA_EXPORT Dispatcher {
   std::vector<uint32_t> owner_, slot_of_, first_slot_, local_ids_;  // the placement
   // Exchange buffers reused from call to call (their pages stay mapped).
   std::vector<uint8_t> sent_, exchange_, back_, gather_mine_, gather_all_;
+  std::vector<int64_t> others_row_of_, own_row_of_;  // split_row_map's
 };
 
 }  // namespace sigma::parallel

@@ -185,17 +185,20 @@ struct Blocks {
   explicit Blocks(size_t R) : sc(R), sd(R), rc(R), rd(R) {}
 };
 
-// To the experts: each rank's slots of the sent layout out; from each
-// source, its rows for this rank's experts in, source-major.
-Blocks to_expert_blocks(const Plan& p, const std::vector<uint32_t>& first_slot, uint32_t L, uint32_t R,
-                        uint64_t row) {
+// To the experts: each other rank's slots of the sent layout out; from
+// each other source, its rows for this rank's experts in, source-major.
+// This rank's own rows never enter the exchange (each_block copies them
+// between the sent and expert layouts directly): its block is empty.
+Blocks to_expert_blocks(const Plan& p, const std::vector<uint32_t>& first_slot, uint32_t self, uint32_t L,
+                        uint32_t R, uint64_t row) {
   Blocks b(R);
   for (uint32_t j = 0; j < R; ++j) {
     b.sd[j] = p.sent_offsets[first_slot[j]] * row;
+    b.rd[j] = b.recv_total;
+    if (j == self) continue;
     b.sc[j] = (p.sent_offsets[first_slot[j + 1]] - p.sent_offsets[first_slot[j]]) * row;
     uint64_t rows = 0;
     for (uint32_t l = 0; l < L; ++l) rows += p.recv_counts[j * L + l];
-    b.rd[j] = b.recv_total;
     b.rc[j] = rows * row;
     b.recv_total += b.rc[j];
   }
@@ -203,30 +206,34 @@ Blocks to_expert_blocks(const Plan& p, const std::vector<uint32_t>& first_slot, 
 }
 
 // Back: the reverse of to_expert_blocks.
-Blocks from_expert_blocks(const Plan& p, const std::vector<uint32_t>& first_slot, uint32_t L, uint32_t R,
-                          uint64_t row) {
+Blocks from_expert_blocks(const Plan& p, const std::vector<uint32_t>& first_slot, uint32_t self, uint32_t L,
+                          uint32_t R, uint64_t row) {
+  const Blocks to = to_expert_blocks(p, first_slot, self, L, R, row);
   Blocks b(R);
-  uint64_t at = 0;
-  for (uint32_t s = 0; s < R; ++s) {
-    b.sd[s] = at;
-    for (uint32_t l = 0; l < L; ++l) at += p.recv_counts[s * L + l] * row;
-    b.sc[s] = at - b.sd[s];
-    b.rd[s] = p.sent_offsets[first_slot[s]] * row;
-    b.rc[s] = (p.sent_offsets[first_slot[s + 1]] - p.sent_offsets[first_slot[s]]) * row;
-    b.recv_total += b.rc[s];
-  }
+  b.sc = to.rc;
+  b.sd = to.rd;
+  b.rc = to.sc;
+  b.rd = to.sd;
+  for (uint64_t n : b.rc) b.recv_total += n;
   return b;
 }
 
-// Every (source, local expert) block: copy(expert-major byte offset,
-// source-major byte offset, bytes), in source-major order.
+// Every (source, local expert) block: copy(expert-major byte offset, byte
+// offset, bytes, own), in source-major order. Another source's rows are at
+// that offset in the exchange buffer (source-major, this rank's own block
+// left out); this rank's own (`own` true) at that offset in the sent layout.
 template <typename Copy>
-void each_block(const Plan& p, uint32_t L, uint32_t R, uint64_t row, Copy copy) {
+void each_block(const Plan& p, const std::vector<uint32_t>& first_slot, uint32_t self, uint32_t L, uint32_t R,
+                uint64_t row, Copy copy) {
   uint64_t at = 0;
   for (uint32_t s = 0; s < R; ++s)
     for (uint32_t l = 0; l < L; ++l) {
       const uint64_t n = p.recv_counts[s * L + l] * row;
-      if (n) copy(expert_block(p, L, s, l) * row, at, n);
+      if (s == self) {
+        if (n) copy(expert_block(p, L, s, l) * row, p.sent_offsets[first_slot[self] + l] * row, n, true);
+        continue;
+      }
+      if (n) copy(expert_block(p, L, s, l) * row, at, n, false);
       at += n;
     }
 }
@@ -246,14 +253,7 @@ void Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden, ha
   const size_t E = options_.num_experts, L = local_experts_, R = ep_size_;
   out.resize(p.expert_rows() * row);
   if (options_.exchange == Exchange::all_to_all) {
-    const Blocks b = to_expert_blocks(p, first_slot_, L, R, row);
-    static const uint8_t kNone = 0;
-    uint8_t* by_source = scratch(exchange_, b.recv_total);
-    run(alltoallv(HAL_DTYPE_U8, p.sent_rows() ? sent : &kNone, by_source, b.sc, b.sd, b.rc, b.rd));
-    // Source-major to expert-major.
-    each_block(p, L, R, row, [&](uint64_t expert_at, uint64_t source_at, uint64_t n) {
-      std::memcpy(out.data() + expert_at, by_source + source_at, n);
-    });
+    exchange_to_experts(p, sent, row, out.data(), /*own_in_place=*/false);
     return;
   }
   // All-gather: every source's sent rows, padded to the longest.
@@ -272,6 +272,22 @@ void Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden, ha
     }
 }
 
+void Dispatcher::exchange_to_experts(const Plan& p, const void* sent, uint64_t row, uint8_t* out,
+                                     bool own_in_place) {
+  const Blocks b = to_expert_blocks(p, first_slot_, ep_rank_, local_experts_, ep_size_, row);
+  static const uint8_t kNone = 0;
+  const auto* from = static_cast<const uint8_t*>(p.sent_rows() ? sent : &kNone);
+  uint8_t* by_source = scratch(exchange_, b.recv_total);
+  run(alltoallv(HAL_DTYPE_U8, from, by_source, b.sc, b.sd, b.rc, b.rd));
+  // Source-major to expert-major; this rank's own rows straight from `sent`
+  // unless they are in place already.
+  each_block(p, first_slot_, ep_rank_, local_experts_, ep_size_, row,
+             [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+               if (!own) std::memcpy(out + expert_at, by_source + at, n);
+               if (own && !own_in_place) std::memcpy(out + expert_at, from + at, n);
+             });
+}
+
 std::vector<uint8_t> Dispatcher::from_experts(const Plan& p, const void* expert_rows, uint64_t hidden,
                                               hal_dtype_t dtype) {
   std::vector<uint8_t> out;
@@ -282,16 +298,11 @@ std::vector<uint8_t> Dispatcher::from_experts(const Plan& p, const void* expert_
 void Dispatcher::from_experts(const Plan& p, const void* expert_rows, uint64_t hidden, hal_dtype_t dtype,
                               std::vector<uint8_t>& out) {
   const uint64_t row = row_bytes(hidden, dtype, "from_experts");
-  const size_t E = options_.num_experts, L = local_experts_, R = ep_size_;
+  const size_t E = options_.num_experts, R = ep_size_;
   const auto* in = static_cast<const uint8_t*>(expert_rows);
   out.resize(p.sent_rows() * row);
   if (options_.exchange == Exchange::all_to_all) {
-    const Blocks b = from_expert_blocks(p, first_slot_, L, R, row);
-    uint8_t* by_source = scratch(exchange_, p.expert_rows() * row);
-    each_block(p, L, R, row, [&](uint64_t expert_at, uint64_t source_at, uint64_t n) {
-      std::memcpy(by_source + source_at, in + expert_at, n);
-    });
-    run(alltoallv(HAL_DTYPE_U8, by_source, bytes_of(out), b.sc, b.sd, b.rc, b.rd));
+    exchange_from_experts(p, in, row, bytes_of(out), /*own_in_place=*/false);
     out.resize(p.sent_rows() * row);
     return;
   }
@@ -336,19 +347,84 @@ std::vector<uint8_t> Dispatcher::dispatch(const Plan& p, const void* tokens, uin
 
 void Dispatcher::dispatch(const Plan& p, const void* tokens, uint64_t hidden, hal_dtype_t dtype,
                           std::vector<uint8_t>& rows) {
-  const uint64_t row = hidden * hal::dtype_size(dtype);
+  const uint64_t row = row_bytes(hidden, dtype, "dispatch");
   uint8_t* sent = scratch(sent_, p.sent_rows() * row);
-  if (p.num_tokens > 0)
-    kernels::moe_permute(tokens, p.num_tokens, hidden, dtype, p.row_of.data(), p.top_k, sent);
-  to_experts(p, sent, hidden, dtype, rows);
+  if (options_.exchange != Exchange::all_to_all) {
+    if (p.num_tokens > 0)
+      kernels::moe_permute(tokens, p.num_tokens, hidden, dtype, p.row_of.data(), p.top_k, sent);
+    return to_experts(p, sent, hidden, dtype, rows);
+  }
+  // This rank's own choices are permuted straight to their place among its
+  // experts' rows; only the others' go to the sent layout and the exchange.
+  rows.resize(p.expert_rows() * row);
+  uint8_t none = 0;  // the kernel wants an address even when no row lands here
+  uint8_t* here = rows.empty() ? &none : rows.data();
+  if (p.num_tokens > 0) {
+    split_row_map(p);
+    kernels::moe_permute(tokens, p.num_tokens, hidden, dtype, others_row_of_.data(), p.top_k, sent);
+    kernels::moe_permute(tokens, p.num_tokens, hidden, dtype, own_row_of_.data(), p.top_k, here);
+  }
+  exchange_to_experts(p, sent, row, here, /*own_in_place=*/true);
+}
+
+void Dispatcher::split_row_map(const Plan& p) {
+  const uint32_t L = local_experts_, first = first_slot_[ep_rank_];
+  // Per local expert: where its rows from this rank start in the sent
+  // layout and in the expert layout.
+  std::vector<uint64_t> sent_at(L + 1), expert_at(L);
+  for (uint32_t l = 0; l <= L; ++l) sent_at[l] = p.sent_offsets[first + l];
+  for (uint32_t l = 0; l < L; ++l) expert_at[l] = expert_block(p, L, ep_rank_, l);
+  const size_t n = p.row_of.size();
+  others_row_of_.assign(n, -1);
+  own_row_of_.assign(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t r = p.row_of[i];
+    if (r < 0) continue;
+    const auto u = static_cast<uint64_t>(r);
+    if (u < sent_at[0] || u >= sent_at[L]) {
+      others_row_of_[i] = r;
+      continue;
+    }
+    uint32_t l = 0;
+    while (u >= sent_at[l + 1]) ++l;
+    own_row_of_[i] = static_cast<int64_t>(expert_at[l] + (u - sent_at[l]));
+  }
+}
+
+void Dispatcher::exchange_from_experts(const Plan& p, const uint8_t* in, uint64_t row, uint8_t* back,
+                                       bool own_in_place) {
+  const Blocks b = from_expert_blocks(p, first_slot_, ep_rank_, local_experts_, ep_size_, row);
+  uint8_t* by_source = scratch(exchange_, p.expert_rows() * row);
+  // Expert-major to source-major; this rank's own rows straight to `back`
+  // (the exchange leaves their place alone) unless they stay where they are.
+  each_block(p, first_slot_, ep_rank_, local_experts_, ep_size_, row,
+             [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+               if (!own) std::memcpy(by_source + at, in + expert_at, n);
+               if (own && !own_in_place) std::memcpy(back + at, in + expert_at, n);
+             });
+  run(alltoallv(HAL_DTYPE_U8, by_source, back, b.sc, b.sd, b.rc, b.rd));
 }
 
 void Dispatcher::combine(const Plan& p, const void* expert_out, const float* weights, uint64_t hidden,
                          hal_dtype_t dtype, void* out) {
-  from_experts(p, expert_out, hidden, dtype, back_);
+  if (options_.exchange != Exchange::all_to_all) {
+    from_experts(p, expert_out, hidden, dtype, back_);
+    if (p.num_tokens == 0) return;
+    kernels::moe_unpermute(bytes_of(back_), p.row_of.data(), weights, p.num_tokens, p.top_k, hidden, dtype,
+                           out);
+    return;
+  }
+  // Other ranks' rows come back through the exchange; this rank's own are
+  // read where its experts wrote them.
+  const uint64_t row = row_bytes(hidden, dtype, "combine");
+  const auto* in = static_cast<const uint8_t*>(expert_out);
+  back_.resize(p.sent_rows() * row);
+  exchange_from_experts(p, in, row, bytes_of(back_), /*own_in_place=*/true);
   if (p.num_tokens == 0) return;
-  kernels::moe_unpermute(bytes_of(back_), p.row_of.data(), weights, p.num_tokens, p.top_k, hidden, dtype,
-                         out);
+  static const uint8_t kNone = 0;
+  split_row_map(p);
+  kernels::moe_unpermute_split(bytes_of(back_), others_row_of_.data(), p.expert_rows() ? in : &kNone,
+                               own_row_of_.data(), weights, p.num_tokens, p.top_k, hidden, dtype, out);
 }
 
 void* Dispatcher::device_scratch(DeviceScratch& s, uint32_t device, uint64_t bytes) {
@@ -391,12 +467,12 @@ void Dispatcher::dispatch_on_device(const Plan& p, const void* tokens, uint64_t 
     to_device(row_of, device, p.row_of.data(), p.row_of.size() * sizeof(int64_t));
     kernels::moe_permute(where, tokens, p.num_tokens, hidden, dtype, row_of, p.top_k, p.sent_rows(), sent);
   }
-  const Blocks b = to_expert_blocks(p, first_slot_, L, R, row);
+  const Blocks b = to_expert_blocks(p, first_slot_, ep_rank_, L, R, row);
   auto* by_source = static_cast<uint8_t*>(device_scratch(dev_exchange_, device, b.recv_total));
   run(alltoallv(HAL_DTYPE_U8, sent, by_source, b.sc, b.sd, b.rc, b.rd));
   const hal::Plugin& pl = *comm_.plugin();
-  each_block(p, L, R, row, [&](uint64_t expert_at, uint64_t source_at, uint64_t n) {
-    device_copy(pl, device, static_cast<uint8_t*>(rows) + expert_at, by_source + source_at, n);
+  each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+    device_copy(pl, device, static_cast<uint8_t*>(rows) + expert_at, (own ? sent : by_source) + at, n);
   });
 }
 
@@ -409,11 +485,12 @@ void Dispatcher::combine_on_device(const Plan& p, const void* expert_out, const 
   const uint32_t L = local_experts_, R = ep_size_;
   const hal::Plugin& pl = *comm_.plugin();
   auto* by_source = static_cast<uint8_t*>(device_scratch(dev_exchange_, device, p.expert_rows() * row));
-  each_block(p, L, R, row, [&](uint64_t expert_at, uint64_t source_at, uint64_t n) {
-    device_copy(pl, device, by_source + source_at, static_cast<const uint8_t*>(expert_out) + expert_at, n);
-  });
-  const Blocks b = from_expert_blocks(p, first_slot_, L, R, row);
   auto* back = static_cast<uint8_t*>(device_scratch(dev_back_, device, p.sent_rows() * row));
+  each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+    device_copy(pl, device, (own ? back : by_source) + at,
+                static_cast<const uint8_t*>(expert_out) + expert_at, n);
+  });
+  const Blocks b = from_expert_blocks(p, first_slot_, ep_rank_, L, R, row);
   run(alltoallv(HAL_DTYPE_U8, by_source, back, b.sc, b.sd, b.rc, b.rd));
   if (p.num_tokens == 0) return;
   const uint64_t choices = p.row_of.size();
