@@ -13,6 +13,9 @@
 // tensors per call, as straightforward code does, and with every buffer
 // kept and written through `_out` ops (its best). Both outputs are checked
 // to agree before anything is timed. The two paths run in interleaved blocks.
+// A first row times the two all-to-all(v)s alone (same counts, kept
+// buffers) against libtorch's best: the bound on any speedup over these
+// collectives.
 //
 //   bench_moe_dispatch
 #include "two_rank.hpp"
@@ -125,6 +128,47 @@ torch::Tensor torch_dispatch_combine(const Inputs& in, Workspace& ws) {
   return out;
 }
 
+// The floor of both paths: only the two all-to-all(v)s of rows that each
+// must make, with the same counts, on kept buffers. Nothing that uses these
+// collectives can be faster than this.
+struct Exchange {
+  std::vector<uint64_t> sc, sd, rc, rd;
+  torch::Tensor send, recv;
+};
+
+Exchange exchange_of(const Inputs& in) {
+  const int64_t hidden = in.tokens.size(1), local = kExperts / kWorld;
+  auto [w, ids] = torch::softmax(in.logits, 1).topk(kTopK, 1);
+  auto counts = torch::bincount(ids.flatten(), {}, kExperts).contiguous();
+  auto recv_counts = torch::empty_like(counts);
+  run(sigma::hal::coll_args(HAL_COLL_ALL_TO_ALL, HAL_DTYPE_I64, local, counts.data_ptr(),
+                            recv_counts.data_ptr()));
+  Exchange x{std::vector<uint64_t>(kWorld),
+             std::vector<uint64_t>(kWorld),
+             std::vector<uint64_t>(kWorld),
+             std::vector<uint64_t>(kWorld),
+             {},
+             {}};
+  auto cs = counts.view({kWorld, local}).sum(1), rs = recv_counts.view({kWorld, local}).sum(1);
+  uint64_t s_at = 0, r_at = 0;
+  for (uint32_t j = 0; j < kWorld; ++j) {
+    x.sc[j] = static_cast<uint64_t>(cs[j].item<int64_t>()) * hidden;
+    x.rc[j] = static_cast<uint64_t>(rs[j].item<int64_t>()) * hidden;
+    x.sd[j] = s_at;
+    x.rd[j] = r_at;
+    s_at += x.sc[j];
+    r_at += x.rc[j];
+  }
+  x.send = torch::randn({static_cast<int64_t>(s_at / hidden), hidden});
+  x.recv = torch::empty({static_cast<int64_t>(r_at / hidden), hidden});
+  return x;
+}
+
+void exchange_only(Exchange& x) {
+  alltoallv(x.send, x.recv, x.sc, x.sd, x.rc, x.rd);
+  alltoallv(x.recv, x.send, x.rc, x.rd, x.sc, x.sd);
+}
+
 torch::Tensor sigma_dispatch_combine(const Inputs& in, sigma::parallel::Dispatcher& d) {
   const auto hidden = static_cast<uint64_t>(in.tokens.size(1));
   sigma::parallel::RouterOptions ro;
@@ -132,9 +176,12 @@ torch::Tensor sigma_dispatch_combine(const Inputs& in, sigma::parallel::Dispatch
   ro.top_k = kTopK;
   const auto routing = sigma::parallel::route(in.logits.data_ptr<float>(), kTokens, ro);
   const auto plan = d.plan(routing);
-  static std::vector<uint8_t> rows;  // reused across steps, as a training loop would
+  // Reused across steps, as a training loop would (and as libtorch's best
+  // side keeps its own output).
+  static std::vector<uint8_t> rows;
+  static torch::Tensor out;
   d.dispatch(plan, in.tokens.data_ptr(), hidden, HAL_DTYPE_F32, rows);
-  auto out = torch::empty_like(in.tokens);
+  if (!out.defined() || !out.sizes().equals(in.tokens.sizes())) out = torch::empty_like(in.tokens);
   d.combine(plan, rows.data(), routing.weights.data(), hidden, HAL_DTYPE_F32,
             out.data_ptr());  // identity experts
   return out;
@@ -166,6 +213,20 @@ int main(int argc, char** argv) {
         "hidden", "libtorch buffers", "sigma", "libtorch", "speedup");
   for (int64_t hidden : {1024, 256}) {
     const Inputs in = make(hidden);
+    {
+      // The exchange alone against libtorch's best: the most any path over
+      // these collectives could gain.
+      Exchange x = exchange_of(in);
+      Workspace ws;
+      ws.reuse = true;
+      torch_dispatch_combine(in, ws);
+      const auto r = sigma::bench::interleave(
+          10, 3, [&] { exchange_only(x); }, [&] { torch_dispatch_combine(in, ws); });
+      if (g_rank == 0)
+        std::printf("%-8lld %-22s %10.2f %10.2f %7.2fx   (the two all-to-all(v)s alone: the bound)\n",
+                    static_cast<long long>(hidden), "exchange only", r.a_median * 1e3, r.b_median * 1e3,
+                    r.b_median / r.a_median);
+    }
     for (bool reuse : {false, true}) {
       Workspace ws;
       ws.reuse = reuse;
