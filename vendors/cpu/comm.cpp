@@ -646,10 +646,18 @@ void Comm::run_all_to_allv(const hal_coll_args_t& a) {
     }
   }
   const auto timeout = ctx_->getTimeout();
-  for (int k = 0; k < sends; ++k)
-    if (!send->waitSend(timeout)) throw gloo::IoException("all_to_allv: send aborted");
-  for (int k = 0; k < recvs; ++k)
-    if (!recv->waitRecv(timeout)) throw gloo::IoException("all_to_allv: receive aborted");
+  try {
+    for (int k = 0; k < sends; ++k)
+      if (!send->waitSend(timeout)) throw gloo::IoException("all_to_allv: send aborted");
+    for (int k = 0; k < recvs; ++k)
+      if (!recv->waitRecv(timeout)) throw gloo::IoException("all_to_allv: receive aborted");
+  } catch (...) {
+    // Other transfers of this operation may still be posted on the pairs:
+    // the buffers must outlive them (the communicator is finished anyway).
+    failed_buffers_.push_back(std::move(send));
+    failed_buffers_.push_back(std::move(recv));
+    throw;
+  }
 }
 
 // Matched in posting order per peer: the k-th send to a peer meets that

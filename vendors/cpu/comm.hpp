@@ -83,6 +83,11 @@ class Comm {
   class InFlight;
 
   const uint32_t rank_, size_;
+  // The buffers of a failed all-to-all(v): transfers still posted on them
+  // may be touched by Gloo's event loop until its pairs are gone, so they
+  // live as long as the context (declared before ctx_, destroyed after it).
+  // Whoever holds running_.
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> failed_buffers_;
   std::shared_ptr<gloo::Context> ctx_;  // null for a world of one
   std::mutex mu_;                       // guards queue_, stop_, running_
   std::condition_variable work_cv_;     // the worker: queued work or stop
