@@ -283,8 +283,7 @@ void Dispatcher::exchange_to_experts(const Plan& p, const void* sent, uint64_t r
   // unless they are in place already.
   each_block(p, first_slot_, ep_rank_, local_experts_, ep_size_, row,
              [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
-               if (!own) std::memcpy(out + expert_at, by_source + at, n);
-               if (own && !own_in_place) std::memcpy(out + expert_at, from + at, n);
+               if (!(own && own_in_place)) std::memcpy(out + expert_at, (own ? from : by_source) + at, n);
              });
 }
 
@@ -399,8 +398,7 @@ void Dispatcher::exchange_from_experts(const Plan& p, const uint8_t* in, uint64_
   // (the exchange leaves their place alone) unless they stay where they are.
   each_block(p, first_slot_, ep_rank_, local_experts_, ep_size_, row,
              [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
-               if (!own) std::memcpy(by_source + at, in + expert_at, n);
-               if (own && !own_in_place) std::memcpy(back + at, in + expert_at, n);
+               if (!(own && own_in_place)) std::memcpy((own ? back : by_source) + at, in + expert_at, n);
              });
   run(alltoallv(HAL_DTYPE_U8, by_source, back, b.sc, b.sd, b.rc, b.rd));
 }

@@ -445,23 +445,40 @@ TEST(MoePermute, LargeAlignedOutputsMatchOnEveryIsa) {
   reset_isa();
 }
 
+// An unpermute's inputs: routed choices, their plan's rows, weights in
+// [-0.5, 0.5) and expert rows in [-2, 2) encoded in `dt`.
+struct UnpermuteInputs {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> row;
+  std::vector<float> w;
+  std::vector<uint8_t> src;
+};
+
+UnpermuteInputs unpermute_inputs(uint64_t tokens, uint32_t k, uint32_t experts, uint64_t hidden,
+                                 hal_dtype_t dt, uint32_t ids_seed, uint32_t values_seed) {
+  UnpermuteInputs in{moe::choices(tokens, k, experts, ids_seed),
+                     std::vector<int64_t>(tokens * k),
+                     std::vector<float>(tokens * k),
+                     {}};
+  std::vector<uint64_t> off(experts + 1);
+  moe_plan(in.ids.data(), tokens, k, experts, in.row.data(), off.data());
+  std::vector<float> vals(off[experts] * hidden);
+  std::mt19937 rng(values_seed);
+  std::uniform_real_distribution<float> d(-2, 2);
+  for (auto& v : vals) v = d(rng);
+  for (auto& x : in.w) x = d(rng) / 4;
+  in.src = encode(vals, dt, 0);
+  return in;
+}
+
 TEST(MoeUnpermute, WeightedSumsMatchTheReferenceForEveryIsaAndDtype) {
   for (Isa isa : isas()) {
     force_isa(isa);
     for (hal_dtype_t dt : {HAL_DTYPE_F32, HAL_DTYPE_F16, HAL_DTYPE_BF16}) {
       for (uint64_t hidden : {1, 17, 300}) {
         const uint64_t tokens = 29;
-        const uint32_t k = 4, experts = 6;
-        const auto ids = moe::choices(tokens, k, experts, static_cast<uint32_t>(hidden + dt));
-        std::vector<int64_t> row(tokens * k);
-        std::vector<uint64_t> off(experts + 1);
-        moe_plan(ids.data(), tokens, k, experts, row.data(), off.data());
-        std::vector<float> vals(off[experts] * hidden), w(tokens * k);
-        std::mt19937 rng(7);
-        std::uniform_real_distribution<float> d(-2, 2);
-        for (auto& v : vals) v = d(rng);
-        for (auto& x : w) x = d(rng) / 4;
-        const auto src = encode(vals, dt, 0);
+        const uint32_t k = 4;
+        const auto [ids, row, w, src] = unpermute_inputs(tokens, k, 6, hidden, dt, hidden + dt, 7);
         std::vector<uint8_t> out(tokens * hidden * (dt == HAL_DTYPE_F32 ? 4 : 2), 0xEE);
         moe_unpermute(src.data(), row.data(), w.data(), tokens, k, hidden, dt, out.data());
         for (uint64_t t = 0; t < tokens; ++t)
@@ -517,17 +534,9 @@ TEST(MoeUnpermute, SplitAcrossTwoBuffersIsBitwiseTheOneBufferSum) {
     force_isa(isa);
     for (hal_dtype_t dt : {HAL_DTYPE_F32, HAL_DTYPE_F16, HAL_DTYPE_BF16}) {
       const uint64_t tokens = 41, hidden = 300, es = dt == HAL_DTYPE_F32 ? 4 : 2;
-      const uint32_t k = 3, experts = 6;
-      const auto ids = moe::choices(tokens, k, experts, 11 + dt);
-      std::vector<int64_t> row(tokens * k), ra(tokens * k, -1), rb(tokens * k, -1);
-      std::vector<uint64_t> off(experts + 1);
-      moe_plan(ids.data(), tokens, k, experts, row.data(), off.data());
-      std::vector<float> vals(off[experts] * hidden), w(tokens * k);
-      std::mt19937 rng(5);
-      std::uniform_real_distribution<float> d(-2, 2);
-      for (auto& v : vals) v = d(rng);
-      for (auto& x : w) x = d(rng) / 4;
-      const auto src = encode(vals, dt, 0);
+      const uint32_t k = 3;
+      const auto [ids, row, w, src] = unpermute_inputs(tokens, k, 6, hidden, dt, 11 + dt, 5);
+      std::vector<int64_t> ra(tokens * k, -1), rb(tokens * k, -1);
       std::vector<uint8_t> a, b;
       for (size_t i = 0; i < row.size(); ++i) {
         if (row[i] < 0) continue;
