@@ -251,6 +251,13 @@ struct DispatchOptions {
   // and where the small exchanges (counts, statistics) are staged when its
   // memory is not host-addressable.
   uint32_t device = 0;
+  // The all-to-all exchange runs in rounds, one per local expert (as many
+  // as the most experts any rank holds): round l carries every rank's rows
+  // for its peers' l-th expert, so they land straight at their place in the
+  // expert layout and nothing is regrouped by copy. Above this many rounds
+  // (many small messages) it is one all-to-all(v) per direction and a copy
+  // between source-major and expert-major rows. 0: always that.
+  uint32_t max_exchange_rounds = 8;
 };
 
 // What one dispatch decided, kept until its combine (one per MoE layer and
@@ -364,6 +371,12 @@ class SIGMA_EXPORT Dispatcher {
   // (-1 for the rest), own_row_of_ maps this rank's own choices to their
   // row in the expert layout.
   void split_row_map(const Plan& plan);
+  // The number of exchange rounds (0: one exchange and a regroup copy).
+  uint32_t rounds() const;
+  // The rounds' all-to-all(v)s of every other rank's rows: to the experts,
+  // from the sent layout `send` into the expert layout `recv`; back, from
+  // the expert layout `send` into the sent layout `recv`.
+  void exchange_rounds(const Plan& plan, uint64_t row, const uint8_t* send, uint8_t* recv, bool to_experts);
   // A collective on small host buffers, staged through device buffers
   // where the device's memory is not host-addressable.
   void run_small(hal_coll_args_t args, uint64_t send_bytes, uint64_t recv_bytes);

@@ -218,6 +218,27 @@ Blocks from_expert_blocks(const Plan& p, const std::vector<uint32_t>& first_slot
   return b;
 }
 
+// Round l of the exchange to the experts: to each other rank, the rows for
+// its l-th expert (none when it holds fewer); from each other source, its
+// rows for this rank's l-th expert, at their place in the expert layout.
+Blocks round_blocks(const Plan& p, const std::vector<uint32_t>& first_slot, uint32_t self, uint32_t L,
+                    uint32_t R, uint64_t row, uint32_t l) {
+  Blocks b(R);
+  for (uint32_t j = 0; j < R; ++j) {
+    if (j == self) continue;
+    const uint32_t slot = first_slot[j] + l;
+    if (slot < first_slot[j + 1]) {
+      b.sd[j] = p.sent_offsets[slot] * row;
+      b.sc[j] = (p.sent_offsets[slot + 1] - p.sent_offsets[slot]) * row;
+    }
+    if (l < L) {
+      b.rd[j] = expert_block(p, L, j, l) * row;
+      b.rc[j] = p.recv_counts[j * L + l] * row;
+    }
+  }
+  return b;
+}
+
 // Every (source, local expert) block: copy(expert-major byte offset, byte
 // offset, bytes, own), in source-major order. Another source's rows are at
 // that offset in the exchange buffer (source-major, this rank's own block
@@ -272,11 +293,38 @@ void Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden, ha
     }
 }
 
+uint32_t Dispatcher::rounds() const {
+  uint32_t most = 0;
+  for (uint32_t j = 0; j < ep_size_; ++j) most = std::max(most, first_slot_[j + 1] - first_slot_[j]);
+  return most <= options_.max_exchange_rounds ? most : 0;
+}
+
+void Dispatcher::exchange_rounds(const Plan& p, uint64_t row, const uint8_t* send, uint8_t* recv,
+                                 bool to_experts) {
+  for (uint32_t l = 0, n = rounds(); l < n; ++l) {
+    const Blocks b = round_blocks(p, first_slot_, ep_rank_, local_experts_, ep_size_, row, l);
+    if (to_experts)
+      run(alltoallv(HAL_DTYPE_U8, send, recv, b.sc, b.sd, b.rc, b.rd));
+    else
+      run(alltoallv(HAL_DTYPE_U8, send, recv, b.rc, b.rd, b.sc, b.sd));
+  }
+}
+
 void Dispatcher::exchange_to_experts(const Plan& p, const void* sent, uint64_t row, uint8_t* out,
                                      bool own_in_place) {
-  const Blocks b = to_expert_blocks(p, first_slot_, ep_rank_, local_experts_, ep_size_, row);
   static const uint8_t kNone = 0;
   const auto* from = static_cast<const uint8_t*>(p.sent_rows() ? sent : &kNone);
+  if (rounds() > 0) {
+    uint8_t none = 0;  // the HAL wants an address even when nothing lands here
+    exchange_rounds(p, row, from, p.expert_rows() ? out : &none, /*to_experts=*/true);
+    if (!own_in_place)
+      each_block(p, first_slot_, ep_rank_, local_experts_, ep_size_, row,
+                 [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+                   if (own) std::memcpy(out + expert_at, from + at, n);
+                 });
+    return;
+  }
+  const Blocks b = to_expert_blocks(p, first_slot_, ep_rank_, local_experts_, ep_size_, row);
   uint8_t* by_source = scratch(exchange_, b.recv_total);
   run(alltoallv(HAL_DTYPE_U8, from, by_source, b.sc, b.sd, b.rc, b.rd));
   // Source-major to expert-major; this rank's own rows straight from `sent`
@@ -392,6 +440,16 @@ void Dispatcher::split_row_map(const Plan& p) {
 
 void Dispatcher::exchange_from_experts(const Plan& p, const uint8_t* in, uint64_t row, uint8_t* back,
                                        bool own_in_place) {
+  if (rounds() > 0) {
+    static const uint8_t kNone = 0;
+    if (!own_in_place)
+      each_block(p, first_slot_, ep_rank_, local_experts_, ep_size_, row,
+                 [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+                   if (own) std::memcpy(back + at, in + expert_at, n);
+                 });
+    exchange_rounds(p, row, p.expert_rows() ? in : &kNone, back, /*to_experts=*/false);
+    return;
+  }
   const Blocks b = from_expert_blocks(p, first_slot_, ep_rank_, local_experts_, ep_size_, row);
   uint8_t* by_source = scratch(exchange_, p.expert_rows() * row);
   // Expert-major to source-major; this rank's own rows straight to `back`
@@ -465,12 +523,20 @@ void Dispatcher::dispatch_on_device(const Plan& p, const void* tokens, uint64_t 
     to_device(row_of, device, p.row_of.data(), p.row_of.size() * sizeof(int64_t));
     kernels::moe_permute(where, tokens, p.num_tokens, hidden, dtype, row_of, p.top_k, p.sent_rows(), sent);
   }
+  const hal::Plugin& pl = *comm_.plugin();
+  auto* to = static_cast<uint8_t*>(rows);
+  if (rounds() > 0) {
+    exchange_rounds(p, row, sent, to, /*to_experts=*/true);
+    each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+      if (own) device_copy(pl, device, to + expert_at, sent + at, n);
+    });
+    return;
+  }
   const Blocks b = to_expert_blocks(p, first_slot_, ep_rank_, L, R, row);
   auto* by_source = static_cast<uint8_t*>(device_scratch(dev_exchange_, device, b.recv_total));
   run(alltoallv(HAL_DTYPE_U8, sent, by_source, b.sc, b.sd, b.rc, b.rd));
-  const hal::Plugin& pl = *comm_.plugin();
   each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
-    device_copy(pl, device, static_cast<uint8_t*>(rows) + expert_at, (own ? sent : by_source) + at, n);
+    device_copy(pl, device, to + expert_at, (own ? sent : by_source) + at, n);
   });
 }
 
@@ -482,14 +548,21 @@ void Dispatcher::combine_on_device(const Plan& p, const void* expert_out, const 
   const uint64_t row = row_bytes(hidden, dtype, "combine_on_device");
   const uint32_t L = local_experts_, R = ep_size_;
   const hal::Plugin& pl = *comm_.plugin();
-  auto* by_source = static_cast<uint8_t*>(device_scratch(dev_exchange_, device, p.expert_rows() * row));
+  const auto* in = static_cast<const uint8_t*>(expert_out);
   auto* back = static_cast<uint8_t*>(device_scratch(dev_back_, device, p.sent_rows() * row));
-  each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
-    device_copy(pl, device, (own ? back : by_source) + at,
-                static_cast<const uint8_t*>(expert_out) + expert_at, n);
-  });
-  const Blocks b = from_expert_blocks(p, first_slot_, ep_rank_, L, R, row);
-  run(alltoallv(HAL_DTYPE_U8, by_source, back, b.sc, b.sd, b.rc, b.rd));
+  if (rounds() > 0) {
+    each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+      if (own) device_copy(pl, device, back + at, in + expert_at, n);
+    });
+    exchange_rounds(p, row, in, back, /*to_experts=*/false);
+  } else {
+    auto* by_source = static_cast<uint8_t*>(device_scratch(dev_exchange_, device, p.expert_rows() * row));
+    each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+      device_copy(pl, device, (own ? back : by_source) + at, in + expert_at, n);
+    });
+    const Blocks b = from_expert_blocks(p, first_slot_, ep_rank_, L, R, row);
+    run(alltoallv(HAL_DTYPE_U8, by_source, back, b.sc, b.sd, b.rc, b.rd));
+  }
   if (p.num_tokens == 0) return;
   const uint64_t choices = p.row_of.size();
   auto* row_of = static_cast<int64_t*>(device_scratch(dev_row_of_, device, choices * sizeof(int64_t)));

@@ -66,7 +66,7 @@ TEST(MoeDispatch, Bf16RowsEqualOneProcessBitwise) { expect_matches_reference("bf
 // extension and, with kernels=0, through the kernels' own staging: the
 // same bytes as the single-process reference.
 TEST(MoeDispatch, OnOpaqueDeviceMemoryEqualsOneProcessBitwise) {
-  for (const char* name : {"top2_capacity_empty_rank", "dropless_top2", "bf16"})
+  for (const char* name : {"top2_capacity_empty_rank", "dropless_top2", "bf16", "one_exchange"})
     expect_matches_reference(std::string("device/opaque=1/") + name);
   expect_matches_reference("device/opaque=1;kernels=0/top1_position");
 }
@@ -98,7 +98,7 @@ void expect_named(const std::string& name, const std::string& scenario, const st
 TEST(MoeDispatch, AFailureNamesTheRankBehindIt) {
   expect_named("census_kill", "",
                "did not report the failure within 2.0 s (dead, or stuck in it): rank 2 (world rank 2)");
-  // 3 collectives a step (counts, rows out, rows back): op 7 is step 2's rows out.
+  // 5 collectives a step (counts, 2 rounds of rows out, 2 back): op 7 is step 1's second round out.
   expect_named(
       "census_lost",
       "seed: 1\nduration_s: 600\nworld_size: 4\nfaults:\n  - {kind: device_lost, device: 2, at_op: 7}\n",
@@ -108,6 +108,15 @@ TEST(MoeDispatch, AFailureNamesTheRankBehindIt) {
 TEST(MoeDispatch, AnyExpertPlacementGivesTheSameResultsBitwise) {
   expect_matches_reference("placement");
   expect_matches_reference("placement_all_gather");
+}
+
+// Rounds (one all-to-all(v) per local expert, rows landing in place) and
+// one exchange with a regroup copy give the same bytes, placed evenly or
+// not (ranks holding 2, 3, 3 and 0 experts: three rounds, the last empty
+// for two ranks).
+TEST(MoeDispatch, OneExchangeAndRoundsGiveTheSameResultsBitwise) {
+  expect_matches_reference("one_exchange");
+  expect_matches_reference("placement_one_exchange");
 }
 
 TEST(MoeDispatch, DroplessIsBitwiseTheSameOnOneTwoAndFourRanks) {

@@ -86,6 +86,7 @@ struct Case {
   parallel::Exchange exchange = parallel::Exchange::all_to_all;
   hal_dtype_t dtype = HAL_DTYPE_F32;
   std::vector<uint32_t> placement{};  // expert -> rank; empty: contiguous blocks
+  uint32_t max_rounds = parallel::DispatchOptions{}.max_exchange_rounds;  // 0: one exchange and a regroup
 };
 
 inline parallel::RouterOptions router(uint32_t top_k, double cf,
@@ -117,6 +118,10 @@ inline const std::map<std::string, Case>& cases() {
        {{37, 0, 64, 21}, router(2, 1.0), Exchange::all_to_all, HAL_DTYPE_F32, {2, 0, 2, 1, 1, 0, 2, 1}}},
       {"placement_all_gather",
        {{37, 0, 64, 21}, router(2, 1.0), Exchange::all_gather, HAL_DTYPE_F32, {2, 0, 2, 1, 1, 0, 2, 1}}},
+      // One all-to-all(v) each way and a regroup copy instead of rounds.
+      {"one_exchange", {{40, 17, 29, 3}, router(2, 0), Exchange::all_to_all, HAL_DTYPE_F32, {}, 0}},
+      {"placement_one_exchange",
+       {{37, 0, 64, 21}, router(2, 1.0), Exchange::all_to_all, HAL_DTYPE_F32, {2, 0, 2, 1, 1, 0, 2, 1}, 0}},
   };
   return all;
 }

@@ -54,6 +54,7 @@ void moe_case(const test::Case& c, uint32_t rank, uint32_t world, const std::str
   opt.num_experts = test::kExperts;
   opt.exchange = c.exchange;
   opt.timeout = kTimeout;
+  opt.max_exchange_rounds = c.max_rounds;
   parallel::Dispatcher d(groups.comm(parallel::GroupKind::expert),
                          groups.rank_in(parallel::GroupKind::expert), world, opt);
   if (!c.placement.empty()) d.set_placement(c.placement);
@@ -96,6 +97,7 @@ void moe_device_case(const std::string& options, const test::Case& c, uint32_t r
   parallel::DispatchOptions opt;
   opt.num_experts = test::kExperts;
   opt.timeout = kTimeout;
+  opt.max_exchange_rounds = c.max_rounds;
   parallel::Dispatcher d(groups.comm(parallel::GroupKind::expert),
                          groups.rank_in(parallel::GroupKind::expert), world, opt);
   const auto ro = parallel::route(in.logits[rank].data(), c.tokens_per_rank[rank], c.router);
