@@ -11,6 +11,7 @@
 #include <sigma/hal.h>
 #include <sigma/error.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -169,6 +170,11 @@ class SIGMA_EXPORT Communicator {
   hal_status_t async_error() const;
   hal_comm_t handle() const { return comm_; }
   const PluginPtr& plugin() const { return plugin_; }
+  // How many operations post() and run() have started here, counting one
+  // that failed: a member's place in its group's sequence of collectives
+  // (every member starts the same ones in the same order), which tells
+  // whose peers wait for whom after a failure. Any thread.
+  uint64_t operations_started() const { return started_.load(std::memory_order_relaxed); }
 
  private:
   Communicator(PluginPtr plugin, hal_comm_t comm) : plugin_(std::move(plugin)), comm_(comm), owned_(false) {}
@@ -176,6 +182,7 @@ class SIGMA_EXPORT Communicator {
   hal_comm_t comm_ = nullptr;
   bool owned_ = true;
   std::chrono::nanoseconds bound_ = std::chrono::seconds(10);  // from the create args' timeout
+  std::atomic<uint64_t> started_{0};
 };
 
 // One posted operation. Destroying an unfinished request waits for it up to

@@ -60,6 +60,7 @@ Communicator::~Communicator() {
 }
 
 Request Communicator::post(const hal_coll_args_t& args, hal_stream_t stream) {
+  started_.fetch_add(1, std::memory_order_relaxed);
   hal_request_t req = nullptr;
   plugin_->check(plugin_->coll_api().post(comm_, &args, stream, &req), "hal_coll_api_t.post");
   return Request(plugin_, comm_, req, bound_);
@@ -73,6 +74,7 @@ void Communicator::run(const hal_coll_args_t& args, std::chrono::nanoseconds tim
                                     " s; the communicator was aborted");
   };
   if (hal_coll_run_fn* run = plugin_->coll_run()) {
+    started_.fetch_add(1, std::memory_order_relaxed);  // post() counts the other way
     const uint64_t ns = timeout.count() < 0 ? 0 : static_cast<uint64_t>(timeout.count());
     const hal_status_t st = run(comm_, &args, stream, ns);
     if (st == HAL_ERR_TIMEOUT) throw timed_out();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,22 @@ std::string who(uint32_t group_rank, uint32_t world_rank) {
   return "rank " + std::to_string(group_rank) + " (world rank " + std::to_string(world_rank) + ")";
 }
 
+// Members that reported from an earlier operation than the others: the
+// others got past it and wait in a later one for them (a rank hung inside a
+// collective its peers finished). "" when every member that said was at
+// the same operation.
+std::string behind(const std::vector<std::pair<uint64_t, uint32_t>>& places,
+                   const std::vector<uint32_t>& members) {
+  const auto [low, high] = std::minmax_element(places.begin(), places.end());
+  if (low->first == high->first) return {};
+  std::string names;
+  for (const auto& [op, m] : places)
+    if (op == low->first) names += (names.empty() ? "" : ", ") + who(m, members[m]);
+  return "; behind the others (in the group's operation " + std::to_string(low->first) +
+         " while the others reached operation " + std::to_string(high->first) +
+         " and waited there): " + names;
+}
+
 }  // namespace
 
 Error Groups::name_failure(GroupKind kind, const Error& failure, std::chrono::nanoseconds window) const {
@@ -33,18 +50,27 @@ Error Groups::name_failure(GroupKind kind, const Error& failure, std::chrono::na
     const uint32_t me = rank_in(kind);
     const std::string base = prefix_ + "census/" + group_kind_name(kind) + "/" +
                              std::to_string(group_index(layout_, rank_, kind)) + "/";
-    const std::string mine = std::string(code_name(failure.code())) + ": " + shorten(failure.what(), 300);
+    // "<operation> <code>: <message>": where this member is in the group's
+    // sequence of collectives, then what it saw.
+    const uint64_t at = comm(kind).operations_started();
+    const std::string mine = std::to_string(at) + " " + std::string(code_name(failure.code())) + ": " +
+                             shorten(failure.what(), 300);
     store_->set(base + std::to_string(me), std::vector<uint8_t>(mine.begin(), mine.end()));
     const auto deadline = clock::now() + window;
     std::vector<std::string> silent, said;
+    std::vector<std::pair<uint64_t, uint32_t>> places{{at, me}};  // (operation, member) of those that said
     for (uint32_t m = 0; m < members.size(); ++m) {
       if (m == me) continue;
       const auto left = std::max(clock::duration::zero(), deadline - clock::now());
       const auto v = store_->get(base + std::to_string(m), left);
-      if (!v)
+      if (!v) {
         silent.push_back(who(m, members[m]));
-      else
-        said.push_back(who(m, members[m]) + ": " + std::string(v->begin(), v->end()));
+        continue;
+      }
+      const std::string text(v->begin(), v->end());
+      const size_t space = text.find(' ');
+      places.emplace_back(std::strtoull(text.c_str(), nullptr, 10), m);
+      said.push_back(who(m, members[m]) + ": " + text.substr(space == std::string::npos ? 0 : space + 1));
     }
     std::string msg = std::string(failure.what()) + " [" + group_kind_name(kind) + " group " +
                       std::to_string(group_index(layout_, rank_, kind)) + ", this is " + who(me, rank_) + "]";
@@ -54,6 +80,7 @@ Error Groups::name_failure(GroupKind kind, const Error& failure, std::chrono::na
       msg += "; did not report the failure within " + std::string(secs) + " s (dead, or stuck in it): ";
       for (size_t i = 0; i < silent.size(); ++i) msg += (i ? ", " : "") + silent[i];
     }
+    msg += behind(places, members);
     for (const auto& s : said) msg += "; " + s;
     return Error(failure.code(), msg);
   } catch (const std::exception& e) {

@@ -103,6 +103,12 @@ TEST(MoeDispatch, AFailureNamesTheRankBehindIt) {
       "census_lost",
       "seed: 1\nduration_s: 600\nworld_size: 4\nfaults:\n  - {kind: device_lost, device: 2, at_op: 7}\n",
       "rank 2 (world rank 2): device_lost");
+  // Rank 2 hangs inside the second step's rows out (op 7), which its peers
+  // finish; they wait in a later operation until rank 2's own bound (5 s)
+  // ends it: it reports from an earlier operation than theirs.
+  expect_named("census_hang",
+               "seed: 1\nduration_s: 600\nworld_size: 4\nfaults:\n  - {kind: hang, device: 2, at_op: 7}\n",
+               "and waited there): rank 2 (world rank 2)");
 }
 
 TEST(MoeDispatch, AnyExpertPlacementGivesTheSameResultsBitwise) {

@@ -122,12 +122,14 @@ void moe_device_case(const std::string& options, const test::Case& c, uint32_t r
   std::ofstream(dir + "/stats-" + std::to_string(rank)) << "device\nadjoint ok\n";
 }
 
-// "census_kill" / "census_lost": 4 ranks dispatch and combine tokens step
-// after step, the groups' failure namer on the dispatcher. census_kill:
-// rank 2 kills itself (SIGKILL) as step 3 starts. census_lost (the sim
-// vendor, DIR/scenario.yaml): the scenario loses rank 2's device in step
-// 3. A rank that fails writes the error and the seconds from the failing
-// step's start to error-R and exits 1.
+// "census_kill" / "census_lost" / "census_hang": 4 ranks dispatch and
+// combine tokens step after step, the groups' failure namer on the
+// dispatcher. census_kill: rank 2 kills itself (SIGKILL) as step 3 starts.
+// census_lost and census_hang (the sim vendor, DIR/scenario.yaml): the
+// scenario loses rank 2's device, or hangs it inside a collective its peers
+// finish, in its second step (hang: each collective bounded at 5 s, not 20). A rank
+// that fails writes the error and the seconds from the failing step's start
+// to error-R and exits 1.
 void census_case(const std::string& name, uint32_t rank, uint32_t world, const std::string& dir,
                  std::shared_ptr<bootstrap::Store> store) {
   using clock = std::chrono::steady_clock;
@@ -141,7 +143,7 @@ void census_case(const std::string& name, uint32_t rank, uint32_t world, const s
   parallel::Groups groups(plugin, std::move(store), "census/", 0, rank, layout, kTimeout);
   parallel::DispatchOptions opt;
   opt.num_experts = test::kExperts;
-  opt.timeout = std::chrono::seconds(20);
+  opt.timeout = std::chrono::seconds(name == "census_hang" ? 5 : 20);
   opt.on_failure = groups.failure_namer(parallel::GroupKind::expert, std::chrono::seconds(2));
   parallel::Dispatcher d(groups.comm(parallel::GroupKind::expert), rank, world, opt);
   const auto ro_opt = test::router(2, 0);
@@ -230,7 +232,7 @@ int main(int argc, char** argv) {
       test::autotune_case(rank, world, dir, store);
     } else if (name == "pipe" || name == "pipe_kill" || name == "pipe_interleaved") {
       pipe_case(name, rank, world, dir, store);
-    } else if (name == "census_kill" || name == "census_lost") {
+    } else if (name == "census_kill" || name == "census_lost" || name == "census_hang") {
       census_case(name, rank, world, dir, store);
     } else if (name.rfind("device/", 0) == 0) {
       const size_t cut = name.find('/', 7);
