@@ -252,12 +252,16 @@ struct DispatchOptions {
   // memory is not host-addressable.
   uint32_t device = 0;
   // The all-to-all exchange runs in rounds, one per local expert (as many
-  // as the most experts any rank holds): round l carries every rank's rows
+  // as the most experts any rank holds), when a round's average message
+  // (Plan::moving_rows rows of the call's size over ranks x (ranks - 1) x
+  // rounds) is at least this many bytes: round l carries every rank's rows
   // for its peers' l-th expert, so they land straight at their place in the
-  // expert layout and nothing is regrouped by copy. Above this many rounds
-  // (many small messages) it is one all-to-all(v) per direction and a copy
-  // between source-major and expert-major rows. 0: always that.
-  uint32_t max_exchange_rounds = 8;
+  // expert layout and nothing is regrouped by copy. Below it (small
+  // messages, where a collective's latency costs more than the copy) it is
+  // one all-to-all(v) per direction and a copy between source-major and
+  // expert-major rows. 0: always rounds; UINT64_MAX: never. Every rank of
+  // the group must give the same value.
+  uint64_t round_min_bytes = uint64_t{1} << 20;
 };
 
 // What one dispatch decided, kept until its combine (one per MoE layer and
@@ -275,6 +279,9 @@ struct Plan {
       expert_offsets{};  // [local experts + 1]: each local expert's rows in the expert buffer
   // all_gather only: [ep * (num_experts + 1)], each source's sent_offsets.
   std::vector<uint64_t> source_offsets{};
+  // all_to_all only: the rows that cross between ranks, summed over the
+  // group (every rank's plan holds the same number).
+  uint64_t moving_rows = 0;
   uint64_t sent_rows() const { return sent_offsets.empty() ? 0 : sent_offsets.back(); }
   uint64_t expert_rows() const { return expert_offsets.empty() ? 0 : expert_offsets.back(); }
 };
@@ -371,8 +378,9 @@ class SIGMA_EXPORT Dispatcher {
   // (-1 for the rest), own_row_of_ maps this rank's own choices to their
   // row in the expert layout.
   void split_row_map(const Plan& plan);
-  // The number of exchange rounds (0: one exchange and a regroup copy).
-  uint32_t rounds() const;
+  // The number of exchange rounds for rows of `row` bytes (0: one exchange
+  // and a regroup copy); the same on every rank.
+  uint32_t rounds(const Plan& plan, uint64_t row) const;
   // The rounds' all-to-all(v)s of every other rank's rows: to the experts,
   // from the sent layout `send` into the expert layout `recv`; back, from
   // the expert layout `send` into the sent layout `recv`.

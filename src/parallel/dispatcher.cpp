@@ -137,17 +137,24 @@ Plan Dispatcher::plan(const Routing& routing) {
   for (uint32_t q = 0; q < E; ++q) sent[q] = p.sent_offsets[q + 1] - p.sent_offsets[q];
   p.recv_counts.resize(R * L);
   if (options_.exchange == Exchange::all_to_all) {
-    // Rank j's block of `sent` is exactly what it must receive from here.
-    std::vector<uint64_t> sc(R), sd(R), rc(R, L), rd(R);
+    // Rank j gets its block of `sent` (what it must receive from here) and
+    // the rows this rank sends to other ranks, which every rank sums.
+    const uint64_t own = p.sent_offsets[first_slot_[ep_rank_ + 1]] - p.sent_offsets[first_slot_[ep_rank_]];
+    std::vector<uint64_t> msg(E + R), sc(R), sd(R), rc(R, L + 1), rd(R);
     for (uint32_t j = 0; j < R; ++j) {
-      sd[j] = first_slot_[j];
-      sc[j] = first_slot_[j + 1] - first_slot_[j];
-      rd[j] = j * L;
+      sd[j] = first_slot_[j] + j;
+      sc[j] = first_slot_[j + 1] - first_slot_[j] + 1;
+      rd[j] = j * (L + 1);
+      std::copy(sent.begin() + first_slot_[j], sent.begin() + first_slot_[j + 1], msg.begin() + sd[j]);
+      msg[sd[j] + sc[j] - 1] = p.sent_rows() - own;
     }
-    std::vector<uint64_t> recv(std::max<size_t>(R * L, 1));
-    run_small(alltoallv(HAL_DTYPE_I64, sent.data(), recv.data(), sc, sd, rc, rd), sent.size() * 8,
+    std::vector<uint64_t> recv(R * (L + 1));
+    run_small(alltoallv(HAL_DTYPE_I64, msg.data(), recv.data(), sc, sd, rc, rd), msg.size() * 8,
               recv.size() * 8);
-    std::copy(recv.begin(), recv.begin() + static_cast<ptrdiff_t>(R * L), p.recv_counts.begin());
+    for (uint32_t s = 0; s < R; ++s) {
+      std::copy_n(recv.begin() + s * (L + 1), L, p.recv_counts.begin() + s * L);
+      p.moving_rows += recv[s * (L + 1) + L];
+    }
   } else {
     p.source_offsets.resize(R * (E + 1));
     std::vector<uint64_t> mine(p.sent_offsets);
@@ -293,15 +300,19 @@ void Dispatcher::to_experts(const Plan& p, const void* sent, uint64_t hidden, ha
     }
 }
 
-uint32_t Dispatcher::rounds() const {
+uint32_t Dispatcher::rounds(const Plan& p, uint64_t row) const {
   uint32_t most = 0;
   for (uint32_t j = 0; j < ep_size_; ++j) most = std::max(most, first_slot_[j + 1] - first_slot_[j]);
-  return most <= options_.max_exchange_rounds ? most : 0;
+  if (most == 0 || ep_size_ < 2) return 0;  // nothing crosses ranks: one (empty) exchange
+  // The average message of a round, in bytes (long double: no overflow).
+  const long double message = static_cast<long double>(p.moving_rows) * row /
+                              (static_cast<long double>(ep_size_) * (ep_size_ - 1) * most);
+  return message >= static_cast<long double>(options_.round_min_bytes) ? most : 0;
 }
 
 void Dispatcher::exchange_rounds(const Plan& p, uint64_t row, const uint8_t* send, uint8_t* recv,
                                  bool to_experts) {
-  for (uint32_t l = 0, n = rounds(); l < n; ++l) {
+  for (uint32_t l = 0, n = rounds(p, row); l < n; ++l) {
     const Blocks b = round_blocks(p, first_slot_, ep_rank_, local_experts_, ep_size_, row, l);
     if (to_experts)
       run(alltoallv(HAL_DTYPE_U8, send, recv, b.sc, b.sd, b.rc, b.rd));
@@ -314,7 +325,7 @@ void Dispatcher::exchange_to_experts(const Plan& p, const void* sent, uint64_t r
                                      bool own_in_place) {
   static const uint8_t kNone = 0;
   const auto* from = static_cast<const uint8_t*>(p.sent_rows() ? sent : &kNone);
-  if (rounds() > 0) {
+  if (rounds(p, row) > 0) {
     uint8_t none = 0;  // the HAL wants an address even when nothing lands here
     exchange_rounds(p, row, from, p.expert_rows() ? out : &none, /*to_experts=*/true);
     if (!own_in_place)
@@ -440,7 +451,7 @@ void Dispatcher::split_row_map(const Plan& p) {
 
 void Dispatcher::exchange_from_experts(const Plan& p, const uint8_t* in, uint64_t row, uint8_t* back,
                                        bool own_in_place) {
-  if (rounds() > 0) {
+  if (rounds(p, row) > 0) {
     static const uint8_t kNone = 0;
     if (!own_in_place)
       each_block(p, first_slot_, ep_rank_, local_experts_, ep_size_, row,
@@ -525,7 +536,7 @@ void Dispatcher::dispatch_on_device(const Plan& p, const void* tokens, uint64_t 
   }
   const hal::Plugin& pl = *comm_.plugin();
   auto* to = static_cast<uint8_t*>(rows);
-  if (rounds() > 0) {
+  if (rounds(p, row) > 0) {
     exchange_rounds(p, row, sent, to, /*to_experts=*/true);
     each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
       if (own) device_copy(pl, device, to + expert_at, sent + at, n);
@@ -550,7 +561,7 @@ void Dispatcher::combine_on_device(const Plan& p, const void* expert_out, const 
   const hal::Plugin& pl = *comm_.plugin();
   const auto* in = static_cast<const uint8_t*>(expert_out);
   auto* back = static_cast<uint8_t*>(device_scratch(dev_back_, device, p.sent_rows() * row));
-  if (rounds() > 0) {
+  if (rounds(p, row) > 0) {
     each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
       if (own) device_copy(pl, device, back + at, in + expert_at, n);
     });

@@ -16,7 +16,7 @@ namespace {
 
 struct RankOutput {
   std::vector<uint8_t> out;
-  std::string stats, adjoint;
+  std::string stats, adjoint, moving;
 };
 
 // `name`, or "device/OPTIONS/name": the same case on the sim vendor's
@@ -31,15 +31,40 @@ std::vector<RankOutput> run_case(const std::string& name) {
     std::ifstream in(dir + "/stats-" + std::to_string(r));
     std::getline(in, outs[r].stats);
     std::getline(in, outs[r].adjoint);
+    std::getline(in, outs[r].moving);
   }
   return outs;
 }
 
+// The kept choices whose expert lives on another rank, over every rank.
+uint64_t rows_crossing(const Case& c, const Inputs& in) {
+  const auto world = static_cast<uint32_t>(c.tokens_per_rank.size());
+  uint64_t n = 0;
+  for (uint32_t r = 0; r < world; ++r) {
+    const auto ro = parallel::route(in.logits[r].data(), c.tokens_per_rank[r], c.router);
+    for (int32_t e : ro.expert_ids) {
+      if (e < 0) continue;
+      const auto ue = static_cast<uint32_t>(e);
+      const parallel::ExpertRange home = parallel::expert_range(kExperts, world, r);
+      const bool here = c.placement.empty() ? (ue >= home.first && ue < home.first + home.count)
+                                            : c.placement[ue] == r;
+      n += here ? 0 : 1;
+    }
+  }
+  return n;
+}
+
 void expect_matches_reference(const std::string& name) {
   const Case& c = cases().at(name.substr(name.rfind('/') + 1));
-  const auto want = reference(c, make_inputs(c));
+  const Inputs in = make_inputs(c);
+  const auto want = reference(c, in);
   const auto got = run_case(name);
+  const bool host_all_to_all = name.find('/') == std::string::npos && c.exchange == parallel::Exchange::all_to_all;
   for (size_t r = 0; r < got.size(); ++r) {
+    // Every rank's plan counts the same rows crossing the group.
+    if (host_all_to_all) {
+      EXPECT_EQ(got[r].moving, std::to_string(rows_crossing(c, in))) << name << " rank " << r;
+    }
     EXPECT_EQ(got[r].out.size(), want[r].size()) << name << " rank " << r;
     EXPECT_TRUE(got[r].out == want[r])
         << name << " rank " << r << " differs from the single-process reference";
@@ -98,12 +123,13 @@ void expect_named(const std::string& name, const std::string& scenario, const st
 TEST(MoeDispatch, AFailureNamesTheRankBehindIt) {
   expect_named("census_kill", "",
                "did not report the failure within 2.0 s (dead, or stuck in it): rank 2 (world rank 2)");
-  // 5 collectives a step (counts, 2 rounds of rows out, 2 back): op 7 is step 1's second round out.
+  // 3 collectives a step (counts, rows out, rows back; the rows are too small
+  // for rounds): op 7 is the third step's rows out.
   expect_named(
       "census_lost",
       "seed: 1\nduration_s: 600\nworld_size: 4\nfaults:\n  - {kind: device_lost, device: 2, at_op: 7}\n",
       "rank 2 (world rank 2): device_lost");
-  // Rank 2 hangs inside the second step's rows out (op 7), which its peers
+  // Rank 2 hangs inside the third step's rows out (op 7), which its peers
   // finish; they wait in a later operation until rank 2's own bound (5 s)
   // ends it: it reports from an earlier operation than theirs.
   expect_named("census_hang",

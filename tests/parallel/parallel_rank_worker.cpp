@@ -54,7 +54,7 @@ void moe_case(const test::Case& c, uint32_t rank, uint32_t world, const std::str
   opt.num_experts = test::kExperts;
   opt.exchange = c.exchange;
   opt.timeout = kTimeout;
-  opt.max_exchange_rounds = c.max_rounds;
+  opt.round_min_bytes = c.rounds ? 0 : UINT64_MAX;  // the tests' rows are tiny
   parallel::Dispatcher d(groups.comm(parallel::GroupKind::expert),
                          groups.rank_in(parallel::GroupKind::expert), world, opt);
   if (!c.placement.empty()) d.set_placement(c.placement);
@@ -79,6 +79,7 @@ void moe_case(const test::Case& c, uint32_t rank, uint32_t world, const std::str
   const auto there = d.to_experts(plan, sent.data(), test::kHidden, c.dtype);
   const auto back = d.from_experts(plan, there.data(), test::kHidden, c.dtype);
   stats << (back == sent ? "adjoint ok" : "adjoint broken") << "\n";
+  stats << plan.moving_rows << "\n";
 }
 
 // "device/OPTIONS/CASE": the MoE case on the sim vendor with OPTIONS
@@ -97,7 +98,7 @@ void moe_device_case(const std::string& options, const test::Case& c, uint32_t r
   parallel::DispatchOptions opt;
   opt.num_experts = test::kExperts;
   opt.timeout = kTimeout;
-  opt.max_exchange_rounds = c.max_rounds;
+  opt.round_min_bytes = c.rounds ? 0 : UINT64_MAX;  // the tests' rows are tiny
   parallel::Dispatcher d(groups.comm(parallel::GroupKind::expert),
                          groups.rank_in(parallel::GroupKind::expert), world, opt);
   const auto ro = parallel::route(in.logits[rank].data(), c.tokens_per_rank[rank], c.router);
@@ -127,7 +128,7 @@ void moe_device_case(const std::string& options, const test::Case& c, uint32_t r
 // dispatcher. census_kill: rank 2 kills itself (SIGKILL) as step 3 starts.
 // census_lost and census_hang (the sim vendor, DIR/scenario.yaml): the
 // scenario loses rank 2's device, or hangs it inside a collective its peers
-// finish, in its second step (hang: each collective bounded at 5 s, not 20). A rank
+// finish, in its third step (hang: each collective bounded at 5 s, not 20). A rank
 // that fails writes the error and the seconds from the failing step's start
 // to error-R and exits 1.
 void census_case(const std::string& name, uint32_t rank, uint32_t world, const std::string& dir,
