@@ -347,9 +347,10 @@ class SIGMA_EXPORT Dispatcher {
   // memory the plugin's collectives take). Nothing is staged through the
   // host by libsigma: the permute and the weighted unpermute run through
   // the plugin's kernels extension (kernels.hpp's Place entry points, which
-  // stage only where a plugin lacks it), the all-to-all(v) takes the
-  // device buffers, and the reorder between source-major and expert-major
-  // rows is the device's memcpy. The plan's row map and the weights (small)
+  // stage only where a plugin lacks it), the all-to-all(v)s take the
+  // device buffers (in rounds where the host path would), and the rank's own
+  // rows (and, without rounds, the reorder between source-major and
+  // expert-major rows) are moved by the device's memcpy. The plan's row map and the weights (small)
   // are copied to the device. Results equal the host path's bit for bit.
   // all-to-all exchange only (Error(not_supported) for all-gather). `rows`
   // holds plan.expert_rows() rows, `out` plan.num_tokens rows. Collective.

@@ -538,9 +538,10 @@ void Dispatcher::dispatch_on_device(const Plan& p, const void* tokens, uint64_t 
   auto* to = static_cast<uint8_t*>(rows);
   if (rounds(p, row) > 0) {
     exchange_rounds(p, row, sent, to, /*to_experts=*/true);
-    each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
-      if (own) device_copy(pl, device, to + expert_at, sent + at, n);
-    });
+    each_block(p, first_slot_, ep_rank_, L, R, row,
+               [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+                 if (own) device_copy(pl, device, to + expert_at, sent + at, n);
+               });
     return;
   }
   const Blocks b = to_expert_blocks(p, first_slot_, ep_rank_, L, R, row);
@@ -562,15 +563,17 @@ void Dispatcher::combine_on_device(const Plan& p, const void* expert_out, const 
   const auto* in = static_cast<const uint8_t*>(expert_out);
   auto* back = static_cast<uint8_t*>(device_scratch(dev_back_, device, p.sent_rows() * row));
   if (rounds(p, row) > 0) {
-    each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
-      if (own) device_copy(pl, device, back + at, in + expert_at, n);
-    });
+    each_block(p, first_slot_, ep_rank_, L, R, row,
+               [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+                 if (own) device_copy(pl, device, back + at, in + expert_at, n);
+               });
     exchange_rounds(p, row, in, back, /*to_experts=*/false);
   } else {
     auto* by_source = static_cast<uint8_t*>(device_scratch(dev_exchange_, device, p.expert_rows() * row));
-    each_block(p, first_slot_, ep_rank_, L, R, row, [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
-      device_copy(pl, device, (own ? back : by_source) + at, in + expert_at, n);
-    });
+    each_block(p, first_slot_, ep_rank_, L, R, row,
+               [&](uint64_t expert_at, uint64_t at, uint64_t n, bool own) {
+                 device_copy(pl, device, (own ? back : by_source) + at, in + expert_at, n);
+               });
     const Blocks b = from_expert_blocks(p, first_slot_, ep_rank_, L, R, row);
     run(alltoallv(HAL_DTYPE_U8, by_source, back, b.sc, b.sd, b.rc, b.rd));
   }

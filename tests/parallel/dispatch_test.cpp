@@ -46,8 +46,8 @@ uint64_t rows_crossing(const Case& c, const Inputs& in) {
       if (e < 0) continue;
       const auto ue = static_cast<uint32_t>(e);
       const parallel::ExpertRange home = parallel::expert_range(kExperts, world, r);
-      const bool here = c.placement.empty() ? (ue >= home.first && ue < home.first + home.count)
-                                            : c.placement[ue] == r;
+      const bool here =
+          c.placement.empty() ? (ue >= home.first && ue < home.first + home.count) : c.placement[ue] == r;
       n += here ? 0 : 1;
     }
   }
@@ -59,7 +59,8 @@ void expect_matches_reference(const std::string& name) {
   const Inputs in = make_inputs(c);
   const auto want = reference(c, in);
   const auto got = run_case(name);
-  const bool host_all_to_all = name.find('/') == std::string::npos && c.exchange == parallel::Exchange::all_to_all;
+  const bool host_all_to_all =
+      name.find('/') == std::string::npos && c.exchange == parallel::Exchange::all_to_all;
   for (size_t r = 0; r < got.size(); ++r) {
     // Every rank's plan counts the same rows crossing the group.
     if (host_all_to_all) {

@@ -86,7 +86,7 @@ struct Case {
   parallel::Exchange exchange = parallel::Exchange::all_to_all;
   hal_dtype_t dtype = HAL_DTYPE_F32;
   std::vector<uint32_t> placement{};  // expert -> rank; empty: contiguous blocks
-  bool rounds = true;  // false: one exchange each way and a regroup copy (rows of any size)
+  bool rounds = true;                 // false: one exchange each way and a regroup copy (rows of any size)
 };
 
 inline parallel::RouterOptions router(uint32_t top_k, double cf,
@@ -121,7 +121,12 @@ inline const std::map<std::string, Case>& cases() {
       // One all-to-all(v) each way and a regroup copy instead of rounds.
       {"one_exchange", {{40, 17, 29, 3}, router(2, 0), Exchange::all_to_all, HAL_DTYPE_F32, {}, false}},
       {"placement_one_exchange",
-       {{37, 0, 64, 21}, router(2, 1.0), Exchange::all_to_all, HAL_DTYPE_F32, {2, 0, 2, 1, 1, 0, 2, 1}, false}},
+       {{37, 0, 64, 21},
+        router(2, 1.0),
+        Exchange::all_to_all,
+        HAL_DTYPE_F32,
+        {2, 0, 2, 1, 1, 0, 2, 1},
+        false}},
   };
   return all;
 }
