@@ -27,7 +27,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -231,6 +233,84 @@ void BM_Dispatch(benchmark::State& state, Versus versus) {
   g_results[{hidden, static_cast<int>(versus)}] = r;
 }
 
+// Where sigma's time goes: route, plan, dispatch and combine timed one by
+// one (medians of 30 calls), and the exchange of the rows that cross to
+// the other rank alone (one all-to-all(v) each way, kept buffers) against a
+// memcpy of the same bytes each way: the wire's cost against memory's.
+void BM_Phases(benchmark::State& state) {
+  const int64_t hidden = state.range(0);
+  const Inputs in = make(hidden);
+  const auto h = static_cast<uint64_t>(hidden);
+  sigma::parallel::RouterOptions ro;
+  ro.num_experts = kExperts;
+  ro.top_k = kTopK;
+  std::vector<double> t[4];
+  const auto since = [](std::chrono::steady_clock::time_point a) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+  };
+  std::vector<uint8_t> rows;
+  torch::Tensor out = torch::empty_like(in.tokens);
+  uint64_t crossing = 0;  // bytes this rank sends the other
+  for (auto _ : state) {
+    for (int i = 0; i < 30; ++i) {
+      auto a = std::chrono::steady_clock::now();
+      const auto routing = sigma::parallel::route(in.logits.data_ptr<float>(), kTokens, ro);
+      t[0].push_back(since(a));
+      a = std::chrono::steady_clock::now();
+      const auto plan = g_dispatcher->plan(routing);
+      t[1].push_back(since(a));
+      a = std::chrono::steady_clock::now();
+      g_dispatcher->dispatch(plan, in.tokens.data_ptr(), h, HAL_DTYPE_F32, rows);
+      t[2].push_back(since(a));
+      a = std::chrono::steady_clock::now();
+      g_dispatcher->combine(plan, rows.data(), routing.weights.data(), h, HAL_DTYPE_F32, out.data_ptr());
+      t[3].push_back(since(a));
+      const uint32_t peer = 1 - static_cast<uint32_t>(g_rank), first = peer * (kExperts / kWorld);
+      crossing = (plan.sent_offsets[first + kExperts / kWorld] - plan.sent_offsets[first]) * h * 4;
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  // Both ranks send about as much; each sizes its own block and learns the
+  // peer's from the counts, as any all-to-all(v) user must.
+  std::vector<uint64_t> mine{crossing}, both(kWorld);
+  run(sigma::hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_I64, 1, mine.data(), both.data()));
+  const uint32_t self = static_cast<uint32_t>(g_rank), peer = 1 - self;
+  std::vector<uint64_t> sc(kWorld), sd(kWorld), rc(kWorld), rd(kWorld);
+  sc[peer] = crossing;
+  rc[peer] = both[peer];
+  std::vector<uint8_t> send(std::max<uint64_t>(crossing, 1), 1), recv(std::max<uint64_t>(both[peer], 1));
+  std::vector<double> wire, copy;
+  for (int i = 0; i < 10; ++i) {
+    auto a = std::chrono::steady_clock::now();
+    auto x = sigma::hal::coll_args(HAL_COLL_ALL_TO_ALLV, HAL_DTYPE_U8, 0, send.data(), recv.data());
+    x.send_counts = sc.data();
+    x.send_displs = sd.data();
+    x.recv_counts = rc.data();
+    x.recv_displs = rd.data();
+    run(x);
+    x.sendbuf = recv.data();
+    x.recvbuf = send.data();
+    x.send_counts = rc.data();
+    x.recv_counts = sc.data();
+    run(x);
+    wire.push_back(since(a));
+    a = std::chrono::steady_clock::now();
+    std::memcpy(recv.data(), send.data(), std::min(crossing, both[peer]));
+    std::memcpy(send.data(), recv.data(), std::min(crossing, both[peer]));
+    copy.push_back(since(a));
+  }
+  state.counters["route_ms"] = median(t[0]) * 1e3;
+  state.counters["plan_ms"] = median(t[1]) * 1e3;
+  state.counters["dispatch_ms"] = median(t[2]) * 1e3;
+  state.counters["combine_ms"] = median(t[3]) * 1e3;
+  state.counters["exchange_ms"] = median(wire) * 1e3;
+  state.counters["memcpy_ms"] = median(copy) * 1e3;
+  state.counters["crossing_MiB"] = static_cast<double>(crossing) / (1 << 20);
+}
+
 void print_table() {
   static const char* const kRow[] = {"exchange only (bound)", "fresh per call", "reused (_out ops)"};
   std::printf(
@@ -271,6 +351,8 @@ int main(int argc, char** argv) {
     for (const auto& [name, versus] : kinds)
       benchmark::RegisterBenchmark(name, BM_Dispatch, versus)->Arg(hidden)->Iterations(1)->UseManualTime();
   }
+  for (int64_t hidden : {1024, 256})
+    benchmark::RegisterBenchmark("MoeDispatch/SigmaPhases", BM_Phases)->Arg(hidden)->Iterations(1);
   // Both ranks run the same benchmarks (the peer gets the same arguments);
   // rank 0 reports.
   if (g_rank == 0) {
