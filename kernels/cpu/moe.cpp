@@ -125,7 +125,10 @@ void unpermute(const Sources& src, const float* weights, uint64_t num_tokens, ui
 
 // Rows bound for a buffer far larger than the caches: non-temporal stores
 // skip reading each destination line before writing it (a third of the
-// traffic of a plain copy). Needs 32-byte aligned destination rows.
+// traffic of a plain copy). 32-byte stores where the destination rows are
+// 32-byte aligned, else 16-byte ones (a vector's storage from malloc is
+// 16-byte aligned); both fill whole lines in the write-combining buffers.
+template <int kWidth>
 __attribute__((target("avx2"))) void permute_stream(const uint8_t* src, uint8_t* dst, uint64_t tokens,
                                                     uint32_t k, const int64_t* row_of, uint64_t row) {
   for (uint64_t t = 0; t < tokens; ++t)
@@ -134,9 +137,14 @@ __attribute__((target("avx2"))) void permute_stream(const uint8_t* src, uint8_t*
       if (r < 0) continue;
       const uint8_t* from = src + t * row;
       uint8_t* to = dst + static_cast<uint64_t>(r) * row;
-      for (uint64_t i = 0; i < row; i += 32)
-        _mm256_stream_si256(reinterpret_cast<__m256i*>(to + i),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + i)));
+      for (uint64_t i = 0; i < row; i += kWidth) {
+        if constexpr (kWidth == 32)
+          _mm256_stream_si256(reinterpret_cast<__m256i*>(to + i),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + i)));
+        else
+          _mm_stream_si128(reinterpret_cast<__m128i*>(to + i),
+                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i)));
+      }
     }
   _mm_sfence();  // the streamed rows are visible before the caller reads them
 }
@@ -175,9 +183,11 @@ void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_d
   const auto* src = static_cast<const uint8_t*>(tokens);
   auto* dst = static_cast<uint8_t*>(out);
   const uint64_t row = hidden * es;
-  if (detail::isa() == Isa::avx2 && row % 32 == 0 && reinterpret_cast<uintptr_t>(dst) % 32 == 0 &&
-      num_tokens * top_k * row >= (uint64_t{8} << 20))
-    return permute_stream(src, dst, num_tokens, top_k, row_of, row);
+  const auto at = reinterpret_cast<uintptr_t>(dst);
+  if (detail::isa() == Isa::avx2 && num_tokens * top_k * row >= (uint64_t{8} << 20)) {
+    if (row % 32 == 0 && at % 32 == 0) return permute_stream<32>(src, dst, num_tokens, top_k, row_of, row);
+    if (row % 16 == 0 && at % 16 == 0) return permute_stream<16>(src, dst, num_tokens, top_k, row_of, row);
+  }
   for (uint64_t t = 0; t < num_tokens; ++t)
     for (uint32_t k = 0; k < top_k; ++k) {
       const int64_t r = row_of[t * top_k + k];

@@ -419,7 +419,9 @@ TEST(MoePermute, GathersEveryChoiceIntoItsRowForAnyDtype) {
   EXPECT_THROW(moe_permute(nullptr, 1, 1, HAL_DTYPE_F32, nullptr, 1, nullptr), Error);
 }
 
-// Big permutations with aligned rows take the non-temporal store path.
+// Big permutations with aligned rows take the non-temporal store path:
+// 32-byte stores on a 32-byte aligned output, 16-byte ones on an output 16
+// bytes past such a boundary (as malloc'd vectors are).
 TEST(MoePermute, LargeAlignedOutputsMatchOnEveryIsa) {
   const uint64_t tokens = 2048, hidden = 1024;
   const uint32_t k = 2, experts = 8;
@@ -429,19 +431,21 @@ TEST(MoePermute, LargeAlignedOutputsMatchOnEveryIsa) {
   moe_plan(ids.data(), tokens, k, experts, row.data(), off.data());
   std::vector<float> in(tokens * hidden);
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
-  for (Isa isa : isas()) {
-    force_isa(isa);
-    std::vector<float> out(off[experts] * hidden + 8, -1.0f);
-    float* aligned = out.data() + (8 - (reinterpret_cast<uintptr_t>(out.data()) % 32) / 4) % 8;
-    moe_permute(in.data(), tokens, hidden, HAL_DTYPE_F32, row.data(), k, aligned);
-    for (uint64_t t = 0; t < tokens; ++t)
-      for (uint32_t c = 0; c < k; ++c) {
-        const int64_t r = row[t * k + c];
-        if (r >= 0) {
-          ASSERT_TRUE(same(aligned + r * hidden, in.data() + t * hidden, hidden * 4)) << t;
+  for (Isa isa : isas())
+    for (uint64_t skew : {0, 4}) {  // floats past a 32-byte boundary
+      force_isa(isa);
+      std::vector<float> out(off[experts] * hidden + 12, -1.0f);
+      float* aligned = out.data() + (8 - (reinterpret_cast<uintptr_t>(out.data()) % 32) / 4) % 8 + skew;
+      moe_permute(in.data(), tokens, hidden, HAL_DTYPE_F32, row.data(), k, aligned);
+      for (uint64_t t = 0; t < tokens; ++t)
+        for (uint32_t c = 0; c < k; ++c) {
+          const int64_t r = row[t * k + c];
+          if (r >= 0) {
+            ASSERT_TRUE(same(aligned + r * hidden, in.data() + t * hidden, hidden * 4))
+                << t << " skew " << skew;
+          }
         }
-      }
-  }
+    }
   reset_isa();
 }
 
