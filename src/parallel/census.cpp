@@ -67,10 +67,14 @@ Error Groups::name_failure(GroupKind kind, const Error& failure, std::chrono::na
         silent.push_back(who(m, members[m]));
         continue;
       }
+      // A report without its operation number (not ours to trust) is quoted
+      // whole and leaves the comparison of places alone.
       const std::string text(v->begin(), v->end());
-      const size_t space = text.find(' ');
-      places.emplace_back(std::strtoull(text.c_str(), nullptr, 10), m);
-      said.push_back(who(m, members[m]) + ": " + text.substr(space == std::string::npos ? 0 : space + 1));
+      char* end = nullptr;
+      const uint64_t op = std::strtoull(text.c_str(), &end, 10);
+      const bool numbered = end != text.c_str() && *end == ' ';
+      if (numbered) places.emplace_back(op, m);
+      said.push_back(who(m, members[m]) + ": " + (numbered ? std::string(end + 1) : text));
     }
     std::string msg = std::string(failure.what()) + " [" + group_kind_name(kind) + " group " +
                       std::to_string(group_index(layout_, rank_, kind)) + ", this is " + who(me, rank_) + "]";

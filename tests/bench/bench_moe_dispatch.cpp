@@ -51,16 +51,23 @@ Inputs make(int64_t hidden) {
 
 void run(const hal_coll_args_t& a) { g_comm->run(a, std::chrono::seconds(120)); }
 
-// f32 rows through the HAL's all-to-all(v), counts and displacements in elements.
-void alltoallv(const torch::Tensor& send, torch::Tensor& recv, const std::vector<uint64_t>& sc,
+// The HAL's all-to-all(v), counts and displacements in elements of `dt`.
+void alltoallv(hal_dtype_t dt, const void* send, void* recv, const std::vector<uint64_t>& sc,
                const std::vector<uint64_t>& sd, const std::vector<uint64_t>& rc,
                const std::vector<uint64_t>& rd) {
-  auto a = sigma::hal::coll_args(HAL_COLL_ALL_TO_ALLV, HAL_DTYPE_F32, 0, send.data_ptr(), recv.data_ptr());
+  auto a = sigma::hal::coll_args(HAL_COLL_ALL_TO_ALLV, dt, 0, send, recv);
   a.send_counts = sc.data();
   a.send_displs = sd.data();
   a.recv_counts = rc.data();
   a.recv_displs = rd.data();
   run(a);
+}
+
+// f32 rows of tensors.
+void alltoallv(const torch::Tensor& send, torch::Tensor& recv, const std::vector<uint64_t>& sc,
+               const std::vector<uint64_t>& sd, const std::vector<uint64_t>& rc,
+               const std::vector<uint64_t>& rd) {
+  alltoallv(HAL_DTYPE_F32, send.data_ptr(), recv.data_ptr(), sc, sd, rc, rd);
 }
 
 // The libtorch peer's buffers, kept from call to call when `reuse` is on
@@ -285,17 +292,8 @@ void BM_Phases(benchmark::State& state) {
   std::vector<double> wire, copy;
   for (int i = 0; i < 10; ++i) {
     auto a = std::chrono::steady_clock::now();
-    auto x = sigma::hal::coll_args(HAL_COLL_ALL_TO_ALLV, HAL_DTYPE_U8, 0, send.data(), recv.data());
-    x.send_counts = sc.data();
-    x.send_displs = sd.data();
-    x.recv_counts = rc.data();
-    x.recv_displs = rd.data();
-    run(x);
-    x.sendbuf = recv.data();
-    x.recvbuf = send.data();
-    x.send_counts = rc.data();
-    x.recv_counts = sc.data();
-    run(x);
+    alltoallv(HAL_DTYPE_U8, send.data(), recv.data(), sc, sd, rc, rd);
+    alltoallv(HAL_DTYPE_U8, recv.data(), send.data(), rc, rd, sc, sd);
     wire.push_back(since(a));
     a = std::chrono::steady_clock::now();
     std::memcpy(recv.data(), send.data(), std::min(crossing, both[peer]));
