@@ -84,6 +84,8 @@ INSTANTIATE_TEST_SUITE_P(
     Sim, RefusedScenario,
     ::testing::Values(
         Bad{"syntax", "duration_s: 10\nfaults: [ {kind: hang\n", "3: (syntax)"},
+        Bad{"two_documents", "duration_s: 10\n---\nduration_s: 20\n",
+            "3: (top): a second YAML document starts here"},
         Bad{"unknown_key", "duration_s: 10\nwolrd_size: 4\n", "2: wolrd_size: unknown key"},
         Bad{"wrong_type", "duration_s: ten\n", "1: duration_s: expected a number, found 'ten'"},
         Bad{"negative_rate",
@@ -103,9 +105,12 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"bandwidth_without_rate",
             "duration_s: 10\nfaults:\n  - {kind: slow_bandwidth, device: 0, at_s: 1, factor: 4}\n",
             "3: faults[0].gbps: missing: the link's healthy rate"},
-        Bad{"rate_on_a_slow_link",
-            "duration_s: 10\nfaults:\n  - {kind: slow_link, device: 0, at_s: 1, factor: 4, gbps: 1}\n",
-            "3: faults[0].gbps: only slow_bandwidth has a link rate"},
+        Bad{"rate_on_a_hang", "duration_s: 10\nfaults:\n  - {kind: hang, device: 0, at_s: 1, gbps: 1}\n",
+            "3: faults[0].gbps: only slow_link, flapping_link and slow_bandwidth have a link rate"},
+        Bad{"latency_on_slow_bandwidth",
+            "duration_s: 10\nfaults:\n  - {kind: slow_bandwidth, device: 0, at_s: 1, factor: 4, gbps: 1, "
+            "latency_us: 5}\n",
+            "3: faults[0].latency_us: only slow_link and flapping_link stretch a latency"},
         Bad{"duplicate_key", "duration_s: 10\nseed: 1\nseed: 2\n",
             "3: seed: given twice (one value would silently replace the other)"},
         Bad{"same_device_twice",
@@ -121,6 +126,30 @@ TEST(Sim, EverySampleScenarioLoads) {
     if (e.path().extension() != ".yaml") continue;
     EXPECT_NO_THROW(load_sim("scenario=" + e.path().string())) << e.path();
   }
+}
+
+// A scenario that is a FIFO would block the plugin's init for ever: it is
+// refused at once, by name, as are a folder and a device.
+TEST(Sim, AScenarioThatIsNotARegularFileIsRefusedWithoutBlocking) {
+  const std::string fifo = ::testing::TempDir() + "sim-fifo-" + std::to_string(::getpid()) + ".yaml";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ::alarm(20);  // a blocked init fails here, not at CTest's limit
+  for (const auto& [path, kind] : {std::pair<std::string, std::string>{fifo, "a FIFO"},
+                                   {::testing::TempDir(), "a folder"},
+                                   {"/dev/null", "a device"}}) {
+    try {
+      load_sim("scenario=" + path);
+      ADD_FAILURE() << path << " loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find(":0: (file): not a regular file (" + kind + ")"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  ::alarm(0);
+  ::unlink(fifo.c_str());
 }
 
 TEST(Sim, MissingScenarioFileAndBadOptionsAreRefused) {
@@ -205,27 +234,53 @@ TEST(SimFault, SilentCorruptionChangesExactlyOneElementOfTheChosenResult) {
   }
 }
 
-TEST(SimFault, SlowLinkStretchesCollectives) {
-  auto p = load_sim("");
+// A slow link of factor F adds (F - 1) x (latency + link bytes / rate) to
+// each operation: its own transfer, never the time it waited. A world of
+// one moves no bytes over the link, so each operation gains exactly
+// (F - 1) x latency: 19 x 2 ms here.
+TEST(SimFault, SlowLinkStretchesEachOperationsOwnTransferByItsFactor) {
+  const auto path = write_scenario("slow",
+                                   "duration_s: 1000\nfaults:\n  - {kind: slow_link, device: 0, at_op: 10, "
+                                   "factor: 20, latency_us: 2000}\n");
+  auto p = load_sim("scenario=" + path);
   Communicator comm(p, world_of_one());
-  const uint64_t n = 4u << 20;
+  const uint64_t n = 1u << 20;
   Buffer src(p, 0, n * 4), dst(p, 0, n * 4);
   hal_coll_args_t a = all_reduce(dst, n);
   a.sendbuf = src.data();
   auto timed = [&] {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 5; ++i) comm.run(a, 30s);
-    return std::chrono::steady_clock::now() - t0;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  timed();
-  const auto normal = timed();
+  timed();                        // operations 0-4 warm the buffers
+  const double normal = timed();  // 5-9: before the fault
+  const double slow = timed();
+  const double added = 5 * 19 * 2e-3;
+  EXPECT_GE(slow - normal, added) << "normal " << normal << " s, slow " << slow << " s";
+  EXPECT_LT(slow - normal, added + 4 * normal + 0.1) << "normal " << normal << " s, slow " << slow << " s";
+}
+
+// The fault-injection extension's slow link uses the healthy figures the
+// scenario's faults default to (kHealthyLinkLatencyUs).
+TEST(SimFault, AnInjectedSlowLinkStretchesByTheDefaultLatency) {
+  auto p = load_sim("");
+  Communicator comm(p, world_of_one());
+  Buffer b(p, 0, 64 * 4);
+  auto timed = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i) comm.run(all_reduce(b, 64), 30s);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double normal = timed();
   hal_fault_spec_t spec{};
   spec.struct_size = sizeof(spec);
   spec.kind = HAL_FAULT_SLOW_LINK;
-  spec.factor = 20;
+  spec.factor = 101;
   p->check(p->fault_injection()->inject(&spec), "inject");
-  const auto slow = timed();
-  EXPECT_GT(slow, normal * 4) << "normal " << normal.count() << " ns, slow " << slow.count() << " ns";
+  const double slow = timed();
+  EXPECT_GE(slow - normal, 20 * 100 * sim_vendor::kHealthyLinkLatencyUs * 1e-6)
+      << "normal " << normal << " s, slow " << slow << " s";
 }
 
 TEST(SimFault, FlappingLinkRaisesLinkErrorsEveryPeriod) {

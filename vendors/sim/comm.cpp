@@ -31,9 +31,7 @@ struct hal_request_s {
   hal_request_t inner;  // nullptr for an operation that was never posted
   std::mutex mu;        // guards the fields below
   bool hung = false;
-  double factor = 1;    // slow link
-  double extra_ns = 0;  // slow bandwidth: the time this op's bytes add on the slow link
-  uint64_t post_ns = 0;
+  double extra_ns = 0;                    // slow link: the time its faults add to this op's own transfer
   uint64_t done_ns = 0;                   // when the inner operation was seen complete
   uint64_t release_ns = 0;                // when its slow-link stretch ends (set with done_ns)
   hal_status_t status = HAL_IN_PROGRESS;  // final status once known
@@ -120,8 +118,7 @@ void corrupt_one(hal_request_s* r) {
 // The fault plan for the op about to be posted. Caller holds state().mu.
 struct Plan {
   bool lost = false, crash = false, hang = false, corrupt = false, nan = false;
-  double factor = 1;
-  double ns_per_byte = 0;  // slow bandwidth: extra time per byte over the link
+  double extra_ns = 0;  // slow or flapping link, slow bandwidth: added to the op's own transfer
 };
 
 // The scenario names operations by hal_coll_op_t's values.
@@ -133,7 +130,26 @@ bool is_float(hal_dtype_t t) {
   return t == HAL_DTYPE_F32 || t == HAL_DTYPE_F16 || t == HAL_DTYPE_BF16 || t == HAL_DTYPE_F64;
 }
 
-Plan plan_for(uint64_t index, bool has_output, const hal_coll_args_t& args) {
+// The time a slow link adds to an operation that moves `bytes` over it. The
+// fault stretches the operation's own transfer (its latency plus its bytes
+// at the link's healthy rate), never the time it waited for its peers: a
+// wait-based stretch would feed on the delays of other slowed devices and
+// grow a step's time geometrically.
+double link_delay_ns(const ActiveFault& f, uint64_t bytes) {
+  const double transfer_ns = static_cast<double>(bytes) / f.gbps;  // GB/s is bytes per ns
+  if (f.kind == FaultKind::slow_bandwidth) return (f.factor - 1) * transfer_ns;
+  return (f.factor - 1) * (f.latency_us * 1e3 + transfer_ns);
+}
+
+// Whether a link fault slows an operation posted at scenario time t.
+bool link_slow_at(const ActiveFault& f, double t) {
+  if (t >= f.until_s || !(f.gbps > 0)) return false;
+  if (f.kind != FaultKind::flapping_link) return true;
+  // Slow for the first half of every period, normal for the second.
+  return f.period_s > 0 && std::fmod(t - std::max(0.0, f.from_s), f.period_s) < f.period_s / 2;
+}
+
+Plan plan_for(uint64_t index, bool has_output, const hal_coll_args_t& args, uint64_t bytes_over_link) {
   State& s = state();
   s.fire_due_locked();
   const double t = s.now_s();
@@ -164,16 +180,10 @@ Plan plan_for(uint64_t index, bool has_output, const hal_coll_args_t& args) {
         }
         break;
       case FaultKind::slow_link:
-        if (t < f.until_s) p.factor = std::max(p.factor, f.factor);
-        break;
       case FaultKind::flapping_link:
-        // Slow for the first half of every period, normal for the second.
-        if (t < f.until_s && f.period_s > 0 &&
-            std::fmod(t - std::max(0.0, f.from_s), f.period_s) < f.period_s / 2)
-          p.factor = std::max(p.factor, f.factor);
-        break;
       case FaultKind::slow_bandwidth:
-        if (t < f.until_s && f.gbps > 0) p.ns_per_byte = std::max(p.ns_per_byte, (f.factor - 1) / f.gbps);
+        // One link: where several of its faults overlap, the slowest governs.
+        if (link_slow_at(f, t)) p.extra_ns = std::max(p.extra_ns, link_delay_ns(f, bytes_over_link));
         break;
       case FaultKind::silent_corruption:
       case FaultKind::nan_burst: {
@@ -202,7 +212,7 @@ hal_status_t settle(hal_request_s* r, hal_status_t inner_st) {
     r->done_ns = now;
     if (inner_st == HAL_OK && r->corrupt) corrupt_one(r);
   }
-  const double stretch = (r->factor - 1) * static_cast<double>(r->done_ns - r->post_ns) + r->extra_ns;
+  const double stretch = r->extra_ns;
   r->release_ns = r->done_ns + static_cast<uint64_t>(stretch);
   if (inner_st == HAL_OK && static_cast<double>(now - r->done_ns) < stretch) return HAL_IN_PROGRESS;
   r->status = inner_st;
@@ -357,7 +367,7 @@ hal_status_t plan_into(hal_comm_t comm, const hal_coll_args_t& args, hal_request
     std::lock_guard lk(state().mu);
     const auto out = result_of(args, comm->size);
     r.op_index = state().ops_posted++;
-    p = plan_for(r.op_index, out.second > 0, args);
+    p = plan_for(r.op_index, out.second > 0, args, link_bytes(args, comm->rank, comm->size));
     r.out = out.first;
     r.out_count = out.second;
   }
@@ -367,8 +377,7 @@ hal_status_t plan_into(hal_comm_t comm, const hal_coll_args_t& args, hal_request
     return fail(HAL_ERR_DEVICE_LOST, "sim: device lost (rank " + std::to_string(state().rank) + ")");
   }
   r.hung = p.hang;
-  r.factor = p.factor;
-  r.extra_ns = p.ns_per_byte * static_cast<double>(link_bytes(args, comm->rank, comm->size));
+  r.extra_ns = p.extra_ns;
   r.corrupt = p.corrupt;
   r.nan = p.nan;
   r.dtype = args.dtype;
@@ -378,9 +387,6 @@ hal_status_t plan_into(hal_comm_t comm, const hal_coll_args_t& args, hal_request
 // Posts a planned operation to the inner vendor and registers it.
 hal_status_t post_planned(hal_comm_t comm, const hal_coll_args_t& args, hal_stream_t stream,
                           std::unique_ptr<hal_request_s> r, hal_request_t* request) {
-  // From before the inner post: a vendor that does the work inside post
-  // (a world of one) still has its time stretched.
-  r->post_ns = now_ns();
   if (hal_status_t st = inner_status(inner().post(comm->inner, &args, stream, &r->inner)); st != HAL_OK)
     return st;
   r->comm = comm;
@@ -494,7 +500,7 @@ hal_status_t sim_run(hal_comm_t comm, const hal_coll_args_t* args, hal_stream_t 
   Plan p;
   if (hal_status_t st = plan_into(comm, *args, *r, p); st != HAL_OK) return st;
   hal_coll_run_fn* inner_run = HAL_HAS_FIELD(&inner(), hal_coll_api_t, run) ? inner().run : nullptr;
-  if (inner_run != nullptr && !r->hung && r->factor == 1 && r->extra_ns == 0 && !timed_fault_armed()) {
+  if (inner_run != nullptr && !r->hung && r->extra_ns == 0 && !timed_fault_armed()) {
     hal_status_t st = inner_run(comm->inner, args, stream, timeout_ns);
     if (st == HAL_OK && r->corrupt) corrupt_one(r.get());
     if (st == HAL_ERR_TIMEOUT) abort_comm(comm, HAL_ERR_TIMEOUT);

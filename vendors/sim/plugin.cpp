@@ -63,6 +63,7 @@ void State::arm_scenario_faults() {
     if (f.duration_s > 0) a.until_s = (f.at_s ? *f.at_s : 0) + f.duration_s;
     a.factor = f.factor;
     a.gbps = f.gbps;
+    a.latency_us = f.latency_us;
     a.period_s = f.period_s;
     a.remaining = f.count;
     a.op = f.op;

@@ -112,7 +112,8 @@ class Parser : public sigma::yaml::Reader {
   Fault fault(const YAML::Node& n, const std::string& path, const Scenario& s) const {
     if (!n.IsMap()) fail(n, path, "expected a mapping");
     only_keys(n, path,
-              {"kind", "device", "at_s", "at_op", "duration_s", "factor", "period_s", "count", "gbps", "op"});
+              {"kind", "device", "at_s", "at_op", "duration_s", "factor", "period_s", "count", "gbps",
+               "latency_us", "op"});
     Fault f{};
     f.line = n.Mark().line + 1;
     if (!n["kind"]) fail(n, path + ".kind", "missing");
@@ -168,12 +169,18 @@ class Parser : public sigma::yaml::Reader {
       fail(n, path + ".factor", "missing: how many times slower collectives get (>= 1)");
     }
     if (n["gbps"]) {
-      if (f.kind != FaultKind::slow_bandwidth)
-        fail(n["gbps"], path + ".gbps", "only slow_bandwidth has a link rate");
+      if (!timed)
+        fail(n["gbps"], path + ".gbps", "only slow_link, flapping_link and slow_bandwidth have a link rate");
       f.gbps = number(n["gbps"], path + ".gbps", 1e-6, 1e6);
     } else if (f.kind == FaultKind::slow_bandwidth) {
       fail(n, path + ".gbps",
            "missing: the link's healthy rate in GB/s (each byte then costs factor - 1 times more)");
+    }
+    if (n["latency_us"]) {
+      if (f.kind != FaultKind::slow_link && f.kind != FaultKind::flapping_link)
+        fail(n["latency_us"], path + ".latency_us",
+             "only slow_link and flapping_link stretch a latency (slow_bandwidth charges bytes only)");
+      f.latency_us = number(n["latency_us"], path + ".latency_us", 0, 1e9);
     }
     if (n["period_s"]) {
       if (f.kind != FaultKind::flapping_link)

@@ -55,17 +55,26 @@ enum class FaultKind {
 };
 const char* fault_kind_name(FaultKind k);
 
+// A link's healthy figures where a slow_link or flapping_link fault gives
+// none: about what the cpu vendor's Gloo moves between two processes on
+// loopback (docs/vendor-sim.md). A slow link stretches the transfer these
+// figures give, not the time an operation waits for its peers.
+constexpr double kHealthyLinkGbps = 1.0;
+constexpr double kHealthyLinkLatencyUs = 100.0;
+
 struct Fault {
   FaultKind kind;
   uint32_t device = 0;
   std::optional<double> at_s;     // exactly one of at_s, at_op
   std::optional<uint64_t> at_op;  // the device's n-th collective (0-based)
   double duration_s = 0;          // slow/flapping: 0 = until the end
-  double factor = 1;              // slow/flapping: collectives take factor x as long;
-                                  // slow_bandwidth: the link moves bytes factor x slower
-  double gbps = 0;                // slow_bandwidth: the link's healthy rate, GB/s each way
-  double period_s = 0;            // flapping: one slow + one normal phase
-  uint64_t count = 1;             // silent_corruption, nan_burst: how many results
+  double factor = 1;              // slow/flapping: each collective's own transfer (latency_us + bytes / gbps)
+                      // takes factor x as long; slow_bandwidth: the link moves bytes factor x slower
+  double gbps = kHealthyLinkGbps;             // the link's healthy rate, GB/s each way
+                                              // (required for slow_bandwidth)
+  double latency_us = kHealthyLinkLatencyUs;  // slow/flapping: the healthy per-operation latency
+  double period_s = 0;                        // flapping: one slow + one normal phase
+  uint64_t count = 1;                         // silent_corruption, nan_burst: how many results
   int op = -1;   // silent_corruption, nan_burst: only results of this hal_coll_op_t (-1: any)
   int line = 0;  // where it was written, for messages
 };

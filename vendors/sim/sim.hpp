@@ -38,7 +38,8 @@ struct ActiveFault {
   int64_t at_op = -1;      // op index it starts at (or -1: by time)
   double until_s = 1e300;  // slow/flapping end
   double factor = 1;
-  double gbps = 0;  // slow_bandwidth
+  double gbps = kHealthyLinkGbps;             // slow/flapping/bandwidth: the link's healthy rate
+  double latency_us = kHealthyLinkLatencyUs;  // slow/flapping: its healthy per-operation latency
   double period_s = 0;
   uint64_t remaining = 1;      // silent_corruption / nan_burst results left to corrupt
   int op = -1;                 // ... only of this hal_coll_op_t (-1: any)
