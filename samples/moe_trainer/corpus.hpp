@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -19,6 +20,9 @@ namespace moe {
 class Corpus {
  public:
   explicit Corpus(const std::string& path) {
+    // A FIFO or a device would block the read, or never end it.
+    if (!std::filesystem::is_regular_file(path))
+      throw std::runtime_error("moe_trainer: the text " + path + " is not a regular file (or is missing)");
     std::ifstream f(path, std::ios::binary);
     if (!f) throw std::runtime_error("moe_trainer: cannot read the text " + path);
     std::stringstream ss;

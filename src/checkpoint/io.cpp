@@ -1,5 +1,7 @@
 #include "io.hpp"
 
+#include "regular_file.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -20,12 +22,8 @@ namespace {
 // Only regular files are checkpoint files: a FIFO would block a reader for
 // ever, a device or folder is not what the manifest describes.
 [[noreturn]] void refuse_kind(const std::string& path, mode_t mode) {
-  const char* kind = S_ISFIFO(mode)                   ? "a FIFO"
-                     : S_ISDIR(mode)                  ? "a folder"
-                     : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
-                     : S_ISSOCK(mode)                 ? "a socket"
-                                                      : "not a file";
-  throw Error(Code::data_loss, "checkpoint: " + path + ": not a regular file (" + kind + "): refused");
+  throw Error(Code::data_loss,
+              "checkpoint: " + path + ": not a regular file (" + files::kind_of_mode(mode) + "): refused");
 }
 
 }  // namespace

@@ -2,9 +2,9 @@
 #include <sigma/error.hpp>
 #include <sigma/sim.hpp>
 
-#include <nlohmann/json.hpp>
+#include "regular_file.hpp"
 
-#include <fstream>
+#include <nlohmann/json.hpp>
 
 namespace sigma::sim {
 namespace {
@@ -79,14 +79,8 @@ const char* scope_name(Scope s) noexcept {
 }
 
 FailureModel load_failure_model(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) refuse(path, "(file)", "cannot open");
-  std::string text;
-  constexpr size_t kMax = size_t{1} << 20;
-  text.resize(kMax + 1);
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (text.size() > kMax) refuse(path, "(file)", "larger than 1 MiB");
+  std::string text, why;
+  if (!files::read_regular(path, uint64_t{1} << 20, text, why)) refuse(path, "(file)", why);
   return parse_failure_model(text, path);
 }
 

@@ -38,6 +38,8 @@ class Guardrails:
         self._session = session
         self._yaml, self._name = _DEFAULT_YAML, "(default guardrails config)"
         if config is not None:
+            if "\n" not in config and os.path.exists(config) and not os.path.isfile(config):
+                raise InvalidArgumentError(f"Guardrails: config '{config}' is not a regular file")
             if os.path.isfile(config):
                 with open(config, encoding="utf-8") as f:
                     self._yaml, self._name = f.read(), config

@@ -4,6 +4,7 @@ import json
 import os
 
 from . import _sigma
+from .errors import InvalidArgumentError
 
 
 def plan(request, top=0):
@@ -16,6 +17,8 @@ def plan(request, top=0):
     request's ``search.top``, else 5). A malformed request raises
     :class:`sigma.InvalidArgumentError` naming the file, line and key."""
     name = "(plan request)"
+    if "\n" not in request and os.path.exists(request) and not os.path.isfile(request):
+        raise InvalidArgumentError(f"plan: request '{request}' is not a regular file")
     if "\n" not in request and os.path.isfile(request):
         name = request
         with open(request, encoding="utf-8") as f:

@@ -10,6 +10,8 @@
 #include <sigma/error.hpp>
 #include <sigma/planner.hpp>
 
+#include "regular_file.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -59,11 +61,10 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    std::ifstream in(file);
-    if (!in) throw Error(Code::invalid_argument, file + ": cannot open");
-    std::stringstream text;
-    text << in.rdbuf();
-    planner::Request q = planner::parse_request(text.str(), file);
+    std::string text, why;
+    if (!sigma::files::read_regular(file, uint64_t{1} << 20, text, why))
+      throw Error(Code::invalid_argument, file + ":0: (file): " + why);
+    planner::Request q = planner::parse_request(text, file);
     if (top) q.top = top;
     if (devices) q.devices.count = devices;
     const auto t0 = std::chrono::steady_clock::now();

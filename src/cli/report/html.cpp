@@ -1,6 +1,7 @@
 // The terminal summary, report.html, and reading a job folder.
 #include "charts.hpp"
 #include "figures.hpp"
+#include "regular_file.hpp"
 
 #include <unistd.h>
 
@@ -47,11 +48,19 @@ std::string escape(const std::string& s) {
   return out;
 }
 
+// A job folder's file: regular files only (a FIFO named as a reference
+// would block the report for ever).
+std::string read_job_file(const std::string& path) {
+  std::string text, why;
+  if (!sigma::files::read_regular(path, uint64_t{1} << 30, text, why))
+    throw std::runtime_error("report: cannot read " + path + ": " + why);
+  return text;
+}
+
 json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("report: cannot read " + path);
+  const std::string text = read_job_file(path);
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw std::runtime_error("report: " + path + " is not JSON: " + e.what());
   }
@@ -59,8 +68,7 @@ json read_json(const std::string& path) {
 
 std::vector<json> read_lines(const std::string& path) {
   std::vector<json> out;
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("report: cannot read " + path);
+  std::istringstream in(read_job_file(path));
   std::string line;
   size_t n = 0;
   while (std::getline(in, line)) {

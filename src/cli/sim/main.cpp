@@ -12,6 +12,7 @@
 // Exit status: 0 done, 2 bad usage or a refused scenario (the message names
 // the file, line and key).
 #include "chart.hpp"
+#include "regular_file.hpp"
 
 #include <sigma/error.hpp>
 #include <sigma/sim.hpp>
@@ -37,11 +38,10 @@ std::string default_model() {
 // The journal's faults through the simulator; its decisions against the agent's.
 int replay(const std::string& path) {
   try {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) throw sigma::Error(sigma::Code::invalid_argument, "cannot read " + path);
-    const sigma::sim::Replay r = sigma::sim::parse_journal(text.str(), path);
+    std::string text, why;
+    if (!sigma::files::read_regular(path, uint64_t{1} << 30, text, why))
+      throw sigma::Error(sigma::Code::invalid_argument, path + ":0: (file): " + why);
+    const sigma::sim::Replay r = sigma::sim::parse_journal(text, path);
     const sigma::sim::Result res = sigma::sim::run(r.scenario);
     const std::string diff = sigma::sim::compare_decisions(r.journalled, res.policies.at(0).decisions);
     std::cout << "replayed " << r.faults << " fault(s) and " << r.health_changes << " health change(s) on "

@@ -1,8 +1,10 @@
 #include "yaml_reader.hpp"
 
+#include "regular_file.hpp"
+
 #include <cmath>
-#include <fstream>
 #include <set>
+#include <vector>
 
 namespace sigma::yaml {
 namespace {
@@ -100,23 +102,25 @@ bool Reader::boolean(const YAML::Node& n, const std::string& key) const {
 YAML::Node parse(const std::string& text, const std::string& file) {
   std::string why;
   if (!nesting_ok(text, why)) throw Refused{file + ":0: (top): " + why};
+  std::vector<YAML::Node> docs;
   try {
-    return YAML::Load(text);
+    docs = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     throw Refused{file + ":" + std::to_string(e.mark.line + 1) + ": (syntax): " + e.msg};
   }
+  if (docs.size() > 1) {
+    // yaml-cpp's Load keeps the first document and drops the rest unseen.
+    const int line = docs[1].Mark().line >= 0 ? docs[1].Mark().line + 1 : 0;
+    throw Refused{file + ":" + std::to_string(line) +
+                  ": (top): a second YAML document starts here; a file holds one (the rest would be "
+                  "silently ignored)"};
+  }
+  return docs.empty() ? YAML::Node() : docs.front();
 }
 
 std::string read_file(const std::string& path, uint64_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Refused{path + ":0: (file): cannot open"};
-  std::string text;
-  char buf[65536];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > max_bytes)
-      throw Refused{path + ":0: (file): larger than " + std::to_string(max_bytes) + " bytes"};
-  }
+  std::string text, why;
+  if (!files::read_regular(path, max_bytes, text, why)) throw Refused{path + ":0: (file): " + why};
   return text;
 }
 

@@ -42,12 +42,14 @@ class Reader {
 };
 
 // Parses `text` (named `file` in messages). Refuses absurd nesting before
-// yaml-cpp's recursion can exhaust the stack, and turns syntax errors into
+// yaml-cpp's recursion can exhaust the stack, a second document ("---")
+// with the line it starts on, and turns syntax errors into
 // "file:line: (syntax): why". Throws Refused.
 YAML::Node parse(const std::string& text, const std::string& file);
 
-// Reads a whole file of at most `max_bytes`. Throws Refused
-// ("path:0: (file): cannot open" / "larger than ...").
+// Reads a whole regular file of at most `max_bytes`, never blocking on a
+// FIFO. Throws Refused ("path:0: (file): cannot open (...)" / "not a
+// regular file (a FIFO)" / "larger than ...").
 std::string read_file(const std::string& path, uint64_t max_bytes = uint64_t{1} << 20);
 
 }  // namespace sigma::yaml
