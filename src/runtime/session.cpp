@@ -101,7 +101,6 @@ struct Session::Impl {
   }
   std::unique_ptr<checkpoint::MemoryTier> tier;
   std::unique_ptr<checkpoint::Engine> engine;
-  std::vector<uint64_t> disk_indices;  // durable checkpoints, as the agent was told
   std::vector<uint64_t> pending_disk;  // saved asynchronously, not yet known durable
   bool resnapshot = false;             // a replacement joined: the next step snapshots
   Clock::time_point step_t0;
@@ -263,7 +262,6 @@ struct Session::Impl {
     if (!engine || pending_disk.empty()) return;
     try {
       for (const auto& r : wait ? engine->wait() : engine->poll()) {
-        disk_indices.push_back(r.step);
         pending_disk.erase(std::remove(pending_disk.begin(), pending_disk.end(), r.step), pending_disk.end());
         ch->send(protocol::encode(protocol::Checkpointed{r.step}));
       }
@@ -275,6 +273,23 @@ struct Session::Impl {
       ch->send(protocol::encode(protocol::StorageFailed{pending_disk.back(), e.what()}));
       pending_disk.clear();
     }
+  }
+
+  // The disk checkpoints this rank can restore: every complete step (its
+  // global manifest committed) that holds the rank's shard, whichever
+  // process wrote it. A replacement holds what its predecessor saved, and a
+  // step still being written when a fault struck is not held: the folder is
+  // the truth, not this process's memory of its own saves.
+  std::vector<uint64_t> disk_held() const {
+    std::vector<uint64_t> out;
+    try {
+      for (const auto& st : checkpoint::list_steps(o.job_dir + "/checkpoints/sigmarun"))
+        if (st.complete && std::binary_search(st.ranks.begin(), st.ranks.end(), rank)) out.push_back(st.step);
+    } catch (const Error&) {
+      // An unreadable folder holds nothing this rank could restore.
+    }
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
   checkpoint::Engine& disk() {
@@ -526,7 +541,6 @@ void Session::step_end(uint64_t step, const StepReport& report) {
         m.pending_disk.push_back(index);
       } else {
         m.disk().save(m.views, meta);
-        m.disk_indices.push_back(index);
         m.ch->send(protocol::encode(protocol::Checkpointed{index}));
       }
     } catch (const Error& e) {
@@ -552,13 +566,15 @@ uint64_t Session::rollback(uint64_t index) {
                                      std::to_string(m.rank) + " holds only [" + held + "]");
   }
   m.tier->drop_after(index);
-  // Disk checkpoints after it describe steps that will run again.
-  if (m.engine) {
-    m.settle_disk(true);
-    if (m.engine) m.engine->discard_after(index);
-    m.disk_indices.erase(
-        std::remove_if(m.disk_indices.begin(), m.disk_indices.end(), [&](uint64_t i) { return i > index; }),
-        m.disk_indices.end());
+  // Disk checkpoints after it describe steps that will run again: this
+  // rank's shards of them go, whoever wrote them (disk_held reads the folder).
+  m.settle_disk(true);
+  if (m.engine || m.o.checkpoint_every > 0) {
+    try {
+      m.disk().discard_after(index);
+    } catch (const Error&) {
+      m.engine.reset();  // its peers' shards go: the step is no longer every rank's
+    }
   }
   m.current_step = static_cast<int64_t>(index);
   return index;
@@ -577,7 +593,7 @@ uint64_t Session::recover(const std::string& reason) {
   }
   m.settle_disk(true);  // what this rank holds on disk, durable
   m.ch->send(protocol::encode(protocol::RecoverRequest{code, reason, m.generation, m.tier->own_indices(),
-                                                       m.tier->replica_indices(), m.disk_indices}));
+                                                       m.tier->replica_indices(), m.disk_held()}));
   return m.wait_and_apply();
 }
 

@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +23,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -209,11 +212,20 @@ std::vector<std::string> clean_run_shrunk_at(const std::string& name, uint64_t f
   return finals(rest, world);
 }
 
+// A scenario file for this test, removed when it passes.
+std::string scenario_file(const std::string& name, const std::string& faults) {
+  const std::string path = ::testing::TempDir() + name + "-" + std::to_string(::getpid()) + ".yaml";
+  g_dirs.push_back(path);
+  std::ofstream(path) << "seed: 7\nduration_s: 3600\nworld_size: 5\nfaults:\n" << faults;
+  return path;
+}
+
 class Sigmarun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     JobRun r = sigmarun("baseline", {"--nproc", "3", "--spares", "1"}, {"--steps", std::to_string(kSteps)});
     ASSERT_EQ(r.exit_code, 0) << logs(r);
+    baseline_wall_s_ = r.wall_s;
     baseline_ = new std::vector<std::string>(finals(r, 3));
     ASSERT_EQ((*baseline_)[0].size(), 2 * 4096 * sizeof(float));
     EXPECT_EQ((*baseline_)[0], (*baseline_)[1]) << "data-parallel replicas agree";
@@ -230,9 +242,15 @@ class Sigmarun : public ::testing::Test {
       EXPECT_TRUE(f[k] == (*baseline_)[k]) << "rank " << k << " differs from the fault-free run";
   }
   static std::vector<std::string>* baseline_;
+  static double baseline_wall_s_;  // the fault-free run's wall time, agent start to end
+
+ public:
+  static double clean_wall_s() { return baseline_wall_s_; }
+  static void expect_exact_of(const JobRun& r) { expect_exact(r); }
 };
 
 std::vector<std::string>* Sigmarun::baseline_ = nullptr;
+double Sigmarun::baseline_wall_s_ = 0;
 
 TEST_F(Sigmarun, AFaultFreeRunReportsDoneWithNoIncidents) {
   JobRun r = sigmarun("clean", {"--nproc", "3", "--spares", "1", "--failure-rate", "0.001"},
@@ -316,6 +334,37 @@ TEST_F(Sigmarun, TwoFaultsCloseTogetherFallBackToDiskAndStillEndExact) {
   expect_exact(r);
 }
 
+// Ring neighbours 1 and 2 lose their devices in the same collective, step
+// 40's all-reduce (the collectives before step k: 6, then 5 a step), just
+// after the checkpoint of step 40 was written: rank 1's memory replica died
+// with rank 2, so the newest complete disk checkpoint must be used, whoever
+// holds the rank now (rank 1's replacement reported before rank 2 failed).
+TEST_F(Sigmarun, NeighboursLostInTheSameCollectiveRestoreTheNewestCompleteDiskCheckpoint) {
+  for (const bool async : {false, true}) {
+    SCOPED_TRACE(async ? "asynchronous checkpoints" : "synchronous checkpoints");
+    const std::string name = async ? "lost2-async" : "lost2";
+    std::vector<std::string> args{"--nproc", "3", "--spares", "2", "--checkpoint-every", "20"};
+    if (async) args.push_back("--checkpoint-async");
+    JobRun r = sigmarun(name,
+                        args + on_sim(scenario_file(name,
+                                                    "  - {kind: device_lost, device: 1, at_op: 206}\n"
+                                                    "  - {kind: device_lost, device: 2, at_op: 206}\n")),
+                        {"--steps", std::to_string(kSteps)});
+    ASSERT_EQ(r.exit_code, 0) << logs(r);
+    ASSERT_GE(r.report["incidents"].size(), 1u) << logs(r);
+    const json& inc = r.report["incidents"].back();
+    EXPECT_EQ(inc["restore"], "disk") << logs(r);
+    // Synchronous: step 40's checkpoint was complete before its all-reduce.
+    // Asynchronous: it may still have been in writing when a replacement
+    // reported, and then step 20's is the newest complete one.
+    if (async)
+      EXPECT_TRUE(inc["index"] == 40 || inc["index"] == 20) << logs(r);
+    else
+      EXPECT_EQ(inc["index"], 40) << logs(r);
+    expect_exact(r);
+  }
+}
+
 // One after the other: each is restored from memory, because a
 // replacement snapshots in its first step, so that its ring successor
 // holds a replica of it again.
@@ -397,8 +446,9 @@ TEST_F(Sigmarun, AJobThatAllowsItShrinksWhenNoSpareIsLeftAndNeverBelowItsFloor) 
   EXPECT_EQ(p.report["status"], "paused");
   expect_replayed(p);
   // It took no disk checkpoint, and says so instead of promising one.
-  EXPECT_NE(p.report["reason"].get<std::string>().find("no disk checkpoint common to every rank was taken"),
-            std::string::npos)
+  EXPECT_NE(
+      p.report["reason"].get<std::string>().find("no disk checkpoints are taken (set --checkpoint-every)"),
+      std::string::npos)
       << p.report["reason"];
 }
 
@@ -452,6 +502,88 @@ TEST_F(Sigmarun, AThermalRunawayIsMigratedBeforeTheDeviceFails) {
   EXPECT_EQ((*move)["to_device"], 3);
   expect_exact(r);
   expect_replayed(r);
+}
+
+// A slow or flapping link makes a job slower, never stops it: with no fault
+// and no migration, the job ends as a clean run does, bitwise, within
+// 1.5 x factor x the clean run's wall time.
+void expect_slowed_not_stopped(const std::string& name, const std::string& faults, double factor) {
+  SCOPED_TRACE(name);
+  JobRun r = sigmarun(name,
+                      std::vector<std::string>{"--nproc", "3", "--spares", "1", "--no-migration"} +
+                          on_sim(scenario_file(name, faults)),
+                      {"--steps", std::to_string(kSteps)});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  EXPECT_EQ(r.report["status"], "done");
+  EXPECT_TRUE(r.report["incidents"].empty()) << logs(r);
+  EXPECT_EQ(find_event(r, "fault"), nullptr) << logs(r);
+  EXPECT_LT(r.wall_s, 1.5 * factor * Sigmarun::clean_wall_s())
+      << "clean " << Sigmarun::clean_wall_s() << " s, slowed " << r.wall_s << " s";
+  Sigmarun::expect_exact_of(r);
+}
+
+TEST_F(Sigmarun, ASlowLinkSlowsAFaultFreeJobButNeverStopsIt) {
+  expect_slowed_not_stopped("slowlink", "  - {kind: slow_link, device: 2, at_s: 0, factor: 20}\n", 20);
+}
+
+TEST_F(Sigmarun, AFlappingLinkBesideASlowOneSlowsAFaultFreeJobButNeverStopsIt) {
+  expect_slowed_not_stopped("flapping",
+                            "  - {kind: flapping_link, device: 2, at_s: 0, period_s: 0.5, factor: 50}\n"
+                            "  - {kind: slow_link, device: 3, at_s: 0, factor: 20}\n",
+                            50);
+}
+
+TEST_F(Sigmarun, ASlowBandwidthLinkSlowsAFaultFreeJobButNeverStopsIt) {
+  expect_slowed_not_stopped("slowbw",
+                            "  - {kind: slow_bandwidth, device: 1, at_s: 0, factor: 20, gbps: 0.5}\n", 20);
+}
+
+TEST_F(Sigmarun, EveryLinkFlappingAtItsOwnPeriodSlowsAFaultFreeJobButNeverStopsIt) {
+  std::string faults;
+  for (int d = 0; d < 4; ++d)
+    faults += "  - {kind: flapping_link, device: " + std::to_string(d) +
+              ", at_s: 0, period_s: " + std::to_string(0.3 + 0.2 * d) + ", factor: 30}\n";
+  expect_slowed_not_stopped("allflap", faults, 30);
+}
+
+// A real hang on a slow link is still a hang: the stopped process on the
+// slowed device is found within the heartbeat bound and replaced, exactly.
+TEST_F(Sigmarun, AHangOnASlowLinkIsStillFoundWithinTheHeartbeatTimeout) {
+  JobRun r = sigmarun(
+      "slowhang",
+      std::vector<std::string>{"--nproc", "3", "--spares", "1", "--no-migration", "--heartbeat-timeout",
+                               "1"} +
+          on_sim(scenario_file("slowhang", "  - {kind: slow_link, device: 2, at_s: 0, factor: 20}\n")),
+      {"--steps", std::to_string(kSteps), "--kill-at", "60", "--kill-device", "2", "--kill-signal", "STOP"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  const json& inc = r.report["incidents"][0];
+  EXPECT_NE(inc["cause"].get<std::string>().find("hung"), std::string::npos) << inc.dump();
+  EXPECT_LT(inc["detected_s"].get<double>() - inc["fault_s"].get<double>(), 1.0 + 1.0);
+  expect_exact(r);
+}
+
+// With migration on, a flapping link's climbing errors (5 a period, 150 a
+// scenario minute, the monitor's limit 60) are an early warning: the rank
+// moves to the spare before anything fails. Scenario and monitor run 20x
+// the wall clock.
+TEST_F(Sigmarun, AFlappingLinksWarningMovesItsRankToTheSpare) {
+  JobRun r = sigmarun("flapmove",
+                      std::vector<std::string>{"--nproc", "3", "--spares", "1", "--heartbeat", "0.05"} +
+                          on_sim(scenario_file("flapmove",
+                                               "  - {kind: flapping_link, device: 1, at_s: 0, "
+                                               "period_s: 2, factor: 4}\n"),
+                                 20),
+                      {"--steps", std::to_string(kSteps), "--step-ms", "25"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  const json* warn = find_event(r, "warning", "device", 1);
+  ASSERT_NE(warn, nullptr) << logs(r);
+  EXPECT_NE(warn->dump().find("link"), std::string::npos) << warn->dump();
+  const json* move = find_event(r, "scheduler", "action", "migrate");
+  ASSERT_NE(move, nullptr) << logs(r);
+  EXPECT_EQ((*move)["device"], 1);
+  EXPECT_EQ((*move)["to_device"], 3);
+  expect_exact(r);
 }
 
 TEST_F(Sigmarun, ALostDeviceIsReplacedByASpare) {
@@ -958,6 +1090,134 @@ TEST(SigmarunUsage, BadOptionsAFolderThatIsAFileAndAVendorThatDoesNotLoadAreRefu
   refused("--job-dir " + file, "exists and is not a folder");
   std::filesystem::remove(file);
   refused("--job-dir /proc/sigma-job", "cannot make the job folder /proc/sigma-job");
+}
+
+// sigmarun started with `args` (its stderr to `err`), sent `sig` once
+// `ready()` holds (or after `after_s`; no signal when `sig` is 0), and
+// waited for. Returns the exit code and sets `wall_s` to the time from the
+// signal (or the start) to its end.
+int signalled(std::vector<std::string> args, const std::string& err, int sig, double after_s,
+              const std::function<bool()>& ready, double& wall_s) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (sig != 0) {
+    while (!(ready && ready()) &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(after_s))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ::kill(pid, sig);
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A vendor whose init blocks, crashes or ends the process is refused by
+// name (the pre-flight runs it in a child, waited for at most the
+// validation timeout), and a signal during the pre-flight ends sigmarun at
+// once; a scenario that is a FIFO is refused without blocking.
+TEST(SigmarunUsage, AVendorWhoseInitBlocksOrDiesIsRefusedAndASignalEndsThePreflight) {
+  const std::string dir = job_dir("preflight");
+  g_dirs.push_back(dir);
+  const std::string bad = std::string(SIGMA_BAD_PLUGIN_DIR) + "/misbehave.so";
+  auto run = [&](const std::string& misbehave, std::vector<std::string> extra, std::string& err_text) {
+    ::setenv("SIGMA_BAD_MISBEHAVE", misbehave.c_str(), 1);
+    std::vector<std::string> args{SIGMARUN,  "--job-dir", dir,        "--no-progress",
+                                  "--nproc", "1",         "--vendor", bad};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--", "/bin/true"});
+    const std::string err = dir + ".err";
+    double wall = 0;
+    const int code = signalled(args, err, 0, 0, nullptr, wall);
+    ::unsetenv("SIGMA_BAD_MISBEHAVE");
+    err_text = read_file(err);
+    fs::remove(err);
+    return code;
+  };
+  std::string err;
+  EXPECT_EQ(run("hang:init", {"--validate-timeout", "1"}, err), 2) << err;
+  EXPECT_NE(err.find("does not load: its init did not return within 1"), std::string::npos) << err;
+  EXPECT_EQ(run("crash:init", {}, err), 2) << err;
+  EXPECT_NE(err.find("does not load: loading it killed the process (Segmentation fault)"), std::string::npos)
+      << err;
+  EXPECT_EQ(run("exit:init", {}, err), 2) << err;
+  EXPECT_NE(err.find("does not load: loading it ended the process (exit status 0)"), std::string::npos)
+      << err;
+  // SIGTERM while the init blocks: sigmarun ends at once, saying so.
+  ::setenv("SIGMA_BAD_MISBEHAVE", "hang:init", 1);
+  double wall = 0;
+  const std::string errf = dir + ".err";
+  const int code = signalled(
+      {SIGMARUN, "--job-dir", dir, "--no-progress", "--nproc", "1", "--vendor", bad, "--", "/bin/true"}, errf,
+      SIGTERM, 1.0, nullptr, wall);
+  ::unsetenv("SIGMA_BAD_MISBEHAVE");
+  EXPECT_EQ(code, 128 + SIGTERM) << read_file(errf);
+  EXPECT_LT(wall, 2.0);
+  EXPECT_NE(read_file(errf).find("stopped by SIGTERM during the pre-flight"), std::string::npos)
+      << read_file(errf);
+  // A scenario that is a FIFO no one writes: refused at once, by name.
+  const std::string fifo = dir + "-scenario.fifo";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int fcode = signalled({SIGMARUN, "--job-dir", dir, "--no-progress", "--nproc", "1", "--vendor", "sim",
+                               "--vendor-options", "scenario=" + fifo, "--", "/bin/true"},
+                              errf, 0, 0, nullptr, wall);
+  EXPECT_EQ(fcode, 2);
+  EXPECT_NE(read_file(errf).find(fifo + ":0: (file): not a regular file (a FIFO)"), std::string::npos)
+      << read_file(errf);
+  ::unlink(fifo.c_str());
+  fs::remove(errf);
+  EXPECT_FALSE(fs::exists(dir + "/logs")) << "a worker was launched";
+}
+
+// SIGTERM ends sigmarun within 10 s while a device validates for ever (its
+// admission probe hangs) and in a recovery whose spare hangs in its
+// hand-off; the report says it was stopped.
+TEST(SigmarunUsage, SigtermEndsTheJobWithinTenSecondsDuringValidationAndRecovery) {
+  struct Phase {
+    const char* name;
+    const char* faults;
+    std::vector<std::string> worker;
+    const char* journalled;  // stop once this event is in the journal
+  };
+  const std::vector<Phase> phases = {
+      {"validation", "  - {kind: hang, device: 1, at_op: 0}\n", {"--steps", "100000"}, "\"event\":\"start\""},
+      {"recovery",
+       "  - {kind: hang, device: 3, at_op: 2}\n",
+       {"--steps", "100000", "--step-ms", "5", "--kill-at", "20", "--kill-device", "1"},
+       "\"event\":\"assigned\",\"generation\":2"}};
+  for (const Phase& ph : phases) {
+    SCOPED_TRACE(ph.name);
+    const std::string dir = job_dir(std::string("stop-") + ph.name);
+    g_dirs.push_back(dir);
+    std::vector<std::string> args{
+        SIGMARUN, "--job-dir",          dir,   "--no-progress",      "--nproc", "3", "--spares",
+        "1",      "--recovery-timeout", "600", "--validate-timeout", "600"};
+    args = args + on_sim(scenario_file(std::string("stop-") + ph.name, ph.faults));
+    args.insert(args.end(), {"--", RUNTIME_WORKER});
+    args.insert(args.end(), ph.worker.begin(), ph.worker.end());
+    double wall = 0;
+    const std::string err = dir + ".err";
+    const int code = signalled(
+        args, err, SIGTERM, 60,
+        [&] { return read_file(dir + "/incidents.jsonl").find(ph.journalled) != std::string::npos; }, wall);
+    EXPECT_EQ(code, 128 + SIGTERM) << read_file(err);
+    EXPECT_LT(wall, 10.0);
+    const json report = json::parse(read_file(dir + "/report.json"));
+    EXPECT_EQ(report["status"], "stopped") << report.dump();
+    EXPECT_NE(report["reason"].get<std::string>().find("stopped by SIGTERM"), std::string::npos);
+    fs::remove(err);
+  }
 }
 
 // One agent per job folder: a second one is refused naming the first; and a

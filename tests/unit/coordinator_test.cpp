@@ -418,7 +418,7 @@ TEST(Coordinator, WithNoSpareLeftTheJobPausesAndSaysWhatARerunResumesFrom) {
   EXPECT_TRUE(j.c.finished());
   EXPECT_EQ(j.c.status(), "paused");
   EXPECT_EQ(j.c.exit_code(), 3);
-  EXPECT_NE(j.c.reason().find("no disk checkpoint common to every rank was taken"), std::string::npos)
+  EXPECT_NE(j.c.reason().find("no disk checkpoints are taken (set --checkpoint-every)"), std::string::npos)
       << j.c.reason();
   EXPECT_EQ(j.sent<protocol::Goodbye>(0).size(), 1u);
 }

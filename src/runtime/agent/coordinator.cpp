@@ -465,9 +465,8 @@ void Coordinator::assign_generation() {
   const auto plan = plan_restore();
   if (!plan) {
     end("unrecoverable",
-        "no state to restore: the memory replicas of the lost ranks died with them and no disk checkpoint is "
-        "common to every rank (set --checkpoint-every)",
-        4, "unrecoverable");
+        "no state to restore: the memory replicas of the lost ranks died with them and " + no_disk_why(), 4,
+        "unrecoverable");
     return;
   }
   ++generation_;

@@ -198,6 +198,7 @@ class Coordinator {
   void finish_job();
   std::string stop_why() const;
   std::string resume_hint(const std::string& when) const;
+  std::string no_disk_why() const;
   uint64_t newest_common_disk(uint32_t world) const;
   uint64_t progress() const;
   Slot* slot_of_rank(uint32_t rank);

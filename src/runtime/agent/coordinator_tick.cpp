@@ -20,8 +20,9 @@ Commands Coordinator::tick(double t) {
     advance_round();
     finish_job();
   }
-  if (finished_ && !over() && t_ - finished_at_ > 10) {
-    // Told to go 10 s ago and still there.
+  // Told to go and still there: after 10 s (3 s when a signal stops the
+  // job, which must end within 10 s whatever its phase).
+  if (finished_ && !over() && t_ - finished_at_ > (stop_signal_ != 0 ? 3 : 10)) {
     for (Slot& s : slots_) kill(s);
     finished_at_ = t_;
   }
@@ -217,7 +218,7 @@ Commands Coordinator::stop_requested(int sig, double t) {
     return take();
   }
   const uint64_t boundary = progress() + 1;
-  stop_deadline_ = t_ + 10;
+  stop_deadline_ = t_ + 5;  // then stop_now, and 3 s later any rank still there is killed
   for (Slot* m : members()) send(*m, protocol::StopAfter{static_cast<int64_t>(boundary)});
   return take();
 }
@@ -251,8 +252,15 @@ std::string Coordinator::resume_hint(const std::string& when) const {
   if (storage_failures_ > 0)
     return "no disk checkpoint could be written (the disk tier failed " + std::to_string(storage_failures_) +
            " time(s), the last: " + storage_error_ + "), so a rerun starts from step 0";
-  return "no disk checkpoint common to every rank was taken (--checkpoint-every), so a rerun starts from "
-         "step 0";
+  return no_disk_why() + ", so a rerun starts from step 0";
+}
+
+// Why no disk checkpoint can be restored, true to the flags given.
+std::string Coordinator::no_disk_why() const {
+  if (o_.checkpoint_every == 0) return "no disk checkpoints are taken (set --checkpoint-every)";
+  return "no complete disk checkpoint holds every rank yet (--checkpoint-every " +
+         std::to_string(o_.checkpoint_every) + ": the first is written after step " +
+         std::to_string(o_.checkpoint_every) + ")";
 }
 
 void Coordinator::finish_job() {

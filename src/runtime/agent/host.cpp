@@ -389,7 +389,11 @@ void Agent::Impl::progress_tick() {
 
 int Agent::Impl::run() {
   JobDirLock lock(o.job_dir);  // before anything is written there
-  preflight_vendor(o);
+  if (const int sig = preflight_vendor(o, [this] { return stop_request.load(); }); sig != 0) {
+    std::fprintf(stderr, "sigmarun: stopped by %s during the pre-flight (loading vendor '%s'): nothing ran\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", o.vendor.c_str());
+    return 128 + sig;
+  }
   open_endpoints();
   const int wake_fd = wake_pipe();
   core = std::make_unique<Coordinator>(o, disk_holdings(o.job_dir), now());

@@ -199,7 +199,7 @@ using namespace agent;
 int run_follower(const AgentOptions& o) {
   check_options(o);
   JobDirLock lock(o.job_dir);
-  preflight_vendor(o);
+  preflight_vendor(o, [] { return 0; });  // SIGTERM ends a follower as it is
   std::filesystem::create_directories(o.job_dir + "/logs");
   Journal journal(o.job_dir + "/node.jsonl", health::monotonic_s());
   const int wake = wake_pipe();

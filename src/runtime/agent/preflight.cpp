@@ -7,11 +7,15 @@
 #include <sigma/hal.hpp>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 
@@ -87,18 +91,87 @@ JobDirLock::~JobDirLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
-void preflight_vendor(const AgentOptions& o) {
+namespace {
+
+void write_all(int fd, const std::string& text) {
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// In the child: loads and unloads the vendor, then writes to `fd` what came
+// of it: kLoaded, or why it failed. A plugin that ends the process itself
+// (exit(0) in its init) writes neither.
+constexpr char kLoaded[] = "loaded\n";
+[[noreturn]] void load_in_child(const AgentOptions& o, int fd) {
   try {
     hal::LoadOptions lo;
     lo.options = vendor_options_for(o.vendor_options, 0);
     lo.job_dir = o.job_dir;
     hal::Plugin::load(o.vendor, lo).reset();
-  } catch (const Error& e) {
-    throw Error(Code::invalid_argument,
-                "vendor '" + o.vendor + "'" +
-                    (o.vendor_options.empty() ? "" : " with --vendor-options '" + o.vendor_options + "'") +
-                    " does not load: " + e.what());
+    write_all(fd, kLoaded);
+    ::_exit(0);
+  } catch (const std::exception& e) {
+    write_all(fd, e.what());
+    ::_exit(1);
   }
+}
+
+}  // namespace
+
+int preflight_vendor(const AgentOptions& o, const std::function<int()>& stop_signal) {
+  const std::string which =
+      "vendor '" + o.vendor + "'" +
+      (o.vendor_options.empty() ? "" : " with --vendor-options '" + o.vendor_options + "'");
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw Error(Code::unavailable, std::string("agent: pre-flight: pipe: ") + std::strerror(errno));
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw Error(Code::unavailable, std::string("agent: pre-flight: fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    load_in_child(o, fds[1]);
+  }
+  ::close(fds[1]);
+  std::string why;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(o.validate_timeout_s);
+  int stopped = 0;
+  bool timed_out = false;
+  for (bool open = true; open;) {
+    if ((stopped = stop_signal()) != 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n > 0) why.append(buf, static_cast<size_t>(n));
+    open = n > 0 || (n < 0 && errno == EINTR);
+  }
+  ::close(fds[0]);
+  if (stopped != 0 || timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (stopped != 0) return stopped;
+  if (timed_out)
+    throw Error(Code::invalid_argument, which + " does not load: its init did not return within " +
+                                            std::to_string(o.validate_timeout_s) + " s");
+  if (why == kLoaded && WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  if (why.empty())
+    why = WIFSIGNALED(status)
+              ? std::string("loading it killed the process (") + strsignal(WTERMSIG(status)) + ")"
+              : "loading it ended the process (exit status " + std::to_string(WEXITSTATUS(status)) + ")";
+  throw Error(Code::invalid_argument, which + " does not load: " + why);
 }
 
 }  // namespace sigma::runtime::agent

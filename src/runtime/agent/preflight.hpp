@@ -6,6 +6,7 @@
 
 #include <sigma/agent.hpp>
 
+#include <functional>
 #include <string>
 
 namespace sigma::runtime::agent {
@@ -29,10 +30,16 @@ class JobDirLock {
   int fd_ = -1;
 };
 
-// Loads the vendor in this process with the options device 0 would get,
-// and unloads it: a name no folder has, or options the plugin refuses (the
-// sim vendor's scenario file with its FILE:LINE), or a host without its
-// devices, surface before any worker starts. Throws Error(invalid_argument).
-void preflight_vendor(const AgentOptions& o);
+// Loads the vendor with the options device 0 would get, and unloads it: a
+// name no folder has, or options the plugin refuses (the sim vendor's
+// scenario file with its FILE:LINE), or a host without its devices, surface
+// before any worker starts. The load runs in a child process, so a plugin
+// whose init blocks can neither hang the agent nor keep it from a stop: the
+// child is waited for at most o.validate_timeout_s, asking `stop_signal`
+// every 50 ms. Returns 0 once the vendor loaded, or the signal number
+// `stop_signal` returned (the child killed). Throws Error(invalid_argument)
+// when the vendor does not load or its init outlasts the timeout. Blocks;
+// call it before the agent starts threads.
+int preflight_vendor(const AgentOptions& o, const std::function<int()>& stop_signal);
 
 }  // namespace sigma::runtime::agent
