@@ -96,6 +96,10 @@ class SIGMA_EXPORT HalBootstrap {
   // ~50 ms: a communicator being created for a job that lost a rank gives up
   // at once instead of waiting out its timeout. Any thread.
   void cancel() { cancelled_ = true; }
+  // How many calls came with a key outside hal.h's rule (empty, or over
+  // HAL_BOOTSTRAP_MAX_KEY_BYTES) and were refused: the conformance suite's
+  // check that a plugin keeps to it. Any thread.
+  uint64_t refused_keys() const { return refused_keys_.load(); }
 
  private:
   static hal_status_t kv_set(void* ctx, const char* key, const void* value, uint64_t size);
@@ -106,6 +110,7 @@ class SIGMA_EXPORT HalBootstrap {
   std::string uri_;
   hal_bootstrap_t table_{};
   std::atomic<bool> cancelled_{false};
+  std::atomic<uint64_t> refused_keys_{0};
   uint64_t id_ = 0;    // the table's ctx: a key into the live bootstraps, never a pointer
   int in_flight_ = 0;  // callbacks running (guarded by the registry's lock)
   friend struct BootstrapCall;

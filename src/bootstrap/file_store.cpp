@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -17,8 +19,17 @@
 namespace sigma::bootstrap {
 namespace {
 
-constexpr size_t kMaxValueBytes = size_t{1} << 20;
-constexpr size_t kMaxKeyBytes = 1024;  // a plugin's key, before the prefix
+constexpr size_t kMaxValueBytes = HAL_BOOTSTRAP_MAX_VALUE_BYTES;
+constexpr size_t kMaxKeyBytes = HAL_BOOTSTRAP_MAX_KEY_BYTES;  // a plugin's key, before the prefix
+// A file name's limit (NAME_MAX) with room for the temp files' marks.
+constexpr size_t kMaxNameBytes = 200;
+
+// hal.h's key rule: 1 to 1024 bytes before the NUL.
+bool key_allowed(const char* key) {
+  if (key == nullptr) return false;
+  const size_t n = ::strnlen(key, kMaxKeyBytes + 1);
+  return n >= 1 && n <= kMaxKeyBytes;
+}
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -39,6 +50,16 @@ std::string escape_key(const std::string& key) {
   }
   // "." and ".." are not file names we may use; a leading '.' marks temp files.
   if (!out.empty() && out[0] == '.') out = "%2e" + out.substr(1);
+  // A long key (escaping triples some bytes) keeps its start and ends in a
+  // 128-bit hash of the whole key, so it still fits one file name; '~' is
+  // never produced by the escape, so no short key's name looks like one.
+  if (out.size() > kMaxNameBytes) {
+    const XXH128_hash_t h = XXH3_128bits(key.data(), key.size());
+    char tail[40];
+    std::snprintf(tail, sizeof tail, "~%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                  static_cast<unsigned long long>(h.low64));
+    out = out.substr(0, kMaxNameBytes - 33) + tail;
+  }
   return out;
 }
 
@@ -215,13 +236,15 @@ HalBootstrap::~HalBootstrap() {
 hal_status_t HalBootstrap::kv_set(void* ctx, const char* key, const void* value, uint64_t size) {
   // A plugin's arguments are checked against the limits before anything is
   // read: a wrong size must not make the host copy past the plugin's buffer.
-  if (ctx == nullptr || key == nullptr || (value == nullptr && size > 0) || size > kMaxValueBytes ||
-      ::strnlen(key, kMaxKeyBytes + 1) > kMaxKeyBytes) {
+  if (ctx == nullptr || (value == nullptr && size > 0) || size > kMaxValueBytes)
     return HAL_ERR_INVALID_ARGUMENT;
-  }
   const BootstrapCall call(ctx);
   HalBootstrap* self = call.self;
   if (self == nullptr) return HAL_ERR_INVALID_ARGUMENT;  // used after comm_destroy
+  if (!key_allowed(key)) {
+    ++self->refused_keys_;
+    return HAL_ERR_INVALID_ARGUMENT;
+  }
   try {
     const auto* bytes = static_cast<const uint8_t*>(value);
     self->store_->set(self->prefix_ + key, std::vector<uint8_t>(bytes, bytes + size));
@@ -235,12 +258,15 @@ hal_status_t HalBootstrap::kv_set(void* ctx, const char* key, const void* value,
 
 hal_status_t HalBootstrap::kv_get(void* ctx, const char* key, void* value, uint64_t capacity, uint64_t* size,
                                   uint64_t timeout_ns) {
-  if (ctx == nullptr || key == nullptr || size == nullptr || (value == nullptr && capacity > 0)) {
+  if (ctx == nullptr || size == nullptr || (value == nullptr && capacity > 0))
     return HAL_ERR_INVALID_ARGUMENT;
-  }
   const BootstrapCall call(ctx);
   HalBootstrap* self = call.self;
   if (self == nullptr) return HAL_ERR_INVALID_ARGUMENT;  // used after comm_destroy
+  if (!key_allowed(key)) {
+    ++self->refused_keys_;
+    return HAL_ERR_INVALID_ARGUMENT;
+  }
   try {
     // Clamp "for ever" so the chrono arithmetic cannot overflow. The wait
     // runs in slices so that cancel() ends it within one slice.

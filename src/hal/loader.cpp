@@ -5,6 +5,7 @@
 #include <elf.h>
 #include <link.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -147,7 +148,10 @@ std::string validate_api(const hal_api_t* api, const std::string& origin) {
        {"wait", c ? reinterpret_cast<const void*>(c->wait) : nullptr},
        {"request_free", c ? reinterpret_cast<const void*>(c->request_free) : nullptr}});
   if (!err.empty()) return fail(err);
-  // The extension chain: bounded, acyclic, each header plausible.
+  // The extension chain: bounded, acyclic, each header plausible. Bits and
+  // extensions a later minor defined mean nothing from an earlier plugin
+  // (hal.h, version rule 5): HAL_CAP_KERNELS and HAL_EXT_KERNELS are 1.2's.
+  const bool knows_kernels = api->abi_minor >= 2;
   std::set<const void*> seen;
   bool has_fault_ext = false, has_kernels_ext = false;
   for (const hal_ext_header_t* e = api->extensions; e != nullptr; e = e->next) {
@@ -167,7 +171,7 @@ std::string validate_api(const hal_api_t* api, const std::string& origin) {
       }
       has_fault_ext = true;
     }
-    if (e->type == HAL_EXT_KERNELS) {
+    if (e->type == HAL_EXT_KERNELS && knows_kernels) {
       // Entries are optional: a short (older) struct has fewer of them.
       if (e->struct_size < offsetof(hal_ext_kernels_t, grad_scan) + sizeof(void*))
         return fail("the kernels extension has struct_size " + std::to_string(e->struct_size) +
@@ -178,7 +182,7 @@ std::string validate_api(const hal_api_t* api, const std::string& origin) {
   if (((api->capabilities & HAL_CAP_FAULT_INJECTION) != 0) != has_fault_ext) {
     return fail("HAL_CAP_FAULT_INJECTION does not match the extension chain");
   }
-  if (((api->capabilities & HAL_CAP_KERNELS) != 0) != has_kernels_ext) {
+  if (knows_kernels && ((api->capabilities & HAL_CAP_KERNELS) != 0) != has_kernels_ext) {
     return fail("HAL_CAP_KERNELS does not match the extension chain");
   }
   return {};
@@ -258,6 +262,7 @@ const hal_ext_fault_injection_t* Plugin::fault_injection() const {
 }
 
 const hal_ext_kernels_t* Plugin::kernels() const {
+  if (api_->abi_minor < 2) return nullptr;  // an extension 1.2 defined (hal.h, version rule 5)
   for (const hal_ext_header_t* e = api_->extensions; e != nullptr; e = e->next) {
     if (e->type == HAL_EXT_KERNELS) return reinterpret_cast<const hal_ext_kernels_t*>(e);
   }
@@ -317,6 +322,32 @@ hal_device_props_t Plugin::device_props(uint32_t device) const {
   return props;
 }
 
+namespace {
+
+// Guard entries past the capacity a plugin is given, checked after the
+// call: a plugin that writes past what it was given is caught before its
+// output is used, and the host's heap is not what it overwrote.
+constexpr uint32_t kGuard = 4;
+constexpr unsigned char kGuardByte = 0xA5;
+
+template <class T>
+void arm_guard(std::vector<T>& v, size_t n) {
+  std::memset(static_cast<void*>(v.data() + n), kGuardByte, (v.size() - n) * sizeof(T));
+}
+
+// How many of the entries past the first n were written into.
+template <class T>
+size_t guard_hits(const std::vector<T>& v, size_t n) {
+  size_t hits = 0;
+  for (size_t i = n; i < v.size(); ++i) {
+    const auto* b = reinterpret_cast<const unsigned char*>(&v[i]);
+    hits += std::any_of(b, b + sizeof(T), [](unsigned char c) { return c != kGuardByte; }) ? 1 : 0;
+  }
+  return hits;
+}
+
+}  // namespace
+
 std::vector<hal_field_info_t> Plugin::telemetry_fields(uint32_t device) const {
   const std::string who = "HAL plugin '" + std::string(api_->name) + "': hal_telemetry_api_t.list_fields";
   uint32_t n = 0;
@@ -325,30 +356,29 @@ std::vector<hal_field_info_t> Plugin::telemetry_fields(uint32_t device) const {
     throw Error(Code::internal, who + " says " + std::to_string(n) + " fields, more than the " +
                                     std::to_string(HAL_MAX_TELEMETRY_FIELDS) +
                                     " a device may list (plugin bug)");
-  // Guard entries past the capacity, checked after the call: a plugin that
-  // writes past what it was given is caught before its list is used.
-  constexpr uint32_t kGuard = 4;
   std::vector<hal_field_info_t> fields(n + kGuard);
-  for (uint32_t i = n; i < n + kGuard; ++i) std::memset(&fields[i], 0xA5, sizeof(hal_field_info_t));
+  arm_guard(fields, n);
   uint32_t got = 0;
   check(api_->telemetry->list_fields(device, fields.data(), n, &got), "hal_telemetry_api_t.list_fields");
-  for (uint32_t i = n; i < n + kGuard; ++i) {
-    const auto* b = reinterpret_cast<const unsigned char*>(&fields[i]);
-    for (size_t k = 0; k < sizeof(hal_field_info_t); ++k) {
-      if (b[k] != 0xA5)
-        throw Error(Code::internal, who + " wrote past the capacity of " + std::to_string(n) +
-                                        " entries it was given (plugin bug)");
-    }
-  }
+  if (guard_hits(fields, n) > 0)
+    throw Error(Code::internal, who + " wrote past the capacity of " + std::to_string(n) +
+                                    " entries it was given (plugin bug)");
   fields.resize(std::min(n, got));
   return fields;
 }
 
 std::vector<hal_telemetry_sample_t> Plugin::read_telemetry(uint32_t device,
                                                            const std::vector<hal_field_id_t>& ids) const {
-  std::vector<hal_telemetry_sample_t> samples(ids.size());
+  std::vector<hal_telemetry_sample_t> samples(ids.size() + kGuard);
+  arm_guard(samples, ids.size());
   check(api_->telemetry->read(device, ids.data(), static_cast<uint32_t>(ids.size()), samples.data()),
         "hal_telemetry_api_t.read");
+  if (const size_t hits = guard_hits(samples, ids.size()); hits > 0)
+    throw Error(Code::internal, "HAL plugin '" + std::string(api_->name) +
+                                    "': hal_telemetry_api_t.read wrote " + std::to_string(hits) +
+                                    (hits == kGuard ? " or more" : "") + " sample(s) past the " +
+                                    std::to_string(ids.size()) + " it was given room for (plugin bug)");
+  samples.resize(ids.size());
   return samples;
 }
 

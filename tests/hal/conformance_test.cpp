@@ -97,6 +97,36 @@ TEST(Conformance, ANaNTemperatureReadAsOkFailsTheTelemetryCheck) {
   EXPECT_NE((*c)["detail"].get<std::string>().find("with HAL_OK"), std::string::npos) << (*c)["detail"];
 }
 
+// A plugin writing two samples past the array it was given fails the
+// telemetry checks by name; the suite's heap is the guard's, not the
+// plugin's to corrupt, so every other check still runs and reports.
+TEST(Conformance, ATelemetryReadPastItsArrayFailsByNameAndTheSuiteGoesOn) {
+  SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/sample_overrun.so");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  for (const char* name : {"telemetry.read", "telemetry.monotonic_concurrent"}) {
+    const auto* c = find_check(r.report, name);
+    ASSERT_NE(c, nullptr) << name;
+    EXPECT_EQ((*c)["outcome"], "FAIL") << name;
+    EXPECT_NE((*c)["detail"].get<std::string>().find("sample(s) past the"), std::string::npos)
+        << (*c)["detail"];
+  }
+  EXPECT_EQ((*find_check(r.report, "coll.matrix.all_reduce.f32"))["outcome"], "pass");
+  EXPECT_EQ(r.output.find("free(): invalid pointer"), std::string::npos) << r.output;
+}
+
+// hal.h's bootstrap key rule is the plugin's to keep too: a 1025-byte key
+// fails coll.create by name.
+TEST(Conformance, ABootstrapKeyOutsideTheRuleFailsCommunicatorCreation) {
+  SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/long_key.so");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto* c = find_check(r.report, "coll.create");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ((*c)["outcome"], "FAIL");
+  EXPECT_NE((*c)["detail"].get<std::string>().find("key outside hal.h's rule (1 to 1024 bytes"),
+            std::string::npos)
+      << (*c)["detail"];
+}
+
 TEST(Conformance, ABrokenTableFailsAtLoadWithTheField) {
   SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/null_required.so");
   EXPECT_EQ(r.exit_code, 1) << r.output;

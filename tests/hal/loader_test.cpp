@@ -75,9 +75,13 @@ TEST(Loader, RootTableLargerWithUnknownTrailingEntriesLoads) {
   EXPECT_EQ(p->device_count(), 1u);
 }
 
-TEST(Loader, AnAbi10PluginLoadsAndTheRunItLacksIsNeverCalled) {
+// It also sets HAL_CAP_KERNELS, which 1.2 defined: ignored, not refused
+// (hal.h, version rule 5), and no kernels extension is offered.
+TEST(Loader, AnAbi10PluginLoadsAndTheRunItLacksAndTheBitsItCannotMeanAreIgnored) {
   auto p = Plugin::load(bad("old_minor"));
   EXPECT_EQ(p->api().abi_minor, 0u);
+  EXPECT_NE(p->api().capabilities & HAL_CAP_KERNELS, 0u);
+  EXPECT_EQ(p->kernels(), nullptr);
   EXPECT_EQ(p->coll_run(), nullptr);  // the slot past struct_size is garbage
   hal_comm_create_args_t ca{};
   ca.struct_size = sizeof(ca);

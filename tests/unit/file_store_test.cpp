@@ -131,6 +131,44 @@ TEST_F(FileStoreTest, HalBootstrapCallbacksPrefixKeysAndReportFullSize) {
   EXPECT_EQ(std::string(t->key_prefix), "comm7/");
 }
 
+// hal.h's key rule, both sides of it: every key of 1 to 1024 bytes (any
+// byte but NUL) round-trips, distinct long keys stay distinct, and an empty
+// or 1025-byte key is INVALID_ARGUMENT from both callbacks.
+TEST_F(FileStoreTest, EveryKeyTheHalAllowsWorksAndNoOtherDoes) {
+  auto store = std::make_shared<FileStore>(dir_);
+  HalBootstrap bs(store, "comm/");
+  const hal_bootstrap_t* t = bs.table();
+  std::string high(300, 'k');
+  for (size_t i = 0; i < high.size(); i += 3) high[i] = static_cast<char>(0xc3);
+  const std::vector<std::string> allowed = {"k",
+                                            std::string(300, 'x'),
+                                            std::string(100, '/'),
+                                            std::string(1024, '/'),
+                                            std::string(1023, '/') + "a",
+                                            std::string(HAL_BOOTSTRAP_MAX_KEY_BYTES, 'y'),
+                                            high,
+                                            "a key/with spaces/../and dots"};
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    const std::string v = "value-" + std::to_string(i);
+    ASSERT_EQ(t->kv_set(t->ctx, allowed[i].c_str(), v.data(), v.size()), HAL_OK) << allowed[i].size();
+  }
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    char buf[32] = {};
+    uint64_t size = 0;
+    ASSERT_EQ(t->kv_get(t->ctx, allowed[i].c_str(), buf, sizeof buf, &size, 1'000'000'000ull), HAL_OK)
+        << allowed[i].size();
+    EXPECT_EQ(std::string(buf, size), "value-" + std::to_string(i))
+        << "key of " << allowed[i].size() << " bytes";
+  }
+  char buf[8];
+  uint64_t size = 0;
+  for (const std::string& k : {std::string(), std::string(HAL_BOOTSTRAP_MAX_KEY_BYTES + 1, 'z')}) {
+    EXPECT_EQ(t->kv_set(t->ctx, k.c_str(), "v", 1), HAL_ERR_INVALID_ARGUMENT) << k.size();
+    EXPECT_EQ(t->kv_get(t->ctx, k.c_str(), buf, sizeof buf, &size, 1'000'000ull), HAL_ERR_INVALID_ARGUMENT)
+        << k.size();
+  }
+}
+
 TEST_F(FileStoreTest, ACallbackAfterTheBootstrapIsGoneIsAnErrorNotFreedMemory) {
   auto store = std::make_shared<FileStore>(dir_);
   auto bs = std::make_unique<HalBootstrap>(store, "comm9/");

@@ -32,6 +32,12 @@
  *     1.0; later minors add only OPTIONAL ones); the host's
  *     loader refuses a plugin that leaves one NULL and names the field.
  *     Entries marked OPTIONAL may be NULL.
+ *  5. Capability bits and extension types are read as of the minor the
+ *     plugin declares (hal_api_t.abi_minor): a bit or an extension type a
+ *     later minor defined is ignored from a plugin that declares an earlier
+ *     one (it never promised what that bit means), never refused. So
+ *     HAL_CAP_KERNELS and HAL_EXT_KERNELS (1.2) mean nothing from a 1.0 or
+ *     1.1 plugin. Bits no minor defines yet are ignored likewise.
  *
  * ---------------------------------------------------------------------------
  * Statuses and errors
@@ -495,12 +501,19 @@ typedef struct hal_telemetry_api_t {
  * The host's out-of-band channel, through which ranks find each other when a
  * communicator is created: a key-value store shared by every rank of the job
  * (a file store in the job directory on one host, Redis across hosts). Keys
- * are NUL-terminated strings; the host scopes them to the communicator, so a
- * plugin may use short fixed names. Values are opaque bytes, at most 1 MiB.
+ * are NUL-terminated strings of 1 to HAL_BOOTSTRAP_MAX_KEY_BYTES (1024)
+ * bytes, any byte but NUL ('/', '.', spaces and bytes above 127 included);
+ * the host scopes them to the communicator, so a plugin may use short fixed
+ * names. An empty or longer key is INVALID_ARGUMENT from both callbacks,
+ * and every other key works on every store. Values are opaque bytes, at
+ * most HAL_BOOTSTRAP_MAX_VALUE_BYTES (1 MiB).
  * Every callback may be called from any thread, concurrently, and only
  * between hal_coll_comm_create_fn's start and hal_coll_comm_destroy_fn's
  * return. The struct and ctx are owned by the host and stay valid that long.
  */
+/* The bootstrap's limits (ABI 1.2 writes them down; they held since 1.0). */
+enum hal_bootstrap_limits_e { HAL_BOOTSTRAP_MAX_KEY_BYTES = 1024, HAL_BOOTSTRAP_MAX_VALUE_BYTES = 1048576 };
+
 typedef struct hal_bootstrap_t {
   uint64_t struct_size;
   void* ctx; /* passed back to every callback */

@@ -265,6 +265,10 @@ void run_coll_checks(Context& ctx) {
     ctx.comm_ok = true;
     hal_status_t err = comm->async_error();
     expect_status(err, HAL_OK, "comm_get_async_error on a fresh comm");
+    // The host keeps to hal.h's key rule; so must the plugin.
+    expect(bs->refused_keys() == 0, std::to_string(bs->refused_keys()) +
+                                        " bootstrap call(s) with a key outside hal.h's rule (1 to " +
+                                        std::to_string(HAL_BOOTSTRAP_MAX_KEY_BYTES) + " bytes, no NUL)");
   });
 
   const std::vector<uint64_t> counts = {0, 1, 7, ctx.opts().large_count};

@@ -198,10 +198,11 @@ void run_telemetry_checks(Context& ctx) {
       threads.emplace_back([&] {
         std::vector<hal_telemetry_sample_t> prev(ids.size()), cur(ids.size());
         for (int it = 0; it < 100; ++it) {
-          hal_status_t st = t.read(0, ids.data(), static_cast<uint32_t>(ids.size()), cur.data());
-          if (st != HAL_OK) {
+          try {  // the wrapper's read: guard entries catch a write past the array
+            cur = plugin.read_telemetry(0, ids);
+          } catch (const Error& e) {
             std::lock_guard lk(mu);
-            why = "concurrent read returned " + hal_status_name(st);
+            why = std::string("concurrent read: ") + e.what();
             ++bad;
             return;
           }
@@ -256,9 +257,13 @@ void run_fault_checks(Context& ctx) {
     hal_status_t st = plugin.device_api().get_props(0, &props);
     void* p = nullptr;
     hal_status_t st_alloc = plugin.device_api().mem_alloc(0, 64, 0, &p);
-    hal_field_id_t id = HAL_FIELD_MEMORY_USED_BYTES;
     hal_telemetry_sample_t s{};
-    hal_status_t st_read = plugin.telemetry_api().read(0, &id, 1, &s);
+    hal_status_t st_read = HAL_OK;
+    try {  // the wrapper's read: guard entries catch a write past the array
+      s = plugin.read_telemetry(0, {HAL_FIELD_MEMORY_USED_BYTES}).at(0);
+    } catch (const Error& e) {
+      st_read = to_hal_status(e.code());
+    }
     plugin.check(fi->clear(0), "fault clear");
     expect_status(st, HAL_ERR_DEVICE_LOST, "get_props on a lost device");
     expect_status(st_alloc, HAL_ERR_DEVICE_LOST, "mem_alloc on a lost device");

@@ -111,6 +111,34 @@ __attribute__((unused)) static hal_status_t bad_nan_read(uint32_t device, const 
   return HAL_OK;
 }
 
+/* Reads telemetry correctly, then writes two more samples past the array
+ * it was given: the host must see the overrun, not lose its heap. */
+#if defined(BAD_SAMPLE_OVERRUN)
+static hal_telemetry_read_fn* g_inner_read;
+static hal_status_t bad_overrun_read(uint32_t device, const hal_field_id_t* ids, uint32_t n,
+                                     hal_telemetry_sample_t* samples) {
+  hal_status_t st = g_inner_read(device, ids, n, samples);
+  if (st == HAL_OK && n > 0)
+    for (uint32_t i = n; i < n + 2; i++) samples[i] = samples[0];
+  return st;
+}
+#endif
+
+/* Creates communicators, but first asks the bootstrap for a key of 1025
+ * bytes, one more than hal.h allows: the conformance suite must say so. */
+#if defined(BAD_LONG_KEY)
+static hal_coll_comm_create_fn* g_inner_create;
+static hal_status_t bad_long_key_create(const hal_comm_create_args_t* args, hal_comm_t* comm) {
+  if (args != NULL && args->bootstrap != NULL) {
+    char key[1026];
+    memset(key, 'k', 1025);
+    key[1025] = '\0';
+    (void)args->bootstrap->kv_set(args->bootstrap->ctx, key, "v", 1);
+  }
+  return g_inner_create(args, comm);
+}
+#endif
+
 /* Gives a wrong all-reduce result: the conformance suite must catch it. */
 __attribute__((unused)) static hal_status_t bad_post_wrong(hal_comm_t comm, const hal_coll_args_t* args,
                                                            hal_stream_t stream, hal_request_t* request) {
@@ -228,6 +256,14 @@ HAL_EXPORT const hal_api_t* hal_get_api_v1(uint32_t host_major, uint32_t host_mi
   g_bad_telemetry.list_fields = bad_nan_list;
   g_bad_telemetry.read = bad_nan_read;
   g_bad.api.telemetry = &g_bad_telemetry;
+#elif defined(BAD_SAMPLE_OVERRUN)
+  g_bad_telemetry = *inner->telemetry;
+  g_inner_read = inner->telemetry->read;
+  g_bad_telemetry.read = bad_overrun_read;
+  g_bad.api.telemetry = &g_bad_telemetry;
+#elif defined(BAD_LONG_KEY)
+  g_inner_create = inner->coll->comm_create;
+  g_bad_coll.comm_create = bad_long_key_create;
 #elif defined(BAD_FIELD_OVERRUN)
   g_bad_telemetry = *inner->telemetry;
   g_bad_telemetry.list_fields = bad_field_overrun;
@@ -244,8 +280,10 @@ HAL_EXPORT const hal_api_t* hal_get_api_v1(uint32_t host_major, uint32_t host_mi
   g_bad_coll.post = bad_post_wrong;
 #elif defined(BAD_OLD_MINOR)
   /* Fine: an ABI 1.0 plugin, whose collective table ends before `run`. The
-   * slot past its struct_size holds garbage the host must never call. */
+   * slot past its struct_size holds garbage the host must never call. It
+   * also sets HAL_CAP_KERNELS, a bit 1.2 defined: the host ignores it. */
   g_bad.api.abi_minor = 0;
+  g_bad.api.capabilities |= HAL_CAP_KERNELS;
   g_bad_coll.struct_size = HAL_COLL_API_V1_0_SIZE;
   g_bad_coll.run = (hal_coll_run_fn*)(uintptr_t)&g_bad;
 #elif defined(BAD_MISBEHAVE)
