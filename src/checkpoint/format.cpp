@@ -2,11 +2,15 @@
 
 #include "checkpoint_generated.h"
 
+#include <sigma/kernels.hpp>
+
 #include <zstd.h>
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <set>
 
 namespace sigma::checkpoint::format {
@@ -218,6 +222,33 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
   return m;
 }
 
+namespace {
+
+// Where a step manifest's self_xxh3 lies in `bytes` (a verified buffer), or
+// SIZE_MAX when the manifest has none (written before it existed).
+size_t self_checksum_offset(const std::vector<uint8_t>& bytes) {
+  const auto* r = flatbuffers::GetRoot<fb::StepManifest>(bytes.data());
+  // The generated table hides its base; its bytes are a flatbuffers::Table.
+  const uint8_t* at =
+      reinterpret_cast<const flatbuffers::Table*>(r)->GetAddressOf(fb::StepManifest::VT_SELF_XXH3);
+  return at == nullptr ? SIZE_MAX : static_cast<size_t>(at - bytes.data());
+}
+
+// A manifest's own checksum, when it has one, must match its bytes.
+void check_self_checksum(const std::vector<uint8_t>& bytes, const std::string& path) {
+  const size_t at = self_checksum_offset(bytes);
+  if (at == SIZE_MAX) return;
+  if (at + sizeof(uint64_t) > bytes.size()) bad(path, "its own checksum lies past its end (damaged)");
+  uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + at, sizeof stored);
+  std::vector<uint8_t> zeroed = bytes;
+  std::memset(zeroed.data() + at, 0, sizeof stored);
+  if (kernels::checksum(zeroed.data(), zeroed.size()) != stored)
+    bad(path, "the step manifest's own checksum does not match its bytes (damaged)");
+}
+
+}  // namespace
+
 std::vector<uint8_t> encode_step(const StepManifest& m) {
   flatbuffers::FlatBufferBuilder b(1 << 14);
   std::vector<flatbuffers::Offset<fb::ShardRef>> shards;
@@ -232,11 +263,16 @@ std::vector<uint8_t> encode_step(const StepManifest& m) {
                                              static_cast<fb::Layout>(t.layout), t.split_dim,
                                              b.CreateVector(t.global_shape), b.CreateVector(pieces)));
   }
+  b.ForceDefaults(true);  // self_xxh3 is written while still 0
   const auto root =
       fb::CreateStepManifest(b, m.format_version, b.CreateString(m.job), m.step, m.world, m.created_unix_ns,
-                             b.CreateVector(shards), b.CreateVector(tensors));
+                             b.CreateVector(shards), b.CreateVector(tensors), 0);
   b.Finish(root, "SGCS");
-  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+  std::vector<uint8_t> out(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+  const size_t at = self_checksum_offset(out);
+  const uint64_t h = kernels::checksum(out.data(), out.size());
+  std::memcpy(out.data() + at, &h, sizeof h);  // little-endian, as FlatBuffers stores it
+  return out;
 }
 
 void check_step(const StepManifest& m, const std::string& path) {
@@ -304,6 +340,7 @@ StepManifest decode_step(const std::vector<uint8_t>& bytes, const std::string& p
   flatbuffers::Verifier v(bytes.data(), bytes.size(), vo);
   if (!v.VerifyBuffer<fb::StepManifest>("SGCS"))
     bad(path, "the FlatBuffers verifier refused the step manifest (torn or corrupted)");
+  check_self_checksum(bytes, path);
   const auto* r = flatbuffers::GetRoot<fb::StepManifest>(bytes.data());
   StepManifest m;
   m.format_version = r->format_version();

@@ -49,7 +49,15 @@ std::string manifest_path(const std::string& step_dir) { return step_dir + "/" +
 std::optional<format::StepManifest> load(const std::string& step_dir) {
   const std::string path = manifest_path(step_dir);
   if (!io::exists(path)) return std::nullopt;
-  return format::decode_step(io::read_file(path, format::kMaxManifestBytes), path);
+  format::StepManifest m = format::decode_step(io::read_file(path, format::kMaxManifestBytes), path);
+  // A manifest that decodes but names another step (copied or damaged)
+  // would tie this folder to shards it does not hold.
+  uint64_t folder_step = 0;
+  if (format::parse_step(step_dir.substr(step_dir.find_last_of('/') + 1), folder_step) &&
+      m.step != folder_step)
+    bad(path, "records step " + std::to_string(m.step) + " but lies in the folder of step " +
+                  std::to_string(folder_step));
+  return m;
 }
 
 bool finalize(const std::string& job_dir, uint64_t step, uint32_t world) {

@@ -76,6 +76,43 @@ TEST_F(CkptCli, LsInspectAndVerifyShowWhatIsThere) {
       << r.out;
 }
 
+// Every single damaged byte of a global manifest is damage, never "ok" and
+// never "incomplete": the manifest carries its own checksum. So is a
+// manifest copied in from another step, or one that is a dangling link.
+TEST_F(CkptCli, EveryDamagedByteOfAGlobalManifestIsReportedAsDamage) {
+  const std::string step1 = std::filesystem::path(s1).parent_path().string();
+  const std::string g = step1 + "/global.sgcs";
+  std::ifstream in(g, std::ios::binary);
+  const std::string orig((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  ASSERT_GT(orig.size(), 64u);
+  auto write = [&](const std::string& bytes) {
+    std::ofstream(g, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  std::vector<size_t> missed;
+  for (size_t i = 0; i < orig.size(); ++i) {
+    std::string b = orig;
+    b[i] = static_cast<char>(b[i] ^ 0x5a);
+    write(b);
+    const CliRun r = cli("verify " + step1);
+    if (r.code != 1 || r.out.find("1 damaged, 0 incomplete") == std::string::npos) missed.push_back(i);
+  }
+  EXPECT_TRUE(missed.empty()) << missed.size() << " of " << orig.size()
+                              << " damaged bytes went unseen, the first at offset " << missed.front();
+  write(orig);
+  EXPECT_EQ(cli("verify " + dir).code, 0);
+  // Step 2's manifest in step 1's folder.
+  std::filesystem::copy_file(s2 + "/../global.sgcs", g, std::filesystem::copy_options::overwrite_existing);
+  CliRun r = cli("verify " + step1);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("records step 2 but lies in the folder of step 1"), std::string::npos) << r.out;
+  std::filesystem::remove(g);
+  std::filesystem::create_symlink(dir + "/nowhere", g);
+  r = cli("verify " + step1);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("1 damaged, 0 incomplete"), std::string::npos) << r.out;
+}
+
 TEST_F(CkptCli, VerifyExitsNonZeroAndNamesTheDamage) {
   {
     std::fstream f(s1 + "/data.bin", std::ios::in | std::ios::out | std::ios::binary);

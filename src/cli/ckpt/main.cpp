@@ -120,10 +120,13 @@ int cmd_verify(const std::string& path) {
     return 2;
   }
   // Each step's global manifest against its shards. A step without one is
-  // incomplete (a save in progress or interrupted), which is not damage.
+  // incomplete (a save in progress or interrupted), which is not damage; a
+  // manifest that is there in any form (a dangling link, a folder) and
+  // does not verify is damage.
   int incomplete = 0, steps_bad = 0, steps_ok = 0;
   for (const auto& st : steps_of(path)) {
-    if (!fs::exists(st / "global.sgcs")) {
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(st / "global.sgcs", ec))) {
       ++incomplete;
       std::printf("incomplete %s (no global manifest)\n", st.c_str());
       continue;
