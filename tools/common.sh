@@ -9,11 +9,14 @@ cd "$SIGMA_ROOT"
 # hits what an earlier build cached.
 export CCACHE_BASEDIR="$SIGMA_ROOT" CCACHE_NOHASHDIR=1
 
-# Debian 12 packages the build and the tests need.
+# Debian 12 packages the build needs: every part of the default preset
+# (libtorch for the trainer, pybind11 for the Python module, the text), so
+# either command, in either order, configures the whole build.
 SIGMA_PACKAGES=(cmake ninja-build g++ ccache pkg-config libgtest-dev libgmock-dev
                 libbenchmark-dev nlohmann-json3-dev libcli11-dev libgloo-dev libhiredis-dev redis-server
                 libyaml-cpp-dev libxxhash-dev libtbb-dev libflatbuffers-dev flatbuffers-compiler
-                libzstd-dev python3 libplplot-dev libcpp-httplib-dev libsodium-dev)
+                libzstd-dev python3 libplplot-dev libcpp-httplib-dev libsodium-dev
+                libtorch-dev libopenblas0-pthread bible-kjv pybind11-dev python3-dev python3-torch)
 
 sigma_ensure_packages() {
   local missing=()
@@ -31,10 +34,13 @@ sigma_ensure_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 }
 
-# Configures (once) and builds a preset. Parallel jobs follow the core count.
+# Configures (once, and again where an earlier configure found a package
+# missing that may be installed now) and builds a preset. Parallel jobs
+# follow the core count.
 sigma_build() {
   local preset=$1
-  if [ ! -f "build/$preset/build.ninja" ]; then
+  if [ ! -f "build/$preset/build.ninja" ] ||
+     grep -qE '^(Torch|pybind11)_DIR:PATH=.*NOTFOUND' "build/$preset/CMakeCache.txt" 2>/dev/null; then
     cmake --preset "$preset"
   fi
   cmake --build --preset "$preset" -j "$(nproc)"

@@ -10,7 +10,7 @@
 # can draw both losses. Ends with the summary and report.html.
 # Exits non-zero when the job does not finish.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-sigma_ensure_packages libtorch-dev libopenblas0-pthread bible-kjv
+sigma_ensure_packages
 sigma_build default
 
 bin=build/default/bin

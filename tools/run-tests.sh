@@ -4,11 +4,12 @@
 # over its corpus (the checkpoint reader longest). Fails when any test fails
 # or any fuzzer finds a crash.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-# libtorch, OpenBLAS, the text and a browser: the main job's trainer and its
-# report are tested in the Release build (libtorch stays out of the
-# sanitizer presets).
-sigma_ensure_packages clang-format clang-tidy prometheus libtorch-dev libopenblas0-pthread bible-kjv chromium \
-  pybind11-dev python3-dev python3-torch slurm-wlm munge
+# What the tests add to the build's packages (common.sh): the formatters, a
+# browser for the report, Prometheus and a single-host Slurm. These tests
+# are required here: SIGMA_TEST_REQUIRE_TOOLS makes an absent tool a
+# failure, not a skip.
+sigma_ensure_packages clang-format clang-tidy prometheus chromium slurm-wlm munge
+export SIGMA_TEST_REQUIRE_TOOLS=1
 
 # Every C and C++ file is in .clang-format's style: formatting is the
 # tool's, never a reviewer's.
@@ -21,6 +22,11 @@ for preset in default asan tsan; do
   echo "==== $preset: build"
   sigma_build "$preset"
   if [ "$preset" = default ]; then
+    # Every part of the Release build is there (the configure requires
+    # libtorch and pybind11; this catches a part dropped any other way).
+    for part in build/default/bin/moe_trainer build/default/python/sigma/_sigma.*.so; do
+      [ -e "$part" ] || { echo "the default build lacks $part: a part was configured out" >&2; exit 1; }
+    done
     # .clang-tidy's bug-finding checks over the library's sources, on the
     # Release build's compile commands; any finding fails the run.
     echo "==== clang-tidy: the library"

@@ -6,13 +6,21 @@
 # rank, the job's size and id and the root's host from Slurm's environment
 # (no such flags), and a worker on the second agent is SIGKILLed: the job
 # must recover from memory and finish. Exits 77 (skipped) with the reason
-# when the Slurm or munge daemons are not installed or cannot start here.
+# only when the Slurm or munge programs are not installed, and not even then
+# under SIGMA_TEST_REQUIRE_TOOLS (the test command, which installs them);
+# daemons that are installed but do not start, or a node that does not come
+# up, fail the test.
 set -euo pipefail
 sigmarun=$1 worker=$2 work=$3
 
 skip() {
   echo "skipped: $*"
+  [ -n "${SIGMA_TEST_REQUIRE_TOOLS:-}" ] && { echo "failing instead: SIGMA_TEST_REQUIRE_TOOLS is set"; exit 1; }
   exit 77
+}
+broken() {
+  echo "FAILED: $*"
+  exit 1
 }
 for prog in munged munge slurmctld slurmd srun sinfo; do
   command -v "$prog" > /dev/null || skip "$prog is not installed (Debian slurm-wlm and munge)"
@@ -55,7 +63,7 @@ logs() {
 head -c 1024 /dev/urandom > "$work/munge.key"
 chmod 400 "$work/munge.key"
 munged --force --key-file="$work/munge.key" --socket="$work/munge.socket" --pid-file="$work/munged.pid" \
-  --log-file="$work/munged.log" --seed-file="$work/munged.seed" || skip "munged did not start: $(tail -3 "$work/munged.log")"
+  --log-file="$work/munged.log" --seed-file="$work/munged.seed" || broken "munged did not start: $(tail -3 "$work/munged.log")"
 
 # Two free loopback ports for slurmctld and slurmd.
 read -r ctld_port slurmd_port < <(python3 -c '
@@ -66,7 +74,7 @@ print(*[s.getsockname()[1] for s in socks])')
 # The node is this host, by its name (the root agent is reached by the
 # node name Slurm gives it, as on a cluster).
 host=$(hostname -s)
-getent hosts "$host" > /dev/null || skip "this host's name $host does not resolve"
+getent hosts "$host" > /dev/null || broken "this host's name $host does not resolve"
 export SLURM_CONF="$work/slurm.conf"
 cat > "$SLURM_CONF" << CONF
 ClusterName=sigmatest
@@ -99,13 +107,13 @@ NodeName=$host NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
 PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
 touch "$work/plugstack.conf"
-slurmctld -i || { logs; skip "slurmctld did not start"; }
-slurmd -N "$host" || { logs; skip "slurmd did not start"; }
+slurmctld -i || { logs; broken "slurmctld did not start"; }
+slurmd -N "$host" || { logs; broken "slurmd did not start"; }
 for _ in $(seq 100); do
   sinfo -h -o %T 2> /dev/null | grep -q idle && break
   sleep 0.2
 done
-sinfo -h -o %T | grep -q idle || { logs; skip "the Slurm node did not come up: $(sinfo 2>&1)"; }
+sinfo -h -o %T | grep -q idle || { logs; broken "the Slurm node did not come up: $(sinfo 2>&1)"; }
 
 # The job: two agents (tasks) with 2 ranks and 1 spare each; device 3 is
 # rank 3, on the second agent.
