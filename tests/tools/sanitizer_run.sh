@@ -9,7 +9,9 @@
 #    exit on a loaded two-core machine (it prints the fatal-error line below
 #    and no report), is the only failure run again: at most twice more, each
 #    retry announced on a line starting "sanitizer-retry:", which
-#    tools/run-tests.sh counts and prints;
+#    tools/run-tests.sh counts and prints. A run whose output also shows a
+#    failed test (GoogleTest's "[  FAILED  ]" or a "Failure" line) is never
+#    run again: it failed before the tracer crashed;
 #  - anything else is the command's own exit code.
 #
 #   sanitizer_run.sh COMMAND [ARGS...]
@@ -18,6 +20,7 @@ set -uo pipefail
 readonly known_crash='^==[0-9]+==LeakSanitizer has encountered a fatal error\.$'
 readonly report='(ERROR|WARNING): (Address|Leak|Thread|UndefinedBehavior|Memory)Sanitizer|runtime error:|^SUMMARY: [A-Za-z]+Sanitizer'
 readonly attempts=3
+readonly failed_test='^\[  FAILED  \]|: Failure$'
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -29,6 +32,10 @@ for attempt in $(seq 1 "$attempts"); do
     exit 1
   fi
   if [ "$rc" -eq 0 ] || ! grep -qE "$known_crash" "$log"; then
+    exit "$rc"
+  fi
+  if grep -qE "$failed_test" "$log"; then
+    echo "sanitizer_run: '$*' failed a test before LeakSanitizer's tracer crashed (exit $rc): not run again" >&2
     exit "$rc"
   fi
   if [ "$attempt" -lt "$attempts" ]; then
