@@ -120,7 +120,13 @@ void moe_device_case(const std::string& options, const test::Case& c, uint32_t r
   out_dev.copy_to_host(out.data(), out.size());
   std::ofstream(dir + "/out-" + std::to_string(rank), std::ios::binary)
       .write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
-  std::ofstream(dir + "/stats-" + std::to_string(rank)) << "device\nadjoint ok\n";
+  // The rows the device path laid out must be the host path's, byte for
+  // byte (the same plan, the same tokens): checked, not assumed.
+  const auto host_path = d.dispatch(plan, in.tokens[rank].data(), test::kHidden, c.dtype);
+  std::ofstream(dir + "/stats-" + std::to_string(rank))
+      << "device\n"
+      << (host_path == host_rows ? "adjoint ok" : "adjoint broken: device rows differ from the host path's")
+      << "\n";
 }
 
 // "census_kill" / "census_lost" / "census_hang": 4 ranks dispatch and
@@ -194,8 +200,12 @@ void pipe_case(const std::string& name, uint32_t rank, uint32_t world, const std
   std::vector<test::Stage> chunks;
   for (uint32_t c = 0; c < layout.vpp; ++c) chunks.emplace_back(c * world + stage);
   parallel::StageFns fns;
+  // A stage's compute stands in as 4 ms forward, 8 ms backward (the model
+  // itself takes microseconds): the measured bubble is then the schedule's,
+  // not the exchange's.
   fns.forward = [&](uint32_t micro, uint32_t chunk, const void* in, void* out) {
     if (kill && stage == 1 && micro == 3) ::raise(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(4));
     const auto x = in ? std::vector<float>(static_cast<const float*>(in),
                                            static_cast<const float*>(in) + test::kRows * test::kWidth)
                       : test::input(micro);
@@ -203,6 +213,7 @@ void pipe_case(const std::string& name, uint32_t rank, uint32_t world, const std
     if (out) std::memcpy(out, y.data(), test::kActivationBytes);
   };
   fns.backward = [&](uint32_t micro, uint32_t chunk, const void* grad_out, void* grad_in) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(8));
     const auto gx = chunks.at(chunk).backward(micro, static_cast<const float*>(grad_out));
     if (grad_in) std::memcpy(grad_in, gx.data(), test::kActivationBytes);
   };

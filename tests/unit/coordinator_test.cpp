@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <map>
 
 namespace {
 
@@ -35,10 +36,24 @@ class Job {
 
   Coordinator c;
   double t = 0;
-  Commands log;  // everything since the last clear()
+  Commands log;                       // everything since the last clear()
+  std::map<uint32_t, double> kill_t;  // when each device was first sent SIGKILL
 
   void take(Commands cs) {
-    for (auto& x : cs) log.push_back(std::move(x));
+    for (auto& x : cs) {
+      if (const auto* k = std::get_if<SignalWorker>(&x); k && k->signal == SIGKILL)
+        kill_t.emplace(k->device, t);
+      log.push_back(std::move(x));
+    }
+  }
+  // The SpawnWorker commands for `device`.
+  size_t spawned(uint32_t device) const {
+    size_t n = 0;
+    for (const auto& x : log) {
+      const auto* s = std::get_if<SpawnWorker>(&x);
+      n += s && s->device == device ? 1 : 0;
+    }
+    return n;
   }
   void clear() { log.clear(); }
   void at(double when) {
@@ -135,7 +150,8 @@ class Job {
 
 TEST(Coordinator, AFaultFreeJobAssignsTheLowestDevicesAndEndsDone) {
   Job j(options(2, 1));
-  EXPECT_EQ(j.log.size() - j.records("scheduler").size(), 3u) << "one spawn per device";
+  for (uint32_t d = 0; d < 3; ++d) EXPECT_EQ(j.spawned(d), 1u) << "one spawn per device, device " << d;
+  EXPECT_EQ(j.spawned(3), 0u);
   j.start();
   ASSERT_EQ(j.sent<protocol::Assign>(0).size(), 1u);
   ASSERT_EQ(j.sent<protocol::Assign>(1).size(), 1u);
@@ -236,7 +252,13 @@ TEST(Coordinator, ACrashedDeviceStaysCordonedByDefault) {
   j.clear();
   j.exit(1);
   EXPECT_TRUE(j.records("readmit").empty());
-  EXPECT_NE(j.c.phase(1), Phase::starting);
+  EXPECT_EQ(j.c.phase(1), Phase::dead);
+  j.report(0, {3}, {3});
+  j.at(j.t + 0.01);
+  j.at(j.t + 5);
+  EXPECT_EQ(j.spawned(1), 0u) << "nothing is started on the cordoned device";
+  ASSERT_EQ(j.sent<protocol::Assign>(2).size(), 1u) << "the spare takes rank 1";
+  EXPECT_EQ(j.sent<protocol::Assign>(2)[0].rank, 1u);
 }
 
 TEST(Coordinator, ASilentWorkerIsHungAfterTheHeartbeatTimeoutAndKilled) {
@@ -244,8 +266,12 @@ TEST(Coordinator, ASilentWorkerIsHungAfterTheHeartbeatTimeoutAndKilled) {
   j.start();
   j.steps({0, 1}, 0, 3);
   j.clear();
+  const double last_beat = j.t;
   j.only_beat({0, 2}, 3, 4.0);  // device 1 falls silent
-  EXPECT_TRUE(j.killed(1));
+  ASSERT_TRUE(j.killed(1));
+  // Killed once the 3 s heartbeat timeout passed (one 0.5 s tick late at most), not before.
+  EXPECT_GE(j.kill_t.at(1) - last_beat, 3.0);
+  EXPECT_LE(j.kill_t.at(1) - last_beat, 3.5);
   EXPECT_FALSE(j.killed(0));
   const auto f = j.records("fault");
   ASSERT_EQ(f.size(), 1u);
@@ -311,6 +337,20 @@ TEST(Coordinator, EveryRankStalledInTheSameStepIsAbortedAndRetriedWithNobodyKill
   EXPECT_EQ(j.sent<protocol::Abort>(1).size(), 1u);
   EXPECT_FALSE(j.killed(0));
   EXPECT_FALSE(j.killed(1));
+  // Retried: both report, and the same devices get generation 2 with their
+  // own ranks, restored from their own snapshots of step 2.
+  j.report(0, {2}, {2});
+  j.report(1, {2}, {2});
+  j.at(j.t + 0.01);
+  for (uint32_t d = 0; d < 2; ++d) {
+    const auto a = j.sent<protocol::Assign>(d);
+    ASSERT_EQ(a.size(), 1u) << "device " << d;
+    EXPECT_EQ(a[0].generation, 2u);
+    EXPECT_EQ(a[0].rank, d);
+    EXPECT_EQ(a[0].restore, "memory");
+    EXPECT_EQ(a[0].index, 2u);
+  }
+  EXPECT_EQ(j.spawned(0) + j.spawned(1), 0u) << "nobody was restarted";
 }
 
 TEST(Coordinator, ADeviceThatReportsItselfLostIsKilledAndReplaced) {
@@ -437,6 +477,16 @@ TEST(Coordinator, AJobAllowedToShrinkGoesOnWithFewerRanksButNotBelowItsFloor) {
   const auto a = j.sent<protocol::Assign>(0);
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(a[1].world, 2u);
+  EXPECT_EQ(a[1].rank, 0u);
+  EXPECT_EQ(a[1].generation, 2u);
+  EXPECT_EQ(a[1].restore, "memory");
+  EXPECT_EQ(a[1].index, 4u);
+  const auto b = j.sent<protocol::Assign>(1);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[1].world, 2u);
+  EXPECT_EQ(b[1].rank, 1u);
+  EXPECT_EQ(j.sent<protocol::Assign>(2).size(), 1u) << "the lost device gets no place in the smaller world";
+  EXPECT_EQ(j.c.world_size(), 2u);
   j.join(0, a[1]);
   j.join(1, j.sent<protocol::Assign>(1)[1]);
   j.steps({0, 1}, 4, 6);
@@ -444,6 +494,8 @@ TEST(Coordinator, AJobAllowedToShrinkGoesOnWithFewerRanksButNotBelowItsFloor) {
   j.report(0, {6}, {6});
   j.at(j.t + 0.01);
   EXPECT_EQ(j.c.status(), "paused") << "the floor is 2 ranks";
+  EXPECT_EQ(j.c.exit_code(), 3);
+  EXPECT_EQ(j.sent<protocol::Assign>(0).size(), 2u) << "no third generation below the floor";
 }
 
 TEST(Coordinator, ASpareThatDiesDuringItsHandOffIsReplacedAndNoSurvivorIsKilled) {
@@ -488,7 +540,10 @@ TEST(Coordinator, ASpareThatHangsInItsHandOffIsReplacedAfterTheRecoveryTimeout) 
     j.at(t);
   }
   ASSERT_EQ(j.records("recovery_overdue").size(), 1u);
-  EXPECT_TRUE(j.killed(3)) << "the spare that did not join is the culprit";
+  ASSERT_TRUE(j.killed(3)) << "the spare that did not join is the culprit";
+  // After the 20 s recovery timeout (one 1 s tick late at most), not before.
+  EXPECT_GE(j.kill_t.at(3) - assigned, 20.0);
+  EXPECT_LE(j.kill_t.at(3) - assigned, 21.0);
   EXPECT_FALSE(j.killed(2)) << "the survivor waiting on it is not";
   EXPECT_FALSE(j.killed(0));
   const auto f = j.records("fault");
