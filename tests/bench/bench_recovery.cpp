@@ -19,7 +19,18 @@
 // sigmarun: one warm spare, memory-tier snapshots every step, heartbeat
 // timeout 1 s.
 //
+// With SIGMA_BENCH_PREVIOUS naming another build folder (an earlier commit
+// built with its sigmarun, runtime_worker and plugins), that build's
+// sigmarun runs the same cases in the same run, and BM_Ratio reports
+// previous / current: a change to recovery is measured against what it
+// replaced, on the same machine at the same time.
+//
+// A run that does not recover is a failure, counted as such: it never
+// enters a median (the default torchrun's hang, which never recovers, is
+// reported at its cap, a lower bound, and says so).
+//
 //   ./build/default/bin/bench_recovery --benchmark_counters_tabular=true
+//   SIGMA_BENCH_PREVIOUS=/path/to/old/build/default ./build/default/bin/bench_recovery
 #include <benchmark/benchmark.h>
 
 #include <signal.h>
@@ -29,6 +40,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -141,9 +153,24 @@ std::string fresh_dir(const std::string& name) {
   return d;
 }
 
-Outcome sigmarun_once(bool hang) {
+// The build whose sigmarun runs: this one, or SIGMA_BENCH_PREVIOUS's.
+struct Build {
+  std::string sigmarun, worker;
+};
+const Build kCurrent{SIGMARUN, RUNTIME_WORKER};
+
+const Build* previous_build() {
+  static const Build* b = []() -> const Build* {
+    const char* dir = std::getenv("SIGMA_BENCH_PREVIOUS");
+    if (dir == nullptr || *dir == '\0') return nullptr;
+    return new Build{std::string(dir) + "/bin/sigmarun", std::string(dir) + "/bin/runtime_worker"};
+  }();
+  return b;
+}
+
+Outcome sigmarun_once(bool hang, const Build& build) {
   const std::string d = fresh_dir("sigmarun");
-  std::vector<std::string> args{SIGMARUN,
+  std::vector<std::string> args{build.sigmarun,
                                 "--nproc",
                                 "2",
                                 "--spares",
@@ -154,7 +181,7 @@ Outcome sigmarun_once(bool hang) {
                                 "--heartbeat-timeout",
                                 "1",
                                 "--",
-                                RUNTIME_WORKER,
+                                build.worker,
                                 "--steps",
                                 std::to_string(kSteps),
                                 "--step-ms",
@@ -216,34 +243,43 @@ Outcome torchrun_once(bool hang, const TorchrunConfig& c) {
                                 hang ? "STOP" : "KILL"};
   if (c.pg_timeout_s != nullptr) args.push_back(c.pg_timeout_s);
   run(args, hang ? kHangCapS : 180);
-  Outcome o = analyse(d, "progress");
-  if (!o.recovered && hang) o.recovery_s = kHangCapS;  // a lower bound
-  return o;
+  return analyse(d, "progress");
 }
 
-void report(benchmark::State& state, const std::string& key, const std::vector<Outcome>& runs) {
+// Medians over the runs that recovered; the others are counted as failures.
+// `cap_s` > 0: when none recovered, the median is that cap, a lower bound.
+void report(benchmark::State& state, const std::string& key, const std::vector<Outcome>& runs,
+            double cap_s = 0) {
   std::vector<double> times;
-  int recovered = 0;
   double recomputed = 0;
   for (const Outcome& o : runs) {
+    if (!o.recovered) continue;
     times.push_back(o.recovery_s);
-    recovered += o.recovered;
     recomputed += o.recomputed;
   }
   std::sort(times.begin(), times.end());
-  const double median = times.empty() ? 0 : times[times.size() / 2];
-  g_results[key] = times;
+  const bool bound = times.empty() && cap_s > 0;
+  const double median = bound ? cap_s : times.empty() ? 0 : times[times.size() / 2];
+  g_results[key] = bound ? std::vector<double>{cap_s} : times;
   state.counters["recovery_s_median"] = median;
-  state.counters["recovery_s_max"] = times.empty() ? 0 : times.back();
-  state.counters["recomputed_steps"] = runs.empty() ? 0 : recomputed / static_cast<double>(runs.size());
-  state.counters["recovered"] = recovered;
+  state.counters["recovery_s_max"] = bound ? cap_s : times.empty() ? 0 : times.back();
+  state.counters["recomputed_steps"] = times.empty() ? 0 : recomputed / static_cast<double>(times.size());
+  state.counters["recovered"] = static_cast<double>(times.size());
+  state.counters["failed"] = static_cast<double>(runs.size() - times.size());
+  state.counters["median_is_cap_lower_bound"] = bound ? 1 : 0;
 }
 
+// Arg previous: 0 this build's sigmarun, 1 SIGMA_BENCH_PREVIOUS's.
 void BM_Sigmarun(benchmark::State& state) {
-  const bool hang = state.range(0) == 1;
+  const bool hang = state.range(0) == 1, previous = state.range(1) == 1;
+  const Build* build = previous ? previous_build() : &kCurrent;
+  if (build == nullptr) {
+    state.SkipWithError("SIGMA_BENCH_PREVIOUS names no earlier build");
+    return;
+  }
   std::vector<Outcome> runs;
   for (auto _ : state) {
-    const Outcome o = sigmarun_once(hang);
+    const Outcome o = sigmarun_once(hang, *build);
     if (!o.recovered) {
       state.SkipWithError("sigmarun did not recover (see the job folder)");
       return;
@@ -251,7 +287,7 @@ void BM_Sigmarun(benchmark::State& state) {
     runs.push_back(o);
     state.SetIterationTime(o.recovery_s);
   }
-  report(state, hang ? "sigmarun/hang" : "sigmarun/kill", runs);
+  report(state, std::string(previous ? "sigmarun_previous/" : "sigmarun/") + (hang ? "hang" : "kill"), runs);
 }
 
 void BM_Torchrun(benchmark::State& state) {
@@ -265,9 +301,11 @@ void BM_Torchrun(benchmark::State& state) {
   for (auto _ : state) {
     const Outcome o = torchrun_once(hang, c);
     runs.push_back(o);
-    state.SetIterationTime(o.recovery_s);
+    state.SetIterationTime(o.recovered ? o.recovery_s : kHangCapS);
   }
-  report(state, std::string(c.name) + (hang ? "/hang" : "/kill"), runs);
+  // The default's hang is never noticed: its row is the cap, a lower bound.
+  report(state, std::string(c.name) + (hang ? "/hang" : "/kill"), runs,
+         hang && c.checkpoint_every > 1 ? kHangCapS : 0);
 }
 
 // The ratio of medians, each torchrun configuration over sigmarun. The
@@ -283,13 +321,19 @@ void BM_Ratio(benchmark::State& state) {
       const double t = median(g_results[std::string(peer) + "/" + fault]);
       state.counters[std::string(fault) + "_" + peer + "_over_sigmarun"] = s > 0 ? t / s : 0;
     }
+    // Above 1: this build recovers faster than the previous one.
+    const double p = median(g_results[std::string("sigmarun_previous/") + fault]);
+    if (p > 0) state.counters[std::string(fault) + "_previous_over_sigmarun"] = s > 0 ? p / s : 0;
   }
 }
 
+// Args: hang (0 kill, 1 stop), previous (0 this build, 1 SIGMA_BENCH_PREVIOUS).
 BENCHMARK(BM_Sigmarun)
-    ->Arg(0)
-    ->Arg(1)
-    ->ArgName("hang")
+    ->Args({0, 0})
+    ->Args({0, 1})
+    ->Args({1, 0})
+    ->Args({1, 1})
+    ->ArgNames({"hang", "previous"})
     ->Iterations(5)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
