@@ -353,19 +353,24 @@ class Trainer {
     std::fflush(progress_log_);
   }
 
-  // The final parameters: the dense ones per rank, each expert by its
-  // global index from whichever rank holds it now.
+  // The final state, per rank, parameters and AdamW moments both: the
+  // dense ones in final-rank-R.bin, and each expert this rank holds, by its
+  // global index, in final-expert-E-rank-R.bin (every replica writes its
+  // own: with ep < world each expert has several).
   void write_final(uint64_t steps) {
-    std::ofstream(so_.job_dir + "/final-rank-" + std::to_string(s_.rank()) + ".bin", std::ios::binary)
-        .write(static_cast<const char*>(model_.dense.data_ptr()), model_.dense.numel() * 4);
+    const std::string rank = std::to_string(s_.rank());
+    std::ofstream d(so_.job_dir + "/final-rank-" + rank + ".bin", std::ios::binary);
+    for (const torch::Tensor* t : {&model_.dense, &dense_opt_.m, &dense_opt_.v})
+      d.write(static_cast<const char*>(t->data_ptr()), t->numel() * 4);
     for (size_t e = 0; e < model_.slot_of.size(); ++e) {
       if (model_.slot_of[e] < 0) continue;
-      std::ofstream f(so_.job_dir + "/final-expert-" + std::to_string(e) + ".bin", std::ios::binary);
-      for (int64_t l = 0; l < o_.model.layers; ++l) {
-        const torch::Tensor w =
-            model_.expert.narrow(0, model_.slot_offset(l, model_.slot_of[e]), model_.slot_numel());
-        f.write(static_cast<const char*>(w.data_ptr()), model_.slot_numel() * 4);
-      }
+      std::ofstream f(so_.job_dir + "/final-expert-" + std::to_string(e) + "-rank-" + rank + ".bin",
+                      std::ios::binary);
+      for (const torch::Tensor* t : {&model_.expert, &expert_opt_.m, &expert_opt_.v})
+        for (int64_t l = 0; l < o_.model.layers; ++l) {
+          const torch::Tensor w = t->narrow(0, model_.slot_offset(l, model_.slot_of[e]), model_.slot_numel());
+          f.write(static_cast<const char*>(w.data_ptr()), model_.slot_numel() * 4);
+        }
     }
     if (log_) log_->write({{"event", "done"}, {"t", now_s()}, {"steps", steps}});
   }

@@ -114,9 +114,25 @@ void legend(const std::vector<std::string>& names, const std::vector<PLINT>& col
            nullptr, nullptr);
 }
 
+// Whether a series has something to draw: two finite points.
+bool drawable(const Trace& t) {
+  size_t n = 0;
+  for (size_t i = 0; i < t.x.size() && i < t.y.size(); ++i)
+    n += std::isfinite(t.x[i]) && std::isfinite(t.y[i]);
+  return n >= 2;
+}
+
+// What a chart with nothing to draw shows instead of an empty frame.
+std::string no_data(const std::string& title, const std::string& what) {
+  return "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"no-data\" width=\"900\" height=\"60\">"
+         "<text x=\"16\" y=\"36\" font-family=\"sans-serif\" font-size=\"15\" fill=\"#555\">" +
+         title + ": no data (" + what + ")</text></svg>";
+}
+
 }  // namespace
 
 std::string loss_chart(const Figures& f, const std::string& scratch) {
+  if (!drawable(f.loss)) return no_data("Training loss", "the job reported no loss");
   return draw(scratch, 900, 420, [&] {
     Range x, y;
     x.fit(f.loss.x);
@@ -141,6 +157,7 @@ std::string loss_chart(const Figures& f, const std::string& scratch) {
 }
 
 std::string step_time_chart(const Figures& f, const std::string& scratch) {
+  if (!drawable(f.step_time)) return no_data("Step time", "the job finished no step");
   return draw(scratch, 900, 400, [&] {
     Range x, y;
     x.fit(f.step_time.x);
@@ -155,6 +172,7 @@ std::string step_time_chart(const Figures& f, const std::string& scratch) {
       plcol0(c);
       plline(2, xs, ys);
     }
+    line(f.step_time, colour(0), 1);
     plcol0(colour(0));
     plpoin(static_cast<PLINT>(f.step_time.x.size()), f.step_time.x.data(), f.step_time.y.data(), 1);
     std::vector<std::string> names;
@@ -168,6 +186,8 @@ std::string step_time_chart(const Figures& f, const std::string& scratch) {
 }
 
 std::string temperature_chart(const Figures& f, const std::string& scratch) {
+  if (std::none_of(f.devices.begin(), f.devices.end(), [](const auto& d) { return drawable(d.temperature); }))
+    return no_data("Device temperature", "no device reported a temperature");
   return draw(scratch, 900, 420, [&] {
     Range x, y;
     for (const auto& d : f.devices) {
@@ -204,6 +224,7 @@ std::string temperature_chart(const Figures& f, const std::string& scratch) {
 }
 
 std::string timeline_chart(const Figures& f, const std::string& scratch) {
+  if (f.incidents.empty()) return no_data("Incident timeline", "no incident happened");
   std::vector<std::string> kinds;
   for (const auto& i : f.incidents)
     if (std::find(kinds.begin(), kinds.end(), i.kind) == kinds.end()) kinds.push_back(i.kind);
@@ -238,6 +259,7 @@ std::string timeline_chart(const Figures& f, const std::string& scratch) {
 }
 
 std::string goodput_chart(const Figures& f, const std::string& scratch) {
+  if (!(f.wall_s > 0)) return no_data("Where the time went", "the job ran for no measurable time");
   return draw(scratch, 900, 220, [&] {
     double lost = 0;
     for (const auto& [cause, s] : f.lost_s) lost += s;
