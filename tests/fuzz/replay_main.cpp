@@ -8,8 +8,9 @@
 // DIR: every file in it but *.md is replayed. --valid DIR: every file in it is
 // replayed and must be accepted by some parser. --expect FILE: lines
 // "NAME PARSER[,PARSER...]" (# comments): the replayed file NAME must be
-// accepted by each PARSER named. A target reports what accepted an input
-// through sigma_fuzz_accepted(parser).
+// accepted by each PARSER named, and every other file of a DIR (a seed
+// damaged on purpose) must be refused by all. A target reports what
+// accepted an input through sigma_fuzz_accepted(parser).
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
   bool ok = true;
   std::vector<Input> inputs;
   std::map<std::string, std::set<std::string>> expected;
+  bool have_expect = false;  // then a corpus seed it does not list must be refused
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if ((a == "--expect" || a == "--valid") && i + 1 >= argc) {
@@ -80,6 +82,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (a == "--expect") {
+      have_expect = true;
       expected = read_expectations(argv[++i], ok);
       continue;
     }
@@ -100,6 +103,13 @@ int main(int argc, char** argv) {
     std::printf("%s: accepted by %s\n", in.path.string().c_str(), joined(g_accepted).c_str());
     if (in.must_be_valid && g_accepted.empty()) {
       std::fprintf(stderr, "replay: %s is a valid input and was refused\n", in.path.string().c_str());
+      ok = false;
+    }
+    // A corpus seed the expectations do not list is damaged on purpose:
+    // it must be refused by every parser, not merely survived.
+    if (!in.must_be_valid && have_expect && !expected.count(name) && !g_accepted.empty()) {
+      std::fprintf(stderr, "replay: %s is a damaged seed (not in --expect) and was accepted by %s\n",
+                   in.path.string().c_str(), joined(g_accepted).c_str());
       ok = false;
     }
     if (auto it = expected.find(name); it != expected.end()) {

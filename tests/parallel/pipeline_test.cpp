@@ -200,8 +200,8 @@ TEST(ScheduleInterleaved, NoStageWaitsForeverEvenWhenSendsCompleteOnlyOnReceipt)
 // stage computes 4 ms forward and 8 ms backward per micro-batch): each
 // stage's is a fraction, and their mean lies between 0.3 x the ideal (a
 // stage's own span starts and ends with its own work, so later stages idle
-// less than the pipeline does) and the ideal + 0.35 (the exchanges' share on
-// a loaded two-core machine). A bubble of 0 or 1 fails it.
+// less than the pipeline does) and the ideal + 0.5 (the exchanges' share on
+// a loaded two-core machine, sanitizers included). A bubble of 0 or 1 fails it.
 void expect_reference_gradients(const std::string& dir, uint32_t parts, uint32_t stages, double ideal) {
   const auto want = test::reference_gradients(parts, 8);
   for (uint32_t part = 0; part < parts; ++part) {
@@ -220,7 +220,7 @@ void expect_reference_gradients(const std::string& dir, uint32_t parts, uint32_t
     std::printf("stage %u: measured bubble %.2f (the schedule's ideal %.2f)\n", s, bubble, ideal);
   }
   EXPECT_GE(mean, 0.3 * ideal) << "the stages idle less than the schedule allows";
-  EXPECT_LE(mean, ideal + 0.35) << "the stages idle far more than the schedule";
+  EXPECT_LE(mean, ideal + 0.5) << "the stages idle far more than the schedule";
 }
 
 TEST(Pipeline, FourStageGradientsEqualTheUnpipelinedModelBitwise) {
