@@ -93,8 +93,22 @@ int main(int argc, char** argv) {
       tier.drop_after(1);  // waits for the exchange of 1: both ranks hold each other's
       fill(state, rank, 2);
       tier.snapshot(2, views, *comm, rank, world);
-      if (rank == 1) ::raise(SIGKILL);  // the posted exchange of 2 dies with it
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (rank == 1) {
+        std::ofstream(dir + "/pid-1") << ::getpid() << "\n";
+        ::raise(SIGKILL);  // the posted exchange of 2 dies with it
+      }
+      // Rank 1 is gone (dead or a zombie) before rank 0 looks: waited for,
+      // not guessed with a sleep.
+      for (int i = 0; i < 2000; ++i) {
+        int pid = 0;
+        std::ifstream(dir + "/pid-1") >> pid;
+        std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+        std::string line;
+        std::getline(stat, line);
+        const auto paren = line.rfind(')');
+        if (pid > 0 && (!stat || (paren != std::string::npos && line.substr(paren + 2, 1) == "Z"))) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
       tier.settle();  // never blocks, whatever state the exchange is in
       comm->abort();  // what a session does when a peer is gone
       tier.abandon();

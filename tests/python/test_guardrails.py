@@ -85,12 +85,19 @@ class Decisions(unittest.TestCase):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(torch.bfloat16)
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-        g = sigma.Guardrails(config="precision:\n  window: 20\n  max_overflow_rate: 0.05\n")
+        # Three overflowing steps in a window of 20 are the limit (0.15 x 20):
+        # one or two do not escalate it, the third does, and says why.
+        g = sigma.Guardrails(config="precision:\n  window: 20\n  max_overflow_rate: 0.15\n")
         x = torch.randn(4, 8).to(torch.bfloat16)
-        model(x).float().pow(2).mean().backward()
-        model[2].weight.grad[0, 0] = float("nan")
-        d = g.step(model, 1.0, opt)
-        self.assertEqual(d.action, "skip")
+        for overflow in range(1, 4):
+            opt.zero_grad()
+            model(x).float().pow(2).mean().backward()
+            model[2].weight.grad[0, 0] = float("nan")
+            d = g.step(model, 1.0, opt)
+            self.assertEqual(d.action, "skip")
+            if overflow < 3:
+                self.assertNotIn("2", d.escalate, f"escalated after {overflow} overflow(s): {d.reason}")
+                self.assertFalse(g.escalated("2"))
         self.assertIn("2", d.escalate, d.reason)
         self.assertTrue(g.escalated("2"))
         self.assertFalse(g.escalated("0"))
