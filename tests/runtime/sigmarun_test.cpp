@@ -220,6 +220,23 @@ std::string scenario_file(const std::string& name, const std::string& faults) {
   return path;
 }
 
+// The CLOCK_MONOTONIC stamp a runtime_worker --log file holds from just
+// before the worker signalled itself ("kill T"; the others are "step N T");
+// -1 when there is none.
+double signal_stamp(const std::string& log_file) {
+  std::istringstream log(read_file(log_file));
+  double stamp = -1;
+  for (std::string what; log >> what;) {
+    double t = 0;
+    log >> t;
+    if (what == "kill")
+      stamp = t;
+    else
+      log >> t;
+  }
+  return stamp;
+}
+
 class Sigmarun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -278,16 +295,7 @@ TEST_F(Sigmarun, AKilledWorkerIsReplacedByASpareFromTheMemoryTierWithinFiveSecon
   const json& inc = r.report["incidents"][0];
   EXPECT_EQ(inc["restore"], "memory") << logs(r);
   EXPECT_LE(inc["recomputed_steps"].get<uint64_t>(), 1u);
-  std::istringstream log(read_file(dir + "/worker.d1"));
-  double kill_t = -1;
-  for (std::string what; log >> what;) {
-    double t = 0;
-    log >> t;
-    if (what == "kill")
-      kill_t = t;
-    else
-      log >> t;  // "step N T"
-  }
+  const double kill_t = signal_stamp(dir + "/worker.d1");
   ASSERT_GT(kill_t, 0) << "the killed worker left no kill stamp";
   const double origin = r.report["clock_origin_monotonic_s"].get<double>();
   const double detected = origin + inc["detected_s"].get<double>() - kill_t;
@@ -316,16 +324,7 @@ TEST_F(Sigmarun, AHungWorkerIsFoundWithinTheHeartbeatTimeoutAndReplaced) {
   ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
   const json& inc = r.report["incidents"][0];
   EXPECT_NE(inc["cause"].get<std::string>().find("hung"), std::string::npos) << inc.dump();
-  std::istringstream log(read_file(dir + "/worker.d2"));
-  double stop_t = -1;
-  for (std::string what; log >> what;) {
-    double t = 0;
-    log >> t;
-    if (what == "kill")
-      stop_t = t;
-    else
-      log >> t;  // "step N T"
-  }
+  const double stop_t = signal_stamp(dir + "/worker.d2");
   ASSERT_GT(stop_t, 0) << "the stopped worker left no stamp";
   const double origin = r.report["clock_origin_monotonic_s"].get<double>();
   const double detected = origin + inc["detected_s"].get<double>() - stop_t;
