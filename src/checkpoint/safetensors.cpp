@@ -5,6 +5,10 @@
 #include "io.hpp"
 #include "shard.hpp"
 
+#include "regular_file.hpp"
+
+#include <sys/stat.h>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -79,6 +83,14 @@ void export_safetensors(const std::string& shard_path, const std::string& out_pa
   header["__metadata__"] = meta;
   std::string h = header.dump();
   h.resize((h.size() + 7) / 8 * 8, ' ');  // the format pads the header with spaces to 8 bytes
+  // Written beside the destination and renamed over it: a destination that
+  // is not a regular file (a device such as /dev/null, a FIFO, a folder)
+  // would be replaced by the rename, so it is refused by kind instead.
+  struct stat st {};
+  if (::lstat(out_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw Error(Code::invalid_argument, "safetensors: " + out_path + " is not a regular file (" +
+                                            files::kind_of_mode(st.st_mode) +
+                                            "): refused (the write would replace it)");
   const std::string tmp = out_path + ".tmp";
   try {
     io::Writer w(tmp);

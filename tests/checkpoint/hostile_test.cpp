@@ -127,9 +127,19 @@ TEST_F(Hostile, AManifestPromisingGigabytesIsVerifiedInChunkSizedMemory) {
   const CliRun r = ckpt({"verify", shard});
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_LT(r.max_rss_kib, 1024 * 1024) << "verify held " << r.max_rss_kib << " KiB for a 2 GiB tensor";
-  const CliRun e = ckpt({"export", shard, "--safetensors", "/dev/null"});
+  // Into a file of the test's own (a device named as the destination is
+  // refused: the write's rename would replace it).
+  const std::string out = shard + "-export.safetensors";
+  const CliRun e = ckpt({"export", shard, "--safetensors", out});
   EXPECT_EQ(e.code, 0) << e.out;
   EXPECT_LT(e.max_rss_kib, 1024 * 1024) << "export held " << e.max_rss_kib << " KiB";
+  std::filesystem::remove(out);
+  const CliRun dev = ckpt({"export", shard, "--safetensors", "/dev/null"});
+  EXPECT_NE(dev.code, 0) << dev.out;
+  EXPECT_NE(dev.out.find("/dev/null is not a regular file (a device)"), std::string::npos) << dev.out;
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/null was replaced";
   // Two such tensors side by side (a whole-tensor diff would hold 4 GiB).
   const CliRun d = ckpt({"diff", shard, shard});
   EXPECT_EQ(d.code, 0) << d.out;

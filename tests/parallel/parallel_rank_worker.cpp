@@ -120,13 +120,9 @@ void moe_device_case(const std::string& options, const test::Case& c, uint32_t r
   out_dev.copy_to_host(out.data(), out.size());
   std::ofstream(dir + "/out-" + std::to_string(rank), std::ios::binary)
       .write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
-  // The rows the device path laid out must be the host path's, byte for
-  // byte (the same plan, the same tokens): checked, not assumed.
-  const auto host_path = d.dispatch(plan, in.tokens[rank].data(), test::kHidden, c.dtype);
-  std::ofstream(dir + "/stats-" + std::to_string(rank))
-      << "device\n"
-      << (host_path == host_rows ? "adjoint ok" : "adjoint broken: device rows differ from the host path's")
-      << "\n";
+  // The exchanges' adjoint (to_experts / from_experts) is host memory's
+  // only: nothing to check here, and nothing claimed.
+  std::ofstream(dir + "/stats-" + std::to_string(rank)) << "device\nno adjoint on device memory\n";
 }
 
 // "census_kill" / "census_lost" / "census_hang": 4 ranks dispatch and

@@ -334,7 +334,7 @@ TEST(GuardrailsConfig, BadYamlIsRefusedWithFileLineKeyAndReason) {
     Config::from_yaml_file("/nonexistent/g.yaml");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "/nonexistent/g.yaml:0: (file): cannot open");
+    EXPECT_STREQ(e.what(), "/nonexistent/g.yaml:0: (file): cannot open (No such file or directory)");
   }
 }
 
