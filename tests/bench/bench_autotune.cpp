@@ -13,6 +13,11 @@
 // takes back: (slow without - slow with) / (slow without - healthy).
 // Goal: 50 %.
 //
+// Before any figure counts, every rank must have exited 0 and the run must
+// show the slow window; the experts-only configuration's outputs must be
+// bitwise the no-autotuner ones (a placement changes nothing else). A run
+// that fails any of these fails the benchmark (exit 1), saying why.
+//
 //   bench_autotune
 #include <benchmark/benchmark.h>
 
@@ -34,6 +39,8 @@ using json = nlohmann::json;
 struct Run {
   double healthy_ms = 0, slow_ms = 0;
   int moves = 0;
+  std::string outputs;  // every rank's out-R.txt, in rank order
+  std::string failure;  // empty when the run is sound
 };
 
 double median(std::vector<double> v) {
@@ -63,7 +70,17 @@ Run run(int mode) {  // 0: no autotuner, 1: experts, 2: experts and tokens
     }
     pids.push_back(pid);
   }
-  for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+  Run out;
+  for (size_t r = 0; r < pids.size(); ++r) {
+    int status = 0;
+    ::waitpid(pids[r], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      out.failure += "rank " + std::to_string(r) + " ended with status " + std::to_string(status) + "; ";
+  }
+  for (int r = 0; r < 4; ++r) {
+    std::ifstream f(dir + "/out-" + std::to_string(r) + ".txt");
+    out.outputs += std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
   std::vector<json> samples, moves;
   std::ifstream s(dir + "/samples.jsonl"), m(dir + "/rebalances.jsonl");
   for (std::string l; std::getline(s, l);) samples.push_back(json::parse(l));
@@ -86,8 +103,15 @@ Run run(int mode) {  // 0: no autotuner, 1: experts, 2: experts and tokens
     if (st >= 5 && st < first) healthy.push_back(worst * 1e3);
     if (st >= from && st <= last) slow.push_back(worst * 1e3);
   }
+  if (first < 0) out.failure += "the sim vendor never reported rank 2's link retrying; ";
+  if (healthy.empty() || slow.empty()) out.failure += "no healthy or no slow steps to compare; ";
+  if (autotune && moves.empty()) out.failure += "the autotuner never moved an expert; ";
+  if (out.outputs.empty()) out.failure += "no rank wrote its outputs; ";
   fs::remove_all(dir);
-  return {median(healthy), median(slow), static_cast<int>(moves.size())};
+  out.healthy_ms = median(healthy);
+  out.slow_ms = median(slow);
+  out.moves = static_cast<int>(moves.size());
+  return out;
 }
 
 Run g_runs[3];
@@ -97,6 +121,10 @@ void BM_SlowLink(benchmark::State& state) {
   Run r;
   for (auto _ : state) r = run(mode);
   g_runs[mode] = r;
+  if (!r.failure.empty()) {
+    state.SkipWithError(r.failure.c_str());
+    return;
+  }
   state.counters["healthy_ms"] = r.healthy_ms;
   state.counters["slow_ms"] = r.slow_ms;
   state.counters["rebalances"] = r.moves;
@@ -115,6 +143,19 @@ BENCHMARK(BM_SlowLink)
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
+  bool sound = true;
+  for (int mode = 0; mode < 3; ++mode)
+    if (!g_runs[mode].failure.empty()) {
+      std::fprintf(stderr, "bench_autotune: configuration %d failed: %s\n", mode,
+                   g_runs[mode].failure.c_str());
+      sound = false;
+    }
+  if (sound && g_runs[1].outputs != g_runs[0].outputs) {
+    std::fprintf(stderr,
+                 "bench_autotune: the experts-only run's outputs differ from the no-autotuner run's\n");
+    sound = false;
+  }
+  if (!sound) return 1;
   const Run& off = g_runs[0];
   const double healthy = off.healthy_ms, lost = off.slow_ms - healthy;
   const auto recovered = [&](const Run& r) {

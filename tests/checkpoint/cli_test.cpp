@@ -89,13 +89,25 @@ TEST_F(CkptCli, EveryDamagedByteOfAGlobalManifestIsReportedAsDamage) {
   auto write = [&](const std::string& bytes) {
     std::ofstream(g, std::ios::binary | std::ios::trunc) << bytes;
   };
+  // Every byte through the library's check (what the command runs), and
+  // every 16th through the command itself (a process a flip, which the
+  // sanitizer builds make slow).
   std::vector<size_t> missed;
   for (size_t i = 0; i < orig.size(); ++i) {
     std::string b = orig;
     b[i] = static_cast<char>(b[i] ^ 0x5a);
     write(b);
-    const CliRun r = cli("verify " + step1);
-    if (r.code != 1 || r.out.find("1 damaged, 0 incomplete") == std::string::npos) missed.push_back(i);
+    bool refused = false;
+    try {
+      verify_step(step1, /*shards_too=*/false);
+    } catch (const Error&) {
+      refused = true;
+    }
+    if (refused && (i % 16 == 0 || i + 1 == orig.size())) {
+      const CliRun r = cli("verify " + step1);
+      refused = r.code == 1 && r.out.find("1 damaged, 0 incomplete") != std::string::npos;
+    }
+    if (!refused) missed.push_back(i);
   }
   EXPECT_TRUE(missed.empty()) << missed.size() << " of " << orig.size()
                               << " damaged bytes went unseen, the first at offset " << missed.front();
