@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -161,6 +162,62 @@ void gloo_all_to_allv(Buffers& b) {
   o.setInput(b.gloo_send.p, v_counts(b.count));
   o.setOutput(b.gloo_recv.p, v_counts(b.count));
   gloo::alltoallv(o);
+}
+
+// Before anything is timed, both paths must give the right answer: each
+// op on an odd-sized buffer of rank-dependent values, checked element by
+// element on each rank. A wrong result ends the run (exit 1): a fast wrong
+// collective is no figure.
+float value(int rank, size_t i) { return static_cast<float>(rank * 1000000 + static_cast<int>(i)); }
+
+bool check_outputs() {
+  const size_t count = 4 * 1001;  // odd blocks, uneven all-to-all(v) counts
+  Buffers b(static_cast<int64_t>(count * 4));
+  std::vector<float> send(count), got(count);
+  for (size_t i = 0; i < count; ++i) send[i] = value(g_rank, i);
+  // What each op must leave in the output, per element.
+  auto expected = [&](const std::string& op, size_t i) -> float {
+    if (op == "all_reduce") return value(0, i) + value(1, i);
+    if (op == "all_to_all") {
+      const size_t block = count / kWorld, src = i / block;
+      return value(static_cast<int>(src), static_cast<size_t>(g_rank) * block + i % block);
+    }
+    // all_to_allv: rank r keeps counts(r)[r] and sends counts(r)[1 - r]
+    // (v_counts); what it got from source s lies at its displacement for s
+    // and came from s's displacement for r.
+    const size_t q = count / 4, rest = count - q;
+    auto first_count = [&](int rank) { return rank == 0 ? q : rest; };  // counts(rank)[0]
+    const int src = i < first_count(g_rank) ? 0 : 1;
+    const size_t at = i - (src == 0 ? 0 : first_count(g_rank));
+    const size_t src_displ = g_rank == 0 ? 0 : first_count(src);
+    return value(src, src_displ + at);
+  };
+  struct Op {
+    const char* name;
+    void (*hal)(Buffers&);
+    void (*gloo)(Buffers&);
+  };
+  for (const Op& op :
+       {Op{"all_reduce", hal_all_reduce, gloo_all_reduce}, Op{"all_to_all", hal_all_to_all, gloo_all_to_all},
+        Op{"all_to_allv", hal_all_to_allv, gloo_all_to_allv}}) {
+    const bool in_place = std::string(op.name) == "all_reduce";
+    b.hal_send.copy_from_host(send.data(), count * 4);
+    b.hal_recv.copy_from_host(send.data(), count * 4);
+    std::copy(send.begin(), send.end(), in_place ? b.gloo_recv.p : b.gloo_send.p);
+    op.hal(b);
+    op.gloo(b);
+    b.hal_recv.copy_to_host(got.data(), count * 4);
+    for (size_t i = 0; i < count; ++i) {
+      const float want = expected(op.name, i);
+      if (got[i] != want || b.gloo_recv.p[i] != want) {
+        std::fprintf(stderr, "rank %d: %s element %zu: HAL %g, Gloo %g, expected %g\n", g_rank, op.name, i,
+                     static_cast<double>(got[i]), static_cast<double>(b.gloo_recv.p[i]),
+                     static_cast<double>(want));
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 // The two paths interleaved (sigma::bench::interleave): small messages in
@@ -312,6 +369,9 @@ int main(int argc, char** argv) {
   ctx->connectFullMesh(gstore, dev);
   g_gloo = ctx;
 
+  // A wrong result ends both ranks at once (no orderly teardown of a
+  // communicator whose results are wrong).
+  if (!check_outputs()) std::_Exit(1);
   // Warm both paths up before anything is timed: the first few hundred
   // operations of a fresh process pay for page faults and the peer's start.
   {
