@@ -39,6 +39,15 @@ const nlohmann::json* find_check(const nlohmann::json& report, const std::string
   return nullptr;
 }
 
+// The check `name` of the report failed, and its detail says `says`.
+void expect_failed(const SuiteRun& r, const std::string& name, const std::string& says) {
+  const auto* c = find_check(r.report, name);
+  ASSERT_NE(c, nullptr) << name << ":\n" << r.output;
+  EXPECT_EQ((*c)["outcome"], "FAIL") << name;
+  EXPECT_NE((*c)["detail"].get<std::string>().find(says), std::string::npos)
+      << name << ": " << (*c)["detail"];
+}
+
 TEST(Conformance, SkeletonPassesWithOneRank) {
   SuiteRun r = run_suite("--plugin skeleton");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -80,10 +89,7 @@ TEST(Conformance, AnAbi10PluginPassesWithTheOptionalRunChecksSkipped) {
 TEST(Conformance, AWrongAllReduceResultFailsAndNamesTheCase) {
   SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/wrong_result.so");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  const auto* c = find_check(r.report, "coll.matrix.all_reduce.f32");
-  ASSERT_NE(c, nullptr);
-  EXPECT_EQ((*c)["outcome"], "FAIL");
-  EXPECT_NE((*c)["detail"].get<std::string>().find("element 3"), std::string::npos) << (*c)["detail"];
+  expect_failed(r, "coll.matrix.all_reduce.f32", "element 3");
   // Other dtypes were not broken and still pass.
   EXPECT_EQ((*find_check(r.report, "coll.matrix.all_reduce.f64"))["outcome"], "pass");
 }
@@ -91,10 +97,7 @@ TEST(Conformance, AWrongAllReduceResultFailsAndNamesTheCase) {
 TEST(Conformance, ANaNTemperatureReadAsOkFailsTheTelemetryCheck) {
   SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/nan_telemetry.so");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  const auto* c = find_check(r.report, "telemetry.read");
-  ASSERT_NE(c, nullptr);
-  EXPECT_EQ((*c)["outcome"], "FAIL");
-  EXPECT_NE((*c)["detail"].get<std::string>().find("with HAL_OK"), std::string::npos) << (*c)["detail"];
+  expect_failed(r, "telemetry.read", "with HAL_OK");
 }
 
 // A plugin writing two samples past the array it was given fails the
@@ -103,13 +106,8 @@ TEST(Conformance, ANaNTemperatureReadAsOkFailsTheTelemetryCheck) {
 TEST(Conformance, ATelemetryReadPastItsArrayFailsByNameAndTheSuiteGoesOn) {
   SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/sample_overrun.so");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  for (const char* name : {"telemetry.read", "telemetry.monotonic_concurrent"}) {
-    const auto* c = find_check(r.report, name);
-    ASSERT_NE(c, nullptr) << name;
-    EXPECT_EQ((*c)["outcome"], "FAIL") << name;
-    EXPECT_NE((*c)["detail"].get<std::string>().find("sample(s) past the"), std::string::npos)
-        << (*c)["detail"];
-  }
+  for (const char* name : {"telemetry.read", "telemetry.monotonic_concurrent"})
+    expect_failed(r, name, "sample(s) past the");
   EXPECT_EQ((*find_check(r.report, "coll.matrix.all_reduce.f32"))["outcome"], "pass");
   EXPECT_EQ(r.output.find("free(): invalid pointer"), std::string::npos) << r.output;
 }
@@ -119,21 +117,13 @@ TEST(Conformance, ATelemetryReadPastItsArrayFailsByNameAndTheSuiteGoesOn) {
 TEST(Conformance, ABootstrapKeyOutsideTheRuleFailsCommunicatorCreation) {
   SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/long_key.so");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  const auto* c = find_check(r.report, "coll.create");
-  ASSERT_NE(c, nullptr);
-  EXPECT_EQ((*c)["outcome"], "FAIL");
-  EXPECT_NE((*c)["detail"].get<std::string>().find("key outside hal.h's rule (1 to 1024 bytes"),
-            std::string::npos)
-      << (*c)["detail"];
+  expect_failed(r, "coll.create", "key outside hal.h's rule (1 to 1024 bytes");
 }
 
 TEST(Conformance, ABrokenTableFailsAtLoadWithTheField) {
   SuiteRun r = run_suite(std::string("--plugin ") + SIGMA_BAD_PLUGIN_DIR + "/null_required.so");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  const auto* c = find_check(r.report, "load");
-  ASSERT_NE(c, nullptr);
-  EXPECT_EQ((*c)["outcome"], "FAIL");
-  EXPECT_NE((*c)["detail"].get<std::string>().find("comm_abort"), std::string::npos);
+  expect_failed(r, "load", "comm_abort");
 }
 
 TEST(Conformance, APluginWithNoDeviceIsReportedSkippedNotPassed) {
