@@ -275,21 +275,40 @@ struct Session::Impl {
     }
   }
 
-  // The disk checkpoints this rank can restore: every complete step (its
-  // global manifest committed) that holds the rank's shard, whichever
-  // process wrote it. A replacement holds what its predecessor saved, and a
-  // step still being written when a fault struck is not held: the folder is
-  // the truth, not this process's memory of its own saves.
+  // The disk checkpoints this rank can restore: every step whose shard of
+  // this rank is committed (its manifest in place), whichever process wrote
+  // it, that it can read: the step is whole (a global manifest) or was
+  // saved on this world size. A replacement holds what its predecessor
+  // saved, and a shard still being written when a fault struck is not held:
+  // the folder is the truth, not this process's memory of its own saves.
+  // Each rank speaks for its own shard only (the agent takes the steps every
+  // rank holds), so a rank that reports before a slower peer has finished
+  // the step still counts the shard it wrote.
   std::vector<uint64_t> disk_held() const {
     std::vector<uint64_t> out;
     try {
       for (const auto& st : checkpoint::list_steps(o.job_dir + "/checkpoints/sigmarun"))
-        if (st.complete && std::binary_search(st.ranks.begin(), st.ranks.end(), rank)) out.push_back(st.step);
+        if ((st.complete || st.world == world) && std::binary_search(st.ranks.begin(), st.ranks.end(), rank))
+          out.push_back(st.step);
     } catch (const Error&) {
       // An unreadable folder holds nothing this rank could restore.
     }
     std::sort(out.begin(), out.end());
     return out;
+  }
+
+  // Disk checkpoints after the step the job goes back to describe steps
+  // that run again: this rank's shards of them go, whoever wrote them
+  // (disk_held reads the folder), or saving those steps again would find
+  // them there.
+  void discard_disk_after(uint64_t index) {
+    settle_disk(true);
+    if (!engine && o.checkpoint_every == 0) return;
+    try {
+      disk().discard_after(index);
+    } catch (const Error&) {
+      engine.reset();  // its peers' shards go: the step is no longer every rank's
+    }
   }
 
   checkpoint::Engine& disk() {
@@ -365,6 +384,7 @@ struct Session::Impl {
       }
       tier->handoff(index, pairs, views, *comm, rank);
       tier->drop_after(index);
+      discard_disk_after(index);
       // A replacement holds no replica of its ring predecessor: the first
       // step snapshots, so that a second fault soon after still finds every
       // rank's state in a peer. Not here: a rank that hangs in the exchange
@@ -379,6 +399,7 @@ struct Session::Impl {
                                          std::to_string(index) +
                                          (res.refused.empty() ? "" : " (" + res.refused.front() + ")"));
       }
+      discard_disk_after(index);
       tier->clear();
       tier->reserve(state_bytes(), *comm, world);
       reserve_disk();
@@ -566,16 +587,7 @@ uint64_t Session::rollback(uint64_t index) {
                                      std::to_string(m.rank) + " holds only [" + held + "]");
   }
   m.tier->drop_after(index);
-  // Disk checkpoints after it describe steps that will run again: this
-  // rank's shards of them go, whoever wrote them (disk_held reads the folder).
-  m.settle_disk(true);
-  if (m.engine || m.o.checkpoint_every > 0) {
-    try {
-      m.disk().discard_after(index);
-    } catch (const Error&) {
-      m.engine.reset();  // its peers' shards go: the step is no longer every rank's
-    }
-  }
+  m.discard_disk_after(index);
   m.current_step = static_cast<int64_t>(index);
   return index;
 }

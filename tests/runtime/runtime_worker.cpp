@@ -5,7 +5,7 @@
 // the way, as long as recovery is exact.
 //
 //   runtime_worker --steps N [--size K] [--step-ms MS]
-//                  [--kill-at STEP --kill-device D [--kill-signal KILL|STOP]
+//                  [--kill-at STEP --kill-device D [--kill-signal KILL|STOP|NONE]
 //                   [--kill-after-reduce] [--kill-delay-ms MS]]...
 //                  [--log PREFIX] [--start-delay-ms MS]
 //
@@ -13,7 +13,8 @@
 // step STEP (the first time only: a replacement on another device does not),
 // or with --kill-after-reduce once that step's all-reduce and update are
 // done (its peers can then finish the step without it); --kill-delay-ms
-// waits that long first.
+// waits that long first. NONE sends nothing: only the delay, a rank that is
+// slow once (with --kill-after-reduce, slow to reach its step's checkpoint).
 // At the end each rank writes JOB_DIR/final-rank-R.bin (parameters then
 // momentum). --log: each process appends "step N T" after each step and
 // "kill T" before signalling itself to PREFIX.dDEVICE (T: CLOCK_MONOTONIC
@@ -78,9 +79,10 @@ int main(int argc, char** argv) {
       kills.back().after_reduce = true;
     else if (a == "--kill-delay-ms" && !kills.empty())
       kills.back().delay_ms = std::stod(next());
-    else if (a == "--kill-signal" && !kills.empty())
-      kills.back().signal = next() == "STOP" ? SIGSTOP : SIGKILL;
-    else {
+    else if (a == "--kill-signal" && !kills.empty()) {
+      const std::string sig = next();
+      kills.back().signal = sig == "STOP" ? SIGSTOP : sig == "NONE" ? 0 : SIGKILL;
+    } else {
       std::cerr << "runtime_worker: unknown argument " << a << "\n";
       return 2;
     }
@@ -114,7 +116,7 @@ int main(int argc, char** argv) {
             std::fprintf(log, "kill %.6f\n", mono());
             std::fflush(log);
           }
-          ::kill(::getpid(), k.signal);
+          if (k.signal != 0) ::kill(::getpid(), k.signal);
         }
       }
     };

@@ -373,15 +373,62 @@ TEST_F(Sigmarun, NeighboursLostInTheSameCollectiveRestoreTheNewestCompleteDiskCh
     ASSERT_GE(r.report["incidents"].size(), 1u) << logs(r);
     const json& inc = r.report["incidents"].back();
     EXPECT_EQ(inc["restore"], "disk") << logs(r);
-    // Synchronous: step 40's checkpoint was complete before its all-reduce.
-    // Asynchronous: it may still have been in writing when a replacement
-    // reported, and then step 20's is the newest complete one.
-    if (async)
-      EXPECT_TRUE(inc["index"] == 40 || inc["index"] == 20) << logs(r);
-    else
-      EXPECT_EQ(inc["index"], 40) << logs(r);
+    // Every rank's shard of step 40 was written before its all-reduce
+    // (asynchronous: made durable before a rank reports), so step 40 is
+    // the newest one every rank holds, and saved again after the restore.
+    EXPECT_EQ(inc["index"], 40) << logs(r);
+    EXPECT_EQ(find_event(r, "storage_failed"), nullptr) << logs(r);
     expect_exact(r);
   }
+}
+
+// The same, with the survivor slow to write its shard of step 40 (it
+// pauses 2 s before its step ends): ranks 1 and 2 have written theirs,
+// enter step 40's all-reduce, lose their devices and report before rank 0's
+// shard is there. Each rank speaks for its own shard, so step 40 is still
+// the newest every rank holds; and the steps after it are discarded before
+// they run again, so that their checkpoints are written anew, not refused
+// as existing.
+TEST_F(Sigmarun, ASurvivorSlowToWriteItsShardStillRestoresTheStepItsLostPeersWrote) {
+  const std::vector<std::string> agent{"--nproc",          "3",   "--spares", "2", "--checkpoint-every", "20",
+                                       "--snapshot-every", "1000"};
+  JobRun r = sigmarun("lost2-slow",
+                      agent + on_sim(scenario_file("lost2-slow",
+                                                   "  - {kind: device_lost, device: 1, at_op: 46}\n"
+                                                   "  - {kind: device_lost, device: 2, at_op: 46}\n")),
+                      {"--steps", std::to_string(kSteps), "--kill-at", "39", "--kill-device", "0",
+                       "--kill-after-reduce", "--kill-delay-ms", "2000", "--kill-signal", "NONE"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  const json& inc = r.report["incidents"].back();
+  EXPECT_EQ(inc["restore"], "disk") << logs(r);
+  EXPECT_EQ(inc["index"], 40) << logs(r);
+  EXPECT_EQ(find_event(r, "storage_failed"), nullptr) << logs(r);
+  expect_exact(r);
+}
+
+// Rank 2 dies before writing its shard of step 40, rank 1 just after
+// writing its own (no memory snapshot since step 0, so neither lost rank's
+// state is in a peer's memory): step 20 is the newest every rank holds, and
+// ranks 0 and 1 hold shards of step 40 that describe steps about to run
+// again. They are discarded with the restore, and step 40 is saved anew.
+TEST_F(Sigmarun, AStepOnlySomeRanksWroteIsDiscardedWithTheRestoreAndSavedAgain) {
+  JobRun r = sigmarun("partial40",
+                      {"--nproc", "3", "--spares", "2", "--checkpoint-every", "20", "--snapshot-every",
+                       "1000", "--checkpoint-keep", "100"},
+                      {"--steps", std::to_string(kSteps), "--kill-at", "39", "--kill-device", "2",
+                       "--kill-after-reduce", "--kill-at", "40", "--kill-device", "1"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  const json& inc = r.report["incidents"].back();
+  EXPECT_EQ(inc["restore"], "disk") << logs(r);
+  EXPECT_EQ(inc["index"], 20) << logs(r);
+  EXPECT_EQ(find_event(r, "storage_failed"), nullptr) << logs(r);
+  for (int k = 0; k < 3; ++k)
+    EXPECT_TRUE(fs::exists(r.dir + "/checkpoints/sigmarun/step-00000000000000000040/rank-0000" +
+                           std::to_string(k) + "/manifest.sgck"))
+        << k;
+  expect_exact(r);
 }
 
 // One after the other: each is restored from memory, because a

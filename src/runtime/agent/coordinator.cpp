@@ -422,6 +422,12 @@ std::optional<recovery::RestorePlan> Coordinator::plan_restore() {
   return recovery::plan_restore(ranks, reached());
 }
 
+// Every rank discards its checkpoints after the step the job goes back to
+// (they describe steps that run again), so none of them is held any more.
+void Coordinator::forget_disk_after(uint64_t index) {
+  for (auto& [rank, steps] : disk_) steps.erase(steps.upper_bound(index), steps.end());
+}
+
 void Coordinator::advance_round() {
   if (!round_.active) return;
   if (!round_.assigned) {
@@ -470,6 +476,7 @@ void Coordinator::assign_generation() {
     return;
   }
   ++generation_;
+  forget_disk_after(plan->index);
   json handoff = json::array(), devices = json::array();
   for (auto [h, r] : plan->handoff) handoff.push_back({h, r});
   for (uint32_t r = 0; r < scheduler_.world_size(); ++r) {

@@ -186,6 +186,7 @@ class Coordinator {
   void rejoined();
   void fail_assignment(const std::string& why);
   std::optional<recovery::RestorePlan> plan_restore();
+  void forget_disk_after(uint64_t index);
   // Ends the job: every worker is told `goodbye` (default: `why`).
   void end(const std::string& status, const std::string& why, int code, const char* event,
            const std::string& goodbye = {});
