@@ -1,8 +1,7 @@
 // The memory tier (each rank's snapshot in host memory, a replica held by
-// its ring neighbour, exchanged through the HAL `cpu` vendor) against a cold
-// torch::load of the same state, side by side in one run. Two processes
-// (the program starts its own peer); ~768 MiB of AdamW state each
-// (adamw_state.hpp).
+// its ring neighbour, exchanged through the HAL `cpu` vendor) against its
+// limits and libtorch, side by side in one run. Two processes (the program
+// starts its own peer); ~768 MiB of AdamW state each (adamw_state.hpp).
 //
 //   bench_memory_tier
 //
@@ -10,11 +9,16 @@
 //   snapshot: copy + ring exchange, per snapshot, and of it what the caller
 //     waits for (the exchange itself runs on behind the next steps)
 //   restore from the peer's replica: rank 1 sends rank 0's state back, rank
-//     0 restores it into its tensors (what a replacement process gets)
-//   restore from its own snapshot (what a surviving rank does)
-//   torch::load from a cold file (page cache dropped after save + fsync)
-//     then copy_ into the training's tensors, as the tier restores into
-//     them, and a cold raw read of the same bytes (the disk limit)
+//     0 restores it into its tensors (what a replacement process gets),
+//     against the raw transfer of the same bytes over the same communicator
+//     (one send of one buffer into one buffer: the wire's limit here)
+//   restore from its own snapshot (what a surviving rank does), against a
+//     memcpy of the same bytes into the same tensors
+//   torch::load, then copy_ into the training's tensors as the tier restores
+//     into them: from a file in a warm page cache, from the file's bytes
+//     already in memory (read where they are: no disk, no page cache), and
+//     from a cold file (page cache dropped after save + fsync), beside a
+//     cold raw read of the same bytes (the disk limit)
 #include <sigma/bootstrap.hpp>
 #include <sigma/hal.hpp>
 #include <sigma/memory_tier.hpp>
@@ -34,7 +38,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -96,6 +102,46 @@ void BM_RestoreOwn(benchmark::State& state) {
   }
 }
 
+// The same bytes as one buffer, rank 1 to rank 0, over the communicator
+// the tier uses: what a restore from the peer would take with no framing,
+// no size exchange and no copy into the tensors.
+void BM_RawPeerTransfer(benchmark::State& state) {
+  const uint64_t bytes = model().bytes();
+  sigma::hal::Buffer buf(g_plugin, 0, bytes);
+  uint64_t at = 0;
+  for (const auto& v : model().views()) {
+    buf.copy_from_host(v.data, v.bytes(), at);
+    at += v.bytes();
+  }
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    const auto op = g_rank == 1 ? HAL_COLL_SEND : HAL_COLL_RECV;
+    g_comm->run(sigma::hal::coll_args(op, HAL_DTYPE_U8, bytes, g_rank == 1 ? buf.data() : nullptr,
+                                      g_rank == 0 ? buf.data() : nullptr, HAL_REDUCE_SUM, 1 - g_rank),
+                std::chrono::seconds(60));
+    state.SetIterationTime(seconds(t0));
+  }
+}
+
+// The same bytes copied from one place in memory into the training's
+// tensors: a restore from its own snapshot's limit.
+void BM_Memcpy(benchmark::State& state) {
+  std::vector<uint8_t> from;  // the state's own bytes: the copy leaves it as it was
+  for (const auto& v : model().views()) {
+    const auto* p = static_cast<const uint8_t*>(v.data);
+    from.insert(from.end(), p, p + v.bytes());
+  }
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    const uint8_t* at = from.data();
+    for (const auto& v : model().views()) {
+      std::memcpy(v.data, at, v.bytes());
+      at += v.bytes();
+    }
+    state.SetIterationTime(seconds(t0));
+  }
+}
+
 void BM_ColdRawRead(benchmark::State& state) {
   sigma::bench::Model& md = model();
   const std::string path = g_dir + "/raw.bin";
@@ -116,24 +162,43 @@ void BM_ColdRawRead(benchmark::State& state) {
 #ifdef SIGMA_BENCH_WITH_TORCH
 // Like the tier's restores, into the training's own (touched) tensors:
 // torch::load, then copy_ into them, as load_state_dict does; the same
-// thread count as the tier's side.
-void BM_TorchLoadCold(benchmark::State& state) {
+// thread count as the tier's side. `from`: "cold" (page cache dropped),
+// "warm" (the file read once before, so it is in the page cache) or
+// "memory" (the file's bytes in memory, read in place by torch::load's
+// (data, size) form).
+enum class From { cold, warm, memory };
+
+void BM_TorchLoad(benchmark::State& state, From from) {
   torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<torch::Tensor> ts;
   for (auto& v : model().views()) ts.push_back(torch::from_blob(v.data, v.shape, torch::kFloat));
   const std::string path = g_dir + "/torch.pt";
   torch::save(ts, path);
+  std::string bytes;
+  if (from == From::memory) {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
   sigma::bench::Model target = model();
   std::vector<torch::Tensor> into;
   for (auto& v : target.views()) into.push_back(torch::from_blob(v.data, v.shape, torch::kFloat));
+  std::vector<torch::Tensor> back;
+  if (from == From::warm) torch::load(back, path);  // into the page cache
   for (auto _ : state) {
-    drop_cache(path);
-    std::vector<torch::Tensor> back;
+    if (from == From::cold) drop_cache(path);
+    back.clear();
     const auto t0 = Clock::now();
-    torch::load(back, path);
+    if (from == From::memory) {
+      torch::load(back, bytes.data(), bytes.size());  // its reader over the bytes: no stream, no copy
+    } else {
+      torch::load(back, path);
+    }
     for (size_t i = 0; i < back.size(); ++i) into[i].copy_(back[i]);
     state.SetIterationTime(seconds(t0));
   }
+  // What was timed is the state: it came back bit-exactly.
+  for (size_t i = 0; i < into.size(); ++i)
+    if (!torch::equal(into[i], ts[i])) state.SkipWithError("torch::load gave other values");
   std::filesystem::remove(path);
 }
 #endif
@@ -193,11 +258,23 @@ int main(int argc, char** argv) {
   // The collective ones run on both ranks, in the same order.
   reg("MemoryTier/snapshot", BM_Snapshot, 1);
   reg("MemoryTier/restore_from_peer_replica", BM_RestoreFromPeer, 1);
+  reg("Raw/peer_transfer", BM_RawPeerTransfer, 1);
   if (g_rank == 0) {
     reg("MemoryTier/restore_own_snapshot", BM_RestoreOwn, 1);
+    reg("Raw/memcpy", BM_Memcpy, 1);
     reg("Disk/cold_raw_read", BM_ColdRawRead, 1);
 #ifdef SIGMA_BENCH_WITH_TORCH
-    reg("Torch/load_cold", BM_TorchLoadCold, 1);
+    auto torch_load = [&](const char* name, From from) {
+      benchmark::RegisterBenchmark(name, [from](benchmark::State& st) { BM_TorchLoad(st, from); })
+          ->Iterations(1)
+          ->Repetitions(3)
+          ->ReportAggregatesOnly(true)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    };
+    torch_load("Torch/load_memory", From::memory);
+    torch_load("Torch/load_warm", From::warm);
+    torch_load("Torch/load_cold", From::cold);
 #endif
     Recorder rec;
     benchmark::RunSpecifiedBenchmarks(&rec);
@@ -209,18 +286,25 @@ int main(int argc, char** argv) {
                 f("MemoryTier/snapshot"), first_s);
     std::printf("  of which the caller waits (copy, sizes, posting): %.3f s\n",
                 f("MemoryTier/snapshot:returns_s"));
-    std::printf("restore from the peer's replica: %.3f s (%.2f GB/s)\n", peer, bytes / peer / 1e9);
-    std::printf("restore from its own snapshot:   %.3f s (%.2f GB/s)\n", own, bytes / own / 1e9);
+    const double wire = f("Raw/peer_transfer"), copy = f("Raw/memcpy");
+    std::printf(
+        "restore from the peer's replica: %.3f s (%.2f GB/s); the raw transfer of the same bytes "
+        "over the same communicator %.3f s: the restore takes %.2fx the wire's time\n",
+        peer, bytes / peer / 1e9, wire, peer / wire);
+    std::printf(
+        "restore from its own snapshot:   %.3f s (%.2f GB/s); a memcpy into the same tensors %.3f s: "
+        "%.2fx the memcpy's time\n",
+        own, bytes / own / 1e9, copy, own / copy);
     std::printf("cold raw read of the same bytes: %.3f s; peer replica is %.2fx faster\n",
                 f("Disk/cold_raw_read"), f("Disk/cold_raw_read") / peer);
 #ifdef SIGMA_BENCH_WITH_TORCH
-    const double tl = f("Torch/load_cold");
-    std::printf(
-        "torch::load + copy_ into the tensors, cold: %.3f s; restore from the peer's replica is %.2fx "
-        "faster, "
-        "from its own snapshot "
-        "%.2fx\n",
-        tl, tl / peer, tl / own);
+    for (const char* k : {"memory", "warm", "cold"}) {
+      const double tl = f((std::string("Torch/load_") + k).c_str());
+      std::printf(
+          "torch::load + copy_ into the tensors, %-6s: %.3f s; / restore from the peer's replica "
+          "%.2f, / from its own snapshot %.2f\n",
+          k, tl, tl / peer, tl / own);
+    }
 #endif
   } else {
     sigma::bench::Silent silent;

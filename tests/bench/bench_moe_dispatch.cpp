@@ -1,21 +1,30 @@
 // MoE dispatch end to end on two ranks: sigma::parallel (route, plan,
-// dispatch, combine) against a straightforward libtorch implementation
-// that uses the same HAL collectives for the exchange: softmax + topk,
-// a stable argsort and index_select to permute, bincount and an all-to-all
-// of the counts, all-to-all(v) of the rows, index_select to regroup by
-// expert and back, and index_add_ with the weights to combine. Identity
-// experts in the timed runs, so what is timed is the routing, the index
-// work and the exchange; the agreement check scales each expert's rows by
-// its id on both sides, so it sees where every row went. Each side allocates as it naturally would: libtorch
-// fresh tensors per call (its CPU allocator), sigma's Dispatcher its reused exchange buffers and the caller's
-// reused output. Dropless top-2 of 8 experts, f32; 8192 tokens per rank at hidden 1024 and 256. One thread
-// per rank on each side (two ranks share two cores; libtorch is told so). libtorch runs twice: allocating
-// fresh tensors per call, as straightforward code does, and with every buffer kept and written through `_out`
-// ops (its best). Both outputs are checked to agree before anything is timed. The two paths run in
-// interleaved blocks. A first row times the two all-to-all(v)s alone (same counts, kept buffers) against
-// libtorch's best: the bound on any speedup for a path that sends every row through these collectives. Each
-// comparison is one Google Benchmark (one iteration holding the interleaved blocks; counters sigma_ms,
-// libtorch_ms, speedup); a table of all of them follows.
+// dispatch, combine) against libtorch over the same HAL collectives, twice:
+//  - straightforward libtorch, as one would write it: softmax + topk, a
+//    stable argsort and index_select to permute, bincount and an
+//    all-to-all of the counts, all-to-all(v) of every row (its own rank's
+//    included), index_select to regroup by expert and index_copy_ back, and
+//    index_add_ with the weights to combine, fresh tensors per call (its
+//    CPU allocator);
+//  - libtorch's best, given sigma's tricks where libtorch can express them
+//    (torch_best below): every tensor kept and written in place or through
+//    `_out` ops, routing included; own rows gathered straight into the
+//    expert layout and never sent; the crossing rows exchanged in rounds,
+//    one all-to-all(v) per local expert, landing in place, so that nothing
+//    is regrouped by copy.
+// Sigma's Dispatcher keeps its exchange buffers and the caller keeps its
+// output. Identity experts in the timed runs, so what is timed is the
+// routing, the index work and the exchange; the agreement check scales each
+// expert's rows by its id on both sides, so it sees where every row went;
+// both outputs are checked to agree before anything is timed. Dropless
+// top-2 of 8 experts, f32; 8192 tokens per rank at hidden 1024 and 256. One
+// thread per rank on each side (two ranks share two cores; libtorch is told
+// so). The two paths run in interleaved blocks. A first row times the
+// all-to-all(v)s of the crossing rows alone (same counts, kept buffers)
+// against libtorch's best: the bound on any speedup for a path that sends
+// every crossing row through these collectives. Each comparison is one
+// Google Benchmark (one iteration holding the interleaved blocks; counters
+// sigma_ms, libtorch_ms, speedup); a table of all of them follows.
 //
 //   bench_moe_dispatch [--benchmark_filter=Reused]
 #include "two_rank.hpp"
@@ -75,23 +84,8 @@ void alltoallv(const torch::Tensor& send, torch::Tensor& recv, const std::vector
   alltoallv(HAL_DTYPE_F32, send.data_ptr(), recv.data_ptr(), sc, sd, rc, rd);
 }
 
-// The libtorch peer's buffers, kept from call to call when `reuse` is on
-// (its best configuration: no fresh allocation, no page faults per step).
-struct Workspace {
-  bool reuse = false;
-  std::map<std::string, torch::Tensor> bufs;
-  // [rows, hidden] f32: a view of a kept buffer, or a fresh tensor.
-  torch::Tensor get(const std::string& name, int64_t rows, int64_t hidden) {
-    if (!reuse) return torch::empty({rows, hidden});
-    auto& b = bufs[name];
-    if (!b.defined() || b.size(0) < rows || b.size(1) != hidden)
-      b = torch::empty({std::max<int64_t>(rows, 1), hidden});
-    return b.narrow(0, 0, rows);
-  }
-};
-
 // The libtorch way, with the HAL's collectives for the exchange.
-torch::Tensor torch_dispatch_combine(const Inputs& in, Workspace& ws) {
+torch::Tensor torch_dispatch_combine(const Inputs& in) {
   const int64_t hidden = in.tokens.size(1), local = kExperts / kWorld;
   auto probs = torch::softmax(in.logits, 1);
   auto [w, ids] = probs.topk(kTopK, 1);
@@ -99,7 +93,7 @@ torch::Tensor torch_dispatch_combine(const Inputs& in, Workspace& ws) {
   auto flat = ids.flatten();
   auto order = std::get<1>(flat.sort(c10::optional<bool>(true), /*dim=*/0, /*descending=*/false));
   auto source = torch::floor_divide(order, kTopK);
-  auto permuted = ws.get("permuted", source.size(0), hidden);
+  auto permuted = torch::empty({source.size(0), hidden});
   torch::index_select_out(permuted, in.tokens, 0, source);
   auto counts = torch::bincount(flat, {}, kExperts).contiguous();  // int64 per expert
   auto recv_counts = torch::empty_like(counts);
@@ -116,7 +110,7 @@ torch::Tensor torch_dispatch_combine(const Inputs& in, Workspace& ws) {
     s_at += sc[j];
     r_at += rc[j];
   }
-  auto recv = ws.get("recv", static_cast<int64_t>(r_at / hidden), hidden);
+  auto recv = torch::empty({static_cast<int64_t>(r_at / hidden), hidden});
   alltoallv(permuted, recv, sc, sd, rc, rd);
   // Regroup source-major rows by expert: each (source, expert) segment's
   // row indices, expert-major.
@@ -129,7 +123,7 @@ torch::Tensor torch_dispatch_combine(const Inputs& in, Workspace& ws) {
       pieces.push_back(torch::arange(st, st + n));
     }
   auto by_expert = torch::cat(pieces);
-  auto expert_in = ws.get("expert_in", by_expert.size(0), hidden);
+  auto expert_in = torch::empty({by_expert.size(0), hidden});
   torch::index_select_out(expert_in, recv, 0, by_expert);
   auto expert_out = expert_in;  // identity experts, except for the check
   if (g_check_experts) {
@@ -141,15 +135,121 @@ torch::Tensor torch_dispatch_combine(const Inputs& in, Workspace& ws) {
     }
     expert_out = expert_in * torch::from_blob(scale.data(), {static_cast<int64_t>(scale.size()), 1}).clone();
   }
-  auto back_src = ws.get("back_src", recv.size(0), hidden);
+  auto back_src = torch::empty({recv.size(0), hidden});
   back_src.index_copy_(0, by_expert, expert_out);
-  auto back = ws.get("back", permuted.size(0), hidden);
+  auto back = torch::empty({permuted.size(0), hidden});
   alltoallv(back_src, back, rc, rd, sc, sd);
-  auto weighted = ws.get("weighted", back.size(0), hidden);
+  auto weighted = torch::empty({back.size(0), hidden});
   torch::mul_out(weighted, back, w.flatten().index_select(0, order).unsqueeze(1));
-  auto out = ws.get("out", kTokens, hidden);
+  auto out = torch::empty({kTokens, hidden});
   out.zero_();
   out.index_add_(0, source, weighted);
+  return out;
+}
+
+// libtorch's best, with sigma's tricks where libtorch can express them:
+// every tensor kept from call to call and written in place or through
+// `_out` ops (routing included), the rows for this rank's own experts
+// gathered straight into the expert layout and never sent, and the rows
+// that cross exchanged in rounds, one all-to-all(v) per local expert each
+// way, landing at their place (expert-major going, back where they came
+// from returning), so that nothing is regrouped by copy. Sigma takes rounds
+// above 1 MiB a round (DispatchOptions::round_min_bytes); every shape timed
+// here is far above it, so this side always takes them.
+struct Best {
+  torch::Tensor probs, w, ids, wsum, sorted, order, top_k, source, wsorted, ones, counts, recv_counts;
+  torch::Tensor sent, expert_in, out;
+  std::vector<int64_t> first;  // where each expert's rows start in the sorted order, per expert + 1
+};
+
+torch::Tensor& kept(torch::Tensor& t, at::IntArrayRef shape, at::ScalarType type) {
+  if (!t.defined() || t.sizes() != shape || t.scalar_type() != type) t = torch::empty(shape, type);
+  return t;
+}
+
+torch::Tensor torch_best(const Inputs& in, Best& b) {
+  const int64_t hidden = in.tokens.size(1), local = kExperts / kWorld, me = g_rank;
+  const int64_t rows = kTokens * kTopK;
+  torch::softmax_out(kept(b.probs, {kTokens, kExperts}, torch::kFloat), in.logits, 1);
+  kept(b.w, {kTokens, kTopK}, torch::kFloat);
+  kept(b.ids, {kTokens, kTopK}, torch::kLong);
+  torch::topk_out(b.w, b.ids, b.probs, kTopK, 1);
+  torch::sum_out(kept(b.wsum, {kTokens, 1}, torch::kFloat), b.w, 1, true);
+  b.w.div_(b.wsum);
+  const auto flat = b.ids.view({rows});
+  kept(b.sorted, {rows}, torch::kLong);
+  kept(b.order, {rows}, torch::kLong);
+  torch::sort_out(b.sorted, b.order, flat, /*stable=*/true, 0, false);
+  if (!b.top_k.defined()) b.top_k = torch::full({}, kTopK, torch::kLong);
+  torch::floor_divide_out(kept(b.source, {rows}, torch::kLong), b.order, b.top_k);
+  if (!b.ones.defined()) b.ones = torch::ones({rows}, torch::kLong);
+  kept(b.counts, {kExperts}, torch::kLong).zero_();
+  b.counts.index_add_(0, flat, b.ones);
+  kept(b.recv_counts, {kExperts}, torch::kLong);
+  run(sigma::hal::coll_args(HAL_COLL_ALL_TO_ALL, HAL_DTYPE_I64, local, b.counts.data_ptr(),
+                            b.recv_counts.data_ptr()));
+  const int64_t* cnt = b.counts.data_ptr<int64_t>();
+  const int64_t* rcv = b.recv_counts.data_ptr<int64_t>();  // [source][local expert]
+  b.first.assign(kExperts + 1, 0);
+  for (int64_t e = 0; e < kExperts; ++e) b.first[e + 1] = b.first[e] + cnt[e];
+  // The expert layout: local expert l's rows from source 0, 1, ...; own rows
+  // in their source's place.
+  std::vector<int64_t> at(kWorld * local + 1, 0);  // [l][s] start in expert_in
+  for (int64_t l = 0, k = 0; l < local; ++l)
+    for (int64_t s = 0; s < kWorld; ++s, ++k)
+      at[k + 1] = at[k] + (s == me ? cnt[me * local + l] : rcv[s * local + l]);
+  auto& expert_in = kept(b.expert_in, {at.back(), hidden}, torch::kFloat);
+  // Rows for other ranks, gathered in the sorted order (their own
+  // positions kept empty); own rows straight into the expert layout.
+  auto& sent = kept(b.sent, {rows, hidden}, torch::kFloat);
+  for (int64_t j = 0; j < kWorld; ++j) {
+    const int64_t lo = b.first[j * local], n = b.first[(j + 1) * local] - lo;
+    if (j == me) continue;
+    auto dst = sent.narrow(0, lo, n);
+    torch::index_select_out(dst, in.tokens, 0, b.source.narrow(0, lo, n));
+  }
+  for (int64_t l = 0; l < local; ++l) {
+    const int64_t lo = b.first[me * local + l], n = cnt[me * local + l];
+    auto dst = expert_in.narrow(0, at[l * kWorld + me], n);
+    torch::index_select_out(dst, in.tokens, 0, b.source.narrow(0, lo, n));
+  }
+  const auto h = static_cast<uint64_t>(hidden);
+  std::vector<uint64_t> sc(kWorld), sd(kWorld), rc(kWorld), rd(kWorld);
+  auto round = [&](int64_t l, bool going) {
+    for (int64_t j = 0; j < kWorld; ++j) {
+      const int64_t e = j * local + l;  // peer j's l-th expert, in this rank's sorted rows
+      const bool self = j == me;
+      sc[j] = self ? 0 : static_cast<uint64_t>(cnt[e]) * h;
+      sd[j] = static_cast<uint64_t>(b.first[e]) * h;
+      rc[j] = self ? 0 : static_cast<uint64_t>(rcv[j * local + l]) * h;
+      rd[j] = static_cast<uint64_t>(at[l * kWorld + j]) * h;
+    }
+    if (going)
+      alltoallv(HAL_DTYPE_F32, sent.data_ptr(), expert_in.data_ptr(), sc, sd, rc, rd);
+    else
+      alltoallv(HAL_DTYPE_F32, expert_in.data_ptr(), sent.data_ptr(), rc, rd, sc, sd);
+  };
+  for (int64_t l = 0; l < local; ++l) round(l, true);
+  if (g_check_experts)  // identity experts, except for the check
+    for (int64_t l = 0; l < local; ++l)
+      expert_in.narrow(0, at[l * kWorld], at[(l + 1) * kWorld] - at[l * kWorld])
+          .mul_(expert_scale(me * local + l));
+  for (int64_t l = 0; l < local; ++l) round(l, false);
+  // Combine: each row weighted in place, then added into its token.
+  auto& out = kept(b.out, {kTokens, hidden}, torch::kFloat);
+  out.zero_();
+  torch::index_select_out(kept(b.wsorted, {rows}, torch::kFloat), b.w.view({rows}), 0, b.order);
+  auto add = [&](torch::Tensor rows_, int64_t lo, int64_t n) {
+    rows_.mul_(b.wsorted.narrow(0, lo, n).unsqueeze(1));
+    out.index_add_(0, b.source.narrow(0, lo, n), rows_);
+  };
+  for (int64_t j = 0; j < kWorld; ++j) {
+    const int64_t lo = b.first[j * local], n = b.first[(j + 1) * local] - lo;
+    if (j != me) add(sent.narrow(0, lo, n), lo, n);
+  }
+  for (int64_t l = 0; l < local; ++l)
+    add(expert_in.narrow(0, at[l * kWorld + me], cnt[me * local + l]), b.first[me * local + l],
+        cnt[me * local + l]);
   return out;
 }
 
@@ -177,8 +277,9 @@ Exchange exchange_of(const Inputs& in) {
   auto cs = counts.view({kWorld, local}).sum(1), rs = recv_counts.view({kWorld, local}).sum(1);
   uint64_t s_at = 0, r_at = 0;
   for (uint32_t j = 0; j < kWorld; ++j) {
-    x.sc[j] = static_cast<uint64_t>(cs[j].item<int64_t>()) * hidden;
-    x.rc[j] = static_cast<uint64_t>(rs[j].item<int64_t>()) * hidden;
+    const bool self = j == static_cast<uint32_t>(g_rank);  // own rows never travel, on either side
+    x.sc[j] = self ? 0 : static_cast<uint64_t>(cs[j].item<int64_t>()) * hidden;
+    x.rc[j] = self ? 0 : static_cast<uint64_t>(rs[j].item<int64_t>()) * hidden;
     x.sd[j] = s_at;
     x.rd[j] = r_at;
     s_at += x.sc[j];
@@ -228,21 +329,24 @@ sigma::parallel::Dispatcher* g_dispatcher = nullptr;
 void BM_Dispatch(benchmark::State& state, Versus versus) {
   const int64_t hidden = state.range(0);
   const Inputs in = make(hidden);
-  Workspace ws;
-  ws.reuse = versus != Versus::fresh;
+  Best best;
+  // libtorch's side: straightforward (fresh tensors per call) or its best.
+  const auto torch_side = [&]() -> torch::Tensor {
+    return versus == Versus::fresh ? torch_dispatch_combine(in) : torch_best(in, best);
+  };
   sigma::bench::Interleaved r;
   for (auto _ : state) {
     if (versus == Versus::exchange_only) {
       // The exchange alone against libtorch's best: the most any path that
-      // sends every row through these collectives could gain.
+      // sends every crossing row through these collectives could gain.
       Exchange x = exchange_of(in);
-      torch_dispatch_combine(in, ws);
+      torch_side();
       r = sigma::bench::interleave(
-          10, 3, [&] { exchange_only(x); }, [&] { torch_dispatch_combine(in, ws); });
+          10, 3, [&] { exchange_only(x); }, [&] { torch_side(); });
     } else {
       g_check_experts = true;
       const auto a = sigma_dispatch_combine(in, *g_dispatcher).clone();
-      const auto b = torch_dispatch_combine(in, ws);
+      const auto b = torch_side();
       g_check_experts = false;
       const double diff = (a - b).abs().max().item<double>() / (1.0 + b.abs().max().item<double>());
       if (!(diff < 1e-5)) {
@@ -250,7 +354,7 @@ void BM_Dispatch(benchmark::State& state, Versus versus) {
         std::exit(1);
       }
       r = sigma::bench::interleave(
-          10, 3, [&] { sigma_dispatch_combine(in, *g_dispatcher); }, [&] { torch_dispatch_combine(in, ws); });
+          10, 3, [&] { sigma_dispatch_combine(in, *g_dispatcher); }, [&] { torch_side(); });
     }
     state.SetIterationTime(r.a_median);
   }
@@ -332,7 +436,7 @@ void BM_Phases(benchmark::State& state) {
 }
 
 void print_table() {
-  static const char* const kRow[] = {"exchange only (bound)", "fresh per call", "reused (_out ops)"};
+  static const char* const kRow[] = {"exchange only (bound)", "fresh per call", "best (sigma's tricks)"};
   std::printf(
       "\n%-8s %-22s %10s %10s %8s %10s %10s   (ms per dispatch + combine; median block, best block)\n",
       "hidden", "libtorch buffers", "sigma", "libtorch", "speedup", "best sigma", "best torch");

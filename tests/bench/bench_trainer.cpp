@@ -134,10 +134,20 @@ void BM_TrainerFeaturesOnVsOff(benchmark::State& state) {
   }
   std::vector<double> on, off, off_step, planned;
   Figures last_on;
+  bool on_first = true;
   for (auto _ : state) {
-    // Interleaved, so drift on the machine hits both sides alike.
+    // Interleaved, and the order alternates (on then off, off then on), so
+    // neither drift on the machine nor a warm page cache favours a side.
     const int workers = static_cast<int>(state.range(0));
-    const Figures a = job(true, rates, workers), b = job(false, rates, workers);
+    Figures a, b;
+    if (on_first) {
+      a = job(true, rates, workers);
+      b = job(false, rates, workers);
+    } else {
+      b = job(false, rates, workers);
+      a = job(true, rates, workers);
+    }
+    on_first = !on_first;
     if (a.tokens_per_s <= 0 || b.tokens_per_s <= 0) {
       state.SkipWithError("a trainer job failed (see a run without --no-report)");
       return;
