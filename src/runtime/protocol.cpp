@@ -2,7 +2,10 @@
 
 #include <sigma/error.hpp>
 
+#include <sys/wait.h>
+
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace sigma::runtime::protocol {
@@ -151,7 +154,65 @@ NodeHello node_hello_of(const Fields& f) {
   return {f.integer_or<uint32_t>("version", 1), f.integer<uint32_t>("node"), f.integer_or<int64_t>("pid", 0)};
 }
 
+const char* how_name(ProcessEnd::How how) {
+  switch (how) {
+    case ProcessEnd::How::exited:
+      return "exited";
+    case ProcessEnd::How::signalled:
+      return "signalled";
+    case ProcessEnd::How::lost:
+      return "lost";
+    case ProcessEnd::How::not_started:
+      return "not_started";
+    case ProcessEnd::How::unknown:
+      break;
+  }
+  return "unknown";
+}
+
+Exited exited_of(const Fields& f) {
+  Exited x;
+  x.device = f.integer<uint32_t>("device");
+  const std::string how = f.has("how") ? f.text("how") : "unknown";
+  if (how == "exited")
+    x.end.how = ProcessEnd::How::exited;
+  else if (how == "signalled")
+    x.end.how = ProcessEnd::How::signalled;
+  else if (how == "lost")
+    x.end.how = ProcessEnd::How::lost;
+  else if (how == "not_started")
+    x.end.how = ProcessEnd::How::not_started;
+  else if (how != "unknown")
+    bad("exit.how", "expected exited, signalled, lost, not_started or unknown, got '" + how + "'");
+  x.end.code = f.integer_or<int>("code", 0);
+  if (x.end.how == ProcessEnd::How::unknown) x.end.words = f.text("status");
+  if (x.end.how == ProcessEnd::How::not_started) x.end.words = f.text("why");
+  return x;
+}
+
 }  // namespace
+
+ProcessEnd ProcessEnd::of_wait_status(int status) {
+  if (WIFSIGNALED(status)) return {How::signalled, WTERMSIG(status), {}};
+  if (WIFEXITED(status)) return {How::exited, WEXITSTATUS(status), {}};
+  return {How::unknown, 0, "ended"};
+}
+
+std::string ProcessEnd::describe() const {
+  switch (how) {
+    case How::exited:
+      return "exited with status " + std::to_string(code);
+    case How::signalled:
+      return std::string("killed by signal ") + strsignal(code);
+    case How::lost:
+      return "lost with its node agent " + std::to_string(code);
+    case How::not_started:
+      return "could not start: " + words;
+    case How::unknown:
+      break;
+  }
+  return words.empty() ? "ended" : words;
+}
 
 json encode(const WorkerMessage& m) {
   return std::visit(
@@ -245,7 +306,12 @@ json encode(const NodeMessage& m) {
                           return {{"type", "launched"}, {"device", x.device}, {"pid", x.pid}};
                         },
                         [](const Exited& x) -> json {
-                          return {{"type", "exit"}, {"device", x.device}, {"status", x.status}};
+                          return {{"type", "exit"},
+                                  {"device", x.device},
+                                  {"how", how_name(x.end.how)},
+                                  {"code", x.end.code},
+                                  {"why", x.end.how == ProcessEnd::How::not_started ? x.end.words : ""},
+                                  {"status", x.end.describe()}};
                         },
                     },
                     m);
@@ -349,7 +415,7 @@ NodeMessage decode_node(const json& j) {
   const Fields f(j, type);
   if (type == "node") return node_hello_of(f);
   if (type == "launched") return Launched{f.integer<uint32_t>("device"), f.integer<int64_t>("pid")};
-  if (type == "exit") return Exited{f.integer<uint32_t>("device"), f.text("status")};
+  if (type == "exit") return exited_of(f);
   bad(type, "not a message a node agent sends");
 }
 

@@ -166,10 +166,36 @@ struct Launched {
   int64_t pid = 0;
 };
 
-// A worker of that host ended; `status` says how ("exited with 1", ...).
+// How a worker process ended, typed: decisions read `how` and `code`, never
+// the words; describe() gives the words the journal and the report show.
+struct ProcessEnd {
+  enum class How : uint8_t {
+    exited,       // it returned or called exit: `code` is its status
+    signalled,    // a signal ended it: `code` is the signal
+    lost,         // its host's agent is gone: `code` is that host's node
+    not_started,  // it could not be started: `words` says why
+    unknown,      // a peer that did not say (`words` holds what it said)
+  };
+  How how = How::unknown;
+  int code = 0;
+  std::string words;  // for `not_started` and `unknown`
+
+  // From waitpid()'s status.
+  static ProcessEnd of_wait_status(int status);
+  static ProcessEnd lost_with_node(uint32_t node) { return {How::lost, static_cast<int>(node), {}}; }
+  static ProcessEnd not_started(std::string why) { return {How::not_started, 0, std::move(why)}; }
+  bool exited_cleanly() const { return how == How::exited && code == 0; }
+  // "exited with status 3", "killed by signal Killed", "lost with its node
+  // agent 1", "could not start: ...".
+  std::string describe() const;
+};
+
+// A worker of that host ended, and how. On the wire: "how" and "code", and
+// "status" (describe()) for a reader of the journal; a node that sends only
+// "status" gives How::unknown.
 struct Exited {
   uint32_t device = 0;
-  std::string status;
+  ProcessEnd end;
 };
 
 using NodeMessage = std::variant<NodeHello, Launched, Exited>;

@@ -28,6 +28,9 @@ AgentOptions options(uint32_t nproc, uint32_t spares) {
   return o;
 }
 
+protocol::ProcessEnd sigkill() { return {protocol::ProcessEnd::How::signalled, SIGKILL, {}}; }
+protocol::ProcessEnd exited(int status) { return {protocol::ProcessEnd::How::exited, status, {}}; }
+
 // Drives a Coordinator the way the agent's host does, keeping every command
 // it gave, and plays the workers' side where a test needs it.
 class Job {
@@ -69,7 +72,7 @@ class Job {
     }
   }
   void msg(uint32_t d, protocol::WorkerMessage m) { take(c.message(d, m, t)); }
-  void exit(uint32_t d, const std::string& how = "killed by signal Killed") { take(c.exited(d, how, t)); }
+  void exit(uint32_t d, protocol::ProcessEnd how = sigkill()) { take(c.exited(d, how, t)); }
 
   // The messages of kind M sent to `device`.
   template <class M>
@@ -166,7 +169,7 @@ TEST(Coordinator, AFaultFreeJobAssignsTheLowestDevicesAndEndsDone) {
   EXPECT_EQ(j.c.status(), "done");
   EXPECT_EQ(j.sent<protocol::Goodbye>(2).size(), 1u) << "the spare is let go too";
   EXPECT_FALSE(j.c.over()) << "the processes are still there";
-  for (uint32_t d = 0; d < 3; ++d) j.exit(d, "exited with status 0");
+  for (uint32_t d = 0; d < 3; ++d) j.exit(d, exited(0));
   EXPECT_TRUE(j.c.over());
   const auto rep = j.c.report(j.t);
   EXPECT_EQ(rep["steps"], 10);
@@ -675,7 +678,7 @@ TEST(Coordinator, AFinishedRankThatAlreadyLeftIsReplacedWhenAPeerFailsInTheLastS
   for (uint32_t d = 0; d < 2; ++d) j.msg(d, protocol::Checkpointed{8});
   j.steps({0}, 9, 10);
   j.msg(0, protocol::Done{10});
-  j.exit(0, "exited with status 0");  // it left without waiting for the goodbye
+  j.exit(0, exited(0));  // it left without waiting for the goodbye
   j.clear();
   j.exit(1);
   EXPECT_EQ(j.records("fault").size(), 2u) << "the finished rank that left is lost too";
@@ -724,12 +727,25 @@ TEST(Coordinator, AStopRequestEndsAtAStepBoundaryWithAResumableJob) {
 
 TEST(Coordinator, APlainProgramThatExitsZeroIsDone) {
   Job j(options(2, 0));
-  j.exit(0, "exited with status 0");
-  j.exit(1, "exited with status 0");
+  j.exit(0, exited(0));
+  j.exit(1, exited(0));
   j.at(0.5);
   EXPECT_EQ(j.c.status(), "done");
   EXPECT_EQ(j.c.exit_code(), 0);
   EXPECT_TRUE(j.c.over());
+}
+
+// The decision reads how it ended, not the words: an end that only says
+// "exited with status 0" (a node agent that did not say how) is a fault.
+TEST(Coordinator, AnEndWhoseKindIsUnknownIsAFaultWhateverItsWordsSay) {
+  Job j(options(2, 0));
+  j.exit(0, protocol::ProcessEnd{protocol::ProcessEnd::How::unknown, 0, "exited with status 0"});
+  j.exit(1, exited(0));
+  j.at(0.5);
+  EXPECT_EQ(j.records("exited_without_session").size(), 1u);
+  ASSERT_EQ(j.records("fault").size(), 1u);
+  EXPECT_EQ(j.records("fault")[0].value("device", 99), 0);
+  EXPECT_NE(j.c.status(), "done");
 }
 
 TEST(Coordinator, AJobFolderWithEveryRanksCheckpointResumesFromTheNewest) {

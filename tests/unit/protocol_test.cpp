@@ -8,7 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cmath>
+#include <csignal>
 
 namespace sigma::runtime::protocol {
 namespace {
@@ -145,8 +148,28 @@ TEST(Protocol, EveryAgentNodeAndRootMessageRoundTrips) {
   const NodeHello n = std::get<NodeHello>(decode_node(encode(NodeMessage{NodeHello{kVersion, 2, 99}})));
   EXPECT_EQ(n.node, 2u);
   EXPECT_EQ(std::get<Launched>(decode_node(encode(NodeMessage{Launched{5, 1234}}))).pid, 1234);
-  EXPECT_EQ(std::get<Exited>(decode_node(encode(NodeMessage{Exited{5, "exited with status 1"}}))).status,
-            "exited with status 1");
+  for (const ProcessEnd& e :
+       {ProcessEnd{ProcessEnd::How::exited, 1, {}}, ProcessEnd{ProcessEnd::How::signalled, SIGKILL, {}},
+        ProcessEnd::lost_with_node(3), ProcessEnd::not_started("no such file")}) {
+    const Exited x = std::get<Exited>(decode_node(encode(NodeMessage{Exited{5, e}})));
+    EXPECT_EQ(x.device, 5u);
+    EXPECT_EQ(x.end.how, e.how);
+    EXPECT_EQ(x.end.code, e.code);
+    EXPECT_EQ(x.end.describe(), e.describe());
+  }
+  EXPECT_EQ(ProcessEnd::of_wait_status(W_EXITCODE(3, 0)).describe(), "exited with status 3");
+  EXPECT_TRUE(ProcessEnd::of_wait_status(W_EXITCODE(0, 0)).exited_cleanly());
+  EXPECT_EQ(ProcessEnd::of_wait_status(SIGKILL).describe(), "killed by signal Killed");
+  EXPECT_EQ(ProcessEnd::lost_with_node(2).describe(), "lost with its node agent 2");
+  // A node that says only the words (no "how"): unknown, never a clean exit,
+  // whatever the words say; its words are kept for the journal.
+  const Exited old = std::get<Exited>(
+      decode_node(nlohmann::json{{"type", "exit"}, {"device", 1}, {"status", "exited with status 0"}}));
+  EXPECT_EQ(old.end.how, ProcessEnd::How::unknown);
+  EXPECT_FALSE(old.end.exited_cleanly());
+  EXPECT_EQ(old.end.describe(), "exited with status 0");
+  EXPECT_THROW(decode_node(nlohmann::json{{"type", "exit"}, {"device", 1}, {"how", "vanished"}, {"code", 0}}),
+               sigma::Error);
 
   const Spawn s =
       std::get<Spawn>(decode_root(encode(RootMessage{Spawn{4, {{"SIGMA_DEVICE", "4"}, {"A", "b c"}}}})));

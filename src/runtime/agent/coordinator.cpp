@@ -232,7 +232,7 @@ void Coordinator::recover_request(Slot& s, const protocol::RecoverRequest& m) {
   s.reported = true;  // its report stands for the next assignment
 }
 
-Commands Coordinator::exited(uint32_t device, const std::string& how, double t) {
+Commands Coordinator::exited(uint32_t device, const protocol::ProcessEnd& end, double t) {
   t_ = t;
   if (device >= slots_.size()) return take();
   Slot& s = slots_[device];
@@ -253,14 +253,14 @@ Commands Coordinator::exited(uint32_t device, const std::string& how, double t) 
     s.phase = Phase::dead;
     return take();
   }
-  if (s.phase == Phase::starting && how == "exited with status 0") {
+  if (s.phase == Phase::starting && end.exited_cleanly()) {
     // A program without the session that ran to its end: not a fault.
     s.phase = Phase::dead;
     s.plain_done = true;
-    record({{"event", "exited_without_session"}, {"device", s.device}, {"status", how}});
+    record({{"event", "exited_without_session"}, {"device", s.device}, {"status", end.describe()}});
     return take();
   }
-  fault(s, "process " + how, t);
+  fault(s, "process " + end.describe(), t);
   return take();
 }
 
@@ -465,14 +465,15 @@ void Coordinator::advance_round() {
 
 void Coordinator::assign_generation() {
   if (round_.paused) {
-    end("paused", round_.pause_reason + "; " + resume_hint("when a device is repaired"), 3, "paused");
+    end("paused", round_.pause_reason + "; " + resume_hint("when a device is repaired"), job_exit::paused,
+        "paused");
     return;
   }
   const auto plan = plan_restore();
   if (!plan) {
     end("unrecoverable",
-        "no state to restore: the memory replicas of the lost ranks died with them and " + no_disk_why(), 4,
-        "unrecoverable");
+        "no state to restore: the memory replicas of the lost ranks died with them and " + no_disk_why(),
+        job_exit::unrecoverable, "unrecoverable");
     return;
   }
   ++generation_;

@@ -76,6 +76,14 @@ using Command = std::variant<SpawnWorker, SendTo, SignalWorker, Disconnect, Reco
 using Commands = std::vector<Command>;
 
 enum class Phase { starting, spare, active, retiring, done, dead };
+
+// sigmarun's exit status when the job ends (docs/sigmarun.md).
+namespace job_exit {
+constexpr int done = 0;
+constexpr int paused = 3;         // no spare left, or recovery failed: a rerun resumes
+constexpr int unrecoverable = 4;  // no state to go on from, or too few devices
+constexpr int stopped_by(int signal) { return 128 + signal; }
+}  // namespace job_exit
 const char* phase_name(Phase p);
 
 // The disk checkpoints found in the job folder before the start: rank ->
@@ -101,9 +109,8 @@ class Coordinator {
   bool expects_hello(uint32_t device) const;
   Commands hello(const protocol::Hello& h, double t);
   Commands message(uint32_t device, const protocol::WorkerMessage& m, double t);
-  // The worker process on `device` ended; `how`: "exited with status 0",
-  // "killed by signal Killed", ... (describe_status()).
-  Commands exited(uint32_t device, const std::string& how, double t);
+  // The worker process on `device` ended, and how.
+  Commands exited(uint32_t device, const protocol::ProcessEnd& end, double t);
   Commands stop_requested(int signal, double t);
   // Health, migration, watchdog, rounds, start and end: call often (the
   // agent does every 20 ms or on each event).

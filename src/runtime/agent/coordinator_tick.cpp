@@ -74,7 +74,7 @@ void Coordinator::maybe_start() {
         "every worker exited 0 without a sigma session: a plain program ran to its end (sigmarun watched it "
         "for "
         "crashes; recovery needs the session)",
-        0, "done_without_session");
+        job_exit::done, "done_without_session");
     return;
   }
   if (waited && !all_heard) {
@@ -90,7 +90,7 @@ void Coordinator::maybe_start() {
     end("unrecoverable",
         "only " + std::to_string(slots_.size() - out) + " device(s) passed validation; the job needs " +
             std::to_string(world_),
-        4, nullptr);
+        job_exit::unrecoverable, nullptr);
   }
 }
 
@@ -233,7 +233,7 @@ void Coordinator::finish_stop() {
 
 void Coordinator::stop_now() {
   if (finished_) return;
-  end("stopped", stop_why(), 128 + stop_signal_, "stopped");
+  end("stopped", stop_why(), job_exit::stopped_by(stop_signal_), "stopped");
 }
 
 std::string Coordinator::stop_why() const {
@@ -268,7 +268,7 @@ void Coordinator::finish_job() {
   for (Slot* m : members()) {
     if (m->phase != Phase::done) return;
   }
-  end("done", "", 0, nullptr, "the job is done");
+  end("done", "", job_exit::done, nullptr, "the job is done");
 }
 
 double Coordinator::median_step() const {

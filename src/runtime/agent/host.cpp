@@ -235,7 +235,7 @@ void Agent::Impl::node_messages(uint32_t n) {
         if (x->device >= pids.size() || core->node_of(x->device) != n) continue;
         read_messages(x->device);  // whatever it sent before it died still counts
         pids[x->device] = -1;
-        carry_out(core->exited(x->device, x->status, now()));
+        carry_out(core->exited(x->device, x->end, now()));
       }
     } catch (const Error& e) {
       journal->write({{"event", "bad_message"}, {"node", n}, {"error", e.what()}, {"message", *m}});
@@ -248,7 +248,7 @@ void Agent::Impl::node_messages(uint32_t n) {
       if (core->node_of(d) == n && core->alive(d)) {
         read_messages(d);
         pids[d] = -1;
-        carry_out(core->exited(d, "lost with its node agent " + std::to_string(n), now()));
+        carry_out(core->exited(d, protocol::ProcessEnd::lost_with_node(n), now()));
       }
     }
   }
@@ -263,7 +263,7 @@ void Agent::Impl::reap() {
       if (core->node_of(d) == 0 && pids[d] == pid) {
         read_messages(d);  // whatever it sent before it died still counts
         pids[d] = -1;
-        carry_out(core->exited(d, describe_status(status), now()));
+        carry_out(core->exited(d, protocol::ProcessEnd::of_wait_status(status), now()));
         break;
       }
     }

@@ -29,12 +29,6 @@ namespace sigma::runtime::agent {
 
 using json = nlohmann::json;
 
-std::string describe_status(int status) {
-  if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  return "ended";
-}
-
 std::string control_store_uri(const AgentOptions& o) {
   std::string base = o.store;
   if (base.rfind("redis://", 0) == 0) {
@@ -219,8 +213,9 @@ int run_follower(const AgentOptions& o) {
       if (pid <= 0) break;
       auto it = children.find(pid);
       if (it == children.end()) continue;
-      root->send(protocol::encode(protocol::Exited{it->second, describe_status(status)}));
-      journal.write({{"event", "exit"}, {"device", it->second}, {"status", describe_status(status)}});
+      const auto end = protocol::ProcessEnd::of_wait_status(status);
+      root->send(protocol::encode(protocol::Exited{it->second, end}));
+      journal.write({{"event", "exit"}, {"device", it->second}, {"status", end.describe()}});
       children.erase(it);
     }
     while (auto m = root->receive_ready()) {
@@ -243,7 +238,7 @@ int run_follower(const AgentOptions& o) {
           journal.write({{"event", "launch"}, {"device", spawn->device}, {"pid", pid}});
         } catch (const Error& e) {
           root->send(
-              protocol::encode(protocol::Exited{spawn->device, std::string("could not start: ") + e.what()}));
+              protocol::encode(protocol::Exited{spawn->device, protocol::ProcessEnd::not_started(e.what())}));
         }
       } else if (const auto* kill = std::get_if<protocol::Kill>(&msg)) {
         for (auto& [pid, dev] : children) {

@@ -32,9 +32,6 @@ pid_t spawn_worker(const AgentOptions& o, uint32_t device, const EnvList& env);
 // the refused names.
 std::pair<EnvList, std::vector<std::string>> allowed_env(const EnvList& given);
 
-// "killed by signal Killed", "exited with status 3".
-std::string describe_status(int status);
-
 // The control store all agents of a job meet in: STORE/sigmarun-JOB_ID.
 std::string control_store_uri(const AgentOptions& o);
 // What the MAC in the root's record in the control store covers: the job,
