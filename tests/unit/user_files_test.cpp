@@ -104,4 +104,20 @@ TEST_F(UserFiles, ASecondYamlDocumentIsRefusedWithTheLineItStartsOn) {
                  "req.yaml:3: (top): a second YAML document");
 }
 
+// yaml-cpp's LoadAll never returns on this text (found by fuzz_guardrails):
+// its parser yields the same empty document at the same place forever.
+TEST_F(UserFiles, TextTheYamlParserCannotGetPastIsRefusedNotLoopedOn) {
+  const std::string stuck = ",precision: [1, {a:\"[";
+  try {
+    sigma::yaml::parse(stuck, "stuck.yaml");
+    ADD_FAILURE() << "text the parser cannot read was accepted";
+  } catch (const sigma::yaml::Refused& r) {
+    EXPECT_EQ(r.message,
+              "stuck.yaml:1: (syntax): the text cannot be read as YAML from here (the parser makes "
+              "no progress)");
+  }
+  expect_refused([&] { sigma::guardrails::Config::from_yaml_file(write("s.yaml", stuck)); },
+                 "s.yaml:1: (syntax): the text cannot be read as YAML");
+}
+
 }  // namespace

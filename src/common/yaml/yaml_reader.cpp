@@ -2,8 +2,11 @@
 
 #include "regular_file.hpp"
 
+#include <yaml-cpp/eventhandler.h>
+
 #include <cmath>
 #include <set>
+#include <sstream>
 #include <vector>
 
 namespace sigma::yaml {
@@ -33,6 +36,53 @@ bool nesting_ok(const std::string& text, std::string& why) {
     ++pos;
   }
   return true;
+}
+
+// Where a document starts, and where its first node does (the line a
+// person reads as the document's); every other event is ignored.
+struct DocumentStart final : YAML::EventHandler {
+  YAML::Mark start = YAML::Mark::null_mark();
+  YAML::Mark content = YAML::Mark::null_mark();
+  void OnDocumentStart(const YAML::Mark& m) override { start = m; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { node(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { node(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override {
+    node(m);
+  }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    node(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    node(m);
+  }
+  void OnMapEnd() override {}
+  void node(const YAML::Mark& m) {
+    if (content.is_null()) content = m;
+  }
+  int line() const { return (content.is_null() ? start : content).line + 1; }
+};
+
+// A file holds one document. yaml-cpp's Load keeps the first and drops the
+// rest unseen, and its LoadAll never returns on some malformed text (the
+// parser then yields the same empty document at the same place forever), so
+// at most two documents are read here and a second one at the first one's
+// place is that failure.
+void refuse_a_second_document(const std::string& text, const std::string& file) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStart first, second;
+  if (!parser.HandleNextDocument(first) || !parser.HandleNextDocument(second)) return;
+  const std::string at = file + ":" + std::to_string(second.line());
+  if (second.start.pos == first.start.pos)
+    throw Refused{at +
+                  ": (syntax): the text cannot be read as YAML from here (the parser makes no progress)"};
+  throw Refused{at +
+                ": (top): a second YAML document starts here; a file holds one (the rest would be "
+                "silently ignored)"};
 }
 
 }  // namespace
@@ -102,20 +152,12 @@ bool Reader::boolean(const YAML::Node& n, const std::string& key) const {
 YAML::Node parse(const std::string& text, const std::string& file) {
   std::string why;
   if (!nesting_ok(text, why)) throw Refused{file + ":0: (top): " + why};
-  std::vector<YAML::Node> docs;
   try {
-    docs = YAML::LoadAll(text);
+    refuse_a_second_document(text, file);
+    return YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw Refused{file + ":" + std::to_string(e.mark.line + 1) + ": (syntax): " + e.msg};
   }
-  if (docs.size() > 1) {
-    // yaml-cpp's Load keeps the first document and drops the rest unseen.
-    const int line = docs[1].Mark().line >= 0 ? docs[1].Mark().line + 1 : 0;
-    throw Refused{file + ":" + std::to_string(line) +
-                  ": (top): a second YAML document starts here; a file holds one (the rest would be "
-                  "silently ignored)"};
-  }
-  return docs.empty() ? YAML::Node() : docs.front();
 }
 
 std::string read_file(const std::string& path, uint64_t max_bytes) {
