@@ -135,6 +135,13 @@ hal_telemetry_sample_t sample_of(const json& j) {
   return s;
 }
 
+RestoreTier tier(const Fields& f) {
+  const std::string text = f.text("restore");
+  const auto t = restore_tier_named(text);
+  if (!t) bad(f.where("restore"), "expected none, memory or disk, got '" + text + "'");
+  return *t;
+}
+
 Hello hello_of(const Fields& f) {
   Hello h;
   // Version 1 had no version field: absent means 1, refused by name.
@@ -236,7 +243,7 @@ json encode(const WorkerMessage& m) {
           },
           [](const Joined& x) -> json {
             return {{"type", "joined"},     {"generation", x.generation}, {"rank", x.rank},
-                    {"index", x.index},     {"restore", x.restore},       {"comm_s", x.comm_s},
+                    {"index", x.index},     {"restore", name(x.restore)}, {"comm_s", x.comm_s},
                     {"probe_s", x.probe_s}, {"restore_s", x.restore_s}};
           },
           [](const StepDone& x) -> json {
@@ -276,9 +283,12 @@ json encode(const AgentMessage& m) {
                         [](const Assign& a) -> json {
                           json h = json::array();
                           for (auto [holder, receiver] : a.handoff) h.push_back({holder, receiver});
-                          return {{"type", "assign"},     {"rank", a.rank},
-                                  {"world", a.world},     {"generation", a.generation},
-                                  {"restore", a.restore}, {"index", a.index},
+                          return {{"type", "assign"},
+                                  {"rank", a.rank},
+                                  {"world", a.world},
+                                  {"generation", a.generation},
+                                  {"restore", name(a.restore)},
+                                  {"index", a.index},
                                   {"handoff", h}};
                         },
                         [](const Abort& x) -> json {
@@ -355,7 +365,7 @@ WorkerMessage decode_worker(const json& j) {
     return Joined{f.integer<uint64_t>("generation"),
                   f.integer<uint32_t>("rank"),
                   f.integer<uint64_t>("index"),
-                  f.text("restore"),
+                  tier(f),
                   f.number("comm_s"),
                   f.number("probe_s"),
                   f.number("restore_s")};
@@ -390,10 +400,8 @@ AgentMessage decode_agent(const json& j) {
     a.rank = f.integer<uint32_t>("rank");
     a.world = f.integer<uint32_t>("world");
     a.generation = f.integer<uint64_t>("generation");
-    a.restore = f.text("restore");
+    a.restore = tier(f);
     a.index = f.integer<uint64_t>("index");
-    if (a.restore != "none" && a.restore != "memory" && a.restore != "disk")
-      bad(f.where("restore"), "expected none, memory or disk, got '" + a.restore + "'");
     if (a.world == 0 || a.rank >= a.world)
       bad(f.where("rank"), "rank " + std::to_string(a.rank) + " of a world of " + std::to_string(a.world));
     for (const json& p : f.array("handoff")) {

@@ -15,6 +15,8 @@
 // Thread-safety: the functions are pure; call them from any thread.
 #pragma once
 
+#include "runtime/restore_tier.hpp"
+
 #include <sigma/hal.h>
 
 #include <nlohmann/json.hpp>
@@ -64,7 +66,7 @@ struct Joined {
   uint64_t generation = 0;
   uint32_t rank = 0;
   uint64_t index = 0;
-  std::string restore;
+  RestoreTier restore = RestoreTier::none;
   double comm_s = 0, probe_s = 0, restore_s = 0;
 };
 
@@ -120,12 +122,12 @@ using WorkerMessage = std::variant<Hello, Heartbeat, Joined, StepDone, Snapshott
 // ---- agent -> worker -------------------------------------------------------
 
 // Join generation `generation` as `rank` of `world` and restore the state at
-// `index` from `restore`: "none" (a fresh start), "memory" (the memory tier;
-// `handoff` pairs (holder, receiver) of replicas), or "disk".
+// `index` from `restore`: none (a fresh start), memory (the memory tier;
+// `handoff` pairs (holder, receiver) of replicas), or disk.
 struct Assign {
   uint32_t rank = 0, world = 0;
   uint64_t generation = 0;
-  std::string restore = "none";
+  RestoreTier restore = RestoreTier::none;
   uint64_t index = 0;
   std::vector<std::pair<uint32_t, uint32_t>> handoff;
 };

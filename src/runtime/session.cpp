@@ -365,16 +365,16 @@ struct Session::Impl {
       }
     }
     const double probe_s = seconds_since(tp);
-    const std::string& how = a.restore;
+    const RestoreTier how = a.restore;
     const uint64_t index = a.index;
     const auto t1 = Clock::now();
     resnapshot = false;
-    if (how == "none") {
+    if (how == RestoreTier::none) {
       tier->clear();
       tier->reserve(state_bytes(), *comm, world);  // a fresh start: fault the snapshots' memory in now
       reserve_disk();
       tier->snapshot(0, views, *comm, rank, world);
-    } else if (how == "memory") {
+    } else if (how == RestoreTier::memory) {
       const std::vector<std::pair<uint32_t, uint32_t>>& pairs = a.handoff;
       bool receiver = false;
       for (auto [h, r] : pairs) receiver |= r == rank;
@@ -390,7 +390,7 @@ struct Session::Impl {
       // rank's state in a peer. Not here: a rank that hangs in the exchange
       // must not keep the others from joining, so that the agent can name it.
       resnapshot = !pairs.empty();
-    } else if (how == "disk") {
+    } else {
       checkpoint::Metadata meta;
       const auto res = disk().restore(views, &meta, index);
       if (meta.step != index) {

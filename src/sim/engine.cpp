@@ -104,8 +104,8 @@ class PolicySim {
   void on_event(const Event& e);
   void on_failure(const Event& e);
   void hardware_fault(const std::vector<uint32_t>& devices, const std::string& reason);
-  std::string job_fault(const std::vector<uint32_t>& ranks, bool everyone, double detect_s,
-                        double since_progress);
+  std::optional<runtime::RestoreTier> job_fault(const std::vector<uint32_t>& ranks, bool everyone,
+                                                double detect_s, double since_progress);
   void to_repair(uint32_t device);
   void on_sample(const Event& e);
   void on_warning(uint32_t device, const std::string& why);
@@ -418,7 +418,8 @@ void PolicySim::hardware_fault(const std::vector<uint32_t>& devices, const std::
     if (auto r = sched_.rank_of(d)) ranks.push_back(*r);
   std::sort(ranks.begin(), ranks.end());
   const bool job_hit = !ranks.empty();
-  const bool memory_ok = job_hit && job_fault(ranks, p_.full_restart, p_.crash_detect_s, -1) == "memory";
+  const bool memory_ok =
+      job_hit && job_fault(ranks, p_.full_restart, p_.crash_detect_s, -1) == runtime::RestoreTier::memory;
   for (uint32_t d : devices) {
     if (!in_repair_[d]) apply(sched_.on_fault(d, reason, memory_ok, now_));  // cordons: repair starts
   }
@@ -426,9 +427,10 @@ void PolicySim::hardware_fault(const std::vector<uint32_t>& devices, const std::
 
 // The job stops: roll back to what the planner restores, then detection,
 // restart and restore stall it. `since` >= 0: state newer than that
-// progress is corrupt and may not be restored. Returns the tier restored.
-std::string PolicySim::job_fault(const std::vector<uint32_t>& ranks, bool everyone, double detect_s,
-                                 double since) {
+// progress is corrupt and may not be restored. Returns the tier restored
+// (nullopt: the state was lost, the job starts over).
+std::optional<runtime::RestoreTier> PolicySim::job_fault(const std::vector<uint32_t>& ranks, bool everyone,
+                                                         double detect_s, double since) {
   ++r_.incidents;
   const double limit = since >= 0 ? since : progress_;
   std::vector<uint64_t> snaps, disk;
@@ -440,11 +442,12 @@ std::string PolicySim::job_fault(const std::vector<uint32_t>& ranks, bool everyo
   const TierChoice c = choose_restore(sched_.world_size(), ranks, !memory,
                                       memory ? snaps : std::vector<uint64_t>{}, disk, step_of(progress_));
   double back_to = 0;
-  if (c.tier == "memory") {
+  using runtime::RestoreTier;
+  if (c.tier == RestoreTier::memory) {
     ++r_.restores_memory;
     for (double x : snapshots_)
       if (step_of(x) == c.step) back_to = x;
-  } else if (c.tier == "disk") {
+  } else if (c.tier == RestoreTier::disk) {
     ++r_.restores_disk;
     for (double x : disk_)
       if (step_of(x) == c.step) back_to = x;
@@ -460,9 +463,9 @@ std::string PolicySim::job_fault(const std::vector<uint32_t>& ranks, bool everyo
   stalls_.clear();
   stalls_.push_back({Phase::detection, detect_s});
   stalls_.push_back({Phase::restart, everyone ? p_.restart_s : p_.replace_s});
-  const double restore_s = c.tier == "memory" ? p_.memory_restore_s
-                           : c.tier == "disk" ? p_.disk_restore_s
-                                              : 0;
+  const double restore_s = c.tier == RestoreTier::memory ? p_.memory_restore_s
+                           : c.tier == RestoreTier::disk ? p_.disk_restore_s
+                                                         : 0;
   stalls_.push_back({Phase::restore, restore_s});
   return c.tier;
 }

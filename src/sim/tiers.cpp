@@ -32,7 +32,7 @@ TierChoice choose_restore(uint32_t world, const std::vector<uint32_t>& failed, b
     }
   }
   const auto plan = runtime::recovery::plan_restore(ranks, steps_done);
-  if (!plan) return {"lost", 0};
+  if (!plan) return {std::nullopt, 0};
   return {plan->tier, plan->index};
 }
 

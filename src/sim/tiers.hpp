@@ -4,14 +4,16 @@
 // successors (which hold their replicas) and nothing else, in rank order.
 #pragma once
 
+#include "runtime/restore_tier.hpp"
+
 #include <cstdint>
-#include <string>
+#include <optional>
 #include <vector>
 
 namespace sigma::sim::detail {
 
 struct TierChoice {
-  std::string tier;  // "memory", "disk", "none" (a fresh start) or "lost" (nothing to restore)
+  std::optional<runtime::RestoreTier> tier;  // nullopt: lost (nothing to restore)
   uint64_t step = 0;
 };
 

@@ -108,7 +108,7 @@ class Job {
     at(t + 0.1);
     for (uint32_t d = 0; d < c.devices(); ++d) {
       if (c.phase(d) == Phase::active)
-        msg(d, protocol::Joined{1, static_cast<uint32_t>(c.rank(d)), 0, "none"});
+        msg(d, protocol::Joined{1, static_cast<uint32_t>(c.rank(d)), 0, RestoreTier::none});
     }
   }
   // Each device in `ranks` finishes steps [from, to), with a heartbeat and a
@@ -160,7 +160,7 @@ TEST(Coordinator, AFaultFreeJobAssignsTheLowestDevicesAndEndsDone) {
   ASSERT_EQ(j.sent<protocol::Assign>(1).size(), 1u);
   EXPECT_TRUE(j.sent<protocol::Assign>(2).empty()) << "device 2 is the spare";
   EXPECT_EQ(j.sent<protocol::Assign>(1)[0].rank, 1u);
-  EXPECT_EQ(j.sent<protocol::Assign>(1)[0].restore, "none");
+  EXPECT_STREQ(name(j.sent<protocol::Assign>(1)[0].restore), "none");
   j.steps({0, 1}, 0, 10);
   j.msg(0, protocol::Done{10});
   j.msg(1, protocol::Done{10});
@@ -190,7 +190,7 @@ TEST(Coordinator, ACrashedRankIsReplacedByTheSpareFromItsNeighboursReplica) {
   ASSERT_EQ(a0.size(), 1u);
   ASSERT_EQ(a2.size(), 1u) << "the spare takes the lost rank";
   EXPECT_EQ(a2[0].rank, 1u);
-  EXPECT_EQ(a2[0].restore, "memory");
+  EXPECT_STREQ(name(a2[0].restore), "memory");
   EXPECT_EQ(a2[0].index, 6u);
   ASSERT_EQ(a2[0].handoff.size(), 1u);
   EXPECT_EQ(a2[0].handoff[0], (std::pair<uint32_t, uint32_t>{0, 1}));
@@ -350,7 +350,7 @@ TEST(Coordinator, EveryRankStalledInTheSameStepIsAbortedAndRetriedWithNobodyKill
     ASSERT_EQ(a.size(), 1u) << "device " << d;
     EXPECT_EQ(a[0].generation, 2u);
     EXPECT_EQ(a[0].rank, d);
-    EXPECT_EQ(a[0].restore, "memory");
+    EXPECT_STREQ(name(a[0].restore), "memory");
     EXPECT_EQ(a[0].index, 2u);
   }
   EXPECT_EQ(j.spawned(0) + j.spawned(1), 0u) << "nobody was restarted";
@@ -369,7 +369,7 @@ TEST(Coordinator, ADeviceThatReportsItselfLostIsKilledAndReplaced) {
   j.report(0, {3}, {3});
   j.at(j.t + 0.01);
   ASSERT_EQ(j.sent<protocol::Assign>(2).size(), 1u);
-  EXPECT_EQ(j.sent<protocol::Assign>(2)[0].restore, "memory");
+  EXPECT_STREQ(name(j.sent<protocol::Assign>(2)[0].restore), "memory");
 }
 
 TEST(Coordinator, AThermalRunawayIsMigratedAtAStepBoundaryWithNothingRecomputed) {
@@ -421,7 +421,7 @@ TEST(Coordinator, TwoNeighboursLostTogetherFallBackToTheCommonDiskCheckpoint) {
   j.at(j.t + 0.01);
   const auto a = j.sent<protocol::Assign>(0);
   ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a[0].restore, "disk");
+  EXPECT_STREQ(name(a[0].restore), "disk");
   EXPECT_EQ(a[0].index, 4u);
   EXPECT_EQ(j.sent<protocol::Assign>(4).size(), 1u);
   EXPECT_EQ(j.sent<protocol::Assign>(5).size(), 1u);
@@ -447,7 +447,7 @@ TEST(Coordinator, ACheckpointASurvivorNoLongerHoldsIsNotPlannedFrom) {
   j.at(j.t + 0.01);
   const auto a = j.sent<protocol::Assign>(0);
   ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a[0].restore, "disk");
+  EXPECT_STREQ(name(a[0].restore), "disk");
   EXPECT_EQ(a[0].index, 4u);
 }
 
@@ -482,7 +482,7 @@ TEST(Coordinator, AJobAllowedToShrinkGoesOnWithFewerRanksButNotBelowItsFloor) {
   EXPECT_EQ(a[1].world, 2u);
   EXPECT_EQ(a[1].rank, 0u);
   EXPECT_EQ(a[1].generation, 2u);
-  EXPECT_EQ(a[1].restore, "memory");
+  EXPECT_STREQ(name(a[1].restore), "memory");
   EXPECT_EQ(a[1].index, 4u);
   const auto b = j.sent<protocol::Assign>(1);
   ASSERT_EQ(b.size(), 2u);
@@ -520,7 +520,7 @@ TEST(Coordinator, ASpareThatDiesDuringItsHandOffIsReplacedAndNoSurvivorIsKilled)
   EXPECT_FALSE(j.killed(0)) << "a survivor is never killed for waiting on the agent";
   const auto a3 = j.sent<protocol::Assign>(3);
   ASSERT_EQ(a3.size(), 1u) << "the second spare takes the rank";
-  EXPECT_EQ(a3[0].restore, "memory");
+  EXPECT_STREQ(name(a3[0].restore), "memory");
   EXPECT_FALSE(j.c.finished()) << "not paused: a spare was left";
 }
 
@@ -625,7 +625,7 @@ TEST(Coordinator, ACrashBeforeTheFirstSnapshotIsAFreshStart) {
   j.at(j.t + 0.01);
   const auto a = j.sent<protocol::Assign>(2);
   ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a[0].restore, "none");
+  EXPECT_STREQ(name(a[0].restore), "none");
   EXPECT_FALSE(j.c.finished());
 }
 
@@ -643,7 +643,7 @@ TEST(Coordinator, ACrashInTheLastStepBringsTheFinishedRanksBackInsteadOfLosingTh
   j.at(j.t + 0.01);
   const auto a2 = j.sent<protocol::Assign>(2);
   ASSERT_EQ(a2.size(), 1u);
-  EXPECT_EQ(a2[0].restore, "memory");
+  EXPECT_STREQ(name(a2[0].restore), "memory");
   EXPECT_EQ(a2[0].index, 9u);
   j.join(0, j.sent<protocol::Assign>(0).back());
   j.join(2, a2[0]);
@@ -668,7 +668,7 @@ TEST(Coordinator, ADoneThatCrossesTheAbortKeepsTheRankInTheRound) {
   j.report(0, {10}, {10});
   j.at(j.t + 0.01);
   ASSERT_EQ(j.sent<protocol::Assign>(2).size(), 1u);
-  EXPECT_EQ(j.sent<protocol::Assign>(2)[0].restore, "memory");
+  EXPECT_STREQ(name(j.sent<protocol::Assign>(2)[0].restore), "memory");
 }
 
 TEST(Coordinator, AFinishedRankThatAlreadyLeftIsReplacedWhenAPeerFailsInTheLastSteps) {
@@ -686,7 +686,7 @@ TEST(Coordinator, AFinishedRankThatAlreadyLeftIsReplacedWhenAPeerFailsInTheLastS
   const auto a2 = j.sent<protocol::Assign>(2), a3 = j.sent<protocol::Assign>(3);
   ASSERT_EQ(a2.size(), 1u);
   ASSERT_EQ(a3.size(), 1u);
-  EXPECT_EQ(a2[0].restore, "disk");
+  EXPECT_STREQ(name(a2[0].restore), "disk");
   EXPECT_EQ(a2[0].index, 8u);
 }
 
@@ -753,7 +753,7 @@ TEST(Coordinator, AJobFolderWithEveryRanksCheckpointResumesFromTheNewest) {
   j.start();
   const auto a = j.sent<protocol::Assign>(1);
   ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a[0].restore, "disk");
+  EXPECT_STREQ(name(a[0].restore), "disk");
   EXPECT_EQ(a[0].index, 8u);
   EXPECT_EQ(j.records("resumed").size(), 1u);
 }

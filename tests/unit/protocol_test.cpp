@@ -68,12 +68,12 @@ TEST(Protocol, EveryWorkerMessageRoundTrips) {
   EXPECT_TRUE(h.self_test_passed);
   EXPECT_EQ(h.self_test_detail, "fine");
 
-  const Joined j =
-      std::get<Joined>(decode_worker(encode(WorkerMessage{Joined{4, 2, 60, "memory", 0.5, 0.25, 1.5}})));
+  const Joined j = std::get<Joined>(
+      decode_worker(encode(WorkerMessage{Joined{4, 2, 60, RestoreTier::memory, 0.5, 0.25, 1.5}})));
   EXPECT_EQ(j.generation, 4u);
   EXPECT_EQ(j.rank, 2u);
   EXPECT_EQ(j.index, 60u);
-  EXPECT_EQ(j.restore, "memory");
+  EXPECT_STREQ(name(j.restore), "memory");
   EXPECT_EQ(j.restore_s, 1.5);
 
   const RecoverRequest r = std::get<RecoverRequest>(decode_worker(
@@ -132,12 +132,12 @@ TEST(Protocol, AFailedTelemetryReadTravelsAsAnErrorNotASample) {
 }
 
 TEST(Protocol, EveryAgentNodeAndRootMessageRoundTrips) {
-  const Assign a =
-      std::get<Assign>(decode_agent(encode(AgentMessage{Assign{1, 3, 7, "memory", 60, {{2, 1}, {0, 2}}}})));
+  const Assign a = std::get<Assign>(
+      decode_agent(encode(AgentMessage{Assign{1, 3, 7, RestoreTier::memory, 60, {{2, 1}, {0, 2}}}})));
   EXPECT_EQ(a.rank, 1u);
   EXPECT_EQ(a.world, 3u);
   EXPECT_EQ(a.generation, 7u);
-  EXPECT_EQ(a.restore, "memory");
+  EXPECT_STREQ(name(a.restore), "memory");
   EXPECT_EQ(a.index, 60u);
   EXPECT_EQ(a.handoff, (std::vector<std::pair<uint32_t, uint32_t>>{{2, 1}, {0, 2}}));
   EXPECT_EQ(std::get<Abort>(decode_agent(encode(AgentMessage{Abort{"rank 1 died"}}))).reason, "rank 1 died");

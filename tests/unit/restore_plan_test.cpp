@@ -19,7 +19,7 @@ TEST(RestorePlan, AKilledRankComesBackFromItsSuccessorsReplica) {
   // rank 1's replicas.
   const auto p = plan_restore({survivor({59, 60}, {59, 60}), replaced(), survivor({59, 60}, {59, 60})}, 61);
   ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->tier, "memory");
+  EXPECT_STREQ(name(p->tier), "memory");
   EXPECT_EQ(p->index, 60u);
   EXPECT_EQ(p->handoff, (Pairs{{2, 1}}));
 }
@@ -28,7 +28,7 @@ TEST(RestorePlan, TheNewestIndexEveryoneHoldsWinsWhenOneRankIsBehind) {
   // Rank 0 had not snapshotted 60 yet when rank 2 died.
   const auto p = plan_restore({survivor({59}, {59, 60}), survivor({59, 60}, {59, 60}), replaced()}, 61);
   ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->tier, "memory");
+  EXPECT_STREQ(name(p->tier), "memory");
   EXPECT_EQ(p->index, 59u);
   EXPECT_EQ(p->handoff, (Pairs{{0, 2}}));
 }
@@ -38,7 +38,7 @@ TEST(RestorePlan, TwoNeighboursLostTogetherFallBackToDisk) {
   const auto p = plan_restore(
       {survivor({69, 70}, {69, 70}, {20, 40, 60}), replaced({20, 40, 60}), replaced({20, 40})}, 71);
   ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->tier, "disk");
+  EXPECT_STREQ(name(p->tier), "disk");
   EXPECT_EQ(p->index, 40u);  // the newest every rank committed
   EXPECT_TRUE(p->handoff.empty());
 }
@@ -48,7 +48,7 @@ TEST(RestorePlan, AFaultBeforeTheFirstSnapshotIsAFreshStart) {
   // finished a step, there is no checkpoint: start from step 0.
   const auto p = plan_restore({survivor({}, {}), replaced(), survivor({}, {})}, 0);
   ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->tier, "none");
+  EXPECT_STREQ(name(p->tier), "none");
   EXPECT_EQ(p->index, 0u);
 }
 
@@ -62,11 +62,11 @@ TEST(RestorePlan, StateThatExistsNowhereIsLostNotRestartedFromZero) {
 TEST(RestorePlan, AWorldOfOneRestoresItsOwnSnapshotOrDisk) {
   auto p = plan_restore({survivor({7}, {})}, 8);
   ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->tier, "memory");
+  EXPECT_STREQ(name(p->tier), "memory");
   EXPECT_EQ(p->index, 7u);
   p = plan_restore({replaced({5})}, 8);
   ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->tier, "disk");
+  EXPECT_STREQ(name(p->tier), "disk");
   EXPECT_EQ(p->index, 5u);
 }
 

@@ -148,9 +148,7 @@ Commands Coordinator::message(uint32_t device, const protocol::WorkerMessage& me
   if (device >= slots_.size() || !slots_[device].connected) return take();
   Slot& s = slots_[device];
   if (const auto* m = std::get_if<protocol::Heartbeat>(&message)) {
-    // Progress as 2 x step + 1 once the step's own work is done (in
-    // step_end): a rank stuck inside a step's collective is behind its peers.
-    s.current_step = 2 * m->step + (m->step_done ? 1 : 0);
+    s.position = StepPosition{m->step, m->step_done};
     monitor_.observe_heartbeat(s.device, t);
     monitor_.observe_telemetry(s.device, t, m->telemetry.data(), m->telemetry.size());
     if (!m->telemetry.empty()) s.telemetry = m->telemetry;
@@ -503,7 +501,7 @@ void Coordinator::assign_generation() {
   round_.tier = plan->tier;
   record({{"event", "assigned"},
           {"generation", generation_},
-          {"restore", plan->tier},
+          {"restore", name(plan->tier)},
           {"index", plan->index},
           {"handoff", handoff},
           {"devices", devices}});
@@ -555,7 +553,7 @@ void Coordinator::rejoined() {
   ledger_.restore_s += restore_s;
   ledger_.recomputed_steps += redo;
   incident_.update({{"generation", generation_},
-                    {"restore", round_.tier},
+                    {"restore", name(round_.tier)},
                     {"index", round_.index},
                     {"recomputed_steps", redo},
                     {"rejoined_s", t_},

@@ -42,6 +42,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <compare>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -139,6 +140,15 @@ class Coordinator {
   MetricsSnapshot metrics(double t) const;
 
  private:
+  // Where a rank is, from its heartbeats: inside `step`, or past its own
+  // work in it (`done`, in step_end). Ordered, so that a rank stuck inside
+  // a step's collective is behind a peer that finished it.
+  struct StepPosition {
+    int64_t step = 0;
+    bool done = false;
+    auto operator<=>(const StepPosition&) const = default;
+  };
+
   struct Slot {
     uint32_t device = 0;
     uint32_t node = 0;
@@ -148,7 +158,7 @@ class Coordinator {
     int64_t rank = -1;
     double spare_since = -1;
     int64_t last_step = -1;
-    int64_t current_step = -1;  // from heartbeats: 2 x step (+1 once its work is done)
+    std::optional<StepPosition> position;  // none before its first heartbeat (behind every position)
     bool reported = false;
     bool plain_done = false;  // exited 0 without ever greeting: a plain program that finished
     std::set<uint64_t> own, replica;
@@ -169,7 +179,7 @@ class Coordinator {
     bool assigned = false;
     double assigned_s = 0;
     uint64_t index = 0;
-    std::string tier;
+    RestoreTier tier = RestoreTier::none;
     bool rejoined = false;
     uint32_t failed_assignments = 0;  // assignments no rank could carry out
   };

@@ -52,7 +52,8 @@ void Coordinator::maybe_start() {
       Slot& s = slots_[a.device];
       s.rank = a.rank;
       s.phase = Phase::active;
-      send(s, protocol::Assign{a.rank, world_, 1, resume > 0 ? "disk" : "none", resume, {}});
+      send(s, protocol::Assign{
+                  a.rank, world_, 1, resume > 0 ? RestoreTier::disk : RestoreTier::none, resume, {}});
     }
     if (resume > 0) {
       record({{"event", "resumed"}, {"index", resume}, {"from", o_.job_dir + "/checkpoints"}});
@@ -160,19 +161,19 @@ void Coordinator::watchdog() {
     return;
   }
   if (o_.step_timeout_s <= 0 || t_ - progress_since_ < o_.step_timeout_s) return;
-  int64_t lowest = INT64_MAX, highest = INT64_MIN;
-  for (Slot* m : members()) {
-    if (m->phase == Phase::done) continue;
-    lowest = std::min(lowest, m->current_step);
-    highest = std::max(highest, m->current_step);
-  }
+  std::vector<std::optional<StepPosition>> at;  // the members still working
+  for (Slot* m : members())
+    if (m->phase != Phase::done) at.push_back(m->position);
   progress_since_ = t_;
-  if (lowest == INT64_MAX) return;
-  const std::string step = std::to_string(lowest / 2);
+  if (at.empty()) return;
+  const std::optional<StepPosition> lowest = *std::min_element(at.begin(), at.end());
+  const std::optional<StepPosition> highest = *std::max_element(at.begin(), at.end());
+  const int64_t in_step = lowest ? lowest->step : 0;
+  const std::string step = std::to_string(in_step);
   const std::string secs = std::to_string(o_.step_timeout_s);
   if (lowest == highest) {
     record({{"event", "stalled"},
-            {"step", lowest / 2},
+            {"step", in_step},
             {"seconds", o_.step_timeout_s},
             {"note",
              "every rank is in the same step; no rank stands out, aborting the collective and retrying"}});
@@ -180,7 +181,7 @@ void Coordinator::watchdog() {
     return;
   }
   for (Slot* m : members()) {
-    if (m->current_step != lowest || m->phase == Phase::done) continue;
+    if (m->position != lowest || m->phase == Phase::done) continue;
     monitor_.observe_error(m->device, Code::timeout, "collective stalled in step " + step, t_);
     kill(*m);
     fault(*m, "stuck in a collective of step " + step + " for " + secs + " s while its peers had finished it",

@@ -15,7 +15,7 @@ std::set<uint64_t> common(const std::set<uint64_t>& a, const std::set<uint64_t>&
 std::optional<RestorePlan> from_memory(const std::vector<RankHoldings>& ranks) {
   const uint32_t world = static_cast<uint32_t>(ranks.size());
   std::optional<std::set<uint64_t>> candidates;  // unset until a survivor is seen
-  RestorePlan plan{"memory", 0, {}};
+  RestorePlan plan{RestoreTier::memory, 0, {}};
   for (uint32_t r = 0; r < world; ++r) {
     if (!ranks[r].survived) continue;
     candidates = candidates ? common(*candidates, ranks[r].own) : ranks[r].own;
@@ -37,7 +37,7 @@ std::optional<RestorePlan> from_disk(const std::vector<RankHoldings>& ranks) {
   std::set<uint64_t> all = ranks.front().disk;
   for (const RankHoldings& r : ranks) all = common(all, r.disk);
   if (all.empty()) return std::nullopt;
-  return RestorePlan{"disk", *all.rbegin(), {}};
+  return RestorePlan{RestoreTier::disk, *all.rbegin(), {}};
 }
 
 }  // namespace
@@ -46,7 +46,7 @@ std::optional<RestorePlan> plan_restore(const std::vector<RankHoldings>& ranks, 
   if (ranks.empty()) return std::nullopt;
   if (auto p = from_memory(ranks)) return p;
   if (auto p = from_disk(ranks)) return p;
-  if (steps_done == 0) return RestorePlan{"none", 0, {}};
+  if (steps_done == 0) return RestorePlan{RestoreTier::none, 0, {}};
   return std::nullopt;
 }
 

@@ -3,6 +3,8 @@
 // tests decide it the same way. Part of the agent's recovery logic.
 #pragma once
 
+#include "runtime/restore_tier.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -24,7 +26,7 @@ struct RankHoldings {
 };
 
 struct RestorePlan {
-  std::string tier;  // "memory", "disk" or "none" (a fresh start)
+  RestoreTier tier = RestoreTier::none;
   uint64_t index = 0;
   // memory only: (holder, receiver) of each replaced rank's replica.
   std::vector<std::pair<uint32_t, uint32_t>> handoff;
