@@ -248,6 +248,56 @@ TEST(Coordinator, ACrashedDeviceIsValidatedAgainAndWaitsAsASpareWhenAllowed) {
   EXPECT_TRUE(j.records("readmit").empty()) << "device 1 was readmitted once already";
 }
 
+// Whether a fault may be validated again is the fault's kind: a process
+// that could not start (whatever its words) may; a process lost with its
+// node agent is a lost device and may not.
+TEST(Coordinator, AProcessLostWithItsNodeIsALostDeviceAndIsNotValidatedAgain) {
+  AgentOptions o = options(2, 2);
+  o.readmit_crashed = 2;
+  Job j(o);
+  j.start();
+  j.steps({0, 1}, 0, 4);
+  j.clear();
+  j.exit(1, protocol::ProcessEnd::lost_with_node(0));
+  ASSERT_EQ(j.records("fault").size(), 1u);
+  EXPECT_EQ(j.records("fault")[0]["cause"], "process lost with its node agent 0");
+  EXPECT_TRUE(j.records("readmit").empty()) << "its device went with its node";
+  EXPECT_EQ(j.spawned(1), 0u);
+  // The spare that takes rank 1 fails to start, in words that say "lost":
+  // a process that went, validated again.
+  j.report(0, {4}, {4});
+  j.at(j.t + 0.01);
+  ASSERT_EQ(j.sent<protocol::Assign>(2).size(), 1u);
+  j.exit(2, protocol::ProcessEnd::not_started("its program was lost from the node's disk"));
+  ASSERT_EQ(j.records("readmit").size(), 1u);
+  EXPECT_EQ(j.records("readmit")[0].value("device", 99), 2);
+  EXPECT_EQ(j.spawned(2), 1u) << "a fresh worker self-tests the device";
+  EXPECT_EQ(j.spawned(1), 0u);
+}
+
+// A survivor's report often arrives before its peer's exit is reaped: the
+// round is named after the fault, and the report is kept as how it was
+// first seen.
+TEST(Coordinator, ARoundFirstSeenAsASurvivorsReportIsNamedAfterTheFault) {
+  Job j(options(2, 1));
+  j.start();
+  j.steps({0, 1}, 0, 6);
+  j.clear();
+  j.report(0, {6}, {6});
+  ASSERT_EQ(j.records("recovery_started").size(), 1u);
+  j.exit(1);
+  j.at(j.t + 0.01);
+  ASSERT_EQ(j.sent<protocol::Assign>(2).size(), 1u);
+  // A third cause in the same round is added after the fault's.
+  j.exit(2);
+  const nlohmann::json r = j.c.report(j.t);
+  ASSERT_EQ(r["incidents"].size(), 1u);
+  EXPECT_EQ(
+      r["incidents"][0]["cause"],
+      "device 1 (rank 1): process killed by signal Killed (first seen as: rank 0 reported: aborted: the "
+      "communicator was aborted); then device 2 (rank 1): process killed by signal Killed");
+}
+
 TEST(Coordinator, ACrashedDeviceStaysCordonedByDefault) {
   Job j(options(2, 1));
   j.start();

@@ -1,5 +1,6 @@
-// The coordinator's events and its recovery rounds. Start, health,
-// migration, the watchdog, stopping and the report are in
+// The coordinator's events: hellos, the workers' messages, exits, faults
+// and readmission. The recovery round is in coordinator_round.cpp; start,
+// health, migration, the watchdog, stopping and the report are in
 // coordinator_tick.cpp.
 #include "runtime/agent/coordinator.hpp"
 
@@ -13,10 +14,6 @@ namespace sigma::runtime::agent {
 using json = nlohmann::json;
 
 namespace {
-
-// Assignments that may fail (no rank could build the communicator or
-// restore) before the job pauses with the reason instead of trying for ever.
-constexpr uint32_t kMaxFailedAssignments = 3;
 
 health::Config monitor_config(const AgentOptions& o) {
   health::Config c;
@@ -159,9 +156,7 @@ Commands Coordinator::message(uint32_t device, const protocol::WorkerMessage& me
     s.last_step = std::max<int64_t>(s.last_step, static_cast<int64_t>(m->step));
     steps_reached_ = std::max(steps_reached_, m->step + 1);
     monitor_.observe_step(s.device, m->step, m->seconds, t);
-    double& slowest = step_times_[m->step];
-    slowest = std::max(slowest, m->seconds);
-    settle_steps(64);
+    ledger_.slow_steps_s += step_times_.finished(m->step, m->seconds);
     ledger_.steps_run += s.rank == 0 ? 1 : 0;
   } else if (const auto* m = std::get_if<protocol::Checkpointed>(&message)) {
     if (s.rank >= 0) disk_[static_cast<uint32_t>(s.rank)].insert(m->index);
@@ -214,13 +209,13 @@ void Coordinator::recover_request(Slot& s, const protocol::RecoverRequest& m) {
   if (lost && (s.phase == Phase::active || s.phase == Phase::spare)) {
     // Its own device is gone: no use waiting for it in the next generation.
     kill(s);
-    fault(s, "the device reports itself lost: " + m.reason, t_);
+    fault(s, {Fault::Kind::device_lost, "the device reports itself lost: " + m.reason}, t_);
     return;
   }
   if (s.phase != Phase::active) return;
   if (!round_.active) {
     start_round("rank " + std::to_string(s.rank) + " reported: " + (m.reason.empty() ? "an error" : m.reason),
-                t_);
+                t_, true);
   } else if (round_.assigned && !round_.rejoined && s.joined_gen != generation_) {
     // It could not carry out the assignment (its communicator, probe or
     // restore failed): the round starts over, a bounded number of times.
@@ -258,11 +253,14 @@ Commands Coordinator::exited(uint32_t device, const protocol::ProcessEnd& end, d
     record({{"event", "exited_without_session"}, {"device", s.device}, {"status", end.describe()}});
     return take();
   }
-  fault(s, "process " + end.describe(), t);
+  const auto kind =
+      end.how == protocol::ProcessEnd::How::lost ? Fault::Kind::node_lost : Fault::Kind::process_ended;
+  fault(s, {kind, "process " + end.describe()}, t);
   return take();
 }
 
-void Coordinator::fault(Slot& s, const std::string& cause, double fault_s) {
+void Coordinator::fault(Slot& s, const Fault& f, double fault_s) {
+  const std::string& cause = f.words;
   const Phase was = s.phase;
   if (was == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += t_ - s.spare_since;
   s.phase = Phase::dead;
@@ -270,8 +268,7 @@ void Coordinator::fault(Slot& s, const std::string& cause, double fault_s) {
   s.connected = false;
   // The health record says which kind of loss: the device itself, or the
   // process on it (crashed, hung, stuck).
-  const bool device_said = cause.find("lost") != std::string::npos;
-  monitor_.observe_error(s.device, device_said ? Code::device_lost : Code::internal, cause, t_);
+  monitor_.observe_error(s.device, f.device_said() ? Code::device_lost : Code::internal, cause, t_);
   record({{"event", "fault"},
           {"device", s.device},
           {"rank", s.rank},
@@ -307,19 +304,14 @@ void Coordinator::fault(Slot& s, const std::string& cause, double fault_s) {
       round_.pause_reason = a.reason;
     }
   }
-  maybe_readmit(s, cause, device_said);
+  maybe_readmit(s, f);
 }
 
-void Coordinator::maybe_readmit(Slot& s, const std::string& cause, bool device_said) {
-  // The worker process went (it crashed, or the agent killed it for not
-  // answering an abort or not beating); the device never said it was lost.
-  const bool process = cause.rfind("process ", 0) == 0 ||
-                       cause.find("did not answer the abort") != std::string::npos ||
-                       cause.find("(hung)") != std::string::npos;
-  if (!process || device_said || readmitted_[s.device] >= o_.readmit_crashed ||
+void Coordinator::maybe_readmit(Slot& s, const Fault& f) {
+  if (!f.process_went() || readmitted_[s.device] >= o_.readmit_crashed ||
       scheduler_.state(s.device) != scheduler::DeviceState::cordoned)
     return;
-  s.readmit_cause = cause;
+  s.readmit_cause = f.words;
   if (!s.alive) readmit(s);  // else once its exit is reaped (exited())
 }
 
@@ -336,233 +328,6 @@ void Coordinator::readmit(Slot& s) {
           {"of", o_.readmit_crashed}});
   act(scheduler_.on_repaired(s.device, t_));  // cordoned -> validating
   spawn(s);                                   // a fresh worker self-tests the device
-}
-
-void Coordinator::start_round(const std::string& cause, double fault_s) {
-  bool reset_reports = true;
-  if (round_.active && !round_.rejoined) {
-    // A second fault before the first recovery finished: the same round goes
-    // on with one more casualty. A survivor's report often arrives before
-    // the exit is reaped: the fault itself is the better headline.
-    if (round_.cause.rfind("rank ", 0) == 0 && round_.cause.find(" reported: ") != std::string::npos) {
-      round_.cause = cause + " (first seen as: " + round_.cause + ")";
-    } else {
-      round_.cause += "; then " + cause;
-    }
-    incident_["cause"] = round_.cause;
-    // Reports are never reset here: one made after the assignment went out
-    // (a survivor whose new communicator failed with the spare) is the
-    // report of what it holds now, and it will not send another: resetting
-    // it would have the agent kill a healthy rank for waiting.
-    reset_reports = false;
-    round_.assigned = false;
-  } else {
-    if (round_.active) {
-      incident_["back_at_reached_step_s"] = nullptr;
-      incidents_.push_back(incident_);
-    }
-    round_ = Round{};
-    round_.active = true;
-    round_.cause = cause;
-    round_.fault_s = fault_s;
-    round_.detected_s = t_;
-    round_.reached = reached();
-    incident_ = {
-        {"cause", cause}, {"fault_s", fault_s}, {"detected_s", t_}, {"reached_step", round_.reached}};
-  }
-  round_.abort_s = t_;
-  std::vector<Slot*> gone;
-  for (Slot* m : members()) {
-    if (m->phase == Phase::done) {
-      // It finished its steps, but a peer did not: it rejoins (its session
-      // waits for the goodbye and recovers on this abort), or, when it is
-      // no longer there, it is replaced like any lost rank.
-      m->phase = Phase::active;
-      if (!m->alive || !m->connected) gone.push_back(m);
-      m->reported = false;
-    }
-    if (m->phase == Phase::active) {
-      if (reset_reports) m->reported = false;
-      m->abort_sent = !m->reported;
-      send(*m, protocol::Abort{cause});
-    }
-  }
-  for (Slot& s : slots_) {
-    if (s.phase == Phase::retiring) send(s, protocol::Abort{cause});
-  }
-  record({{"event", "recovery_started"}, {"cause", cause}, {"reached_step", round_.reached}});
-  for (Slot* m : gone) fault(*m, "it had finished and left before a peer failed in the last steps", t_);
-}
-
-void Coordinator::fail_assignment(const std::string& why) {
-  if (++round_.failed_assignments >= kMaxFailedAssignments) {
-    round_.paused = true;
-    round_.pause_reason =
-        "recovery failed " + std::to_string(round_.failed_assignments) + " times; the last: " + why;
-  }
-  start_round(why, round_.fault_s);
-}
-
-std::optional<recovery::RestorePlan> Coordinator::plan_restore() {
-  std::vector<recovery::RankHoldings> ranks(scheduler_.world_size());
-  for (uint32_t r = 0; r < ranks.size(); ++r) {
-    const Slot* s = slot_of_rank(r);
-    if (s == nullptr) return std::nullopt;
-    // Only a rank that has joined a generation holds a state of its own; a
-    // spare whose hand-off failed is still waiting for its neighbour's.
-    ranks[r].survived = s->phase == Phase::active && s->joined_gen > 0;
-    if (ranks[r].survived) {
-      ranks[r].own = s->own;
-      ranks[r].replica = s->replica;
-    }
-    if (auto d = disk_.find(r); d != disk_.end()) ranks[r].disk = d->second;
-  }
-  return recovery::plan_restore(ranks, reached());
-}
-
-// Every rank discards its checkpoints after the step the job goes back to
-// (they describe steps that run again), so none of them is held any more.
-void Coordinator::forget_disk_after(uint64_t index) {
-  for (auto& [rank, steps] : disk_) steps.erase(steps.upper_bound(index), steps.end());
-}
-
-void Coordinator::advance_round() {
-  if (!round_.active) return;
-  if (!round_.assigned) {
-    auto ms = members();
-    for (Slot* m : ms) {
-      if (m->phase == Phase::active && !m->reported && t_ - round_.abort_s > o_.abort_grace_s) {
-        // A survivor that cannot leave its collective is as good as hung.
-        kill(*m);
-        fault(*m, "did not answer the abort within " + std::to_string(o_.abort_grace_s) + " s", t_);
-        return;
-      }
-    }
-    for (Slot* m : ms) {
-      if (m->phase == Phase::active && !m->reported) return;
-      if (m->phase == Phase::starting) return;
-    }
-    assign_generation();
-    return;
-  }
-  if (!round_.rejoined) {
-    if (t_ - round_.assigned_s > o_.recovery_timeout_s) return assignment_overdue();
-    for (Slot* m : members()) {
-      if (m->joined_gen != generation_) return;
-    }
-    rejoined();
-  }
-  if (progress() >= round_.reached) {
-    incident_["back_at_reached_step_s"] = t_ - round_.fault_s;
-    record(
-        {{"event", "recovered"}, {"back_at_step", round_.reached}, {"after_fault_s", t_ - round_.fault_s}});
-    incidents_.push_back(incident_);
-    round_.active = false;
-  }
-}
-
-void Coordinator::assign_generation() {
-  if (round_.paused) {
-    end("paused", round_.pause_reason + "; " + resume_hint("when a device is repaired"), job_exit::paused,
-        "paused");
-    return;
-  }
-  const auto plan = plan_restore();
-  if (!plan) {
-    end("unrecoverable",
-        "no state to restore: the memory replicas of the lost ranks died with them and " + no_disk_why(),
-        job_exit::unrecoverable, "unrecoverable");
-    return;
-  }
-  ++generation_;
-  forget_disk_after(plan->index);
-  json handoff = json::array(), devices = json::array();
-  for (auto [h, r] : plan->handoff) handoff.push_back({h, r});
-  for (uint32_t r = 0; r < scheduler_.world_size(); ++r) {
-    Slot* s = slot_of_rank(r);
-    if (s->phase == Phase::spare) {
-      ledger_.idle_spares_s += t_ - s->spare_since;
-      s->phase = Phase::active;
-      s->newcomer = true;
-    }
-    s->rank = r;
-    s->reported = false;
-    s->abort_sent = false;
-    devices.push_back(s->device);
-    send(*s,
-         protocol::Assign{r, scheduler_.world_size(), generation_, plan->tier, plan->index, plan->handoff});
-  }
-  for (Slot& s : slots_) {
-    if (s.phase == Phase::retiring) send(s, protocol::Retire{"moved off a suspect device"});
-  }
-  round_.assigned = true;
-  round_.assigned_s = t_;
-  round_.index = plan->index;
-  round_.tier = plan->tier;
-  record({{"event", "assigned"},
-          {"generation", generation_},
-          {"restore", name(plan->tier)},
-          {"index", plan->index},
-          {"handoff", handoff},
-          {"devices", devices}});
-}
-
-// The assignment went out recovery_timeout_s ago and not every rank has
-// joined. A spare that took a rank and did not join while others did is
-// the culprit (stuck in its hand-off or its communicator): it is replaced.
-// Otherwise nobody stands out (a survivor may be stuck waiting on a hung
-// peer): the assignment failed, everyone is aborted and reports again, and
-// whoever cannot leave within abort_grace_s is replaced then.
-void Coordinator::assignment_overdue() {
-  std::vector<Slot*> late_newcomers;
-  bool any_joined = false;
-  size_t late = 0;
-  for (Slot* m : members()) {
-    if (m->joined_gen == generation_) {
-      any_joined = true;
-    } else if (!m->reported) {
-      ++late;
-      if (m->newcomer) late_newcomers.push_back(m);
-    }
-  }
-  const std::string within =
-      "generation " + std::to_string(generation_) + " within " + std::to_string(o_.recovery_timeout_s) + " s";
-  record({{"event", "recovery_overdue"}, {"generation", generation_}, {"late", late}});
-  if (!any_joined || late_newcomers.empty()) {
-    fail_assignment((any_joined ? std::to_string(late) + " rank(s) did not join " : "no rank joined ") +
-                    within);
-    return;
-  }
-  for (Slot* m : late_newcomers) {
-    kill(*m);
-    fault(*m, "did not join " + within + " (stuck in its hand-off, communicator or probe)",
-          round_.assigned_s);
-  }
-}
-
-void Coordinator::rejoined() {
-  double comm_s = 0, restore_s = 0;
-  for (Slot* m : members()) {
-    comm_s = std::max(comm_s, m->comm_s);
-    restore_s = std::max(restore_s, m->restore_s);
-  }
-  round_.rejoined = true;
-  const uint64_t redo = round_.reached > round_.index ? round_.reached - round_.index : 0;
-  ledger_.detection_s += round_.detected_s - round_.fault_s;
-  ledger_.restart_s += std::max(0.0, t_ - round_.detected_s - restore_s);
-  ledger_.restore_s += restore_s;
-  ledger_.recomputed_steps += redo;
-  incident_.update({{"generation", generation_},
-                    {"restore", name(round_.tier)},
-                    {"index", round_.index},
-                    {"recomputed_steps", redo},
-                    {"rejoined_s", t_},
-                    {"comm_s", comm_s},
-                    {"restore_s", restore_s}});
-  record({{"event", "rejoined"},
-          {"generation", generation_},
-          {"after_fault_s", t_ - round_.fault_s},
-          {"recomputed_steps", redo}});
 }
 
 void Coordinator::end(const std::string& status, const std::string& why, int code, const char* event,

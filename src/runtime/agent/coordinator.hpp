@@ -34,6 +34,7 @@
 
 #include "runtime/agent/records.hpp"
 #include "runtime/agent/restore_plan.hpp"
+#include "runtime/agent/step_times.hpp"
 #include "runtime/protocol.hpp"
 
 #include <sigma/agent.hpp>
@@ -44,7 +45,6 @@
 
 #include <compare>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -149,6 +149,31 @@ class Coordinator {
     auto operator<=>(const StepPosition&) const = default;
   };
 
+  // Why the agent holds a worker failed: the kind decides (whether the
+  // device itself is gone, whether a fresh process may validate it again),
+  // the words are for the journal and the report.
+  struct Fault {
+    enum class Kind : uint8_t {
+      process_ended,     // its process ended unexpectedly
+      node_lost,         // its host's agent is gone, and the process with it
+      device_lost,       // the device reports itself lost
+      abort_unanswered,  // it did not leave its collective within abort_grace_s
+      hung,              // no heartbeat within the heartbeat timeout
+      never_greeted,     // no hello within validate_timeout_s
+      stuck_in_step,     // inside a step's collective its peers had finished
+      join_stuck,        // did not join the new generation in time
+      left_early,        // finished and left before a peer failed in the last steps
+    };
+    Kind kind;
+    std::string words;
+    bool device_said() const { return kind == Kind::device_lost || kind == Kind::node_lost; }
+    // Its process went (crashed, or killed for not answering or not
+    // beating) while the device never said it was lost.
+    bool process_went() const {
+      return kind == Kind::process_ended || kind == Kind::abort_unanswered || kind == Kind::hung;
+    }
+  };
+
   struct Slot {
     uint32_t device = 0;
     uint32_t node = 0;
@@ -172,6 +197,7 @@ class Coordinator {
   struct Round {
     bool active = false;
     std::string cause;
+    bool cause_is_report = false;  // first seen as a rank's report (a fault may name it better)
     double fault_s = 0, detected_s = 0, abort_s = 0;
     uint64_t reached = 0;
     bool paused = false;
@@ -193,9 +219,9 @@ class Coordinator {
   Commands take();
 
   void recover_request(Slot& s, const protocol::RecoverRequest& m);
-  void fault(Slot& s, const std::string& cause, double fault_s);
-  void start_round(const std::string& cause, double fault_s);
-  void maybe_readmit(Slot& s, const std::string& cause, bool device_said);
+  void fault(Slot& s, const Fault& f, double fault_s);
+  void start_round(const std::string& cause, double fault_s, bool from_report = false);
+  void maybe_readmit(Slot& s, const Fault& f);
   void readmit(Slot& s);
   void advance_round();
   void assign_generation();
@@ -221,8 +247,6 @@ class Coordinator {
   uint64_t progress() const;
   Slot* slot_of_rank(uint32_t rank);
   std::vector<Slot*> members();
-  void settle_steps(size_t keep);
-  double median_step() const;
 
   AgentOptions o_;
   uint32_t world_;
@@ -238,12 +262,8 @@ class Coordinator {
   std::vector<nlohmann::json> incidents_;
   Ledger ledger_;
   uint64_t steps_reached_ = 0;
-  // Step times in bounded memory: the last few steps by index (slowest rank
-  // wins), then a window of finished ones for the median; slow steps are
-  // charged to the ledger as they leave the first map.
-  std::map<uint64_t, double> step_times_;
+  StepTimes step_times_;
   std::map<uint32_t, uint32_t> readmitted_;  // device -> readmissions after a crash
-  std::deque<double> step_window_;
   uint64_t watched_progress_ = 0;
   double progress_since_ = 0;
   int stop_signal_ = 0;            // a stop was requested: the job is stopping

@@ -82,7 +82,10 @@ void Coordinator::maybe_start() {
     for (Slot& s : slots_) {
       if (s.phase == Phase::starting) {
         kill(s);
-        fault(s, "never said hello within " + std::to_string(o_.validate_timeout_s) + " s", t_);
+        fault(s,
+              {Fault::Kind::never_greeted,
+               "never said hello within " + std::to_string(o_.validate_timeout_s) + " s"},
+              t_);
         ++out;
       }
     }
@@ -104,7 +107,8 @@ void Coordinator::health_tick() {
     if (e.to == health::State::failed && e.warning.rule == "heartbeat" && serving) {
       // Hung: make sure it cannot come back, then treat it as lost.
       kill(s);
-      fault(s, "no heartbeat for " + std::to_string(e.warning.value) + " s (hung)", t_ - e.warning.value);
+      fault(s, {Fault::Kind::hung, "no heartbeat for " + std::to_string(e.warning.value) + " s (hung)"},
+            t_ - e.warning.value);
       continue;
     }
     if (e.to >= health::State::suspect && e.to != health::State::failed && serving) {
@@ -184,7 +188,9 @@ void Coordinator::watchdog() {
     if (m->position != lowest || m->phase == Phase::done) continue;
     monitor_.observe_error(m->device, Code::timeout, "collective stalled in step " + step, t_);
     kill(*m);
-    fault(*m, "stuck in a collective of step " + step + " for " + secs + " s while its peers had finished it",
+    fault(*m,
+          {Fault::Kind::stuck_in_step,
+           "stuck in a collective of step " + step + " for " + secs + " s while its peers had finished it"},
           t_ - o_.step_timeout_s);
   }
 }
@@ -272,24 +278,6 @@ void Coordinator::finish_job() {
   end("done", "", job_exit::done, nullptr, "the job is done");
 }
 
-double Coordinator::median_step() const {
-  if (step_window_.empty()) return 0;
-  std::vector<double> v(step_window_.begin(), step_window_.end());
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
-void Coordinator::settle_steps(size_t keep) {
-  while (step_times_.size() > keep) {
-    const double x = step_times_.begin()->second;
-    step_times_.erase(step_times_.begin());
-    step_window_.push_back(x);
-    if (step_window_.size() > 1001) step_window_.pop_front();
-    const double median = median_step();
-    if (step_window_.size() >= 10 && x > 1.5 * median) ledger_.slow_steps_s += x - median;
-  }
-}
-
 MetricsSnapshot Coordinator::metrics(double t) const {
   MetricsSnapshot snap;
   snap.steps = reached();
@@ -311,8 +299,8 @@ json Coordinator::report(double t) {
     incidents_.push_back(incident_);
     round_.active = false;
   }
-  settle_steps(0);
-  const double median = median_step();
+  ledger_.slow_steps_s += step_times_.settle_all();
+  const double median = step_times_.median();
   for (Slot& s : slots_) {
     if (s.phase == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += t - s.spare_since;
     s.spare_since = -1;
