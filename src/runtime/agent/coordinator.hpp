@@ -32,6 +32,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include "runtime/agent/job_exit.hpp"
 #include "runtime/agent/records.hpp"
 #include "runtime/agent/restore_plan.hpp"
 #include "runtime/agent/step_times.hpp"
@@ -78,13 +79,6 @@ using Commands = std::vector<Command>;
 
 enum class Phase { starting, spare, active, retiring, done, dead };
 
-// sigmarun's exit status when the job ends (docs/sigmarun.md).
-namespace job_exit {
-constexpr int done = 0;
-constexpr int paused = 3;         // no spare left, or recovery failed: a rerun resumes
-constexpr int unrecoverable = 4;  // no state to go on from, or too few devices
-constexpr int stopped_by(int signal) { return 128 + signal; }
-}  // namespace job_exit
 const char* phase_name(Phase p);
 
 // The disk checkpoints found in the job folder before the start: rank ->

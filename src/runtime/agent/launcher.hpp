@@ -1,7 +1,7 @@
 // What an agent does on its own host: start a worker process for a device
-// with the environment the session reads, wake its loop when a child exits,
-// and, on every host but the first, follow the root agent (run_follower in
-// <sigma/agent.hpp>).
+// with the environment the session reads, and wake its loop when a child
+// exits. The root agent's host is host.cpp; every other host's is
+// follower_host.cpp (run_follower in <sigma/agent.hpp>).
 #pragma once
 
 #include <sigma/agent.hpp>
