@@ -142,6 +142,13 @@ class SIGMA_EXPORT Session {
   // Throws Error(aborted) when the agent retires this worker (it was moved
   // off a suspect device, or the job is paused) and Error(unavailable)
   // when the agent is gone.
+  // `failure` is what failed: its code travels to the agent as it is (a
+  // device that reports itself lost is replaced without being waited for).
+  uint64_t recover(const Error& failure);
+  // The same for a failure known by its code alone (a C caller's status).
+  uint64_t recover(Code code, const std::string& reason);
+  // For a failure libsigma did not report (the caller's own exception): the
+  // agent reads its code as unknown, never from `reason`.
   uint64_t recover(const std::string& reason = {});
   // True once the agent has retired this worker or ended the job: join()
   // and recover() then throw Error(aborted) and the process should exit.

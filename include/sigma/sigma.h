@@ -298,10 +298,17 @@ SIGMA_EXPORT int32_t sigma_session_ended(const sigma_session_t* s);
 
 /*
  * After any error of a collective or step_end: reports, waits for the next
- * assignment, restores. [in, optional] reason. [out] next_step.
+ * assignment, restores. [in] failed: the status of the call that failed
+ * (a HAL collective's or a sigma_* call's; HAL_ERR_DEVICE_LOST has the
+ * device replaced without being waited for). [in, optional] reason, for the
+ * journal; the agent never reads a code from it. [out] next_step.
  * Errors as sigma_session_join.
  * Thread-safety (every sigma_session_* call): the training thread only.
  */
+SIGMA_EXPORT sigma_status_t sigma_session_recover_status(sigma_session_t* s, sigma_status_t failed,
+                                                         const char* reason, uint64_t* next_step);
+/* As sigma_session_recover_status for a failure whose status is not known:
+ * the agent reads its code as unknown. */
 SIGMA_EXPORT sigma_status_t sigma_session_recover(sigma_session_t* s, const char* reason,
                                                   uint64_t* next_step);
 

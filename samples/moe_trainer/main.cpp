@@ -478,14 +478,14 @@ int main(int argc, char** argv) {
 
     // The loop: join, steps, recover from any libsigma error, finish.
     uint64_t step = 0;
-    std::optional<std::string> failed;
+    std::optional<sigma::Error> failed;  // what failed, for the recovery (its code travels to the agent)
     std::string note;  // a guardrails decision, for the agent's report with the next finished step
     try {
       step = s.join();  // a rank (spares wait here), the state (fresh or restored)
       t.setup(step);
     } catch (const sigma::Error& e) {
       if (s.ended()) return 0;  // a spare never needed
-      failed = e.what();
+      failed = e;
     }
     for (;;) {
       while (step < o.steps || failed) {
@@ -497,7 +497,7 @@ int main(int argc, char** argv) {
           } catch (const sigma::Error& e) {
             if (s.ended()) return 0;                          // retired: moved off a suspect device
             if (e.code() == sigma::Code::unavailable) throw;  // the agent is gone
-            failed = std::string(sigma::code_name(e.code())) + ": " + e.what();
+            failed = e;
           }
           continue;
         }
@@ -521,14 +521,14 @@ int main(int argc, char** argv) {
           note.clear();
           ++step;
         } catch (const sigma::Error& e) {
-          failed = std::string(sigma::code_name(e.code())) + ": " + e.what();
+          failed = e;
         }
       }
       try {
         s.finish(step);
         break;
       } catch (const sigma::Error& e) {
-        failed = std::string(sigma::code_name(e.code())) + ": " + e.what();  // a peer failed at the end
+        failed = e;  // a peer failed at the end
       }
     }
     t.write_final(step);

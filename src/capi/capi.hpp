@@ -35,6 +35,10 @@ std::vector<checkpoint::TensorView> state_views(const sigma_state_view_t* views,
 inline sigma_status_t status_of(Code code) {
   return code == Code::data_loss ? SIGMA_ERR_DATA_LOSS : to_hal_status(code);
 }
+// And back: the code of a C API status.
+inline Code code_of(sigma_status_t status) {
+  return status == SIGMA_ERR_DATA_LOSS ? Code::data_loss : from_hal_status(status);
+}
 
 // Runs body; turns whatever it throws into a status and "who: message".
 template <typename F>

@@ -85,6 +85,16 @@ sigma_status_t sigma_session_step_end(sigma_session_t* s, uint64_t step) {
 int32_t sigma_session_should_migrate(const sigma_session_t* s) { return s && s->s->should_migrate() ? 1 : 0; }
 int32_t sigma_session_ended(const sigma_session_t* s) { return s && s->s->ended() ? 1 : 0; }
 
+sigma_status_t sigma_session_recover_status(sigma_session_t* s, sigma_status_t failed, const char* reason,
+                                            uint64_t* next_step) {
+  return capi::guarded("sigma_session_recover_status", [&] {
+    if (s == nullptr || next_step == nullptr)
+      throw Error(Code::invalid_argument, "session or next_step is NULL");
+    const Code code = capi::code_of(failed);
+    *next_step = s->s->recover(code, std::string(code_name(code)) + ": " + (reason ? reason : ""));
+  });
+}
+
 sigma_status_t sigma_session_recover(sigma_session_t* s, const char* reason, uint64_t* next_step) {
   return capi::guarded("sigma_session_recover", [&] {
     if (s == nullptr || next_step == nullptr)

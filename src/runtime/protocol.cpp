@@ -135,6 +135,15 @@ hal_telemetry_sample_t sample_of(const json& j) {
   return s;
 }
 
+// A RecoverRequest's code: a code's name, or "unknown".
+std::optional<Code> failure_code(const Fields& f) {
+  const std::string text = f.text("code");
+  if (text == "unknown") return std::nullopt;
+  for (int c = static_cast<int>(Code::ok); c <= static_cast<int>(Code::data_loss); ++c)
+    if (text == code_name(static_cast<Code>(c))) return static_cast<Code>(c);
+  bad(f.where("code"), "expected a code's name or unknown, got '" + text + "'");
+}
+
 RestoreTier tier(const Fields& f) {
   const std::string text = f.text("restore");
   const auto t = restore_tier_named(text);
@@ -263,7 +272,7 @@ json encode(const WorkerMessage& m) {
             return {{"type", "checkpoint"}, {"index", x.index}};
           },
           [](const RecoverRequest& x) -> json {
-            return {{"type", "recover"},  {"code", x.code},
+            return {{"type", "recover"},  {"code", x.code ? std::string(code_name(*x.code)) : "unknown"},
                     {"reason", x.reason}, {"generation", x.generation},
                     {"own", x.own},       {"replica", x.replica},
                     {"disk", x.disk}};
@@ -381,7 +390,7 @@ WorkerMessage decode_worker(const json& j) {
   if (type == "snapshot") return Snapshotted{f.integer<uint64_t>("index")};
   if (type == "checkpoint") return Checkpointed{f.integer<uint64_t>("index")};
   if (type == "recover")
-    return RecoverRequest{f.text("code"),
+    return RecoverRequest{failure_code(f),
                           f.text("reason"),
                           f.integer<uint64_t>("generation"),
                           f.integers<uint64_t>("own"),

@@ -18,6 +18,7 @@
 #include "runtime/restore_tier.hpp"
 
 #include <sigma/hal.h>
+#include <sigma/error.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -94,10 +95,12 @@ struct Checkpointed {
 };
 
 // The worker's communicator failed: it asks for a new assignment and says
-// which snapshots and checkpoints it holds. `code` is the error's code name
-// (sigma::code_name: "device_lost", "timeout", ...), `reason` its message.
+// which snapshots and checkpoints it holds. `code` is the failure's code
+// (none: a failure libsigma did not report, such as a C caller's own), on
+// the wire its name (sigma::code_name: "device_lost", ...; "unknown" for
+// none); `reason` its message.
 struct RecoverRequest {
-  std::string code;
+  std::optional<Code> code;
   std::string reason;
   uint64_t generation = 0;
   std::vector<uint64_t> own, replica, disk;

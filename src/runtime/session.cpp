@@ -414,6 +414,17 @@ struct Session::Impl {
     return index;
   }
 
+  // Reports what this rank holds, with the failure's code (none: one
+  // libsigma did not report), and waits for the next assignment.
+  uint64_t recover(std::optional<Code> code, const std::string& reason) {
+    abort_comm();
+    tier->abandon();    // a replica still in flight is not held
+    settle_disk(true);  // what this rank holds on disk, durable
+    ch->send(protocol::encode(protocol::RecoverRequest{code, reason, generation, tier->own_indices(),
+                                                       tier->replica_indices(), disk_held()}));
+    return wait_and_apply();
+  }
+
   uint64_t wait_and_apply() {
     Command c = next_command();
     if (const auto* a = std::get_if<protocol::Assign>(&c.message)) return apply(*a, c.aborts_before);
@@ -592,22 +603,13 @@ uint64_t Session::rollback(uint64_t index) {
   return index;
 }
 
-uint64_t Session::recover(const std::string& reason) {
-  Impl& m = *impl_;
-  m.abort_comm();
-  m.tier->abandon();  // a replica still in flight is not held
-  // run() and the C API pass "code_name: message"; the code travels on its
-  // own, so the agent never has to search the text.
-  std::string code = "unknown";
-  for (int c = static_cast<int>(Code::invalid_argument); c <= static_cast<int>(Code::data_loss); ++c) {
-    const std::string name(code_name(static_cast<Code>(c)));
-    if (reason.rfind(name + ":", 0) == 0) code = name;
-  }
-  m.settle_disk(true);  // what this rank holds on disk, durable
-  m.ch->send(protocol::encode(protocol::RecoverRequest{code, reason, m.generation, m.tier->own_indices(),
-                                                       m.tier->replica_indices(), m.disk_held()}));
-  return m.wait_and_apply();
+uint64_t Session::recover(const Error& failure) {
+  return impl_->recover(failure.code(), std::string(code_name(failure.code())) + ": " + failure.what());
 }
+
+uint64_t Session::recover(Code code, const std::string& reason) { return impl_->recover(code, reason); }
+
+uint64_t Session::recover(const std::string& reason) { return impl_->recover(std::nullopt, reason); }
 
 void Session::finish(uint64_t steps_done) {
   Impl& m = *impl_;
@@ -645,10 +647,10 @@ bool Session::ended() const noexcept { return impl_->ended.load(); }
 
 std::optional<uint64_t> Session::run(uint64_t total_steps, const std::function<void(uint64_t)>& step_fn) {
   uint64_t step = 0;
-  std::optional<std::string> failed;
+  std::optional<Error> failed;
   auto note = [&](const Error& e) {
     if (impl_->agent_gone) throw e;
-    failed = std::string(code_name(e.code())) + ": " + e.what();
+    failed = e;
   };
   try {
     step = join();
@@ -660,7 +662,7 @@ std::optional<uint64_t> Session::run(uint64_t total_steps, const std::function<v
     while (step < total_steps || failed) {
       if (failed) {
         // Recover until an assignment works out (a peer may die meanwhile).
-        std::string why = *failed;
+        Error why = *failed;
         for (;;) {
           try {
             step = recover(why);
@@ -668,7 +670,7 @@ std::optional<uint64_t> Session::run(uint64_t total_steps, const std::function<v
           } catch (const Error& again) {
             if (ended()) return std::nullopt;
             if (impl_->agent_gone) throw;
-            why = std::string(code_name(again.code())) + ": " + again.what();
+            why = again;
           }
         }
         failed.reset();

@@ -105,7 +105,8 @@ again:
       ++step;
       continue;
     }
-    while (sigma_session_recover(s, sigma_last_error(), &step) != SIGMA_OK) {
+    /* The failed call's status goes with the recovery; a failed recovery's own next. */
+    while ((st = sigma_session_recover_status(s, st, sigma_last_error(), &step)) != SIGMA_OK) {
       if (sigma_session_ended(s)) {
         sigma_session_destroy(s);
         return 0;

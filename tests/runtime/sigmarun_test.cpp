@@ -856,6 +856,31 @@ TEST(SigmarunC, AWorkerWrittenInCRecoversFromAKillExactly) {
   EXPECT_TRUE(a == b);
 }
 
+// A C worker's failed call passes its status to the recovery
+// (sigma_session_recover_status): the agent reads HAL_ERR_DEVICE_LOST from
+// it, never from words, replaces the device at once, and the result is the
+// fault-free run's.
+TEST(SigmarunC, AWorkerWrittenInCTellsALostDeviceByItsStatus) {
+  const std::vector<std::string> agent{"--nproc", "2", "--spares", "1"};
+  JobRun clean = sigmarun("c-sim-clean", agent + on_sim(scenario_file("c-sim-clean", "  []\n")), {"120"},
+                          RUNTIME_C_WORKER);
+  ASSERT_EQ(clean.exit_code, 0) << logs(clean);
+  JobRun lost = sigmarun(
+      "c-sim-lost",
+      agent + on_sim(scenario_file("c-sim-lost", "  - {kind: device_lost, device: 1, at_op: 100}\n")),
+      {"120"}, RUNTIME_C_WORKER);
+  ASSERT_EQ(lost.exit_code, 0) << logs(lost);
+  const json* f = find_event(lost, "fault", "device", 1);
+  ASSERT_NE(f, nullptr) << logs(lost);
+  EXPECT_EQ((*f)["cause"].get<std::string>().rfind("the device reports itself lost: device_lost: ", 0), 0u)
+      << (*f)["cause"];
+  const json* replace = find_event(lost, "scheduler", "action", "replace");
+  ASSERT_NE(replace, nullptr) << logs(lost);
+  EXPECT_EQ((*replace)["device"], 1);
+  EXPECT_EQ((*replace)["to_device"], 2);
+  EXPECT_TRUE(finals(clean, 2) == finals(lost, 2));
+}
+
 TEST_F(Sigmarun, WorkersMeetThroughARealRedisServerAndRecover) {
   std::ifstream in(std::string(SIGMA_REDIS_FIXTURE_DIR) + "/port");
   int port = 0;

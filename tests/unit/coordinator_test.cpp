@@ -136,10 +136,10 @@ class Job {
   }
   // `d` asks for a recovery holding own and replica snapshots `held`.
   void report(uint32_t d, std::vector<uint64_t> own, std::vector<uint64_t> replica,
-              const std::string& code = "aborted", std::vector<uint64_t> disk = {}) {
+              sigma::Code code = sigma::Code::aborted, std::vector<uint64_t> disk = {}) {
     protocol::RecoverRequest r;
     r.code = code;
-    r.reason = code + ": the communicator was aborted";
+    r.reason = std::string(sigma::code_name(code)) + ": the communicator was aborted";
     r.generation = c.generation();
     r.own = std::move(own);
     r.replica = std::move(replica);
@@ -411,7 +411,7 @@ TEST(Coordinator, ADeviceThatReportsItselfLostIsKilledAndReplaced) {
   j.start();
   j.steps({0, 1}, 0, 3);
   j.clear();
-  j.report(1, {3}, {3}, "device_lost");
+  j.report(1, {3}, {3}, sigma::Code::device_lost);
   EXPECT_TRUE(j.killed(1));
   const auto f = j.records("fault");
   ASSERT_EQ(f.size(), 1u);
@@ -465,9 +465,9 @@ TEST(Coordinator, TwoNeighboursLostTogetherFallBackToTheCommonDiskCheckpoint) {
   for (uint32_t d = 0; d < 4; ++d) j.msg(d, protocol::Checkpointed{4});
   j.clear();
   j.exit(1);
-  j.exit(2);                              // rank 1's replica lived on rank 2
-  j.report(0, {8}, {8}, "aborted", {4});  // a survivor's report says what it holds on disk
-  j.report(3, {8}, {8}, "aborted", {4});
+  j.exit(2);                                         // rank 1's replica lived on rank 2
+  j.report(0, {8}, {8}, sigma::Code::aborted, {4});  // a survivor's report says what it holds on disk
+  j.report(3, {8}, {8}, sigma::Code::aborted, {4});
   j.at(j.t + 0.01);
   const auto a = j.sent<protocol::Assign>(0);
   ASSERT_EQ(a.size(), 1u);
@@ -492,8 +492,8 @@ TEST(Coordinator, ACheckpointASurvivorNoLongerHoldsIsNotPlannedFrom) {
   j.clear();
   j.exit(1);
   j.exit(2);
-  j.report(0, {8}, {8}, "aborted", {4});  // step 8's checkpoint went with a rollback
-  j.report(3, {8}, {8}, "aborted", {4, 8});
+  j.report(0, {8}, {8}, sigma::Code::aborted, {4});  // step 8's checkpoint went with a rollback
+  j.report(3, {8}, {8}, sigma::Code::aborted, {4, 8});
   j.at(j.t + 0.01);
   const auto a = j.sent<protocol::Assign>(0);
   ASSERT_EQ(a.size(), 1u);

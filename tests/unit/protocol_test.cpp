@@ -77,8 +77,12 @@ TEST(Protocol, EveryWorkerMessageRoundTrips) {
   EXPECT_EQ(j.restore_s, 1.5);
 
   const RecoverRequest r = std::get<RecoverRequest>(decode_worker(
-      encode(WorkerMessage{RecoverRequest{"device_lost", "device_lost: gone", 3, {5, 6}, {4}, {}}})));
-  EXPECT_EQ(r.code, "device_lost");
+      encode(WorkerMessage{RecoverRequest{Code::device_lost, "device_lost: gone", 3, {5, 6}, {4}, {}}})));
+  EXPECT_EQ(r.code, Code::device_lost);
+  // A failure libsigma did not report travels as "unknown" and comes back as none.
+  const json unknown = encode(WorkerMessage{RecoverRequest{std::nullopt, "my own error", 3, {}, {}, {}}});
+  EXPECT_EQ(unknown["code"], "unknown");
+  EXPECT_FALSE(std::get<RecoverRequest>(decode_worker(unknown)).code.has_value());
   EXPECT_EQ(r.reason, "device_lost: gone");
   EXPECT_EQ(r.own, (std::vector<uint64_t>{5, 6}));
   EXPECT_EQ(r.replica, (std::vector<uint64_t>{4}));
@@ -183,6 +187,15 @@ TEST(Protocol, MalformedMessagesAreRefusedNamingTheKindAndTheField) {
   expect_refused(decode_worker, json::array({1, 2}), {"JSON object"});
   expect_refused(decode_worker, json{{"step", 1}}, {"\"type\""});
   expect_refused(decode_worker, json{{"type", "teleport"}}, {"teleport", "not a message a worker sends"});
+  expect_refused(decode_worker,
+                 json{{"type", "recover"},
+                      {"code", "melted"},
+                      {"reason", ""},
+                      {"generation", 1},
+                      {"own", json::array()},
+                      {"replica", json::array()},
+                      {"disk", json::array()}},
+                 {"recover.code", "melted"});
   expect_refused(decode_worker, json{{"type", "step"}, {"seconds", 1.0}}, {"step.step", "missing"});
   expect_refused(decode_worker, json{{"type", "step"}, {"step", "nine"}, {"seconds", 1.0}},
                  {"step.step", "integer"});

@@ -169,10 +169,17 @@ class Session:
         self._control.copy_(torch.frombuffer(bytearray(keep), dtype=torch.uint8))
         return nxt
 
-    def recover(self, reason=""):
+    def recover(self, failure=""):
         """After a libsigma error in a step: waits for the new assignment,
-        restores the agreed state, returns the next step."""
-        step = self._native.recover(reason)
+        restores the agreed state, returns the next step. ``failure`` is the
+        ``sigma.Error`` that was raised (its code goes to the agent as it is:
+        a device that reports itself lost is replaced without being waited
+        for), or words for a failure of one's own (its code then reads as
+        unknown)."""
+        if isinstance(failure, Error):
+            step = self._native.recover(f"{failure.code}: {failure}", failure.code)
+        else:
+            step = self._native.recover(str(failure))
         self._read_control()
         return step
 
@@ -195,7 +202,7 @@ class Session:
         except Error as e:  # a spare never needed, or a peer lost while the first communicator formed
             if self.ended:
                 return None
-            failed = f"{e.code}: {e}"
+            failed = e
         while True:
             try:
                 if failed is not None:
@@ -214,7 +221,7 @@ class Session:
                     return None
                 if failed is not None and e.code == "unavailable":
                     raise
-                failed = f"{e.code}: {e}"
+                failed = e
 
     def _end(self, step):
         d = self._decision

@@ -112,8 +112,16 @@ void bind_session(py::module_& m) {
       .def(
           "rollback", [](PySession& p, uint64_t index) { return p.s().rollback(index); }, release())
       .def(
-          "recover", [](PySession& p, const std::string& reason) { return p.s().recover(reason); },
-          py::arg("reason") = "", release())
+          "recover",
+          [](PySession& p, const std::string& reason, const std::optional<std::string>& code) {
+            if (!code) return p.s().recover(reason);
+            for (int c = static_cast<int>(sigma::Code::ok); c <= static_cast<int>(sigma::Code::data_loss);
+                 ++c)
+              if (*code == sigma::code_name(static_cast<sigma::Code>(c)))
+                return p.s().recover(static_cast<sigma::Code>(c), reason);
+            throw sigma::Error(sigma::Code::invalid_argument, "recover: '" + *code + "' names no error code");
+          },
+          py::arg("reason") = "", py::arg("code") = py::none(), release())
       .def(
           "finish", [](PySession& p, uint64_t done) { p.s().finish(done); }, release())
       .def(

@@ -202,11 +202,7 @@ void Coordinator::recover_request(Slot& s, const protocol::RecoverRequest& m) {
   // What it holds on disk, as it knows it now (a rollback discards newer
   // checkpoints): replaces what its Checkpointed messages said.
   if (s.rank >= 0) disk_[static_cast<uint32_t>(s.rank)] = std::set<uint64_t>(m.disk.begin(), m.disk.end());
-  // A C worker passes its last error's text, whose code is only named
-  // inside it ("... HAL_ERR_DEVICE_LOST ...").
-  const bool lost = m.code == "device_lost" ||
-                    (m.code == "unknown" && m.reason.find("HAL_ERR_DEVICE_LOST") != std::string::npos);
-  if (lost && (s.phase == Phase::active || s.phase == Phase::spare)) {
+  if (m.code == Code::device_lost && (s.phase == Phase::active || s.phase == Phase::spare)) {
     // Its own device is gone: no use waiting for it in the next generation.
     kill(s);
     fault(s, {Fault::Kind::device_lost, "the device reports itself lost: " + m.reason}, t_);
