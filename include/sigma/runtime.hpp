@@ -14,12 +14,19 @@
 //
 //   sigma::runtime::Session s;                 // from sigmarun's environment
 //   s.set_state(views);                        // what to snapshot and restore
-//   auto done = s.run(total, [&](uint64_t step) {
-//     ... compute; collectives on s.comm() ...
-//   });                                        // nullopt: retired, exit
+//   s.add_state_item({"policy", 4096, save, restore});  // small non-tensor state
+//   sigma::runtime::Loop loop;
+//   loop.total_steps = total;
+//   loop.step = [&](uint64_t step, uint64_t batch) {
+//     ... compute on data batch `batch`; collectives on s.comm() ...
+//     return sigma::runtime::StepOutcome{};    // or one with a rollback
+//   };
+//   loop.on_generation = [&](uint64_t next) { ... groups of this generation ... };
+//   auto done = s.run(loop);                   // nullopt: retired, exit
 //
-// run() is join / step_begin / step_end / recover / finish in a loop; a
-// program with its own loop calls them itself.
+// run() is join / step_begin / step_end / recover / rollback / finish in a
+// loop, with the data windows a rollback skips; a program with its own loop
+// calls them itself.
 //
 // Step indices: step_end(k) snapshots the state after step k, i.e. k + 1
 // steps done; join()/recover() return the number of steps done in the state
@@ -35,11 +42,14 @@
 #include <sigma/error.hpp>
 #include <sigma/hal.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sigma::runtime {
@@ -58,7 +68,10 @@ struct SIGMA_EXPORT SessionOptions {
   uint32_t checkpoint_base_every = 4;  // SIGMA_CHECKPOINT_BASE_EVERY: a full disk base every K checkpoints
   uint32_t checkpoint_keep = 4;        // SIGMA_CHECKPOINT_KEEP: newest disk checkpoints kept
   bool checkpoint_async = false;       // SIGMA_CHECKPOINT_ASYNC=1: saves written in the background
-  double comm_timeout_s = 30;          // how long communicator creation waits for peers
+  // Bounds on waiting for peers; a peer that overruns one is hung.
+  double comm_timeout_s = 30;        // SIGMA_COMM_TIMEOUT_S: communicator creation
+  double probe_timeout_s = 30;       // SIGMA_PROBE_TIMEOUT_S: the new communicator's one-element probe
+  double collective_timeout_s = 60;  // SIGMA_COLLECTIVE_TIMEOUT_S: the session's host collectives
   // SIGMA_JOB_SECRET: when set, every message to and from the agent is
   // authenticated with the job's key (sigmarun sets it for jobs on several
   // hosts).
@@ -80,6 +93,54 @@ struct StepReport {
   std::string note{};            // a numerics decision worth a line in the report ("skipped: ...")
 };
 
+// A non-tensor piece of the state (a policy, an expert placement, a data
+// cursor), kept by name with the tensors in every memory-tier snapshot and
+// disk checkpoint. `save` gives its bytes when a snapshot or checkpoint is
+// taken (not every step); `restore` gets back the bytes of the state the
+// session restored (join or recover of a saved state, rollback), before
+// run()'s hooks are called. Both run on the training thread.
+struct StateItem {
+  std::string name;
+  uint64_t max_bytes = 0;  // the most `save` may return: the snapshots reserve it
+  std::function<std::string()> save;
+  std::function<void(std::string_view)> restore;
+  // A rollback leaves it as it is (a policy that must remember the spike it
+  // rolled back) instead of taking the snapshot's bytes.
+  bool kept_on_rollback = false;
+};
+
+// A rollback every rank decided alike (the guardrails' loss-spike answer):
+// the state goes back to memory-tier snapshot `to_index` (steps done) and
+// the data batches of steps [skip_begin, skip_end), as those steps were
+// numbered, are never trained on again.
+struct Rollback {
+  uint64_t to_index = 0;
+  uint64_t skip_begin = 0, skip_end = 0;
+  std::string reason;
+};
+
+// What one step of run()'s loop decided (every rank the same).
+struct StepOutcome {
+  StepReport report{};                 // a finished step's figures for the agent
+  std::optional<Rollback> rollback{};  // go back instead of finishing the step
+};
+
+// run()'s loop: the step and the hooks around it. Only `step` is required.
+struct Loop {
+  uint64_t total_steps = 0;
+  // One step on data batch `batch`: the step's index moved past the
+  // windows rollbacks skipped (Session::batch_of).
+  std::function<StepOutcome(uint64_t step, uint64_t batch)> step;
+  // After join and after each recovery: a new generation (rank, world,
+  // communicator), the state and items restored; `next` is the step to run.
+  std::function<void(uint64_t next)> on_generation;
+  // After a rollback: the snapshot and the items not kept are back, the
+  // window skipped; `next` is the step to run.
+  std::function<void(uint64_t next, const Rollback& rollback)> on_rollback;
+  // After step_end of `step`: reported, snapshotted and saved when due.
+  std::function<void(uint64_t step)> on_step_done;
+};
+
 class SIGMA_EXPORT Session {
  public:
   // True when this process was started by sigmarun (SIGMA_AGENT_SOCKET set).
@@ -96,7 +157,20 @@ class SIGMA_EXPORT Session {
 
   // The state the memory tier and disk checkpoints hold: host memory views
   // that stay valid (same addresses and sizes) for the session's life.
+  // Before join. The name "sigma.items" is the session's own.
   void set_state(std::vector<checkpoint::TensorView> views);
+  // A non-tensor item of the state, before join. Throws
+  // Error(invalid_argument) for a name already taken, a missing callback,
+  // or after join; `save` returning more than `max_bytes` throws
+  // Error(invalid_argument) from the step_end that takes the snapshot.
+  void add_state_item(StateItem item);
+
+  // The data batch of `step`: the step's index moved past the windows
+  // rollbacks skipped (they travel with the state, so a replacement skips
+  // them too). Pure.
+  uint64_t batch_of(uint64_t step) const;
+  // The skipped windows, [begin, end) in batches, sorted and merged.
+  const std::vector<std::pair<uint64_t, uint64_t>>& skipped_batches() const noexcept;
 
   // Called on the session's thread each time it aborts its communicator (a
   // peer failed): a job with communicators of its own (sigma::parallel's
@@ -131,10 +205,27 @@ class SIGMA_EXPORT Session {
   // A rollback every rank decided alike (the guardrails' loss-spike
   // answer): copies this rank's own memory-tier snapshot `index` (steps
   // done) back into the state and forgets the snapshots newer than it, own
-  // and replicas. Returns `index`, the next step to run. Not collective: no
-  // byte moves between ranks. Throws Error(data_loss) when this rank no
-  // longer holds that snapshot (keep more with SIGMA_SNAPSHOT_KEEP).
+  // and replicas. Items kept on rollback and the skipped windows stay as
+  // they are now; the others get the snapshot's bytes. Returns `index`, the
+  // next step to run. Not collective: no byte moves between ranks. Throws
+  // Error(data_loss) when this rank no longer holds that snapshot (keep
+  // more with SIGMA_SNAPSHOT_KEEP).
   uint64_t rollback(uint64_t index);
+  // The same, and the batches of steps [skip_begin, skip_end) (numbered as
+  // before the rollback) are skipped from now on.
+  uint64_t rollback(const Rollback& r);
+
+  // Collectives on host memory over comm(), staged through one device
+  // buffer the session keeps for the generation (nothing allocated per
+  // call), bounded by `timeout` (default: collective_timeout_s). Errors are
+  // the communicator's: recover() after one. all_gather: `data` holds
+  // world × `count` elements, this rank's at rank × count.
+  void all_reduce(void* data, uint64_t count, hal_dtype_t dtype, hal_reduce_op_t op = HAL_REDUCE_SUM,
+                  std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
+  void broadcast(void* data, uint64_t count, hal_dtype_t dtype, uint32_t root,
+                 std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
+  void all_gather(void* data, uint64_t count, hal_dtype_t dtype,
+                  std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
 
   // After an Error from a collective or step_end: reports what this rank
   // holds, waits for the agent's new assignment, builds the next
@@ -153,13 +244,21 @@ class SIGMA_EXPORT Session {
   // True once the agent has retired this worker or ended the job: join()
   // and recover() then throw Error(aborted) and the process should exit.
   bool ended() const noexcept;
+  // True once the connection to the agent closed: nothing can be
+  // recovered, join() and recover() throw Error(unavailable).
+  bool agent_gone() const noexcept;
 
-  // The whole loop for the common case: join, run `step_fn(step)` for each
-  // step from the restored one to `total_steps` with step_begin/step_end
-  // around it, recover from any sigma::Error, finish. Returns the steps
-  // done, or std::nullopt when the agent retired this worker (a spare never
-  // used, or a worker moved off a suspect device). Other exceptions and
-  // the agent's loss propagate.
+  // The whole loop: join, run `loop.step` for each step from the restored
+  // one to `total_steps` with step_begin/step_end around it, carry out the
+  // rollbacks it decides (the reason is said with the next finished step's
+  // note), recover from a sigma::Error, finish; the hooks are called as
+  // Loop says. Returns the steps done, or std::nullopt when the agent
+  // retired this worker (a spare never used, or a worker moved off a
+  // suspect device). Error(invalid_argument) and Error(not_supported) are
+  // mistakes in the program, not failures, and propagate, as do other
+  // exceptions and the agent's loss.
+  std::optional<uint64_t> run(const Loop& loop);
+  // The same with a step that decides nothing.
   std::optional<uint64_t> run(uint64_t total_steps, const std::function<void(uint64_t)>& step_fn);
   // Reports the job done on this rank and waits for the agent's goodbye.
   // Throws Error(aborted) when a peer fails before every rank has finished:

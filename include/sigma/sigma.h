@@ -345,6 +345,22 @@ SIGMA_EXPORT int32_t sigma_session_should_checkpoint(const sigma_session_t* s, u
  * Errors: SIGMA_ERR_DATA_LOSS when this rank no longer holds it.
  */
 SIGMA_EXPORT sigma_status_t sigma_session_rollback(sigma_session_t* s, uint64_t index, uint64_t* next_step);
+/*
+ * The same, and the data batches of steps [skip_begin, skip_end) (numbered
+ * as before the rollback) are skipped from then on: the windows travel
+ * with the state, so a replacement skips them too. Not collective.
+ * [out] next_step: `index`. Training thread; blocks only on this rank's
+ * own copy.
+ */
+SIGMA_EXPORT sigma_status_t sigma_session_rollback_skipping(sigma_session_t* s, uint64_t index,
+                                                            uint64_t skip_begin, uint64_t skip_end,
+                                                            uint64_t* next_step);
+/*
+ * The data batch of `step`: the step's index moved past the windows
+ * rollbacks skipped. [out] batch. Any thread but concurrently with a
+ * rollback; does not block.
+ */
+SIGMA_EXPORT sigma_status_t sigma_session_batch_of(const sigma_session_t* s, uint64_t step, uint64_t* batch);
 
 /* ------------------------------------------------------------------------- */
 /* Checkpoints (see sigma/checkpoint.hpp for the format and the guarantees)  */

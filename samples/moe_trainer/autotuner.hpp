@@ -13,12 +13,14 @@
 
 #include <sigma/autotune.hpp>
 #include <sigma/hal.hpp>
+#include <sigma/runtime.hpp>
 
-#include <nlohmann/json.hpp>
-
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <string>
+#include <string_view>
 
 namespace moe {
 
@@ -27,17 +29,36 @@ class Autotuner {
   Autotuner(uint32_t experts, uint32_t ep, int64_t slots)
       : balancer_(experts, ep, options(slots)), fresh_(balancer_.save_state()) {}
 
-  // After a join, a recovery or a rollback: the placement the state holds
-  // (`control`'s "balancer" and "slots"), or the default one.
-  void restore(const nlohmann::json& control, Model& model, sigma::parallel::Dispatcher& d) {
-    balancer_.restore_state(control.contains("balancer") ? control["balancer"].get<std::string>() : fresh_);
-    if (control.contains("slots")) model.slot_of = control["slots"].get<std::vector<int32_t>>();
+  // The placement as a state item: the balancer's state and each expert's
+  // slot, saved with every snapshot. What the session restores is held
+  // until apply(). Nothing is saved before the first apply(): the slots
+  // are this rank's only once the trainer has set up.
+  sigma::runtime::StateItem state_item(const Model& model) {
+    sigma::runtime::StateItem it;
+    it.name = "placement";
+    it.max_bytes = 8 << 10;
+    it.save = [this, &model] { return live_ ? encode(model) : std::string(); };
+    it.restore = [this](std::string_view b) { held_.assign(b.data(), b.size()); };
+    return it;
+  }
+
+  // After a join, a recovery or a rollback: the placement the state holds,
+  // or the default one.
+  void apply(Model& model, sigma::parallel::Dispatcher& d) {
+    live_ = true;
+    if (held_.empty()) {
+      balancer_.restore_state(fresh_);
+    } else {
+      uint32_t n = 0;
+      TORCH_CHECK(held_.size() >= 4, "placement: truncated");
+      std::memcpy(&n, held_.data(), 4);
+      TORCH_CHECK(held_.size() >= 4 + 4ull * n, "placement: truncated slots");
+      model.slot_of.assign(n, -1);
+      std::memcpy(model.slot_of.data(), held_.data() + 4, 4ull * n);
+      balancer_.restore_state(held_.substr(4 + 4ull * n));
+    }
     d.set_placement(balancer_.owner());
     last_t_ = -1;
-  }
-  void save(nlohmann::json& control, const Model& model) const {
-    control["balancer"] = balancer_.save_state();
-    control["slots"] = model.slot_of;
   }
 
   // This rank's sample of the step: its time inside the exchanges and its
@@ -47,16 +68,13 @@ class Autotuner {
     return {model.take_exchange_seconds(), retry_rate(plugin)};
   }
 
-  // Collective over the expert group: every rank's sample, rank after rank.
-  static std::vector<double> gather(const std::vector<double>& mine, sigma::hal::Communicator& ep,
-                                    uint32_t ep_size, const sigma::hal::PluginPtr& plugin) {
-    const uint64_t bytes = sizeof(double) * mine.size();
-    sigma::hal::Buffer b(plugin, 0, bytes * ep_size);
-    b.copy_from_host(mine.data(), bytes);
-    ep.run(sigma::hal::coll_args(HAL_COLL_ALL_GATHER, HAL_DTYPE_F64, mine.size(), b.data(), b.data()),
-           std::chrono::seconds(60));
+  // Collective over the session's communicator (the expert group is the
+  // world where the autotuner runs): every rank's sample, rank after rank.
+  static std::vector<double> gather(const std::vector<double>& mine, sigma::runtime::Session& s,
+                                    uint32_t ep_size) {
     std::vector<double> all(mine.size() * ep_size);
-    b.copy_to_host(all.data(), sizeof(double) * all.size());
+    std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(mine.size() * s.rank()));
+    s.all_gather(all.data(), mine.size(), HAL_DTYPE_F64);
     return all;
   }
 
@@ -146,8 +164,18 @@ class Autotuner {
     model.slot_of[e] = slot;
   }
 
+  std::string encode(const Model& model) const {
+    const auto n = static_cast<uint32_t>(model.slot_of.size());
+    std::string out(4 + 4ull * n, '\0');
+    std::memcpy(out.data(), &n, 4);
+    std::memcpy(out.data() + 4, model.slot_of.data(), 4ull * n);
+    return out + balancer_.save_state();
+  }
+
   sigma::parallel::ExpertBalancer balancer_;
   std::string fresh_;  // the default placement's state
+  std::string held_;   // the placement the state restored, for apply()
+  bool live_ = false;
   uint64_t last_retries_ = 0;
   double last_t_ = -1;
 };

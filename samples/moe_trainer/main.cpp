@@ -14,18 +14,19 @@
 // step, a rollback that skips data) changes the result; the log says so.
 #include "adamw.hpp"
 #include "autotuner.hpp"
-#include "control.hpp"
 #include "corpus.hpp"
 #include "model.hpp"
 #include "plan.hpp"
 
 #include <sigma/bootstrap.hpp>
 #include <sigma/guardrails.hpp>
+#include <sigma/host_staging.hpp>
 #include <sigma/parallel.hpp>
 #include <sigma/planner.hpp>
 #include <sigma/runtime.hpp>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <dlfcn.h>
 #include <signal.h>
@@ -86,16 +87,6 @@ double learning_rate(const Options& o, uint64_t step) {
   return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1 + std::cos(M_PI * std::min(1.0, p)));
 }
 
-// A sum over `comm`, through a HAL buffer (the device's memory, whatever the vendor).
-void all_reduce(sigma::hal::Communicator& comm, const sigma::hal::PluginPtr& plugin, torch::Tensor& t) {
-  const uint64_t n = static_cast<uint64_t>(t.numel()), bytes = n * sizeof(float);
-  sigma::hal::Buffer b(plugin, 0, bytes);
-  b.copy_from_host(t.data_ptr(), bytes);
-  comm.run(sigma::hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, n, b.data(), b.data()),
-           std::chrono::seconds(60));
-  b.copy_to_host(t.data_ptr(), bytes);
-}
-
 uint32_t env_u32(const char* name, uint32_t fallback) {
   const char* v = std::getenv(name);
   return v && *v ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : fallback;
@@ -145,19 +136,26 @@ class Trainer {
         tuning_(o.autotune_on && plan_.layout.ep == world_),
         gcfg_(guardrails_config(o)),
         store_(sigma::bootstrap::open_store(so.store)),
+        staging_(s.plugin()),
         poison_(o.poison.begin(), o.poison.end()) {
     for (const auto& seg : model_.dense_layers) layers_.push_back({seg.name, HAL_DTYPE_F32});
     auto f32 = [](const char* name, torch::Tensor& t) {
       return sigma::checkpoint::TensorView(name, HAL_DTYPE_F32, {t.numel()}, t.data_ptr());
     };
     // What the memory tier snapshots every step and a replacement restores.
-    s_.set_state({f32("dense", model_.dense),
-                  f32("dense.adam_m", dense_opt_.m),
-                  f32("dense.adam_v", dense_opt_.v),
-                  f32("experts", model_.expert),
-                  f32("experts.adam_m", expert_opt_.m),
-                  f32("experts.adam_v", expert_opt_.v),
-                  {"control", HAL_DTYPE_U8, {static_cast<int64_t>(moe::Control::kBytes)}, control_.data()}});
+    s_.set_state({f32("dense", model_.dense), f32("dense.adam_m", dense_opt_.m),
+                  f32("dense.adam_v", dense_opt_.v), f32("experts", model_.expert),
+                  f32("experts.adam_m", expert_opt_.m), f32("experts.adam_v", expert_opt_.v)});
+    // ... and the small state beside them: the guardrails' policy (it
+    // remembers a spike it rolled back from) and the experts' placement.
+    sigma::runtime::StateItem policy;
+    policy.name = "guardrails";
+    policy.max_bytes = 56 << 10;
+    policy.save = [this] { return guard_ ? guard_->save_state() : std::string(); };
+    policy.restore = [this](std::string_view b) { policy_.assign(b.data(), b.size()); };
+    policy.kept_on_rollback = true;
+    s_.add_state_item(std::move(policy));
+    s_.add_state_item(tuner_.state_item(model_));
     // The expert layout's own communicators are aborted with the session's when a peer fails.
     s_.on_abort([this] {
       std::lock_guard<std::mutex> lk(groups_mu_);
@@ -186,6 +184,7 @@ class Trainer {
       std::lock_guard<std::mutex> lk(groups_mu_);
       groups_.reset();
     }
+    staging_.release();  // the old groups' buffer
     if (layout.ep < world_) {
       auto g = std::make_unique<par::Groups>(s_.plugin(), store_,
                                              "groups-" + std::to_string(s_.generation()) + "/", 0, s_.rank(),
@@ -204,10 +203,8 @@ class Trainer {
         std::make_unique<gr::Guardrails>(c, layers_,
                                          gr::Group{&s_.comm(), 0, static_cast<int>(s_.rank()),
                                                    static_cast<int>(world_), gr::GradLayout::replicated});
-    const json kept = control_.read();
-    if (kept.contains("guardrails"))
-      guard_->restore_state(kept["guardrails"].get<std::string>());  // the policy
-    tuner_.restore(kept, model_, *dispatcher_);                      // the experts' placement as it was
+    if (!policy_.empty()) guard_->restore_state(policy_);  // the policy as the state holds it
+    tuner_.apply(model_, *dispatcher_);                    // the experts' placement as it was
     // The planner's prediction, priced again with the links as the HAL measures them (once, all ranks).
     if (s_.generation() == 1 && world_ > 1) {
       links_ = moe::probe_links(s_.comm(), s_.plugin(), world_);
@@ -234,10 +231,8 @@ class Trainer {
 
   // One training step; returns the guardrails' decision (every rank the
   // same) and the autotuner's move, if any.
-  std::pair<gr::Decision, std::optional<par::Rebalance>> step(uint64_t step) {
+  std::pair<gr::Decision, std::optional<par::Rebalance>> step(uint64_t step, uint64_t b) {
     const double t0 = now_s();
-    const auto skips = control_.skips();
-    const uint64_t b = moe::Control::batch_of(step, skips);
     const torch::Tensor batch =
         corpus_.batch(o_.seed, b, s_.rank(), o_.batch, o_.model.seq, poison_.count(b) > 0);
     model_.dense_grad.zero_();
@@ -246,9 +241,12 @@ class Trainer {
     torch::Tensor ce;
     const torch::Tensor loss = model_.loss(batch, *dispatcher_, &stats, &ce);  // MoE tokens through the HAL
     (loss / static_cast<double>(world_)).backward();                           // ... and their gradients back
-    all_reduce(s_.comm(), s_.plugin(), model_.dense_grad);                     // replicas' gradients summed
+    s_.all_reduce(model_.dense_grad.data_ptr(), model_.dense_grad.numel(),
+                  HAL_DTYPE_F32);  // replicas' summed
     if (groups_ && groups_->size_of(par::GroupKind::expert_data) > 1)
-      all_reduce(groups_->comm(par::GroupKind::expert_data), s_.plugin(), model_.expert_grad);
+      staging_.all_reduce(groups_->comm(par::GroupKind::expert_data), model_.expert_grad.data_ptr(),
+                          model_.expert_grad.numel(), HAL_DTYPE_F32, HAL_REDUCE_SUM,
+                          std::chrono::seconds(60));
     // The guardrails see the replicated gradients; a non-finite expert
     // gradient (this rank's alone) reaches them as a non-finite loss.
     const bool experts_finite = torch::isfinite(model_.expert_grad).all().item<bool>();
@@ -274,16 +272,11 @@ class Trainer {
     const double t_fp = now_s();
     std::optional<par::Rebalance> moved;
     if (tuning_ && d.action != gr::Action::rollback) {  // experts off a slow link, or back
-      const auto all =
-          o_.guardrails_on ? d.riders : moe::Autotuner::gather(sample, s_.comm(), world_, s_.plugin());
+      const auto all = o_.guardrails_on ? d.riders : moe::Autotuner::gather(sample, s_, world_);
       moved = tuner_.step(step, all, model_, expert_opt_, *dispatcher_, s_.comm(), s_.rank());
     }
     const bool snapshot_due = (step + 1) % so_.snapshot_every == 0;
     if (snapshot_due && d.action != gr::Action::rollback) guard_->note_snapshot(step);  // step_end takes it
-    json kept = control_.read();
-    kept["guardrails"] = guard_->save_state();
-    tuner_.save(kept, model_);
-    control_.write(kept);
     if (log_) {
       const double dt = now_s() - t0;
       log_->write({{"event", "step"},
@@ -316,22 +309,33 @@ class Trainer {
     return {d, moved};
   }
 
-  // The guardrails' rollback: this rank's own snapshot back, the data window
-  // skipped. Returns the next step to run.
-  uint64_t rollback(const gr::Decision& d) {
-    const json newest = control_.read();  // the policy and skips do not go back in time
-    const auto skips = control_.skips();
-    const uint64_t next = s_.rollback(d.rollback_to_step + 1);  // own memory-tier snapshot, no peer involved
-    json back = control_.read();  // ... but the experts' placement is the snapshot's
-    back["guardrails"] = newest["guardrails"];
-    back["skips"] = newest.value("skips", json::array());
-    control_.write(back);
-    tuner_.restore(back, model_, *dispatcher_);
-    control_.skip(moe::Control::batch_of(d.skip_data_begin, skips),
-                  moe::Control::batch_of(d.skip_data_end - 1, skips) + 1);
+  // After the session's rollback (this rank's own snapshot back, the data
+  // window skipped): the experts' placement is the snapshot's.
+  void rolled_back(uint64_t next) {
+    tuner_.apply(model_, *dispatcher_);
     if (log_)
-      log_->write({{"event", "rollback"}, {"t", now_s()}, {"to_step", next}, {"skips", control_.skips()}});
-    return next;
+      log_->write(
+          {{"event", "rollback"}, {"t", now_s()}, {"to_step", next}, {"skips", s_.skipped_batches()}});
+  }
+
+  // The loop's step: the guardrails' decision as the session's outcome.
+  sigma::runtime::StepOutcome outcome(uint64_t step, uint64_t batch) {
+    if (static_cast<int64_t>(step) == o_.kill_at && so_.device == o_.kill_device) {
+      progress("kill");
+      ::kill(::getpid(), SIGKILL);  // the recovery benchmark's fault
+    }
+    const auto [d, moved] = this->step(step, batch);
+    sigma::runtime::StepOutcome out;
+    if (d.action == gr::Action::rollback) {
+      out.rollback =
+          sigma::runtime::Rollback{d.rollback_to_step + 1, d.skip_data_begin, d.skip_data_end, d.reason};
+      return out;
+    }
+    std::string note;
+    if (d.action != gr::Action::apply) note = std::string("skipped: ") + d.reason;
+    if (moved) note += (note.empty() ? "" : "; ") + std::string("rebalanced: ") + moved->reason;
+    out.report = report(d, note);
+    return out;
   }
 
   // What the agent shows of a step: loss, tokens, FLOPs against the
@@ -406,13 +410,14 @@ class Trainer {
   moe::AdamW dense_opt_, expert_opt_;
   moe::Autotuner tuner_;
   const bool tuning_;
-  moe::Control control_;
+  std::string policy_;  // the guardrails' policy the state restored, for setup()
   const gr::Config gcfg_;
   std::vector<gr::LayerInfo> layers_;
   std::mutex groups_mu_;                 // the groups against the session's abort hook
   std::unique_ptr<par::Groups> groups_;  // guarded by groups_mu_ (the pointer)
   const std::shared_ptr<sigma::bootstrap::Store> store_;
   std::unique_ptr<par::Dispatcher> dispatcher_;
+  sigma::hal::HostStaging staging_;  // the expert-data group's all-reduce
   std::unique_ptr<gr::Guardrails> guard_;
   std::optional<Log> log_;
   const std::set<uint64_t> poison_;
@@ -476,62 +481,17 @@ int main(int argc, char** argv) {
         o.model_gflops > 0 ? o.model_gflops : moe::measure_model_gflops(o.model, o.batch, o.seed)};
     Trainer t(o, s, so, rates);
 
-    // The loop: join, steps, recover from any libsigma error, finish.
-    uint64_t step = 0;
-    std::optional<sigma::Error> failed;  // what failed, for the recovery (its code travels to the agent)
-    std::string note;  // a guardrails decision, for the agent's report with the next finished step
-    try {
-      step = s.join();  // a rank (spares wait here), the state (fresh or restored)
-      t.setup(step);
-    } catch (const sigma::Error& e) {
-      if (s.ended()) return 0;  // a spare never needed
-      failed = e;
-    }
-    for (;;) {
-      while (step < o.steps || failed) {
-        if (failed) {
-          try {
-            step = s.recover(*failed);  // new communicator, state restored (memory tier or disk)
-            t.setup(step);
-            failed.reset();
-          } catch (const sigma::Error& e) {
-            if (s.ended()) return 0;                          // retired: moved off a suspect device
-            if (e.code() == sigma::Code::unavailable) throw;  // the agent is gone
-            failed = e;
-          }
-          continue;
-        }
-        try {
-          if (static_cast<int64_t>(step) == o.kill_at && so.device == o.kill_device) {
-            t.progress("kill");
-            ::kill(::getpid(), SIGKILL);  // the recovery benchmark's fault
-          }
-          s.step_begin(step);  // heartbeats say which step we are in
-          const auto [d, moved] = t.step(step);
-          if (d.action == gr::Action::rollback) {
-            step = t.rollback(d);
-            note = "rolled back: " + d.reason;
-            continue;
-          }
-          if (d.action != gr::Action::apply)
-            note += (note.empty() ? "" : "; ") + std::string("skipped: ") + d.reason;
-          if (moved) note += (note.empty() ? "" : "; ") + std::string("rebalanced: ") + moved->reason;
-          s.step_end(step, t.report(d, note));  // to the agent; memory snapshot and disk checkpoint when due
-          t.progress("step " + std::to_string(step));
-          note.clear();
-          ++step;
-        } catch (const sigma::Error& e) {
-          failed = e;
-        }
-      }
-      try {
-        s.finish(step);
-        break;
-      } catch (const sigma::Error& e) {
-        failed = e;  // a peer failed at the end
-      }
-    }
-    t.write_final(step);
+    // The loop is the session's: join, steps, the guardrails' rollbacks and
+    // the data they skip, recovery from any libsigma error, finish.
+    sigma::runtime::Loop loop;
+    loop.total_steps = o.steps;
+    loop.step = [&t](uint64_t step, uint64_t batch) { return t.outcome(step, batch); };
+    loop.on_generation = [&t](uint64_t next) { t.setup(next); };  // this generation's groups
+    loop.on_rollback = [&t](uint64_t next, const sigma::runtime::Rollback&) { t.rolled_back(next); };
+    loop.on_step_done = [&t](uint64_t step) { t.progress("step " + std::to_string(step)); };
+    const auto done = s.run(loop);
+    if (!done) return 0;  // retired: a spare never needed, or moved off a suspect device
+    t.write_final(*done);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moe_trainer: %s\n", e.what());

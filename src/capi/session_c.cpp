@@ -141,4 +141,20 @@ sigma_status_t sigma_session_rollback(sigma_session_t* s, uint64_t index, uint64
   });
 }
 
+sigma_status_t sigma_session_rollback_skipping(sigma_session_t* s, uint64_t index, uint64_t skip_begin,
+                                               uint64_t skip_end, uint64_t* next_step) {
+  return capi::guarded("sigma_session_rollback_skipping", [&] {
+    if (s == nullptr || next_step == nullptr)
+      throw Error(Code::invalid_argument, "session or next_step is NULL");
+    *next_step = s->s->rollback(runtime::Rollback{index, skip_begin, skip_end, ""});
+  });
+}
+
+sigma_status_t sigma_session_batch_of(const sigma_session_t* s, uint64_t step, uint64_t* batch) {
+  return capi::guarded("sigma_session_batch_of", [&] {
+    if (s == nullptr || batch == nullptr) throw Error(Code::invalid_argument, "session or batch is NULL");
+    *batch = s->s->batch_of(step);
+  });
+}
+
 }  // extern "C"

@@ -4,12 +4,14 @@
 // communicator when the agent says a peer failed. They share the inbox
 // (assignments), the current communicator (abort only) and a few atomics.
 #include <sigma/bootstrap.hpp>
+#include <sigma/host_staging.hpp>
 #include <sigma/memory_tier.hpp>
 #include <sigma/runtime.hpp>
 
 #include "runtime/channel.hpp"
 #include "runtime/job_key.hpp"
 #include "runtime/protocol.hpp"
+#include "runtime/state_items.hpp"
 
 #include <unistd.h>
 #include <algorithm>
@@ -76,6 +78,10 @@ SessionOptions SessionOptions::from_env() {
   o.checkpoint_base_every = static_cast<uint32_t>(env_number("SIGMA_CHECKPOINT_BASE_EVERY", 4, 1, 1e6));
   o.checkpoint_keep = static_cast<uint32_t>(env_number("SIGMA_CHECKPOINT_KEEP", 4, 1, 1e6));
   o.checkpoint_async = env_number("SIGMA_CHECKPOINT_ASYNC", 0, 0, 1) != 0;
+  o.comm_timeout_s = env_number("SIGMA_COMM_TIMEOUT_S", o.comm_timeout_s, 1e-3, 7 * 86400.0);
+  o.probe_timeout_s = env_number("SIGMA_PROBE_TIMEOUT_S", o.probe_timeout_s, 1e-3, 7 * 86400.0);
+  o.collective_timeout_s =
+      env_number("SIGMA_COLLECTIVE_TIMEOUT_S", o.collective_timeout_s, 1e-3, 7 * 86400.0);
   return o;
 }
 
@@ -93,11 +99,30 @@ struct Session::Impl {
   std::function<void()> on_abort;               // guarded by comm_mu
   uint32_t rank = 0, world = 0;
   uint64_t generation = 0;
-  std::vector<checkpoint::TensorView> views;
+  std::vector<checkpoint::TensorView> views;  // the caller's tensors
+  StateItems items;                           // ... its non-tensor items and the skipped windows
+  std::vector<checkpoint::TensorView> state;  // both: what snapshots and checkpoints hold
+  void rebuild_state() {
+    state = views;
+    state.push_back(items.view());
+  }
   uint64_t state_bytes() const {
     uint64_t n = 0;
-    for (const auto& v : views) n += v.bytes();
+    for (const auto& v : state) n += v.bytes();
     return n;
+  }
+  std::unique_ptr<hal::HostStaging> staging;  // the host collectives' buffer, per generation
+  uint64_t staging_generation = 0;
+  hal::HostStaging& host_staging() {
+    if (!staging || staging_generation != generation) {
+      staging.reset();
+      staging = std::make_unique<hal::HostStaging>(plugin);
+      staging_generation = generation;
+    }
+    return *staging;
+  }
+  std::chrono::nanoseconds collective_timeout() const {
+    return std::chrono::nanoseconds(static_cast<int64_t>(o.collective_timeout_s * 1e9));
   }
   std::unique_ptr<checkpoint::MemoryTier> tier;
   std::unique_ptr<checkpoint::Engine> engine;
@@ -330,7 +355,7 @@ struct Session::Impl {
   void reserve_disk() {
     if (o.checkpoint_every == 0 || !o.checkpoint_async) return;
     try {
-      disk().reserve(views);
+      disk().reserve(state);
     } catch (const Error&) {
       engine.reset();  // the disk is not there: the first checkpoint says so, as a storage incident
     }
@@ -356,7 +381,7 @@ struct Session::Impl {
       const float one = 1.0f;
       b.copy_from_host(&one, sizeof one);
       comm->run(hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 1, b.data(), b.data()),
-                std::chrono::seconds(30));
+                std::chrono::nanoseconds(static_cast<int64_t>(o.probe_timeout_s * 1e9)));
       float got = 0;
       b.copy_to_host(&got, sizeof got);
       if (got != static_cast<float>(world)) {
@@ -373,16 +398,18 @@ struct Session::Impl {
       tier->clear();
       tier->reserve(state_bytes(), *comm, world);  // a fresh start: fault the snapshots' memory in now
       reserve_disk();
-      tier->snapshot(0, views, *comm, rank, world);
+      items.save();  // the items as they start
+      tier->snapshot(0, state, *comm, rank, world);
     } else if (how == RestoreTier::memory) {
       const std::vector<std::pair<uint32_t, uint32_t>>& pairs = a.handoff;
       bool receiver = false;
       for (auto [h, r] : pairs) receiver |= r == rank;
-      if (!receiver && !tier->restore_own(index, views)) {
+      if (!receiver && !tier->restore_own(index, state)) {
         throw Error(Code::data_loss,
                     "runtime: rank " + std::to_string(rank) + " holds no snapshot " + std::to_string(index));
       }
-      tier->handoff(index, pairs, views, *comm, rank);
+      tier->handoff(index, pairs, state, *comm, rank);
+      items.restore(false);
       tier->drop_after(index);
       discard_disk_after(index);
       // A replacement holds no replica of its ring predecessor: the first
@@ -392,18 +419,19 @@ struct Session::Impl {
       resnapshot = !pairs.empty();
     } else {
       checkpoint::Metadata meta;
-      const auto res = disk().restore(views, &meta, index);
+      const auto res = disk().restore(state, &meta, index);
       if (meta.step != index) {
         throw Error(Code::data_loss, "runtime: rank " + std::to_string(rank) + " found disk checkpoint " +
                                          std::to_string(meta.step) + ", the job restores " +
                                          std::to_string(index) +
                                          (res.refused.empty() ? "" : " (" + res.refused.front() + ")"));
       }
+      items.restore(false);
       discard_disk_after(index);
       tier->clear();
       tier->reserve(state_bytes(), *comm, world);
       reserve_disk();
-      tier->snapshot(index, views, *comm, rank, world);
+      tier->snapshot(index, state, *comm, rank, world);
     }
     stop_after = -1;
     assigned_aborts = aborts_before;
@@ -441,6 +469,7 @@ Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.o = std::move(options);
   m.tier = std::make_unique<checkpoint::MemoryTier>(checkpoint::MemoryTierPolicy{m.o.snapshot_keep});
+  m.rebuild_state();
   m.ch = Channel::connect(m.o.agent_socket);
   if (!m.o.secret.empty()) m.ch->authenticate(derive_key(*read_job_secret("", m.o.secret.c_str())), true);
   protocol::Hello hello;
@@ -515,7 +544,50 @@ Session::~Session() {
   impl_->comm.reset();
 }
 
-void Session::set_state(std::vector<checkpoint::TensorView> views) { impl_->views = std::move(views); }
+void Session::set_state(std::vector<checkpoint::TensorView> views) {
+  for (const auto& v : views)
+    if (v.name == StateItems::kTensor)
+      throw Error(Code::invalid_argument, std::string("runtime: the state tensor name '") +
+                                              StateItems::kTensor + "' is the session's own");
+  impl_->views = std::move(views);
+  impl_->rebuild_state();
+}
+
+void Session::add_state_item(StateItem item) {
+  if (impl_->generation != 0)
+    throw Error(Code::invalid_argument,
+                "runtime: state item '" + item.name + "' added after join (the snapshots' layout is fixed)");
+  impl_->items.add(std::move(item));
+  impl_->rebuild_state();
+}
+
+uint64_t Session::batch_of(uint64_t step) const { return impl_->items.batch_of(step); }
+
+const std::vector<std::pair<uint64_t, uint64_t>>& Session::skipped_batches() const noexcept {
+  return impl_->items.skipped();
+}
+
+void Session::all_reduce(void* data, uint64_t count, hal_dtype_t dtype, hal_reduce_op_t op,
+                         std::optional<std::chrono::nanoseconds> timeout) {
+  hal::Communicator& c = comm();
+  impl_->host_staging().all_reduce(c, data, count, dtype, op, timeout.value_or(impl_->collective_timeout()));
+}
+
+void Session::broadcast(void* data, uint64_t count, hal_dtype_t dtype, uint32_t root,
+                        std::optional<std::chrono::nanoseconds> timeout) {
+  if (root >= impl_->world)
+    throw Error(Code::invalid_argument, "runtime: broadcast root " + std::to_string(root) +
+                                            " is not a rank of world " + std::to_string(impl_->world));
+  hal::Communicator& c = comm();
+  impl_->host_staging().broadcast(c, data, count, dtype, root, timeout.value_or(impl_->collective_timeout()));
+}
+
+void Session::all_gather(void* data, uint64_t count, hal_dtype_t dtype,
+                         std::optional<std::chrono::nanoseconds> timeout) {
+  hal::Communicator& c = comm();
+  impl_->host_staging().all_gather(c, data, count, dtype, impl_->rank, impl_->world,
+                                   timeout.value_or(impl_->collective_timeout()));
+}
 
 void Session::on_abort(std::function<void()> hook) {
   std::lock_guard<std::mutex> lk(impl_->comm_mu);
@@ -557,8 +629,10 @@ void Session::step_end(uint64_t step, const StepReport& report) {
                                                  report.peak_flops, report.note}));
   const uint64_t index = step + 1;
   m.tier->settle();  // the last snapshot's ring exchange, if it has arrived
-  if (index % m.o.snapshot_every == 0 || std::exchange(m.resnapshot, false)) {
-    m.tier->snapshot(index, m.views, comm(), m.rank, m.world);  // the ring exchange runs on behind
+  const bool snapshot = index % m.o.snapshot_every == 0 || std::exchange(m.resnapshot, false);
+  if (snapshot || should_checkpoint(step)) m.items.save();  // the items' bytes, only when taken
+  if (snapshot) {
+    m.tier->snapshot(index, m.state, comm(), m.rank, m.world);  // the ring exchange runs on behind
     m.ch->send(protocol::encode(protocol::Snapshotted{index}));
   }
   m.settle_disk(false);  // background saves that became durable since the last step
@@ -569,10 +643,10 @@ void Session::step_end(uint64_t step, const StepReport& report) {
       if (m.o.checkpoint_async) {
         // Copied now, written by the engine's thread while training goes on
         // (back-pressure when the last one is not done yet).
-        m.disk().save_async(m.views, meta);
+        m.disk().save_async(m.state, meta);
         m.pending_disk.push_back(index);
       } else {
-        m.disk().save(m.views, meta);
+        m.disk().save(m.state, meta);
         m.ch->send(protocol::encode(protocol::Checkpointed{index}));
       }
     } catch (const Error& e) {
@@ -591,16 +665,26 @@ void Session::step_end(uint64_t step, const StepReport& report) {
 
 uint64_t Session::rollback(uint64_t index) {
   Impl& m = *impl_;
-  if (!m.tier->restore_own(index, m.views)) {
+  if (!m.tier->restore_own(index, m.state)) {
     std::string held;
     for (uint64_t i : m.tier->own_indices()) held += (held.empty() ? "" : ", ") + std::to_string(i);
     throw Error(Code::data_loss, "runtime: rollback to snapshot " + std::to_string(index) + ": rank " +
                                      std::to_string(m.rank) + " holds only [" + held + "]");
   }
+  m.items.restore(true);  // the snapshot's items, but for those kept on rollback
   m.tier->drop_after(index);
   m.discard_disk_after(index);
   m.current_step = static_cast<int64_t>(index);
   return index;
+}
+
+uint64_t Session::rollback(const Rollback& r) {
+  Impl& m = *impl_;
+  const uint64_t begin = m.items.batch_of(r.skip_begin);  // numbered as before the rollback
+  const uint64_t end = r.skip_end > r.skip_begin ? m.items.batch_of(r.skip_end - 1) + 1 : begin;
+  const uint64_t next = rollback(r.to_index);
+  m.items.skip(begin, end);
+  return next;
 }
 
 uint64_t Session::recover(const Error& failure) {
@@ -639,59 +723,8 @@ void Session::finish(uint64_t steps_done) {
   }
 }
 
-}  // namespace sigma::runtime
-
-namespace sigma::runtime {
-
 bool Session::ended() const noexcept { return impl_->ended.load(); }
 
-std::optional<uint64_t> Session::run(uint64_t total_steps, const std::function<void(uint64_t)>& step_fn) {
-  uint64_t step = 0;
-  std::optional<Error> failed;
-  auto note = [&](const Error& e) {
-    if (impl_->agent_gone) throw e;
-    failed = e;
-  };
-  try {
-    step = join();
-  } catch (const Error& e) {
-    if (ended()) return std::nullopt;
-    note(e);
-  }
-  for (;;) {
-    while (step < total_steps || failed) {
-      if (failed) {
-        // Recover until an assignment works out (a peer may die meanwhile).
-        Error why = *failed;
-        for (;;) {
-          try {
-            step = recover(why);
-            break;
-          } catch (const Error& again) {
-            if (ended()) return std::nullopt;
-            if (impl_->agent_gone) throw;
-            why = again;
-          }
-        }
-        failed.reset();
-        continue;
-      }
-      try {
-        step_begin(step);
-        step_fn(step);
-        step_end(step);
-        ++step;
-      } catch (const Error& e) {
-        note(e);
-      }
-    }
-    try {
-      finish(step);
-      return step;
-    } catch (const Error& e) {
-      note(e);  // a peer failed in the last steps: recover, run them again
-    }
-  }
-}
+bool Session::agent_gone() const noexcept { return impl_->agent_gone.load(); }
 
 }  // namespace sigma::runtime

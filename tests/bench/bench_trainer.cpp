@@ -24,7 +24,14 @@
 // which it fails in its log set-up), rank 1 killed when it starts step 30:
 // from the kill to the end of step 30 on the restarted job.
 //
+// With SIGMA_BENCH_PREVIOUS naming another build folder (an earlier commit
+// built the same way), BM_ThisBuildVsPrevious runs the features-on job and
+// the kill with that build's sigmarun and moe_trainer beside this one's,
+// interleaved, and reports the ratios; without it, that row says so.
+//
 //   ./build/default/bin/bench_trainer --benchmark_counters_tabular=true
+//   SIGMA_BENCH_PREVIOUS=/path/to/old/build/default ./build/default/bin/bench_trainer
+//       --benchmark_filter=ThisBuildVsPrevious --benchmark_counters_tabular=true   (one line)
 #include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
 
@@ -33,6 +40,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -44,6 +52,26 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 constexpr int kSteps = 120;
+
+// The build whose sigmarun and trainer run: this one, or SIGMA_BENCH_PREVIOUS's.
+struct Build {
+  std::string sigmarun, trainer;
+};
+const Build kCurrent{SIGMARUN, MOE_TRAINER};
+
+const Build* previous_build() {
+  static const Build* b = []() -> const Build* {
+    const char* dir = std::getenv("SIGMA_BENCH_PREVIOUS");
+    if (dir == nullptr || *dir == '\0') return nullptr;
+    return new Build{std::string(dir) + "/bin/sigmarun", std::string(dir) + "/bin/moe_trainer"};
+  }();
+  return b;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 int run(std::vector<std::string> args) {
   std::vector<char*> argv;
@@ -82,10 +110,10 @@ struct Rates {
   double gemm = 0, model = 0;
 };
 
-Figures job(bool features, const Rates& rates, int workers) {
+Figures job(bool features, const Rates& rates, int workers, const Build& build = kCurrent) {
   const std::string dir = fs::temp_directory_path() / ("bench-trainer-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  std::vector<std::string> args{SIGMARUN,        "--nproc",    std::to_string(workers), "--job-dir", dir,
+  std::vector<std::string> args{build.sigmarun,  "--nproc",    std::to_string(workers), "--job-dir", dir,
                                 "--no-progress", "--no-report"};
   if (features) {
     args.insert(args.end(), {"--snapshot-every", "5", "--snapshot-keep", "4", "--checkpoint-every", "50",
@@ -94,7 +122,7 @@ Figures job(bool features, const Rates& rates, int workers) {
     args.insert(args.end(), {"--snapshot-every", "1000000"});
   }
   args.insert(args.end(),
-              {"--", MOE_TRAINER, "--data", text(), "--steps", std::to_string(kSteps), "--gemm-gflops",
+              {"--", build.trainer, "--data", text(), "--steps", std::to_string(kSteps), "--gemm-gflops",
                std::to_string(rates.gemm), "--model-gflops", std::to_string(rates.model)});
   if (!features) args.insert(args.end(), {"--no-guardrails", "--no-autotune"});
   Figures f;
@@ -123,7 +151,8 @@ Figures job(bool features, const Rates& rates, int workers) {
   return f;
 }
 
-void BM_TrainerFeaturesOnVsOff(benchmark::State& state) {
+// The GEMM and whole-model rates of one worker alone on a core.
+Rates measure_rates() {
   Rates rates;
   for (auto [flag, to] :
        {std::pair{"--measure-gemm", &rates.gemm}, std::pair{"--measure-model", &rates.model}}) {
@@ -132,6 +161,11 @@ void BM_TrainerFeaturesOnVsOff(benchmark::State& state) {
     run(a);
     std::ifstream(out) >> *to;
   }
+  return rates;
+}
+
+void BM_TrainerFeaturesOnVsOff(benchmark::State& state) {
+  const Rates rates = measure_rates();
   std::vector<double> on, off, off_step, planned;
   Figures last_on;
   bool on_first = true;
@@ -158,10 +192,6 @@ void BM_TrainerFeaturesOnVsOff(benchmark::State& state) {
     planned.push_back(b.predicted_step_s);
     last_on = a;
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   state.counters["on_tokens_per_s"] = median(on);
   state.counters["off_tokens_per_s"] = median(off);
   state.counters["on_over_off"] = median(on) / median(off);
@@ -210,11 +240,11 @@ double recovery_s(const std::string& dir, const std::string& prefix) {
   return kill > 0 && back > 0 ? back - kill : -1;
 }
 
-double sigmarun_recovery() {
+double sigmarun_recovery(const Build& build = kCurrent) {
   const std::string dir = fs::temp_directory_path() / ("bench-trainer-kill-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  std::vector<std::string> args{SIGMARUN,
+  std::vector<std::string> args{build.sigmarun,
                                 "--nproc",
                                 "4",
                                 "--spares",
@@ -226,7 +256,7 @@ double sigmarun_recovery() {
                                 "--heartbeat-timeout",
                                 "1",
                                 "--",
-                                MOE_TRAINER,
+                                build.trainer,
                                 "--data",
                                 text(),
                                 "--steps",
@@ -295,6 +325,39 @@ void BM_TimeToFirstStepAfterKill(benchmark::State& state) {
   state.counters["torchrun_over_sigmarun"] = theirs[theirs.size() / 2] / ours[ours.size() / 2];
 }
 BENCHMARK(BM_TimeToFirstStepAfterKill)->Iterations(3)->Unit(benchmark::kSecond)->UseRealTime();
+
+// This build against SIGMA_BENCH_PREVIOUS's in one run: the features-on job
+// (4 workers) and the time to the first step after a kill, each pair
+// interleaved with the order alternating. A ratio above 1 is this build
+// ahead (throughput) / behind (recovery time) in the ratio's own terms.
+void BM_ThisBuildVsPrevious(benchmark::State& state) {
+  const Build* prev = previous_build();
+  if (prev == nullptr) {
+    state.SkipWithError("SIGMA_BENCH_PREVIOUS names no earlier build");
+    return;
+  }
+  const Rates rates = measure_rates();
+  std::vector<double> ours, theirs, back_ours, back_theirs;
+  bool ours_first = true;
+  for (auto _ : state) {
+    for (const bool mine : {ours_first, !ours_first}) {
+      (mine ? ours : theirs).push_back(job(true, rates, 4, mine ? kCurrent : *prev).tokens_per_s);
+      (mine ? back_ours : back_theirs).push_back(sigmarun_recovery(mine ? kCurrent : *prev));
+    }
+    ours_first = !ours_first;
+    if (ours.back() <= 0 || theirs.back() <= 0 || back_ours.back() < 0 || back_theirs.back() < 0) {
+      state.SkipWithError("a job failed or did not recover (this build or the previous one)");
+      return;
+    }
+  }
+  state.counters["tokens_per_s"] = median(ours);
+  state.counters["previous_tokens_per_s"] = median(theirs);
+  state.counters["throughput_this_over_previous"] = median(ours) / median(theirs);
+  state.counters["kill_to_step_s"] = median(back_ours);
+  state.counters["previous_kill_to_step_s"] = median(back_theirs);
+  state.counters["recovery_previous_over_this"] = median(back_theirs) / median(back_ours);
+}
+BENCHMARK(BM_ThisBuildVsPrevious)->Iterations(5)->Unit(benchmark::kSecond)->UseRealTime();
 
 }  // namespace
 

@@ -1,6 +1,8 @@
 """A worker for test_session: data parallel under sigmarun with the
 guardrails' spike detection; batch 30 is poisoned (its targets 100x), so the
-loss spikes there and the session rolls back and skips its data."""
+loss spikes there and the session rolls back and skips its data. A state
+item counts the steps finished: the rollback takes it back with the
+snapshot, so it ends at the step count."""
 
 import sys
 
@@ -25,6 +27,14 @@ session = sigma.Session()
 guard = sigma.Guardrails(session, config=CONFIG)
 session.register(model, opt)
 batches = []
+applied = [0]
+
+
+def restore_applied(data):
+    applied[0] = int.from_bytes(data, "little")
+
+
+session.add_state_item("applied", 8, lambda: applied[0].to_bytes(8, "little"), restore_applied)
 
 
 def step_fn(step):
@@ -35,12 +45,13 @@ def step_fn(step):
     opt.zero_grad()
     loss.backward()
     session.average_gradients(model)
-    guard.step(model, loss, opt)
+    if guard.step(model, loss, opt).action != "rollback":
+        applied[0] += 1
 
 
 done = session.run(60, step_fn)
 if done is not None and session.rank == 0:
     after = batches[batches.index(POISON) + 1 :]
     assert POISON not in after, f"batch {POISON} trained on again after the rollback: {batches}"
-    print(f"spike: rolled back; batches after the spike: {after[:6]}", flush=True)
+    print(f"spike: rolled back; batches after the spike: {after[:6]}; applied {applied[0]}", flush=True)
 sys.exit(0)

@@ -65,6 +65,7 @@ class UnderSigmarun(unittest.TestCase):
             rc, out = sigmarun(job, [], os.path.join(HERE, "spike_worker.py"))
             self.assertEqual(rc, 0, out)
             self.assertIn("spike: rolled back", out)
+            self.assertIn("applied 60", out)  # the state item went back with the snapshot
             spikes = [i for i in summary(job)["incidents"] if i["kind"] == "loss spike"]
             self.assertEqual(len(spikes), 1, out)
             self.assertIn("data window skipped", spikes[0]["handled"])

@@ -2,8 +2,11 @@
  * The sigmarun worker session from C (C99): the same shape of job as
  * runtime_worker.cpp, written against sigma.h and the HAL table only.
  *
- *   c_worker STEPS [KILL_STEP KILL_DEVICE]
+ *   c_worker STEPS [KILL_STEP KILL_DEVICE [ROLLBACK_AT ROLLBACK_TO]]
  *
+ * The gradient depends on the step's data batch (sigma_session_batch_of).
+ * ROLLBACK_AT: every rank rolls back, once, at that step to snapshot
+ * ROLLBACK_TO and skips the batches of steps [ROLLBACK_TO, ROLLBACK_AT].
  * Writes JOB_DIR/final-rank-R.bin at the end.
  */
 #include <sigma/sigma.h>
@@ -47,7 +50,8 @@ static hal_status_t all_reduce(sigma_session_t* s, void* dev) {
 int main(int argc, char** argv) {
   sigma_session_t* s = NULL;
   sigma_state_view_t view;
-  uint64_t steps, step = 0, kill_step = (uint64_t)-1;
+  uint64_t steps, step = 0, kill_step = (uint64_t)-1, rollback_at = (uint64_t)-1, rollback_to = 0, batch = 0;
+  int rolled = 0;
   uint32_t kill_device = 0, rank = 0, world = 1, i;
   const char* dev_env = getenv("SIGMA_DEVICE");
   void* dev = NULL;
@@ -58,6 +62,10 @@ int main(int argc, char** argv) {
   if (argc >= 4) {
     kill_step = strtoull(argv[2], NULL, 10);
     kill_device = (uint32_t)strtoul(argv[3], NULL, 10);
+  }
+  if (argc >= 6) {
+    rollback_at = strtoull(argv[4], NULL, 10);
+    rollback_to = strtoull(argv[5], NULL, 10);
   }
   if (!sigma_session_under_agent()) {
     fprintf(stderr, "c_worker: run me under sigmarun\n");
@@ -88,8 +96,14 @@ again:
     if (step == kill_step && dev_env != NULL && (uint32_t)atoi(dev_env) == kill_device) raise(SIGKILL);
     sigma_session_info(s, &rank, &world, NULL);
     st = sigma_session_step_begin(s, step);
+    if (st == HAL_OK && step == rollback_at && !rolled) {
+      rolled = 1; /* a decision every rank takes alike, once */
+      st = sigma_session_rollback_skipping(s, rollback_to, rollback_to, rollback_at + 1, &step);
+      if (st == HAL_OK) continue;
+    }
+    if (st == HAL_OK) st = sigma_session_batch_of(s, step, &batch);
     for (i = 0; i < N; ++i)
-      grad[i] = 0.01f * sinf(params[i] * 2.0f + 0.02f * (float)step + 0.3f * (float)rank);
+      grad[i] = 0.01f * sinf(params[i] * 2.0f + 0.02f * (float)batch + 0.3f * (float)rank);
     if (st == HAL_OK) st = all_reduce(s, dev);
     if (st == HAL_OK) {
       sigma_step_report_t report;

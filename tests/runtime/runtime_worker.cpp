@@ -7,7 +7,16 @@
 //   runtime_worker --steps N [--size K] [--step-ms MS]
 //                  [--kill-at STEP --kill-device D [--kill-signal KILL|STOP|NONE]
 //                   [--kill-after-reduce] [--kill-delay-ms MS]]...
+//                  [--rollback-at STEP --rollback-to INDEX]
 //                  [--log PREFIX] [--start-delay-ms MS]
+//
+// The gradient depends on the step's data batch (Session::batch_of: the
+// step itself until a rollback skips a window). --rollback-at: every rank
+// decides, once, at step STEP, to roll back to snapshot INDEX and skip the
+// batches of steps [INDEX, STEP] (run with --snapshot-keep covering it).
+// "Once" is a state item kept on rollback; a second item counts the steps
+// applied along the path that counts. Both, per rank, go to
+// JOB_DIR/items-rank-R.txt at the end ("applied A rolled R").
 //
 // --kill-at: the process on device D sends itself the signal when it starts
 // step STEP (the first time only: a replacement on another device does not),
@@ -52,6 +61,8 @@ int main(int argc, char** argv) {
   double step_ms = 0, start_delay_ms = 0;
   std::vector<Kill> kills;
   std::string log_prefix;
+  int64_t rollback_at = -1;
+  uint64_t rollback_to = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -69,6 +80,10 @@ int main(int argc, char** argv) {
       step_ms = std::stod(next());
     else if (a == "--log")
       log_prefix = next();
+    else if (a == "--rollback-at")
+      rollback_at = std::stoll(next());
+    else if (a == "--rollback-to")
+      rollback_to = std::stoull(next());
     else if (a == "--start-delay-ms")
       start_delay_ms = std::stod(next());
     else if (a == "--kill-at")
@@ -96,8 +111,20 @@ int main(int argc, char** argv) {
     for (uint64_t i = 0; i < size; ++i) params[i] = 0.5f * std::sin(0.001f * static_cast<float>(i));
     s.set_state({{"params", HAL_DTYPE_F32, {static_cast<int64_t>(size)}, params.data()},
                  {"momentum", HAL_DTYPE_F32, {static_cast<int64_t>(size)}, momentum.data()}});
-    sigma::hal::PluginPtr plugin = s.plugin();
-    sigma::hal::Buffer buf(plugin, 0, size * sizeof(float));
+    uint64_t applied = 0, rolled = 0;  // non-tensor state: steps applied; the rollback taken
+    auto counter = [](const char* name, uint64_t& v, bool kept) {
+      sigma::runtime::StateItem it;
+      it.name = name;
+      it.max_bytes = sizeof v;
+      it.save = [&v] { return std::string(reinterpret_cast<const char*>(&v), sizeof v); };
+      it.restore = [&v](std::string_view b) {
+        if (b.size() == sizeof v) std::memcpy(&v, b.data(), sizeof v);
+      };
+      it.kept_on_rollback = kept;
+      return it;
+    };
+    s.add_state_item(counter("applied", applied, false));
+    s.add_state_item(counter("rolled", rolled, true));
     std::FILE* log =
         log_prefix.empty() ? nullptr : std::fopen((log_prefix + ".d" + std::to_string(device)).c_str(), "a");
     auto mono = [] {
@@ -120,28 +147,36 @@ int main(int argc, char** argv) {
         }
       }
     };
-    auto done = s.run(steps, [&](uint64_t step) {
+    sigma::runtime::Loop loop;
+    loop.total_steps = steps;
+    loop.step = [&](uint64_t step, uint64_t batch) {
       fire(step, false);
+      sigma::runtime::StepOutcome out;
+      if (static_cast<int64_t>(step) == rollback_at && rolled == 0) {
+        rolled = 1;  // every rank alike, and once: the item stays through the rollback
+        out.rollback = sigma::runtime::Rollback{rollback_to, rollback_to, step + 1, "the test's rollback"};
+        return out;
+      }
       const float r = static_cast<float>(s.rank());
       for (uint64_t i = 0; i < size; ++i) {
-        grad[i] = 0.01f * std::sin(params[i] * 3.0f + 0.01f * static_cast<float>(step) + 0.1f * r);
+        grad[i] = 0.01f * std::sin(params[i] * 3.0f + 0.01f * static_cast<float>(batch) + 0.1f * r);
       }
       if (step_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms));
-      buf.copy_from_host(grad.data(), size * sizeof(float));
-      s.comm().run(sigma::hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, size, buf.data(), buf.data()),
-                   std::chrono::seconds(30));
-      buf.copy_to_host(grad.data(), size * sizeof(float));
+      s.all_reduce(grad.data(), size, HAL_DTYPE_F32);  // staged through the session's kept buffer
       const float inv = 1.0f / static_cast<float>(s.world_size());
       for (uint64_t i = 0; i < size; ++i) {
         momentum[i] = 0.9f * momentum[i] + grad[i] * inv;
         params[i] -= 0.1f * momentum[i];
       }
+      ++applied;
       fire(step, true);
       if (log) {
         std::fprintf(log, "step %llu %.6f\n", static_cast<unsigned long long>(step), mono());
         std::fflush(log);
       }
-    });
+      return out;
+    };
+    const auto done = s.run(loop);
     if (!done) {
       std::fprintf(stderr, "runtime_worker: device %u retired by the agent\n", device);
       return 0;
@@ -152,6 +187,9 @@ int main(int argc, char** argv) {
     f.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(size * sizeof(float)));
     f.write(reinterpret_cast<const char*>(momentum.data()),
             static_cast<std::streamsize>(size * sizeof(float)));
+    std::ofstream(std::string(std::getenv("SIGMA_JOB_DIR")) + "/items-rank-" + std::to_string(s.rank()) +
+                  ".txt")
+        << "applied " << applied << " rolled " << rolled << "\n";
     std::fprintf(stderr, "runtime_worker: device %u rank %u done after %llu steps\n", device, s.rank(),
                  static_cast<unsigned long long>(*done));
     return 0;

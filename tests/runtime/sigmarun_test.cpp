@@ -312,6 +312,43 @@ TEST_F(Sigmarun, AKilledWorkerIsReplacedByASpareFromTheMemoryTierWithinFiveSecon
   expect_replayed(r);
 }
 
+// Session::run carries out a rollback the step decides: every rank goes
+// back to its own snapshot and the window's data is never trained on again
+// (the result differs from the fault-free run's), the items kept on
+// rollback stay, the others come back, and it all travels with the state:
+// a crash after the rollback ends with the uncrashed run's bytes, the
+// spare that took the rank skipping the same window and counting the same
+// steps.
+TEST_F(Sigmarun, ARollbackTheLoopDecidesSkipsItsDataEverywhereAndSurvivesACrashBitExactly) {
+  const std::vector<std::string> agent{"--nproc", "3", "--spares", "1", "--snapshot-keep", "8"};
+  const std::vector<std::string> worker{"--steps", std::to_string(kSteps), "--rollback-at",
+                                        "30",      "--rollback-to",        "26"};
+  const JobRun rolled = sigmarun("loop-rollback", agent, worker);
+  ASSERT_EQ(rolled.exit_code, 0) << logs(rolled);
+  auto killed_args = worker;
+  killed_args.insert(killed_args.end(), {"--kill-at", "50", "--kill-device", "1"});
+  const JobRun killed = sigmarun("loop-rollback-kill", agent, killed_args);
+  ASSERT_EQ(killed.exit_code, 0) << logs(killed);
+  ASSERT_EQ(killed.report["incidents"].size(), 1u) << logs(killed);
+  EXPECT_EQ(killed.report["incidents"][0]["restore"], "memory") << logs(killed);
+
+  const auto a = finals(rolled, 3), b = finals(killed, 3);
+  ASSERT_NE(baseline_, nullptr);
+  EXPECT_FALSE(a[0] == (*baseline_)[0])
+      << "the skipped batches changed nothing: was the rollback carried out?";
+  EXPECT_EQ(a[0], a[1]);
+  for (uint32_t k = 0; k < 3; ++k) {
+    EXPECT_TRUE(a[k] == b[k]) << "rank " << k << " differs from the uncrashed rollback run";
+    for (const JobRun* r : {&rolled, &killed})
+      EXPECT_EQ(read_file(r->dir + "/items-rank-" + std::to_string(k) + ".txt"),
+                "applied " + std::to_string(kSteps) + " rolled 1\n")
+          << "rank " << k << " of " << r->dir;
+  }
+  // The rollback is said with the next finished step, on rank 0's series.
+  EXPECT_NE(rolled.report.dump().find("rolled back: the test's rollback"), std::string::npos)
+      << rolled.report.dump(1);
+}
+
 // The worker stamps CLOCK_MONOTONIC just before it stops itself (SIGSTOP):
 // detection is measured from that stamp, as the kill test does, not from
 // the agent's own idea of when the fault began.
@@ -842,6 +879,20 @@ TEST_F(Sigmarun, OnOpaqueDeviceMemoryAKilledWorkerIsRestoredFromTheMemoryTierExa
   ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
   EXPECT_EQ(r.report["incidents"][0]["restore"], "memory");
   expect_exact(r);
+}
+
+// The C API's rollback skips its window (the result moves off the clean
+// run's) and the window travels with the state: a spare that takes a rank
+// after it trains on the same batches.
+TEST(SigmarunC, ARollbackFromCSkipsItsDataAndAReplacementSkipsItToo) {
+  const std::vector<std::string> agent{"--nproc", "2", "--spares", "1", "--snapshot-keep", "8"};
+  JobRun clean = sigmarun("c-rb-clean", agent, {"120"}, RUNTIME_C_WORKER);
+  JobRun rolled = sigmarun("c-rb", agent, {"120", "-1", "0", "30", "26"}, RUNTIME_C_WORKER);
+  JobRun killed = sigmarun("c-rb-kill", agent, {"120", "60", "1", "30", "26"}, RUNTIME_C_WORKER);
+  for (const JobRun* r : {&clean, &rolled, &killed}) ASSERT_EQ(r->exit_code, 0) << logs(*r);
+  ASSERT_EQ(killed.report["incidents"].size(), 1u) << logs(killed);
+  EXPECT_FALSE(finals(rolled, 2) == finals(clean, 2)) << "the rollback skipped nothing";
+  EXPECT_TRUE(finals(killed, 2) == finals(rolled, 2)) << "the replacement trained on other batches";
 }
 
 TEST(SigmarunC, AWorkerWrittenInCRecoversFromAKillExactly) {

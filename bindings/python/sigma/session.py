@@ -1,6 +1,5 @@
 """sigma.Session: a PyTorch script's side of ``sigmarun``."""
 
-import json
 import os
 
 import torch
@@ -8,10 +7,10 @@ import torch
 from . import _sigma, _tensors
 from .errors import Error, InvalidArgumentError, NotSupportedError
 
-# The session's own slot in the state: the guardrails' policy and the data
-# windows they skipped, as JSON, so that a restored rank decides as the
-# others do. 64 KiB, like the C++ trainer's.
-_CONTROL_BYTES = 64 << 10
+# The guardrails' policy travels with the state (a state item of the
+# session: a restored rank decides as the others do); the data windows
+# they skipped are the native session's own.
+_POLICY_BYTES = 56 << 10
 
 _REDUCE = {
     "sum": _sigma.REDUCE_SUM,
@@ -42,15 +41,16 @@ class Session:
 
     def __init__(self):
         self._native = _sigma.Session()
-        self._control = torch.zeros(_CONTROL_BYTES, dtype=torch.uint8)
-        self._skips = []  # [begin, end) batch windows the guardrails skipped
         self._guardrails = None
+        self._policy = ""  # the guardrails' policy restored before any were bound
         self._decision = None
         self._report = {}
         self._snapshot_every = int(os.environ.get("SIGMA_SNAPSHOT_EVERY", "1") or 1)
         self._state = []  # (name, tensor, address) as registered
         self._current_step = 0
-        self._note = ""  # a rollback, said with the next finished step
+        self._native.add_state_item(
+            "guardrails", _POLICY_BYTES, self._save_policy, self._restore_policy, kept_on_rollback=True
+        )
 
     @staticmethod
     def under_agent():
@@ -97,22 +97,25 @@ class Session:
             named += optim
         for name, t in (tensors or {}).items():
             named.append((f"user/{name}", t))
-        named.append(("sigma/control", self._control))
         views = [_tensors.view(name, t.detach(), f"Session.register: '{name}'", any_order=True) for name, t in named]
         self._native.set_state(views)
         # The session holds their addresses: the tensors are kept alive here,
         # and step_end checks that none was replaced.
         self._state = [(name, t, t.data_ptr()) for name, t in named]
 
+    def add_state_item(self, name, max_bytes, save, restore, kept_on_rollback=False):
+        """A non-tensor piece of the state (a data cursor, a schedule's
+        position) kept with the tensors in every snapshot and checkpoint:
+        ``save()`` returns its bytes (at most ``max_bytes``) when one is
+        taken, ``restore(data)`` gets back those of the state restored.
+        ``kept_on_rollback``: a rollback leaves it as it is. Before
+        :meth:`join` / :meth:`run`."""
+        self._native.add_state_item(f"user/{name}", max_bytes, save, restore, kept_on_rollback)
+
     def batch(self, step):
         """The data batch of ``step``: the step's index moved past the
         windows the guardrails skipped (a loss spike's data)."""
-        b = step
-        for begin, end in self._skips:
-            if begin > b:
-                break
-            b += end - begin
-        return b
+        return self._native.batch_of(step)
 
     # ---- the loop -----------------------------------------------------------
 
@@ -120,9 +123,7 @@ class Session:
         """Waits for a rank, builds the communicator, restores the state
         when this worker replaces a rank; returns the next step to run.
         Raises :class:`sigma.AbortedError` for a spare the job never needed."""
-        step = self._native.join()
-        self._read_control()
-        return step
+        return self._native.join()
 
     def step_begin(self, step):
         self._decision = None
@@ -141,7 +142,6 @@ class Session:
         :class:`sigma.AbortedError` when the agent asked the job to stop here
         (a migration)."""
         self._check_state()
-        self._write_control()
         self._native.step_end(step, loss=loss, note=note, **self._report)
 
     def _check_state(self):
@@ -163,11 +163,7 @@ class Session:
         back into the state; every rank decides alike, no byte moves between
         ranks. The guardrails' policy and skipped windows stay as they are
         now. Returns ``index``, the next step to run."""
-        self._write_control()
-        keep = bytes(self._control.numpy())
-        nxt = self._native.rollback(index)
-        self._control.copy_(torch.frombuffer(bytearray(keep), dtype=torch.uint8))
-        return nxt
+        return self._native.rollback(index)
 
     def recover(self, failure=""):
         """After a libsigma error in a step: waits for the new assignment,
@@ -177,11 +173,8 @@ class Session:
         for), or words for a failure of one's own (its code then reads as
         unknown)."""
         if isinstance(failure, Error):
-            step = self._native.recover(f"{failure.code}: {failure}", failure.code)
-        else:
-            step = self._native.recover(str(failure))
-        self._read_control()
-        return step
+            return self._native.recover(f"{failure.code}: {failure}", failure.code)
+        return self._native.recover(str(failure))
 
     restore = recover  # the name PyTorch users look for
 
@@ -190,59 +183,29 @@ class Session:
 
     def run(self, total_steps, step_fn):
         """join, ``step_fn(step)`` for each step with step_begin / step_end
-        around it, recovery from libsigma errors, finish. Returns the steps
-        done, or None when the agent retired this worker (a spare never
-        used, or a worker moved off a suspect device). A guardrails
-        decision taken in the step (rollback, skip) is carried out here."""
-        failed = None
-        try:
-            step = self.join()
-        except InvalidArgumentError:
-            raise
-        except Error as e:  # a spare never needed, or a peer lost while the first communicator formed
-            if self.ended:
-                return None
-            failed = e
-        while True:
-            try:
-                if failed is not None:
-                    step = self.recover(failed)
-                    failed = None
-                while step < total_steps:
-                    self.step_begin(step)
-                    step_fn(step)
-                    step = self._end(step)
-                self.finish(step)
-                return step
-            except InvalidArgumentError:
-                raise
-            except Error as e:
-                if self.ended:
-                    return None
-                if failed is not None and e.code == "unavailable":
-                    raise
-                failed = e
+        around it, recovery from libsigma errors, finish: the native
+        session's loop. Returns the steps done, or None when the agent
+        retired this worker (a spare never used, or a worker moved off a
+        suspect device). A guardrails decision taken in the step (rollback,
+        skip) is carried out there; the caller's mistakes
+        (:class:`sigma.InvalidArgumentError`) and other exceptions end it."""
+        return self._native.run(total_steps, lambda step, batch: self._step(step_fn, step))
 
-    def _end(self, step):
+    def _step(self, step_fn, step):
+        """One step of the native loop: the script's, then what it decided
+        as (loss, tokens, flops, peak_flops, note, rollback)."""
+        self._decision = None
+        self._report = {}
+        self._current_step = step
+        step_fn(step)
+        self._check_state()
         d = self._decision
         if d is not None and d.action == "rollback":
-            return self._rollback(d)
-        notes = [self._note] if self._note else []
-        if d is not None and d.action != "apply":
-            notes.append(f"skipped: {d.reason}")
-        self.step_end(step, loss=None if d is None else d.loss, note="; ".join(notes))
-        self._note = ""
-        return step + 1
-
-    def _rollback(self, d):
-        """The guardrails' loss-spike answer: the snapshot back, the spike's
-        data window skipped, said with the next finished step."""
-        begin, end = self.batch(d.skip_data_begin), self.batch(d.skip_data_end - 1) + 1
-        nxt = self.rollback(d.rollback_to_step + 1)
-        self._skips = _merged(self._skips + [[begin, end]])
-        self._write_control()
-        self._note = f"rolled back: {d.reason}"
-        return nxt
+            return (None, 0, 0.0, 0.0, "", (d.rollback_to_step + 1, d.skip_data_begin, d.skip_data_end, d.reason))
+        note = f"skipped: {d.reason}" if d is not None and d.action != "apply" else ""
+        r = self._report
+        loss = None if d is None else d.loss
+        return (loss, r.get("tokens", 0), r.get("flops", 0.0), r.get("peak_flops", 0.0), note, None)
 
     # ---- collectives ----------------------------------------------------------
 
@@ -311,37 +274,17 @@ class Session:
         if tensor.dtype not in _tensors.HAL_DTYPE:
             raise InvalidArgumentError(f"{what}: dtype {tensor.dtype} is not one the HAL reduces")
 
-    # ---- the control slot ---------------------------------------------------
+    # ---- the guardrails' policy, a state item --------------------------------
 
     def _bind(self, guardrails):
         self._guardrails = guardrails
+        if self._policy:
+            guardrails.restore_state(self._policy)
 
-    def _write_control(self):
-        state = {"skips": self._skips}
-        if self._guardrails is not None:
-            state["guardrails"] = self._guardrails.save_state()
-        raw = json.dumps(state).encode()
-        if len(raw) + 4 > _CONTROL_BYTES:
-            raise InvalidArgumentError(f"Session: the control state is {len(raw)} bytes, above {_CONTROL_BYTES - 4}")
-        self._control[:4].copy_(torch.tensor(list(len(raw).to_bytes(4, "little")), dtype=torch.uint8))
-        self._control[4 : 4 + len(raw)].copy_(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+    def _save_policy(self):
+        return (self._guardrails.save_state() if self._guardrails is not None else self._policy).encode()
 
-    def _read_control(self):
-        size = int.from_bytes(bytes(self._control[:4].tolist()), "little")
-        if size == 0 or size + 4 > _CONTROL_BYTES:
-            return
-        state = json.loads(bytes(self._control[4 : 4 + size].tolist()).decode())
-        self._skips = state.get("skips", [])
-        if self._guardrails is not None and "guardrails" in state:
-            self._guardrails.restore_state(state["guardrails"])
-
-
-def _merged(windows):
-    """[begin, end) windows sorted, overlapping ones joined."""
-    out = []
-    for begin, end in sorted(windows):
-        if out and begin <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([begin, end])
-    return out
+    def _restore_policy(self, raw):
+        self._policy = raw.decode()
+        if self._guardrails is not None and self._policy:
+            self._guardrails.restore_state(self._policy)

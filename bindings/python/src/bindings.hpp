@@ -10,6 +10,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,8 +26,17 @@ using ViewTuple = std::tuple<std::string, int, std::vector<int64_t>, uintptr_t>;
 hal_dtype_t checked_dtype(int dtype);
 std::vector<checkpoint::TensorView> to_views(const std::vector<ViewTuple>& tuples);
 
+// The code named `name` ("device_lost"), or nothing.
+std::optional<Code> code_named(const std::string& name);
+
 // sigma::Error -> the class of sigma.errors for its code, same message.
 void bind_errors(pybind11::module_& m);
+// A sigma.Error raised in Python code libsigma called (a training step):
+// thrown as the sigma::Error it stands for, so the library handles it as
+// its own. Any other exception, and the caller's mistakes
+// (InvalidArgumentError, NotSupportedError), return: rethrow them as they
+// are, traceback and all. With the GIL held.
+void rethrow_as_sigma(pybind11::error_already_set& e);
 void bind_session(pybind11::module_& m);
 void bind_guardrails(pybind11::module_& m);
 void bind_checkpoint(pybind11::module_& m);

@@ -4,6 +4,8 @@
 #include <sigma/error.hpp>
 
 #include <array>
+#include <optional>
+#include <string>
 
 #include "bindings.hpp"
 
@@ -43,6 +45,19 @@ void translate(std::exception_ptr p) {
 }
 
 }  // namespace
+
+std::optional<Code> code_named(const std::string& name) {
+  for (int c = static_cast<int>(Code::ok); c <= static_cast<int>(Code::data_loss); ++c)
+    if (name == code_name(static_cast<Code>(c))) return static_cast<Code>(c);
+  return std::nullopt;
+}
+
+void rethrow_as_sigma(py::error_already_set& e) {
+  if (g_errors == nullptr || !e.matches(g_errors->attr("Error"))) return;
+  const auto code = code_named(py::str(e.value().attr("code")));
+  if (!code || *code == Code::invalid_argument || *code == Code::not_supported) return;
+  throw Error(*code, py::str(e.value()));
+}
 
 void bind_errors(py::module_& m) {
   if (g_errors == nullptr) g_errors = new py::object(py::module_::import("sigma.errors"));

@@ -9,13 +9,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bindings.hpp"
 
 namespace sigma::python {
 
-// The session and one reused HAL buffer that collectives stage through (the
-// device's memory, whatever the vendor: the trainer's way).
+// The session, with the Python callables of its loop and state items.
 class PySession {
  public:
   PySession() : s_(runtime::SessionOptions::from_env()) {}
@@ -39,10 +40,17 @@ class PySession {
   void device_collective(hal_coll_op_t op, uintptr_t addr, uint64_t count, int dtype, int reduce,
                          uint32_t root, double timeout_s);
 
+  // The session's loop with Python's step and hook (see runtime::Loop);
+  // the GIL is released but for the calls into Python.
+  std::optional<uint64_t> run(uint64_t total_steps, const pybind11::object& step,
+                              const pybind11::object& on_generation);
+  // A state item whose save() returns bytes and restore(bytes) takes them.
+  void add_state_item(const std::string& name, uint64_t max_bytes, const pybind11::object& save,
+                      const pybind11::object& restore, bool kept_on_rollback);
+
  private:
   runtime::Session s_;
-  std::unique_ptr<hal::Buffer> buf_;
-  uint64_t buf_generation_ = 0;
+  std::vector<std::shared_ptr<std::pair<pybind11::object, pybind11::object>>> items_;
 };
 
 }  // namespace sigma::python

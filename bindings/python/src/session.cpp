@@ -49,22 +49,79 @@ std::chrono::nanoseconds bound(double timeout_s) {
 
 void PySession::collective(hal_coll_op_t op, uintptr_t addr, uint64_t count, int dtype, int reduce,
                            uint32_t root, double timeout_s) {
-  const uint64_t bytes = checked_bytes(s_, op, count, dtype, reduce, root, timeout_s);
-  if (bytes == 0) return;
-  if (!buf_ || buf_->size() < bytes || buf_generation_ != s_.generation()) {
-    buf_.reset();
-    buf_ = std::make_unique<hal::Buffer>(s_.plugin(), 0, bytes);
-    buf_generation_ = s_.generation();
+  if (checked_bytes(s_, op, count, dtype, reduce, root, timeout_s) == 0) return;
+  const auto dt = static_cast<hal_dtype_t>(dtype);
+  auto* host = reinterpret_cast<void*>(addr);
+  if (op == HAL_COLL_ALL_REDUCE)
+    s_.all_reduce(host, count, dt, static_cast<hal_reduce_op_t>(reduce), bound(timeout_s));
+  else if (op == HAL_COLL_BROADCAST)
+    s_.broadcast(host, count, dt, root, bound(timeout_s));
+  else
+    s_.all_gather(host, count, dt, bound(timeout_s));
+}
+
+namespace {
+
+// Calls Python from the session's loop (GIL released around it): with the
+// GIL, a sigma.Error it raises thrown as libsigma's own.
+template <typename F>
+auto in_python(F&& f) {
+  py::gil_scoped_acquire gil;
+  try {
+    return f();
+  } catch (py::error_already_set& e) {
+    rethrow_as_sigma(e);
+    throw;
   }
-  const hal_dtype_t dt = static_cast<hal_dtype_t>(dtype);
-  auto* host = reinterpret_cast<uint8_t*>(addr);
-  auto* dev = static_cast<uint8_t*>(buf_->data());
-  const uint64_t own = count * hal::dtype_size(dt);
-  const uint64_t at = op == HAL_COLL_ALL_GATHER ? own * s_.rank() : 0;
-  buf_->copy_from_host(host + at, own, at);
-  s_.comm().run(hal::coll_args(op, dt, count, dev + at, dev, static_cast<hal_reduce_op_t>(reduce), root),
-                bound(timeout_s));
-  buf_->copy_to_host(host, bytes);
+}
+
+// step(step, batch) -> (loss, tokens, flops, peak_flops, note, rollback),
+// rollback None or (to_index, skip_begin, skip_end, reason).
+runtime::StepOutcome outcome_of(const py::object& r) {
+  const auto t = r.cast<py::tuple>();
+  runtime::StepOutcome out;
+  if (t.size() != 6) throw Error(Code::invalid_argument, "Session.run: a step's outcome is a 6-tuple");
+  if (!t[5].is_none()) {
+    const auto rb = t[5].cast<py::tuple>();
+    out.rollback = runtime::Rollback{rb[0].cast<uint64_t>(), rb[1].cast<uint64_t>(), rb[2].cast<uint64_t>(),
+                                     rb[3].cast<std::string>()};
+    return out;
+  }
+  out.report = runtime::StepReport{t[0].cast<std::optional<double>>(), t[1].cast<uint64_t>(),
+                                   t[2].cast<double>(), t[3].cast<double>(), t[4].cast<std::string>()};
+  return out;
+}
+
+}  // namespace
+
+std::optional<uint64_t> PySession::run(uint64_t total_steps, const py::object& step,
+                                       const py::object& on_generation) {
+  runtime::Loop loop;
+  loop.total_steps = total_steps;
+  loop.step = [&step](uint64_t k, uint64_t batch) {
+    return in_python([&] { return outcome_of(step(k, batch)); });
+  };
+  if (!on_generation.is_none())
+    loop.on_generation = [&on_generation](uint64_t next) { in_python([&] { on_generation(next); }); };
+  py::gil_scoped_release nogil;
+  return s_.run(loop);
+}
+
+void PySession::add_state_item(const std::string& name, uint64_t max_bytes, const py::object& save,
+                               const py::object& restore, bool kept_on_rollback) {
+  // The callables outlive this call: held (with their references) by the
+  // session's item; released with the GIL held when the session goes.
+  auto keep = std::make_shared<std::pair<py::object, py::object>>(save, restore);
+  items_.push_back(keep);
+  runtime::StateItem it;
+  it.name = name;
+  it.max_bytes = max_bytes;
+  it.save = [keep] { return in_python([&] { return keep->first().cast<std::string>(); }); };
+  it.restore = [keep](std::string_view b) {
+    in_python([&] { keep->second(py::bytes(b.data(), b.size())); });
+  };
+  it.kept_on_rollback = kept_on_rollback;
+  s_.add_state_item(std::move(it));
 }
 
 void PySession::device_collective(hal_coll_op_t op, uintptr_t addr, uint64_t count, int dtype, int reduce,
@@ -97,6 +154,11 @@ void bind_session(py::module_& m) {
       .def(py::init<>(), release())
       .def_static("under_agent", &runtime::Session::under_agent)
       .def("set_state", &PySession::set_state)
+      .def("add_state_item", &PySession::add_state_item, py::arg("name"), py::arg("max_bytes"),
+           py::arg("save"), py::arg("restore"), py::arg("kept_on_rollback") = false)
+      .def("batch_of", [](PySession& p, uint64_t step) { return p.s().batch_of(step); })
+      .def("run", &PySession::run, py::arg("total_steps"), py::arg("step"),
+           py::arg("on_generation") = py::none())
       .def(
           "join", [](PySession& p) { return p.s().join(); }, release())
       .def_property_readonly("rank", [](PySession& p) { return p.s().rank(); })
@@ -115,10 +177,7 @@ void bind_session(py::module_& m) {
           "recover",
           [](PySession& p, const std::string& reason, const std::optional<std::string>& code) {
             if (!code) return p.s().recover(reason);
-            for (int c = static_cast<int>(sigma::Code::ok); c <= static_cast<int>(sigma::Code::data_loss);
-                 ++c)
-              if (*code == sigma::code_name(static_cast<sigma::Code>(c)))
-                return p.s().recover(static_cast<sigma::Code>(c), reason);
+            if (const auto c = code_named(*code)) return p.s().recover(*c, reason);
             throw sigma::Error(sigma::Code::invalid_argument, "recover: '" + *code + "' names no error code");
           },
           py::arg("reason") = "", py::arg("code") = py::none(), release())
