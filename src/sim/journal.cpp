@@ -3,6 +3,8 @@
 #include <sigma/error.hpp>
 #include <sigma/sim.hpp>
 
+#include "journal_records.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -18,36 +20,13 @@ using nlohmann::json;
   throw Error(Code::invalid_argument, name + ":" + std::to_string(line) + ": " + field + ": " + why);
 }
 
-// A field of one journal line, checked.
-struct Line {
-  const json& j;
-  const std::string& name;
-  size_t n;
-  bool has(const char* k) const { return j.contains(k); }
-  double number(const char* k, double lo, double hi) const {
-    if (!has(k) || !j[k].is_number()) fail(name, n, k, "missing or not a number");
-    const double v = j[k].get<double>();
-    if (!(v >= lo && v <= hi)) fail(name, n, k, "out of range");
-    return v;
-  }
-  uint32_t whole(const char* k, uint32_t lo, uint32_t hi) const {
-    if (!has(k) || !j[k].is_number_unsigned()) fail(name, n, k, "missing or not a whole number");
-    const uint64_t v = j[k].get<uint64_t>();
-    if (v < lo || v > hi)
-      fail(name, n, k, "out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return static_cast<uint32_t>(v);
-  }
-  std::string text(const char* k) const {
-    if (!has(k) || !j[k].is_string()) fail(name, n, k, "missing or not a string");
-    return j[k].get<std::string>();
-  }
-  bool flag(const char* k, bool otherwise) const {
-    if (!has(k)) return otherwise;
-    if (!j[k].is_boolean()) fail(name, n, k, "not true or false");
-    return j[k].get<bool>();
-  }
-};
-
+// A value of one journal line, checked against its range.
+template <typename T>
+T in_range(const std::string& name, size_t line, const char* field, T v, T lo, T hi) {
+  if (v < lo || v > hi)
+    fail(name, line, field, "out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
 struct Layout {
   uint32_t nproc = 0, spares = 0, nnodes = 0, per_group = 0, min_world = 1, snapshot_every = 1;
   bool migrate = true, shrink = false;
@@ -57,17 +36,18 @@ struct Layout {
   }
 };
 
-Layout read_start(const Line& l) {
+Layout read_start(const journal::Start& r, const std::string& name, size_t n) {
   Layout o;
-  o.nproc = l.whole("nproc", 1, 4096);
-  o.spares = l.whole("spares", 0, 4096);
-  o.nnodes = l.whole("nnodes", 1, 4096);
-  if (l.has("nodes_per_group")) o.per_group = l.whole("nodes_per_group", 0, 4096);
-  if (l.has("snapshot_every")) o.snapshot_every = l.whole("snapshot_every", 1, 1000000);
-  if (l.has("min_world")) o.min_world = l.whole("min_world", 0, 1u << 24);
-  o.migrate = l.flag("proactive_migration", true);
-  o.shrink = l.flag("allow_shrink", false);
-  if (o.devices() < 2) fail(l.name, l.n, "nproc", "a replay needs at least 2 devices");
+  o.nproc = in_range<uint32_t>(name, n, "nproc", r.nproc, 1, 4096);
+  o.spares = in_range<uint32_t>(name, n, "spares", r.spares, 0, 4096);
+  o.nnodes = in_range<uint32_t>(name, n, "nnodes", r.nnodes, 1, 4096);
+  o.per_group = in_range<uint32_t>(name, n, "nodes_per_group", r.nodes_per_group, 0, 4096);
+  o.snapshot_every =
+      static_cast<uint32_t>(in_range<uint64_t>(name, n, "snapshot_every", r.snapshot_every, 1, 1000000));
+  o.min_world = in_range<uint32_t>(name, n, "min_world", r.min_world, 0, 1u << 24);
+  o.migrate = r.proactive_migration;
+  o.shrink = r.allow_shrink;
+  if (o.devices() < 2) fail(name, n, "nproc", "a replay needs at least 2 devices");
   return o;
 }
 
@@ -119,6 +99,33 @@ std::string describe(const Decision& d) {
   return o.str();
 }
 
+// One journal line read, or the file, line and field it fails at.
+journal::Line read_line(const std::string& raw, const std::string& name, size_t n) {
+  const json j = json::parse(raw, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail(name, n, "(line)", "not a JSON object");
+  try {
+    journal::Line l = journal::decode(j);
+    if (!(l.t >= 0 && l.t <= 1e12)) fail(name, n, "t", "out of range");
+    return l;
+  } catch (const Error& e) {
+    if (std::string(e.what()).rfind(name + ":", 0) == 0) throw;  // ours, already placed
+    throw Error(Code::invalid_argument, name + ":" + std::to_string(n) + ": " + e.what());
+  }
+}
+
+// The decision a scheduler line journals, its devices checked.
+Decision decision_of(const journal::Scheduler& r, double t, uint32_t last, const std::string& name,
+                     size_t n) {
+  Decision d;
+  d.at_s = t;
+  d.action = r.action;
+  if (r.device) d.device = in_range<uint32_t>(name, n, "device", *r.device, 0, last);
+  if (r.rank) d.rank = in_range<uint32_t>(name, n, "rank", *r.rank, 0, last);
+  if (r.to_device) d.to_device = in_range<uint32_t>(name, n, "to_device", *r.to_device, 0, last);
+  d.tier = r.tier;
+  return d;
+}
+
 }  // namespace
 
 Replay parse_journal(const std::string& text, const std::string& name) {
@@ -130,39 +137,31 @@ Replay parse_journal(const std::string& text, const std::string& name) {
   for (std::string raw; std::getline(in, raw);) {
     ++n;
     if (raw.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const json j = json::parse(raw, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) fail(name, n, "(line)", "not a JSON object");
-    const Line l{j, name, n};
-    const std::string event = l.text("event");
-    const double t = l.number("t", 0, 1e12);
+    const journal::Line l = read_line(raw, name, n);
+    const double t = l.t;
     end_s = std::max(end_s, t);
-    if (event == "start") {
-      layout = read_start(l);
+    if (const auto* start = std::get_if<journal::Start>(&l.record)) {
+      layout = read_start(*start, name, n);
       continue;
     }
-    if (!layout) fail(name, n, "event", "'" + event + "' before the start line");
+    if (!layout)
+      fail(name, n, "event", "'" + std::string(journal::name(l.event)) + "' before the start line");
     const uint32_t last = layout->devices() - 1;
-    if (event == "fault") {
-      r.scenario.script.push_back({t, l.whole("device", 0, last), "fault", false});
-      ++r.faults;
-    } else if (event == "health_state") {
-      const std::string to = l.text("to");
-      if (to == "failed") continue;  // the fault line that follows decides
+    if (const auto* f = std::get_if<journal::Fault>(&l.record)) {
       r.scenario.script.push_back(
-          {t, l.whole("device", 0, last), "", false, to == "healthy" ? "calm" : "warning"});
+          {t, in_range<uint32_t>(name, n, "device", f->device, 0, last), "fault", false});
+      ++r.faults;
+    } else if (const auto* h = std::get_if<journal::Health>(&l.record);
+               h && h->kind == journal::Event::health_state) {
+      if (h->to == "failed") continue;  // the fault line that follows decides
+      r.scenario.script.push_back({t, in_range<uint32_t>(name, n, "device", h->device, 0, last), "", false,
+                                   h->to == "healthy" ? "calm" : "warning"});
       ++r.health_changes;
-    } else if (event == "recovery_started" && step_s == 0 && l.has("reached_step")) {
-      const double reached = l.number("reached_step", 0, 1e15);
-      if (reached > 0) step_s = t / reached;
-    } else if (event == "scheduler" && decides(l.text("action"))) {
-      Decision d;
-      d.at_s = t;
-      d.action = l.text("action");
-      if (l.has("device")) d.device = l.whole("device", 0, last);
-      if (l.has("rank")) d.rank = l.whole("rank", 0, last);
-      if (l.has("to_device")) d.to_device = l.whole("to_device", 0, last);
-      if (l.has("tier")) d.tier = l.text("tier");
-      r.journalled.push_back(d);
+    } else if (const auto* rs = std::get_if<journal::RecoveryStarted>(&l.record)) {
+      if (step_s == 0 && rs->reached_step && *rs->reached_step > 0)
+        step_s = t / static_cast<double>(*rs->reached_step);
+    } else if (const auto* sc = std::get_if<journal::Scheduler>(&l.record); sc && decides(sc->action)) {
+      r.journalled.push_back(decision_of(*sc, t, last, name, n));
     }
   }
   if (!layout) fail(name, n, "event", "no start line: not a sigmarun journal");

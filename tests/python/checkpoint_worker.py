@@ -1,5 +1,7 @@
 """A training process for test_checkpointer: checkpoints every 10 steps
-with sigma.Checkpointer, resumes from the newest one when restarted."""
+with sigma.Checkpointer (in the background), resumes from the newest one
+when restarted. Each step's line says the newest checkpoint committed by
+then (-1: none)."""
 
 import sys
 
@@ -23,7 +25,8 @@ for step in range(start, 60):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    print(f"step {step}", flush=True)
+    committed = ck.steps()
+    print(f"step {step} committed {committed[0] if committed else -1}", flush=True)
     if step % 10 == 0:
         ck.save(step, model, opt, extra={"next_step": step + 1})
 ck.wait()

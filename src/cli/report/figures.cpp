@@ -1,5 +1,9 @@
 #include "figures.hpp"
 
+#include <sigma/error.hpp>
+
+#include "journal_records.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -29,14 +33,14 @@ std::string fmt(const char* f, double a, double b = 0, double c = 0) {
 // Which device held each rank over time, from the scheduler's journal lines.
 class Placement {
  public:
-  void feed(const json& e) {
-    if (str(e, "event") != "scheduler") return;
-    const std::string a = str(e, "action");
-    if (!e.contains("rank") || !e["rank"].is_number()) return;
-    const auto rank = e["rank"].get<int64_t>();
-    if (a == "assign") changes_.push_back({num(e, "t"), rank, static_cast<int64_t>(num(e, "device"))});
-    if (a == "replace" || a == "migrate")
-      changes_.push_back({num(e, "t"), rank, static_cast<int64_t>(num(e, "to_device"))});
+  void feed(const sigma::journal::Line& l) {
+    const auto* s = std::get_if<sigma::journal::Scheduler>(&l.record);
+    if (s == nullptr || !s->rank) return;
+    const auto rank = static_cast<int64_t>(*s->rank);
+    const auto device = [](const std::optional<uint32_t>& d) { return d ? static_cast<int64_t>(*d) : 0; };
+    if (s->action == "assign") changes_.push_back({l.t, rank, device(s->device)});
+    if (s->action == "replace" || s->action == "migrate")
+      changes_.push_back({l.t, rank, device(s->to_device)});
   }
   int64_t device_of(int64_t rank, double t) const {
     int64_t d = -1;
@@ -148,27 +152,25 @@ void numerics(const json& report, const Placement& where, Figures& f) {
   }
 }
 
-void warnings(const std::vector<json>& journal, Figures& f) {
-  for (const json& e : journal) {
-    const std::string ev = str(e, "event");
-    if (ev == "readmit") {
+void warnings(const std::vector<sigma::journal::Line>& journal, Figures& f) {
+  namespace jr = sigma::journal;
+  for (const jr::Line& l : journal) {
+    if (const auto* r = std::get_if<jr::Readmit>(&l.record)) {
       f.incidents.push_back(
-          {num(e, "t"), "readmitted", "device " + std::to_string(e.value("device", 0)),
-           "its worker crashed: " + str(e, "cause"),
+          {l.t, "readmitted", "device " + std::to_string(r->device), "its worker crashed: " + r->cause,
            "validated again with a fresh worker (self-test, probe); a spare again when it passes", 0});
-    } else if (ev == "health_state") {
-      const std::string to = str(e, "to");
-      if (to != "suspect" && to != "failing") continue;
-      f.incidents.push_back({num(e, "t"), "health " + to, "device " + std::to_string(e.value("device", 0)),
-                             str(e, "message"), "the scheduler decides (migration when a spare is free)", 0});
-    } else if (ev == "storage_failed") {
-      f.incidents.push_back(
-          {num(e, "t"), "storage", "", str(e, "reason"), "training went on with the memory tier", 0});
+    } else if (const auto* h = std::get_if<jr::Health>(&l.record); h && h->kind == jr::Event::health_state) {
+      if (h->to != "suspect" && h->to != "failing") continue;
+      f.incidents.push_back({l.t, "health " + h->to, "device " + std::to_string(h->device), h->message,
+                             "the scheduler decides (migration when a spare is free)", 0});
+    } else if (const auto* s = std::get_if<jr::StorageFailed>(&l.record)) {
+      f.incidents.push_back({l.t, "storage", "", s->reason, "training went on with the memory tier", 0});
     }
   }
 }
 
-void series(const json& report, const json* reference, const std::vector<json>& journal, Figures& f) {
+void series(const json& report, const json* reference, const std::vector<sigma::journal::Line>& journal,
+            Figures& f) {
   const json s = report.value("series", json::object());
   double tokens = 0, flops = 0, busy = 0, peak = 0;
   for (const json& p : s.value("steps", json::array())) {
@@ -210,11 +212,11 @@ void series(const json& report, const json* reference, const std::vector<json>& 
       devices[d].temperature.y.push_back(p["temperature_c"].get<double>());
     }
   }
-  for (const json& e : journal) {
-    if (str(e, "event") != "health_state") continue;
-    const auto d = e.value("device", 0u);
-    devices[d].device = d;
-    devices[d].health.emplace_back(num(e, "t"), str(e, "to"));
+  for (const sigma::journal::Line& l : journal) {
+    const auto* h = std::get_if<sigma::journal::Health>(&l.record);
+    if (h == nullptr || h->kind != sigma::journal::Event::health_state) continue;
+    devices[h->device].device = h->device;
+    devices[h->device].health.emplace_back(l.t, h->to);
   }
   for (auto& [d, trace] : devices) f.devices.push_back(std::move(trace));
 }
@@ -235,12 +237,22 @@ Figures compute(const json& report, const std::vector<json>& journal, const json
   const json lost = ledger.value("lost_s", json::object());
   for (const auto& [cause, s] : lost.items())
     if (s.is_number()) f.lost_s.emplace_back(cause, s.get<double>());
+  // The journal's lines as records; one a reader cannot take is counted,
+  // not guessed at.
+  std::vector<sigma::journal::Line> lines;
+  for (const json& e : journal) {
+    try {
+      lines.push_back(sigma::journal::decode(e));
+    } catch (const sigma::Error&) {
+      ++f.unread_journal_lines;
+    }
+  }
   Placement where;
-  for (const json& e : journal) where.feed(e);
-  series(report, reference, journal, f);
+  for (const auto& l : lines) where.feed(l);
+  series(report, reference, lines, f);
   recoveries(report, f);
   numerics(report, where, f);
-  warnings(journal, f);
+  warnings(lines, f);
   f.lost_s.emplace_back("skipped steps", static_cast<double>(f.skipped_steps) * f.median_step_s);
   f.lost_s.emplace_back("rolled back", static_cast<double>(f.rolled_back_steps) * f.median_step_s);
   std::stable_sort(f.incidents.begin(), f.incidents.end(),
@@ -270,7 +282,8 @@ json to_json(const Figures& f) {
           {"skipped_steps", f.skipped_steps},
           {"rolled_back_steps", f.rolled_back_steps},
           {"lost_s", lost},
-          {"incidents", incidents}};
+          {"incidents", incidents},
+          {"unread_journal_lines", f.unread_journal_lines}};
 }
 
 }  // namespace sigma_report

@@ -46,6 +46,7 @@ struct Figures {
   std::vector<Incident> incidents;
   Trace loss, reference_loss, step_time;  // loss by step; step time by wall time
   std::vector<DeviceTrace> devices;
+  uint64_t unread_journal_lines = 0;  // lines the journal's records could not be read from
 };
 
 // `journal`: the journal's lines in order. `reference`: a fault-free run's

@@ -95,6 +95,8 @@ std::string summary(const Figures& f) {
   o << "  time lost:";
   for (const auto& [cause, s] : f.lost_s) o << " " << cause << fmt(" %.2f s", s) << ";";
   o << "\n";
+  if (f.unread_journal_lines > 0)
+    o << "  " << f.unread_journal_lines << " journal line(s) could not be read and are left out\n";
   for (const auto& i : f.incidents) {
     o << fmt("  %7.1f s  ", i.t) << i.kind << (i.device.empty() ? "" : " (" + i.device + ")") << ": "
       << i.what << "\n             -> " << i.handled << "\n";

@@ -129,10 +129,9 @@ Commands Coordinator::hello(const protocol::Hello& h, double t) {
   if (!expects_hello(h.device)) return take();
   Slot& s = slots_[h.device];
   s.connected = true;
-  record({{"event", "validated"},
-          {"device", s.device},
-          {"passed", h.self_test_passed},
-          {"detail", h.self_test_detail}});
+  record(
+      journal::line(journal::Event::validated,
+                    {{"device", s.device}, {"passed", h.self_test_passed}, {"detail", h.self_test_detail}}));
   act(scheduler_.validation_done(s.device, h.self_test_passed, h.self_test_detail, t));
   s.phase = h.self_test_passed ? Phase::spare : Phase::retiring;
   s.spare_since = t;
@@ -171,11 +170,7 @@ Commands Coordinator::message(uint32_t device, const protocol::WorkerMessage& me
   } else if (const auto* m = std::get_if<protocol::StorageFailed>(&message)) {
     ++storage_failures_;
     storage_error_ = m->reason;
-    record({{"event", "storage_failed"},
-            {"device", s.device},
-            {"rank", s.rank},
-            {"index", m->index},
-            {"reason", m->reason}});
+    record(journal::encode(journal::StorageFailed{s.device, s.rank, m->index, m->reason}));
   } else if (const auto* m = std::get_if<protocol::Done>(&message)) {
     // Sent before our abort reached it: its session answers the abort with
     // a report, and it stays in the round.
@@ -246,7 +241,8 @@ Commands Coordinator::exited(uint32_t device, const protocol::ProcessEnd& end, d
     // A program without the session that ran to its end: not a fault.
     s.phase = Phase::dead;
     s.plain_done = true;
-    record({{"event", "exited_without_session"}, {"device", s.device}, {"status", end.describe()}});
+    record(journal::line(journal::Event::exited_without_session,
+                         {{"device", s.device}, {"status", end.describe()}}));
     return take();
   }
   const auto kind =
@@ -265,12 +261,7 @@ void Coordinator::fault(Slot& s, const Fault& f, double fault_s) {
   // The health record says which kind of loss: the device itself, or the
   // process on it (crashed, hung, stuck).
   monitor_.observe_error(s.device, f.device_said() ? Code::device_lost : Code::internal, cause, t_);
-  record({{"event", "fault"},
-          {"device", s.device},
-          {"rank", s.rank},
-          {"phase", phase_name(was)},
-          {"cause", cause},
-          {"detected_after_s", t_ - fault_s}});
+  record(journal::encode(journal::Fault{s.device, s.rank, phase_name(was), cause, t_ - fault_s}));
   if (was == Phase::retiring && round_.active && !round_.assigned) {
     // The device being migrated away died before the boundary: the others
     // may be waiting for it inside a collective.
@@ -317,21 +308,17 @@ void Coordinator::readmit(Slot& s) {
   if (scheduler_.state(s.device) != scheduler::DeviceState::cordoned) return;  // decided otherwise meanwhile
   ++readmitted_[s.device];
   monitor_.reset(s.device);
-  record({{"event", "readmit"},
-          {"device", s.device},
-          {"cause", cause},
-          {"time", readmitted_[s.device]},
-          {"of", o_.readmit_crashed}});
+  record(journal::encode(journal::Readmit{s.device, cause, readmitted_[s.device], o_.readmit_crashed}));
   act(scheduler_.on_repaired(s.device, t_));  // cordoned -> validating
   spawn(s);                                   // a fresh worker self-tests the device
 }
 
-void Coordinator::end(const std::string& status, const std::string& why, int code, const char* event,
-                      const std::string& goodbye) {
+void Coordinator::end(const std::string& status, const std::string& why, int code,
+                      std::optional<journal::Event> event, const std::string& goodbye) {
   end_status_ = status;
   end_why_ = why;
   exit_code_ = code;
-  if (event != nullptr) record({{"event", event}, {"reason", why}});
+  if (event) record(journal::line(*event, {{"reason", why}}));
   finished_ = true;
   finished_at_ = t_;
   for (Slot& s : slots_) send(s, protocol::Goodbye{goodbye.empty() ? why : goodbye});

@@ -225,7 +225,7 @@ class Coordinator {
   std::optional<recovery::RestorePlan> plan_restore();
   void forget_disk_after(uint64_t index);
   // Ends the job: every worker is told `goodbye` (default: `why`).
-  void end(const std::string& status, const std::string& why, int code, const char* event,
+  void end(const std::string& status, const std::string& why, int code, std::optional<journal::Event> event,
            const std::string& goodbye = {});
   void maybe_start();
   void health_tick();

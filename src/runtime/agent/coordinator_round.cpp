@@ -71,7 +71,7 @@ void Coordinator::start_round(const std::string& cause, double fault_s, bool fro
   for (Slot& s : slots_) {
     if (s.phase == Phase::retiring) send(s, protocol::Abort{cause});
   }
-  record({{"event", "recovery_started"}, {"cause", cause}, {"reached_step", round_.reached}});
+  record(journal::encode(journal::RecoveryStarted{cause, round_.reached}));
   for (Slot* m : gone)
     fault(*m, {Fault::Kind::left_early, "it had finished and left before a peer failed in the last steps"},
           t_);
@@ -140,8 +140,8 @@ void Coordinator::advance_round() {
   }
   if (progress() >= round_.reached) {
     incident_["back_at_reached_step_s"] = t_ - round_.fault_s;
-    record(
-        {{"event", "recovered"}, {"back_at_step", round_.reached}, {"after_fault_s", t_ - round_.fault_s}});
+    record(journal::line(journal::Event::recovered,
+                         {{"back_at_step", round_.reached}, {"after_fault_s", t_ - round_.fault_s}}));
     incidents_.push_back(incident_);
     round_.active = false;
   }
@@ -150,14 +150,14 @@ void Coordinator::advance_round() {
 void Coordinator::assign_generation() {
   if (round_.paused) {
     end("paused", round_.pause_reason + "; " + resume_hint("when a device is repaired"), job_exit::paused,
-        "paused");
+        journal::Event::paused);
     return;
   }
   const auto plan = plan_restore();
   if (!plan) {
     end("unrecoverable",
         "no state to restore: the memory replicas of the lost ranks died with them and " + no_disk_why(),
-        job_exit::unrecoverable, "unrecoverable");
+        job_exit::unrecoverable, journal::Event::unrecoverable);
     return;
   }
   ++generation_;
@@ -185,12 +185,11 @@ void Coordinator::assign_generation() {
   round_.assigned_s = t_;
   round_.index = plan->index;
   round_.tier = plan->tier;
-  record({{"event", "assigned"},
-          {"generation", generation_},
-          {"restore", name(plan->tier)},
-          {"index", plan->index},
-          {"handoff", handoff},
-          {"devices", devices}});
+  record(journal::line(journal::Event::assigned, {{"generation", generation_},
+                                                  {"restore", name(plan->tier)},
+                                                  {"index", plan->index},
+                                                  {"handoff", handoff},
+                                                  {"devices", devices}}));
 }
 
 // The assignment went out recovery_timeout_s ago and not every rank has
@@ -213,7 +212,7 @@ void Coordinator::assignment_overdue() {
   }
   const std::string within =
       "generation " + std::to_string(generation_) + " within " + std::to_string(o_.recovery_timeout_s) + " s";
-  record({{"event", "recovery_overdue"}, {"generation", generation_}, {"late", late}});
+  record(journal::line(journal::Event::recovery_overdue, {{"generation", generation_}, {"late", late}}));
   if (!any_joined || late_newcomers.empty()) {
     fail_assignment((any_joined ? std::to_string(late) + " rank(s) did not join " : "no rank joined ") +
                     within);
@@ -247,10 +246,9 @@ void Coordinator::rejoined() {
                     {"rejoined_s", t_},
                     {"comm_s", comm_s},
                     {"restore_s", restore_s}});
-  record({{"event", "rejoined"},
-          {"generation", generation_},
-          {"after_fault_s", t_ - round_.fault_s},
-          {"recomputed_steps", redo}});
+  record(journal::line(
+      journal::Event::rejoined,
+      {{"generation", generation_}, {"after_fault_s", t_ - round_.fault_s}, {"recomputed_steps", redo}}));
 }
 
 }  // namespace sigma::runtime::agent

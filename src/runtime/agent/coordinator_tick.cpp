@@ -56,7 +56,8 @@ void Coordinator::maybe_start() {
                   a.rank, world_, 1, resume > 0 ? RestoreTier::disk : RestoreTier::none, resume, {}});
     }
     if (resume > 0) {
-      record({{"event", "resumed"}, {"index", resume}, {"from", o_.job_dir + "/checkpoints"}});
+      record(
+          journal::line(journal::Event::resumed, {{"index", resume}, {"from", o_.job_dir + "/checkpoints"}}));
       steps_reached_ = resume;
     }
     generation_ = 1;
@@ -75,7 +76,7 @@ void Coordinator::maybe_start() {
         "every worker exited 0 without a sigma session: a plain program ran to its end (sigmarun watched it "
         "for "
         "crashes; recovery needs the session)",
-        job_exit::done, "done_without_session");
+        job_exit::done, journal::Event::done_without_session);
     return;
   }
   if (waited && !all_heard) {
@@ -94,7 +95,7 @@ void Coordinator::maybe_start() {
     end("unrecoverable",
         "only " + std::to_string(slots_.size() - out) + " device(s) passed validation; the job needs " +
             std::to_string(world_),
-        job_exit::unrecoverable, nullptr);
+        job_exit::unrecoverable, std::nullopt);
   }
 }
 
@@ -146,10 +147,8 @@ void Coordinator::maybe_migrate() {
         {"detected_s", t_},      {"reached_step", round_.reached},
         {"proactive", true},     {"warning", warnings.empty() ? json() : json(warnings.front().message)}};
     for (Slot* m : members()) m->reported = false;
-    record({{"event", "migration_started"},
-            {"device", s.device},
-            {"rank", s.rank},
-            {"boundary_step", boundary}});
+    record(journal::line(journal::Event::migration_started,
+                         {{"device", s.device}, {"rank", s.rank}, {"boundary_step", boundary}}));
     return;
   }
 }
@@ -176,11 +175,12 @@ void Coordinator::watchdog() {
   const std::string step = std::to_string(in_step);
   const std::string secs = std::to_string(o_.step_timeout_s);
   if (lowest == highest) {
-    record({{"event", "stalled"},
-            {"step", in_step},
-            {"seconds", o_.step_timeout_s},
-            {"note",
-             "every rank is in the same step; no rank stands out, aborting the collective and retrying"}});
+    record(journal::line(
+        journal::Event::stalled,
+        {{"step", in_step},
+         {"seconds", o_.step_timeout_s},
+         {"note",
+          "every rank is in the same step; no rank stands out, aborting the collective and retrying"}}));
     start_round("every rank stalled in step " + step + " for " + secs + " s", t_ - o_.step_timeout_s);
     return;
   }
@@ -219,7 +219,7 @@ Commands Coordinator::stop_requested(int sig, double t) {
   t_ = t;
   const bool again = stop_signal_ != 0;
   stop_signal_ = sig;
-  record({{"event", "stop_requested"}, {"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
+  record(journal::line(journal::Event::stop_requested, {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}}));
   if (again || !started_ || round_.active || finished_) {
     stop_now();
     return take();
@@ -240,7 +240,7 @@ void Coordinator::finish_stop() {
 
 void Coordinator::stop_now() {
   if (finished_) return;
-  end("stopped", stop_why(), job_exit::stopped_by(stop_signal_), "stopped");
+  end("stopped", stop_why(), job_exit::stopped_by(stop_signal_), journal::Event::stopped);
 }
 
 std::string Coordinator::stop_why() const {
@@ -275,7 +275,7 @@ void Coordinator::finish_job() {
   for (Slot* m : members()) {
     if (m->phase != Phase::done) return;
   }
-  end("done", "", job_exit::done, nullptr, "the job is done");
+  end("done", "", job_exit::done, std::nullopt, "the job is done");
 }
 
 MetricsSnapshot Coordinator::metrics(double t) const {

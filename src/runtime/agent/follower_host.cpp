@@ -2,6 +2,7 @@
 // through the control store, then polls the root's channel and reaps its
 // children, feeding each event to the Follower and carrying out what comes
 // back (start, send, signal, journal).
+#include "journal_records.hpp"
 #include "runtime/agent/follower.hpp"
 #include "runtime/agent/journal.hpp"
 #include "runtime/agent/launcher.hpp"
@@ -144,7 +145,7 @@ int run_follower(const AgentOptions& o) {
     if (root->closed()) host.carry_out(f.root_closed(health::monotonic_s()));
     host.carry_out(f.tick(health::monotonic_s()));
   }
-  journal.write({{"event", "end"}, {"code", f.code()}});
+  journal.write(journal::line(journal::Event::end, {{"code", f.code()}}));
   return f.code();
 }
 

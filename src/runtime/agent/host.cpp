@@ -4,6 +4,7 @@
 // crash is seen the moment the process is reaped) and by request_stop(),
 // feeds each event to the coordinator with the clock, and carries out the
 // commands that come back: spawn, send, signal, disconnect, journal.
+#include "journal_records.hpp"
 #include "runtime/agent/host_impl.hpp"
 #include "runtime/agent/journal.hpp"
 #include "runtime/agent/launcher.hpp"
@@ -114,7 +115,8 @@ void Agent::Impl::spawn(uint32_t device) {
   }
   // Throws when the program cannot be started: the job cannot start.
   pids[device] = spawn_worker(o, device, env);
-  journal->write({{"event", "launch"}, {"device", device}, {"node", 0}, {"pid", pids[device]}});
+  journal->write(
+      journal::line(journal::Event::launch, {{"device", device}, {"node", 0}, {"pid", pids[device]}}));
 }
 
 // Rank 0's step: the series, and a numerics decision in the journal.
@@ -125,7 +127,7 @@ void Agent::Impl::step_done(const protocol::StepDone& s) {
   last_step = s;
   if (!s.note.empty()) {
     series.note(t, s.step, s.note);
-    journal->write({{"event", "numerics"}, {"step", s.step}, {"note", s.note}});
+    journal->write(journal::line(journal::Event::numerics, {{"step", s.step}, {"note", s.note}}));
   }
 }
 
@@ -160,22 +162,21 @@ int Agent::Impl::run() {
   pids.assign(core->devices(), -1);
   tokens.assign(core->devices(), "");
   nodes.resize(o.nnodes);
-  journal->write({{"event", "start"},
-                  {"job_id", o.job_id},
-                  {"nproc", o.nproc},
-                  {"spares", o.spares},
-                  {"nnodes", o.nnodes},
-                  {"nodes_per_group", o.nodes_per_group},
-                  {"snapshot_every", o.snapshot_every},
-                  {"checkpoint_every", o.checkpoint_every},
-                  {"proactive_migration", o.proactive_migration},
-                  {"allow_shrink", o.allow_shrink},
-                  {"min_world", o.min_world},
-                  {"vendor", o.vendor},
-                  {"store", store_uri},
-                  {"agent", tcp_addr},
-                  {"vendor_options", o.vendor_options},
-                  {"worker", o.worker}});
+  journal->write(journal::encode(journal::Start{.job_id = o.job_id,
+                                                .nproc = o.nproc,
+                                                .spares = o.spares,
+                                                .nnodes = o.nnodes,
+                                                .nodes_per_group = o.nodes_per_group,
+                                                .min_world = o.min_world,
+                                                .snapshot_every = o.snapshot_every,
+                                                .checkpoint_every = o.checkpoint_every,
+                                                .proactive_migration = o.proactive_migration,
+                                                .allow_shrink = o.allow_shrink,
+                                                .vendor = o.vendor,
+                                                .store = store_uri,
+                                                .agent = tcp_addr,
+                                                .vendor_options = o.vendor_options,
+                                                .worker = o.worker}));
   carry_out(core->start(now()));
   while (!core->over()) {
     poll_once(wake_fd);
@@ -222,7 +223,7 @@ void Agent::Impl::finish() {
                      ? inc["back_at_reached_step_s"].get<double>()
                      : -1.0);
   }
-  journal->write({{"event", "end"}, {"status", core->status()}, {"reason", why}});
+  journal->write(journal::line(journal::Event::end, {{"status", core->status()}, {"reason", why}}));
   if (metrics) metrics->publish(core->metrics(wall));
   ::close(listen_fd);
   if (tcp_fd >= 0) ::close(tcp_fd);

@@ -5,34 +5,37 @@
 namespace sigma::runtime::agent {
 
 nlohmann::json record_of(const scheduler::Action& a) {
-  nlohmann::json j{{"event", "scheduler"}, {"action", scheduler::action_name(a.kind)}, {"reason", a.reason}};
-  if (a.device != scheduler::kNone) j["device"] = a.device;
-  if (a.rank != scheduler::kNone) j["rank"] = a.rank;
-  if (a.to_device != scheduler::kNone) j["to_device"] = a.to_device;
-  if (!a.tier.empty()) j["tier"] = a.tier;
-  if (a.world_size) j["world_size"] = a.world_size;
-  return j;
+  journal::Scheduler r;
+  r.action = scheduler::action_name(a.kind);
+  r.reason = a.reason;
+  if (a.device != scheduler::kNone) r.device = a.device;
+  if (a.rank != scheduler::kNone) r.rank = a.rank;
+  if (a.to_device != scheduler::kNone) r.to_device = a.to_device;
+  r.tier = a.tier;
+  r.world_size = a.world_size;
+  return journal::encode(r);
 }
 
 nlohmann::json record_of(const health::Event& e) {
-  const char* kind = e.kind == health::Event::Kind::warning_raised    ? "warning"
-                     : e.kind == health::Event::Kind::warning_cleared ? "warning_cleared"
-                                                                      : "health_state";
-  nlohmann::json j{{"event", kind}, {"device", e.device}};
+  journal::Health r;
+  r.kind = e.kind == health::Event::Kind::warning_raised    ? journal::Event::warning
+           : e.kind == health::Event::Kind::warning_cleared ? journal::Event::warning_cleared
+                                                            : journal::Event::health_state;
+  r.device = e.device;
   if (e.kind == health::Event::Kind::state_changed) {
-    j["from"] = health::state_name(e.from);
-    j["to"] = health::state_name(e.to);
+    r.from = health::state_name(e.from);
+    r.to = health::state_name(e.to);
   }
   if (!e.warning.rule.empty()) {
-    j["signal"] = e.warning.signal;
-    j["rule"] = e.warning.rule;
-    j["severity"] = health::state_name(e.warning.severity);
-    j["value"] = e.warning.value;
-    j["threshold"] = e.warning.threshold;
-    if (e.warning.eta_s >= 0) j["eta_s"] = e.warning.eta_s;
-    j["message"] = e.warning.message;
+    r.signal = e.warning.signal;
+    r.rule = e.warning.rule;
+    r.severity = health::state_name(e.warning.severity);
+    r.value = e.warning.value;
+    r.threshold = e.warning.threshold;
+    if (e.warning.eta_s >= 0) r.eta_s = e.warning.eta_s;
+    r.message = e.warning.message;
   }
-  return j;
+  return journal::encode(r);
 }
 
 nlohmann::json Ledger::to_json(double wall_s) const {

@@ -6,6 +6,8 @@
 #include <sigma/health.hpp>
 #include <sigma/scheduler.hpp>
 
+#include "journal_records.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
