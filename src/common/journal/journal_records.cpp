@@ -1,10 +1,8 @@
-// The journal's kinds and typed records, both ways.
+// The journal's kinds and their names, and each record written as its line.
+// Reading is journal_decode.cpp.
 #include "journal_records.hpp"
 
-#include <sigma/error.hpp>
-
 #include <array>
-#include <limits>
 #include <utility>
 
 namespace sigma::journal {
@@ -52,117 +50,9 @@ constexpr std::array<std::pair<Event, const char*>, 36> kNames{{
     {Event::done_without_session, "done_without_session"},
 }};
 
-[[noreturn]] void bad(const char* field, const std::string& why) {
-  throw Error(Code::invalid_argument, std::string(field) + ": " + why);
-}
-
-// The fields of one line, read with their types checked.
-struct Fields {
-  const json& j;
-  bool has(const char* k) const { return j.contains(k); }
-  double number(const char* k) const {
-    if (!has(k) || !j[k].is_number()) bad(k, "missing or not a number");
-    return j[k].get<double>();
-  }
-  uint64_t whole(const char* k) const {
-    // Written as unsigned or as a signed integer that is not negative.
-    if (!has(k) || !j[k].is_number_integer() || (!j[k].is_number_unsigned() && j[k].get<int64_t>() < 0))
-      bad(k, "missing or not a whole number");
-    return j[k].get<uint64_t>();
-  }
-  uint32_t whole32(const char* k) const {
-    const uint64_t v = whole(k);
-    if (v > std::numeric_limits<uint32_t>::max()) bad(k, "above 4294967295");
-    return static_cast<uint32_t>(v);
-  }
-  int64_t integer(const char* k) const {
-    if (!has(k) || !j[k].is_number_integer()) bad(k, "missing or not an integer");
-    return j[k].get<int64_t>();
-  }
-  std::string text(const char* k) const {
-    if (!has(k) || !j[k].is_string()) bad(k, "missing or not a string");
-    return j[k].get<std::string>();
-  }
-  bool flag(const char* k, bool otherwise) const {
-    if (!has(k)) return otherwise;
-    if (!j[k].is_boolean()) bad(k, "not true or false");
-    return j[k].get<bool>();
-  }
-  // Optional fields: their default when absent, checked when present.
-  std::string text_or(const char* k) const { return has(k) ? text(k) : std::string(); }
-  double number_or(const char* k, double otherwise) const { return has(k) ? number(k) : otherwise; }
-  uint32_t whole32_or(const char* k, uint32_t otherwise) const { return has(k) ? whole32(k) : otherwise; }
-  uint64_t whole_or(const char* k, uint64_t otherwise) const { return has(k) ? whole(k) : otherwise; }
-  std::optional<uint32_t> maybe32(const char* k) const {
-    return has(k) ? std::optional<uint32_t>(whole32(k)) : std::nullopt;
-  }
-};
-
-Start read_start(const Fields& f) {
-  Start r;
-  r.job_id = f.text_or("job_id");
-  r.nproc = f.whole32("nproc");
-  r.spares = f.whole32("spares");
-  r.nnodes = f.whole32("nnodes");
-  r.nodes_per_group = f.whole32_or("nodes_per_group", 0);
-  r.min_world = f.whole32_or("min_world", 1);
-  r.snapshot_every = f.whole_or("snapshot_every", 1);
-  r.checkpoint_every = f.whole_or("checkpoint_every", 0);
-  r.proactive_migration = f.flag("proactive_migration", true);
-  r.allow_shrink = f.flag("allow_shrink", false);
-  r.vendor = f.text_or("vendor");
-  r.store = f.text_or("store");
-  r.agent = f.text_or("agent");
-  r.vendor_options = f.text_or("vendor_options");
-  if (f.has("worker")) r.worker = f.j["worker"];
-  return r;
-}
-
-Health read_health(Event kind, const Fields& f) {
-  Health r;
-  r.kind = kind;
-  r.device = f.whole32("device");
-  if (kind == Event::health_state) {
-    r.from = f.text_or("from");
-    r.to = f.text("to");
-  }
-  r.rule = f.text_or("rule");
-  r.signal = f.text_or("signal");
-  r.severity = f.text_or("severity");
-  r.message = f.text_or("message");
-  r.value = f.number_or("value", 0);
-  r.threshold = f.number_or("threshold", 0);
-  if (f.has("eta_s")) r.eta_s = f.number("eta_s");
-  return r;
-}
-
-Record read_record(Event e, const Fields& f) {
-  switch (e) {
-    case Event::start:
-      return read_start(f);
-    case Event::fault:
-      return Fault{f.whole32("device"), f.has("rank") ? f.integer("rank") : -1, f.text_or("phase"),
-                   f.text_or("cause"), f.number_or("detected_after_s", 0)};
-    case Event::health_state:
-    case Event::warning:
-    case Event::warning_cleared:
-      return read_health(e, f);
-    case Event::recovery_started:
-      return RecoveryStarted{f.text_or("cause"), f.has("reached_step")
-                                                     ? std::optional<uint64_t>(f.whole("reached_step"))
-                                                     : std::nullopt};
-    case Event::scheduler:
-      return Scheduler{
-          f.text("action"),       f.text_or("reason"), f.maybe32("device"),          f.maybe32("rank"),
-          f.maybe32("to_device"), f.text_or("tier"),   f.whole32_or("world_size", 0)};
-    case Event::readmit:
-      return Readmit{f.whole32("device"), f.text_or("cause"), f.whole32_or("time", 0), f.whole32_or("of", 0)};
-    case Event::storage_failed:
-      return StorageFailed{f.whole32_or("device", 0), f.has("rank") ? f.integer("rank") : -1,
-                           f.whole_or("index", 0), f.text_or("reason")};
-    default:
-      return std::monostate{};
-  }
+json line(Event e, json fields = json::object()) {
+  fields["event"] = name(e);
+  return fields;
 }
 
 }  // namespace
@@ -177,11 +67,6 @@ Event event_named(std::string_view text) noexcept {
   for (const auto& [k, n] : kNames)
     if (text == n) return k;
   return Event::unknown;
-}
-
-json line(Event e, json fields) {
-  fields["event"] = name(e);
-  return fields;
 }
 
 json encode(const Start& r) {
@@ -253,14 +138,94 @@ json encode(const StorageFailed& r) {
               {{"device", r.device}, {"rank", r.rank}, {"index", r.index}, {"reason", r.reason}});
 }
 
-Line decode(const json& j) {
-  if (!j.is_object()) bad("(line)", "not a JSON object");
-  const Fields f{j};
-  Line l;
-  l.event = event_named(f.text("event"));
-  l.t = f.number("t");
-  l.record = read_record(l.event, f);
-  return l;
+json encode(const End& r) {
+  json j = line(Event::end);
+  if (r.code) {
+    j["code"] = *r.code;
+  } else {
+    j["status"] = r.status;
+    j["reason"] = r.reason;
+  }
+  return j;
 }
+
+json encode(const JobEnded& r) { return line(r.kind, {{"reason", r.reason}}); }
+
+json encode(const Resumed& r) { return line(Event::resumed, {{"index", r.index}, {"from", r.from}}); }
+
+json encode(const StopRequested& r) { return line(Event::stop_requested, {{"signal", r.signal}}); }
+
+json encode(const Numerics& r) { return line(Event::numerics, {{"step", r.step}, {"note", r.note}}); }
+
+json encode(const Launch& r) {
+  json j = line(Event::launch, {{"device", r.device}});
+  if (r.node) j["node"] = *r.node;
+  j["pid"] = r.pid;
+  return j;
+}
+
+json encode(const Validated& r) {
+  return line(Event::validated, {{"device", r.device}, {"passed", r.passed}, {"detail", r.detail}});
+}
+
+json encode(const ProcessExit& r) { return line(r.kind, {{"device", r.device}, {"status", r.status}}); }
+
+json encode(const Assigned& r) {
+  json handoff = json::array();
+  for (const auto& [holder, receiver] : r.handoff) handoff.push_back({holder, receiver});
+  return line(Event::assigned, {{"generation", r.generation},
+                                {"restore", r.restore},
+                                {"index", r.index},
+                                {"handoff", handoff},
+                                {"devices", r.devices}});
+}
+
+json encode(const RecoveryOverdue& r) {
+  return line(Event::recovery_overdue, {{"generation", r.generation}, {"late", r.late}});
+}
+
+json encode(const Rejoined& r) {
+  return line(Event::rejoined, {{"generation", r.generation},
+                                {"after_fault_s", r.after_fault_s},
+                                {"recomputed_steps", r.recomputed_steps}});
+}
+
+json encode(const Recovered& r) {
+  return line(Event::recovered, {{"back_at_step", r.back_at_step}, {"after_fault_s", r.after_fault_s}});
+}
+
+json encode(const MigrationStarted& r) {
+  return line(Event::migration_started,
+              {{"device", r.device}, {"rank", r.rank}, {"boundary_step", r.boundary_step}});
+}
+
+json encode(const Stalled& r) {
+  return line(Event::stalled, {{"step", r.step}, {"seconds", r.seconds}, {"note", r.note}});
+}
+
+json encode(const NodeEvent& r) { return line(r.kind, {{"node", r.node}}); }
+
+json encode(const BadMessage& r) {
+  json j = line(Event::bad_message);
+  if (r.device) j["device"] = *r.device;
+  if (r.node) j["node"] = *r.node;
+  j["error"] = r.error;
+  if (!r.message.is_null()) j["message"] = r.message;
+  return j;
+}
+
+json encode(const RefusedConnection& r) {
+  json j = line(Event::refused_connection, {{"reason", r.reason}});
+  if (!r.message.is_null()) j["message"] = r.message;
+  return j;
+}
+
+json encode(const RefusedEnv& r) {
+  return line(Event::refused_env, {{"device", r.device}, {"names", r.names}});
+}
+
+json encode(const Goodbye& r) { return line(Event::goodbye, {{"code", r.code}, {"reason", r.reason}}); }
+
+json encode(const RootLost&) { return line(Event::root_lost); }
 
 }  // namespace sigma::journal

@@ -129,9 +129,7 @@ Commands Coordinator::hello(const protocol::Hello& h, double t) {
   if (!expects_hello(h.device)) return take();
   Slot& s = slots_[h.device];
   s.connected = true;
-  record(
-      journal::line(journal::Event::validated,
-                    {{"device", s.device}, {"passed", h.self_test_passed}, {"detail", h.self_test_detail}}));
+  record(journal::encode(journal::Validated{s.device, h.self_test_passed, h.self_test_detail}));
   act(scheduler_.validation_done(s.device, h.self_test_passed, h.self_test_detail, t));
   s.phase = h.self_test_passed ? Phase::spare : Phase::retiring;
   s.spare_since = t;
@@ -241,8 +239,8 @@ Commands Coordinator::exited(uint32_t device, const protocol::ProcessEnd& end, d
     // A program without the session that ran to its end: not a fault.
     s.phase = Phase::dead;
     s.plain_done = true;
-    record(journal::line(journal::Event::exited_without_session,
-                         {{"device", s.device}, {"status", end.describe()}}));
+    record(journal::encode(
+        journal::ProcessExit{journal::Event::exited_without_session, s.device, end.describe()}));
     return take();
   }
   const auto kind =
@@ -318,7 +316,7 @@ void Coordinator::end(const std::string& status, const std::string& why, int cod
   end_status_ = status;
   end_why_ = why;
   exit_code_ = code;
-  if (event) record(journal::line(*event, {{"reason", why}}));
+  if (event) record(journal::encode(journal::JobEnded{*event, why}));
   finished_ = true;
   finished_at_ = t_;
   for (Slot& s : slots_) send(s, protocol::Goodbye{goodbye.empty() ? why : goodbye});

@@ -140,8 +140,7 @@ void Coordinator::advance_round() {
   }
   if (progress() >= round_.reached) {
     incident_["back_at_reached_step_s"] = t_ - round_.fault_s;
-    record(journal::line(journal::Event::recovered,
-                         {{"back_at_step", round_.reached}, {"after_fault_s", t_ - round_.fault_s}}));
+    record(journal::encode(journal::Recovered{round_.reached, t_ - round_.fault_s}));
     incidents_.push_back(incident_);
     round_.active = false;
   }
@@ -162,8 +161,7 @@ void Coordinator::assign_generation() {
   }
   ++generation_;
   forget_disk_after(plan->index);
-  json handoff = json::array(), devices = json::array();
-  for (auto [h, r] : plan->handoff) handoff.push_back({h, r});
+  std::vector<uint32_t> devices;
   for (uint32_t r = 0; r < scheduler_.world_size(); ++r) {
     Slot* s = slot_of_rank(r);
     if (s->phase == Phase::spare) {
@@ -185,11 +183,8 @@ void Coordinator::assign_generation() {
   round_.assigned_s = t_;
   round_.index = plan->index;
   round_.tier = plan->tier;
-  record(journal::line(journal::Event::assigned, {{"generation", generation_},
-                                                  {"restore", name(plan->tier)},
-                                                  {"index", plan->index},
-                                                  {"handoff", handoff},
-                                                  {"devices", devices}}));
+  record(
+      journal::encode(journal::Assigned{generation_, name(plan->tier), plan->index, plan->handoff, devices}));
 }
 
 // The assignment went out recovery_timeout_s ago and not every rank has
@@ -212,7 +207,7 @@ void Coordinator::assignment_overdue() {
   }
   const std::string within =
       "generation " + std::to_string(generation_) + " within " + std::to_string(o_.recovery_timeout_s) + " s";
-  record(journal::line(journal::Event::recovery_overdue, {{"generation", generation_}, {"late", late}}));
+  record(journal::encode(journal::RecoveryOverdue{generation_, late}));
   if (!any_joined || late_newcomers.empty()) {
     fail_assignment((any_joined ? std::to_string(late) + " rank(s) did not join " : "no rank joined ") +
                     within);
@@ -246,9 +241,7 @@ void Coordinator::rejoined() {
                     {"rejoined_s", t_},
                     {"comm_s", comm_s},
                     {"restore_s", restore_s}});
-  record(journal::line(
-      journal::Event::rejoined,
-      {{"generation", generation_}, {"after_fault_s", t_ - round_.fault_s}, {"recomputed_steps", redo}}));
+  record(journal::encode(journal::Rejoined{generation_, t_ - round_.fault_s, redo}));
 }
 
 }  // namespace sigma::runtime::agent

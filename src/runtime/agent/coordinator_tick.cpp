@@ -56,8 +56,7 @@ void Coordinator::maybe_start() {
                   a.rank, world_, 1, resume > 0 ? RestoreTier::disk : RestoreTier::none, resume, {}});
     }
     if (resume > 0) {
-      record(
-          journal::line(journal::Event::resumed, {{"index", resume}, {"from", o_.job_dir + "/checkpoints"}}));
+      record(journal::encode(journal::Resumed{resume, o_.job_dir + "/checkpoints"}));
       steps_reached_ = resume;
     }
     generation_ = 1;
@@ -147,8 +146,7 @@ void Coordinator::maybe_migrate() {
         {"detected_s", t_},      {"reached_step", round_.reached},
         {"proactive", true},     {"warning", warnings.empty() ? json() : json(warnings.front().message)}};
     for (Slot* m : members()) m->reported = false;
-    record(journal::line(journal::Event::migration_started,
-                         {{"device", s.device}, {"rank", s.rank}, {"boundary_step", boundary}}));
+    record(journal::encode(journal::MigrationStarted{s.device, s.rank, boundary}));
     return;
   }
 }
@@ -175,12 +173,9 @@ void Coordinator::watchdog() {
   const std::string step = std::to_string(in_step);
   const std::string secs = std::to_string(o_.step_timeout_s);
   if (lowest == highest) {
-    record(journal::line(
-        journal::Event::stalled,
-        {{"step", in_step},
-         {"seconds", o_.step_timeout_s},
-         {"note",
-          "every rank is in the same step; no rank stands out, aborting the collective and retrying"}}));
+    record(journal::encode(journal::Stalled{
+        in_step, o_.step_timeout_s,
+        "every rank is in the same step; no rank stands out, aborting the collective and retrying"}));
     start_round("every rank stalled in step " + step + " for " + secs + " s", t_ - o_.step_timeout_s);
     return;
   }
@@ -219,7 +214,7 @@ Commands Coordinator::stop_requested(int sig, double t) {
   t_ = t;
   const bool again = stop_signal_ != 0;
   stop_signal_ = sig;
-  record(journal::line(journal::Event::stop_requested, {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}}));
+  record(journal::encode(journal::StopRequested{sig == SIGINT ? "SIGINT" : "SIGTERM"}));
   if (again || !started_ || round_.active || finished_) {
     stop_now();
     return take();

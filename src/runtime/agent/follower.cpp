@@ -11,16 +11,14 @@ using namespace follow;
 
 Commands Follower::connected(pid_t self) {
   return {ToRoot{protocol::NodeHello{protocol::kVersion, node_, static_cast<int64_t>(self)}},
-          Note{journal::line(journal::Event::joined_root, {{"node", node_}})}};
+          Note{journal::encode(journal::NodeEvent{journal::Event::joined_root, node_})}};
 }
 
 Commands Follower::message(const protocol::RootMessage& m, double t) {
   Commands out;
   if (const auto* spawn = std::get_if<protocol::Spawn>(&m)) {
     auto [env, refused] = allowed_env(spawn->env);
-    if (!refused.empty())
-      out.push_back(Note{journal::line(journal::Event::refused_env,
-                                       {{"device", spawn->device}, {"names", nlohmann::json(refused)}})});
+    if (!refused.empty()) out.push_back(Note{journal::encode(journal::RefusedEnv{spawn->device, refused})});
     out.push_back(StartWorker{spawn->device, std::move(env)});
   } else if (const auto* kill = std::get_if<protocol::Kill>(&m)) {
     for (const auto& [pid, device] : children_)
@@ -28,20 +26,19 @@ Commands Follower::message(const protocol::RootMessage& m, double t) {
   } else if (const auto* bye = std::get_if<protocol::NodeGoodbye>(&m)) {
     code_ = bye->code;
     ending_since_ = t;
-    if (!bye->reason.empty())
-      out.push_back(Note{journal::line(journal::Event::goodbye, {{"code", code_}, {"reason", bye->reason}})});
+    if (!bye->reason.empty()) out.push_back(Note{journal::encode(journal::Goodbye{code_, bye->reason})});
   }
   return out;
 }
 
 Commands Follower::bad_message(const std::string& why, const std::string& text) {
-  return {Note{journal::line(journal::Event::bad_message, {{"error", why}, {"message", text}})}};
+  return {Note{journal::encode(journal::BadMessage{{}, {}, why, text})}};
 }
 
 Commands Follower::started(uint32_t device, pid_t pid) {
   children_[pid] = device;
   return {ToRoot{protocol::Launched{device, static_cast<int64_t>(pid)}},
-          Note{journal::line(journal::Event::launch, {{"device", device}, {"pid", pid}})}};
+          Note{journal::encode(journal::Launch{device, {}, pid})}};
 }
 
 Commands Follower::not_started(uint32_t device, const std::string& why) {
@@ -54,13 +51,13 @@ Commands Follower::exited(pid_t pid, const protocol::ProcessEnd& end) {
   const uint32_t device = it->second;
   children_.erase(it);
   return {ToRoot{protocol::Exited{device, end}},
-          Note{journal::line(journal::Event::exit, {{"device", device}, {"status", end.describe()}})}};
+          Note{journal::encode(journal::ProcessExit{journal::Event::exit, device, end.describe()})}};
 }
 
 Commands Follower::root_closed(double t) {
   if (code_ >= 0) return {};  // it said goodbye first
   // Nobody is left to coordinate these workers.
-  Commands out{Note{journal::line(journal::Event::root_lost)}};
+  Commands out{Note{journal::encode(journal::RootLost{})}};
   kill_all(out);
   code_ = job_exit::unrecoverable;
   ending_since_ = t;

@@ -145,7 +145,7 @@ int run_follower(const AgentOptions& o) {
     if (root->closed()) host.carry_out(f.root_closed(health::monotonic_s()));
     host.carry_out(f.tick(health::monotonic_s()));
   }
-  journal.write(journal::line(journal::Event::end, {{"code", f.code()}}));
+  journal.write(journal::encode(journal::End{{}, {}, f.code()}));
   return f.code();
 }
 

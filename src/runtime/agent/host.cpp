@@ -115,8 +115,7 @@ void Agent::Impl::spawn(uint32_t device) {
   }
   // Throws when the program cannot be started: the job cannot start.
   pids[device] = spawn_worker(o, device, env);
-  journal->write(
-      journal::line(journal::Event::launch, {{"device", device}, {"node", 0}, {"pid", pids[device]}}));
+  journal->write(journal::encode(journal::Launch{device, 0u, pids[device]}));
 }
 
 // Rank 0's step: the series, and a numerics decision in the journal.
@@ -127,7 +126,7 @@ void Agent::Impl::step_done(const protocol::StepDone& s) {
   last_step = s;
   if (!s.note.empty()) {
     series.note(t, s.step, s.note);
-    journal->write(journal::line(journal::Event::numerics, {{"step", s.step}, {"note", s.note}}));
+    journal->write(journal::encode(journal::Numerics{s.step, s.note}));
   }
 }
 
@@ -223,7 +222,7 @@ void Agent::Impl::finish() {
                      ? inc["back_at_reached_step_s"].get<double>()
                      : -1.0);
   }
-  journal->write(journal::line(journal::Event::end, {{"status", core->status()}, {"reason", why}}));
+  journal->write(journal::encode(journal::End{core->status(), why, {}}));
   if (metrics) metrics->publish(core->metrics(wall));
   ::close(listen_fd);
   if (tcp_fd >= 0) ::close(tcp_fd);

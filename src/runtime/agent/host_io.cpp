@@ -45,7 +45,7 @@ std::string store_for_run(const AgentOptions& o, const std::string& run_id) {
 // expected is refused, journalled with the reason.
 void Agent::Impl::greeted(std::unique_ptr<Channel> ch, const json& first) {
   auto refuse = [&](const std::string& why) {
-    journal->write(journal::line(journal::Event::refused_connection, {{"reason", why}, {"message", first}}));
+    journal->write(journal::encode(journal::RefusedConnection{why, first}));
     ch->send(protocol::encode(protocol::Goodbye{"refused: " + why}));
   };
   protocol::Greeting g;
@@ -62,7 +62,7 @@ void Agent::Impl::greeted(std::unique_ptr<Channel> ch, const json& first) {
     if (n == 0 || n >= o.nnodes || nodes[n] || core->finished())
       return refuse("node " + std::to_string(n) + " is not one this job waits for");
     nodes[n] = std::move(ch);
-    journal->write(journal::line(journal::Event::node_joined, {{"node", n}}));
+    journal->write(journal::encode(journal::NodeEvent{journal::Event::node_joined, n}));
     carry_out(core->node_joined(n, now()));
     return;
   }
@@ -87,8 +87,7 @@ void Agent::Impl::read_messages(uint32_t device) {
       carry_out(core->message(device, message, now()));
     } catch (const Error& e) {
       // A worker's malformed message must not take the job down with it.
-      journal->write(journal::line(journal::Event::bad_message,
-                                   {{"device", device}, {"error", e.what()}, {"message", *m}}));
+      journal->write(journal::encode(journal::BadMessage{device, {}, e.what(), *m}));
     }
   }
 }
@@ -103,8 +102,7 @@ void Agent::Impl::node_messages(uint32_t n) {
       if (const auto* l = std::get_if<protocol::Launched>(&msg)) {
         if (l->device >= pids.size() || core->node_of(l->device) != n) continue;
         pids[l->device] = static_cast<pid_t>(l->pid);
-        journal->write(
-            journal::line(journal::Event::launch, {{"device", l->device}, {"node", n}, {"pid", l->pid}}));
+        journal->write(journal::encode(journal::Launch{l->device, n, l->pid}));
       } else if (const auto* x = std::get_if<protocol::Exited>(&msg)) {
         if (x->device >= pids.size() || core->node_of(x->device) != n) continue;
         read_messages(x->device);  // whatever it sent before it died still counts
@@ -112,13 +110,12 @@ void Agent::Impl::node_messages(uint32_t n) {
         carry_out(core->exited(x->device, x->end, now()));
       }
     } catch (const Error& e) {
-      journal->write(
-          journal::line(journal::Event::bad_message, {{"node", n}, {"error", e.what()}, {"message", *m}}));
+      journal->write(journal::encode(journal::BadMessage{{}, n, e.what(), *m}));
     }
   }
   if (ch && ch->closed()) {
     ch.reset();
-    journal->write(journal::line(journal::Event::node_lost, {{"node", n}}));
+    journal->write(journal::encode(journal::NodeEvent{journal::Event::node_lost, n}));
     for (uint32_t d = 0; d < core->devices(); ++d) {
       if (core->node_of(d) == n && core->alive(d)) {
         read_messages(d);
@@ -207,8 +204,8 @@ void Agent::Impl::poll_once(int wake_fd) {
     auto m = (*it)->receive_ready();
     if ((*it)->closed()) {
       if ((*it)->oversized())
-        journal->write(journal::line(journal::Event::refused_connection,
-                                     {{"reason", "a line over 1 MiB before its greeting"}}));
+        journal->write(
+            journal::encode(journal::RefusedConnection{"a line over 1 MiB before its greeting", {}}));
       it = pending.erase(it);
       continue;
     }
@@ -225,8 +222,7 @@ void Agent::Impl::poll_once(int wake_fd) {
     read_messages(d);
     // The channel broke before the exit was reaped: the exit decides.
     if (workers[d] && workers[d]->oversized())
-      journal->write(journal::line(journal::Event::bad_message,
-                                   {{"device", d}, {"error", "a line over 1 MiB: connection closed"}}));
+      journal->write(journal::encode(journal::BadMessage{d, {}, "a line over 1 MiB: connection closed", {}}));
     if (workers[d] && workers[d]->closed()) workers[d].reset();
   }
   reap();
