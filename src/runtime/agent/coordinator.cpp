@@ -62,7 +62,12 @@ const char* phase_name(Phase p) {
 }
 
 Coordinator::Coordinator(const AgentOptions& o, DiskHoldings disk, double t)
-    : o_(o), world_(o.nproc * o.nnodes), scheduler_(scheduler_config(o)), monitor_(monitor_config(o)), t_(t) {
+    : o_(o),
+      world_(o.nproc * o.nnodes),
+      scheduler_(scheduler_config(o)),
+      monitor_(monitor_config(o)),
+      t_(t),
+      watchdog_(o.step_timeout_s) {
   for (auto& [rank, steps] : disk) {
     if (rank < world_) disk_[rank] = std::move(steps);
   }
@@ -103,7 +108,6 @@ void Coordinator::act(const std::vector<scheduler::Action>& actions) {
 
 Commands Coordinator::start(double t) {
   t_ = t;
-  progress_since_ = t;
   for (Slot& s : slots_) {
     monitor_.add_device(s.device);
     act(scheduler_.add_device(s.device, t));
@@ -182,7 +186,7 @@ Commands Coordinator::message(uint32_t device, const protocol::WorkerMessage& me
 }
 
 void Coordinator::recover_request(Slot& s, const protocol::RecoverRequest& m) {
-  if (stop_signal_ != 0 && s.phase == Phase::active) {
+  if (ending_.stopping() && s.phase == Phase::active) {
     // Stopped at the boundary the agent asked for: this rank is through.
     s.phase = Phase::done;
     send(s, protocol::Goodbye{"the job is stopping: " + stop_why()});
@@ -221,15 +225,15 @@ Commands Coordinator::exited(uint32_t device, const protocol::ProcessEnd& end, d
   s.alive = false;
   s.connected = false;
   if (s.phase == Phase::dead) {
-    if (!s.readmit_cause.empty() && !finished_) readmit(s);  // killed by the agent, now gone: validate again
+    if (!s.readmit_cause.empty() && !finished()) readmit(s);  // killed by the agent, now gone: validate again
     return take();
   }
-  if (s.phase == Phase::done && !finished_) {
+  if (s.phase == Phase::done && !finished()) {
     // It finished its steps and left before the goodbye: expected, unless a
     // peer fails in its last steps (then start_round replaces it).
     return take();
   }
-  if (s.phase == Phase::done || s.phase == Phase::retiring || finished_) {
+  if (s.phase == Phase::done || s.phase == Phase::retiring || finished()) {
     // An expected exit: the job ended, or the worker was let go.
     if (s.phase == Phase::spare && s.spare_since >= 0) ledger_.idle_spares_s += t - s.spare_since;
     s.phase = Phase::dead;
@@ -267,7 +271,7 @@ void Coordinator::fault(Slot& s, const Fault& f, double fault_s) {
       if (m->phase == Phase::active) send(*m, protocol::Abort{cause});
     }
   }
-  if (was == Phase::retiring || was == Phase::done || finished_) return;
+  if (was == Phase::retiring || was == Phase::done || finished()) return;
   if (was == Phase::spare || was == Phase::starting) {
     if (scheduler_.state(s.device) != scheduler::DeviceState::cordoned)
       act(scheduler_.on_fault(s.device, cause, true, t_));
@@ -313,12 +317,8 @@ void Coordinator::readmit(Slot& s) {
 
 void Coordinator::end(const std::string& status, const std::string& why, int code,
                       std::optional<journal::Event> event, const std::string& goodbye) {
-  end_status_ = status;
-  end_why_ = why;
-  exit_code_ = code;
+  ending_.end(status, why, code, t_);
   if (event) record(journal::encode(journal::JobEnded{*event, why}));
-  finished_ = true;
-  finished_at_ = t_;
   for (Slot& s : slots_) send(s, protocol::Goodbye{goodbye.empty() ? why : goodbye});
 }
 

@@ -32,10 +32,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include "runtime/agent/ending.hpp"
 #include "runtime/agent/job_exit.hpp"
 #include "runtime/agent/records.hpp"
 #include "runtime/agent/restore_plan.hpp"
 #include "runtime/agent/step_times.hpp"
+#include "runtime/agent/step_watchdog.hpp"
 #include "runtime/protocol.hpp"
 
 #include <sigma/agent.hpp>
@@ -112,15 +114,15 @@ class Coordinator {
   Commands tick(double t);
 
   // ---- state ----
-  bool finished() const { return finished_; }  // goodbyes sent
+  bool finished() const { return ending_.finished(); }  // goodbyes sent
   // finished and every process gone: the host may write the report and leave.
   bool over() const;
   bool alive(uint32_t device) const { return slots_.at(device).alive; }
   Phase phase(uint32_t device) const { return slots_.at(device).phase; }
   int64_t rank(uint32_t device) const { return slots_.at(device).rank; }
-  int exit_code() const { return exit_code_; }
-  const std::string& status() const { return end_status_; }
-  const std::string& reason() const { return end_why_; }
+  int exit_code() const { return ending_.code(); }
+  const std::string& status() const { return ending_.status(); }
+  const std::string& reason() const { return ending_.why(); }
   uint64_t generation() const { return generation_; }
   bool recovering() const { return round_.active; }
   uint64_t reached() const;
@@ -134,15 +136,6 @@ class Coordinator {
   MetricsSnapshot metrics(double t) const;
 
  private:
-  // Where a rank is, from its heartbeats: inside `step`, or past its own
-  // work in it (`done`, in step_end). Ordered, so that a rank stuck inside
-  // a step's collective is behind a peer that finished it.
-  struct StepPosition {
-    int64_t step = 0;
-    bool done = false;
-    auto operator<=>(const StepPosition&) const = default;
-  };
-
   // Why the agent holds a worker failed: the kind decides (whether the
   // device itself is gone, whether a fresh process may validate it again),
   // the words are for the journal and the report.
@@ -258,17 +251,11 @@ class Coordinator {
   uint64_t steps_reached_ = 0;
   StepTimes step_times_;
   std::map<uint32_t, uint32_t> readmitted_;  // device -> readmissions after a crash
-  uint64_t watched_progress_ = 0;
-  double progress_since_ = 0;
-  int stop_signal_ = 0;            // a stop was requested: the job is stopping
-  double stop_deadline_ = -1;      // ... and must have stopped by then
+  StepWatchdog watchdog_;
+  Ending ending_;                  // stopping, the end's status and code, the goodbye's grace
   uint64_t storage_failures_ = 0;  // disk checkpoints that could not be written
   std::string storage_error_;      // the last one's reason
-  bool finished_ = false;
-  double finished_at_ = -1;  // when the last workers were told to go
-  int exit_code_ = 0;
-  std::string end_status_ = "done", end_why_;
-  DiskHoldings disk_;  // rank -> committed disk indices
+  DiskHoldings disk_;              // rank -> committed disk indices
 };
 
 }  // namespace sigma::runtime::agent

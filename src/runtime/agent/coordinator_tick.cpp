@@ -3,7 +3,6 @@
 #include "runtime/agent/coordinator.hpp"
 
 #include <algorithm>
-#include <csignal>
 
 namespace sigma::runtime::agent {
 
@@ -11,26 +10,24 @@ using json = nlohmann::json;
 
 Commands Coordinator::tick(double t) {
   t_ = t;
-  if (!started_ && !finished_) maybe_start();
-  if (stop_signal_ != 0 && !finished_) finish_stop();
-  if (!finished_) {
+  if (!started_ && !finished()) maybe_start();
+  if (ending_.stopping() && !finished()) finish_stop();
+  if (!finished()) {
     health_tick();
     maybe_migrate();
     watchdog();
     advance_round();
     finish_job();
   }
-  // Told to go and still there: after 10 s (3 s when a signal stops the
-  // job, which must end within 10 s whatever its phase).
-  if (finished_ && !over() && t_ - finished_at_ > (stop_signal_ != 0 ? 3 : 10)) {
+  // Told to go and still there after the goodbye's grace: killed.
+  if (finished() && !over() && ending_.stragglers_due(t_)) {
     for (Slot& s : slots_) kill(s);
-    finished_at_ = t_;
   }
   return take();
 }
 
 bool Coordinator::over() const {
-  if (!finished_) return false;
+  if (!finished()) return false;
   for (const Slot& s : slots_) {
     if (s.alive) return false;
   }
@@ -151,36 +148,27 @@ void Coordinator::maybe_migrate() {
   }
 }
 
-// No step completed for step_timeout_s while every process still beats: a
-// collective is stuck. The rank(s) behind the others are the hung ones. It
-// watches training and the recomputation after a recovery alike.
+// The step watchdog's verdict (step_watchdog.hpp) carried out: every rank
+// in the same place is a stalled collective to abort and retry; otherwise
+// the ranks behind the others are killed as stuck.
 void Coordinator::watchdog() {
-  const uint64_t p = progress();
-  if (!started_ || (round_.active && !round_.rejoined) || p != watched_progress_) {
-    watched_progress_ = p;
-    progress_since_ = t_;
-    return;
-  }
-  if (o_.step_timeout_s <= 0 || t_ - progress_since_ < o_.step_timeout_s) return;
-  std::vector<std::optional<StepPosition>> at;  // the members still working
+  std::vector<std::optional<StepPosition>> working;
   for (Slot* m : members())
-    if (m->phase != Phase::done) at.push_back(m->position);
-  progress_since_ = t_;
-  if (at.empty()) return;
-  const std::optional<StepPosition> lowest = *std::min_element(at.begin(), at.end());
-  const std::optional<StepPosition> highest = *std::max_element(at.begin(), at.end());
-  const int64_t in_step = lowest ? lowest->step : 0;
-  const std::string step = std::to_string(in_step);
+    if (m->phase != Phase::done) working.push_back(m->position);
+  const bool watching = started_ && (!round_.active || round_.rejoined);
+  const auto v = watchdog_.check(watching, progress(), working, t_);
+  if (v.kind == StepWatchdog::Verdict::Kind::none) return;
+  const std::string step = std::to_string(v.step);
   const std::string secs = std::to_string(o_.step_timeout_s);
-  if (lowest == highest) {
+  if (v.kind == StepWatchdog::Verdict::Kind::every_rank_stalled) {
     record(journal::encode(journal::Stalled{
-        in_step, o_.step_timeout_s,
+        v.step, o_.step_timeout_s,
         "every rank is in the same step; no rank stands out, aborting the collective and retrying"}));
     start_round("every rank stalled in step " + step + " for " + secs + " s", t_ - o_.step_timeout_s);
     return;
   }
   for (Slot* m : members()) {
-    if (m->position != lowest || m->phase == Phase::done) continue;
+    if (m->position != v.lowest || m->phase == Phase::done) continue;
     monitor_.observe_error(m->device, Code::timeout, "collective stalled in step " + step, t_);
     kill(*m);
     fault(*m,
@@ -212,15 +200,13 @@ uint64_t Coordinator::newest_common_disk(uint32_t world) const {
 // newest); a second request, or a job that is not training, stops now.
 Commands Coordinator::stop_requested(int sig, double t) {
   t_ = t;
-  const bool again = stop_signal_ != 0;
-  stop_signal_ = sig;
-  record(journal::encode(journal::StopRequested{sig == SIGINT ? "SIGINT" : "SIGTERM"}));
-  if (again || !started_ || round_.active || finished_) {
+  const auto stop = ending_.requested(sig, started_ && !round_.active, t_);
+  record(journal::encode(journal::StopRequested{ending_.signal_name()}));
+  if (stop == Ending::Stop::now) {
     stop_now();
     return take();
   }
   const uint64_t boundary = progress() + 1;
-  stop_deadline_ = t_ + 5;  // then stop_now, and 3 s later any rank still there is killed
   for (Slot* m : members()) send(*m, protocol::StopAfter{static_cast<int64_t>(boundary)});
   return take();
 }
@@ -230,17 +216,17 @@ Commands Coordinator::stop_requested(int sig, double t) {
 void Coordinator::finish_stop() {
   bool all = true;
   for (Slot* m : members()) all &= m->phase == Phase::done || !m->alive;
-  if (all || t_ > stop_deadline_) stop_now();
+  if (ending_.stop_due(all, t_)) stop_now();
 }
 
 void Coordinator::stop_now() {
-  if (finished_) return;
-  end("stopped", stop_why(), job_exit::stopped_by(stop_signal_), journal::Event::stopped);
+  if (finished()) return;
+  end("stopped", stop_why(), job_exit::stopped_by(ending_.signal()), journal::Event::stopped);
 }
 
 std::string Coordinator::stop_why() const {
-  return std::string("stopped by ") + (stop_signal_ == SIGINT ? "SIGINT" : "SIGTERM") + " after " +
-         std::to_string(reached()) + " steps; " + resume_hint("");
+  return std::string("stopped by ") + ending_.signal_name() + " after " + std::to_string(reached()) +
+         " steps; " + resume_hint("");
 }
 
 // What a rerun in this folder resumes from: the newest disk checkpoint every
@@ -266,7 +252,7 @@ std::string Coordinator::no_disk_why() const {
 }
 
 void Coordinator::finish_job() {
-  if (finished_ || !started_ || round_.active) return;
+  if (finished() || !started_ || round_.active) return;
   for (Slot* m : members()) {
     if (m->phase != Phase::done) return;
   }
@@ -318,8 +304,8 @@ json Coordinator::report(double t) {
     const auto plan = scheduler::size_spares(world_, fm);
     advice = {{"spares", plan.spares}, {"risk", plan.risk}, {"rule", plan.rule}, {"given", o_.spares}};
   }
-  return {{"status", end_status_},
-          {"reason", end_why_},
+  return {{"status", ending_.status()},
+          {"reason", ending_.why()},
           {"world", scheduler_.world_size()},
           {"spares", o_.spares},
           {"steps", reached()},
