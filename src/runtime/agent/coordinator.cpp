@@ -67,6 +67,7 @@ Coordinator::Coordinator(const AgentOptions& o, DiskHoldings disk, double t)
       scheduler_(scheduler_config(o)),
       monitor_(monitor_config(o)),
       t_(t),
+      admission_(world_, o.nnodes * (o.nproc + o.spares), o.validate_timeout_s, o.readmit_crashed),
       watchdog_(o.step_timeout_s) {
   for (auto& [rank, steps] : disk) {
     if (rank < world_) disk_[rank] = std::move(steps);
@@ -297,8 +298,8 @@ void Coordinator::fault(Slot& s, const Fault& f, double fault_s) {
 }
 
 void Coordinator::maybe_readmit(Slot& s, const Fault& f) {
-  if (!f.process_went() || readmitted_[s.device] >= o_.readmit_crashed ||
-      scheduler_.state(s.device) != scheduler::DeviceState::cordoned)
+  if (!admission_.may_readmit(s.device, f.process_went(),
+                              scheduler_.state(s.device) == scheduler::DeviceState::cordoned))
     return;
   s.readmit_cause = f.words;
   if (!s.alive) readmit(s);  // else once its exit is reaped (exited())
@@ -308,9 +309,9 @@ void Coordinator::readmit(Slot& s) {
   const std::string cause = std::move(s.readmit_cause);
   s.readmit_cause.clear();
   if (scheduler_.state(s.device) != scheduler::DeviceState::cordoned) return;  // decided otherwise meanwhile
-  ++readmitted_[s.device];
+  const uint32_t time = admission_.readmit(s.device);
   monitor_.reset(s.device);
-  record(journal::encode(journal::Readmit{s.device, cause, readmitted_[s.device], o_.readmit_crashed}));
+  record(journal::encode(journal::Readmit{s.device, cause, time, admission_.budget()}));
   act(scheduler_.on_repaired(s.device, t_));  // cordoned -> validating
   spawn(s);                                   // a fresh worker self-tests the device
 }

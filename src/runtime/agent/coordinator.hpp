@@ -32,6 +32,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include "runtime/agent/admission.hpp"
 #include "runtime/agent/ending.hpp"
 #include "runtime/agent/job_exit.hpp"
 #include "runtime/agent/records.hpp"
@@ -221,6 +222,7 @@ class Coordinator {
   void end(const std::string& status, const std::string& why, int code, std::optional<journal::Event> event,
            const std::string& goodbye = {});
   void maybe_start();
+  void start_job();
   void health_tick();
   void maybe_migrate();
   void watchdog();
@@ -250,7 +252,7 @@ class Coordinator {
   Ledger ledger_;
   uint64_t steps_reached_ = 0;
   StepTimes step_times_;
-  std::map<uint32_t, uint32_t> readmitted_;  // device -> readmissions after a crash
+  Admission admission_;  // the start, the devices dropped, readmission after a crash
   StepWatchdog watchdog_;
   Ending ending_;                  // stopping, the end's status and code, the goodbye's grace
   uint64_t storage_failures_ = 0;  // disk checkpoints that could not be written

@@ -34,65 +34,64 @@ bool Coordinator::over() const {
   return true;
 }
 
-// Ranks go to the lowest device ids that passed, so a job maps the same way
-// every time; a device slow to validate is waited for a while.
+// Admission's verdict (admission.hpp) carried out. Ranks go to the lowest
+// device ids that passed, so a job maps the same way every time; a device
+// slow to validate is waited for a while.
 void Coordinator::maybe_start() {
-  bool all_heard = true;
-  for (const Slot& s : slots_) all_heard &= s.phase != Phase::starting;
-  const bool waited = t_ > o_.validate_timeout_s;
-  if (scheduler_.spares().size() >= world_ && (all_heard || waited)) {
-    // A job folder with disk checkpoints of every rank (a paused or
-    // interrupted run): resume from the newest step they all hold.
-    const uint64_t resume = newest_common_disk(world_);
-    for (const auto& a : scheduler_.start(t_)) {
-      record(record_of(a));
-      Slot& s = slots_[a.device];
-      s.rank = a.rank;
-      s.phase = Phase::active;
-      send(s, protocol::Assign{
-                  a.rank, world_, 1, resume > 0 ? RestoreTier::disk : RestoreTier::none, resume, {}});
-    }
-    if (resume > 0) {
-      record(journal::encode(journal::Resumed{resume, o_.job_dir + "/checkpoints"}));
-      steps_reached_ = resume;
-    }
-    generation_ = 1;
-    started_ = true;
-    return;
-  }
-  uint32_t out = 0, plain = 0;
-  bool running = false;
+  Admission::Census c;
+  c.passed = static_cast<uint32_t>(scheduler_.spares().size());
   for (const Slot& s : slots_) {
-    out += (s.phase == Phase::dead && !s.plain_done) || s.phase == Phase::retiring;
-    plain += s.plain_done;
-    running |= s.alive;
+    c.starting += s.phase == Phase::starting;
+    c.out += (s.phase == Phase::dead && !s.plain_done) || s.phase == Phase::retiring;
+    c.plain += s.plain_done;
+    c.running |= s.alive;
   }
-  if (!running && out == 0 && plain >= world_) {
+  using Kind = Admission::StartVerdict::Kind;
+  const auto v = admission_.start(c, t_);
+  if (v.kind == Kind::start) return start_job();
+  if (v.kind == Kind::plain_program_done) {
     end("done",
         "every worker exited 0 without a sigma session: a plain program ran to its end (sigmarun watched it "
-        "for "
-        "crashes; recovery needs the session)",
+        "for crashes; recovery needs the session)",
         job_exit::done, journal::Event::done_without_session);
     return;
   }
-  if (waited && !all_heard) {
+  if (v.drop_silent) {
     for (Slot& s : slots_) {
-      if (s.phase == Phase::starting) {
-        kill(s);
-        fault(s,
-              {Fault::Kind::never_greeted,
-               "never said hello within " + std::to_string(o_.validate_timeout_s) + " s"},
-              t_);
-        ++out;
-      }
+      if (s.phase != Phase::starting) continue;
+      kill(s);
+      fault(s,
+            {Fault::Kind::never_greeted,
+             "never said hello within " + std::to_string(o_.validate_timeout_s) + " s"},
+            t_);
     }
   }
-  if (slots_.size() - out < world_) {
+  if (v.kind == Kind::too_few) {
     end("unrecoverable",
-        "only " + std::to_string(slots_.size() - out) + " device(s) passed validation; the job needs " +
+        "only " + std::to_string(v.usable) + " device(s) passed validation; the job needs " +
             std::to_string(world_),
         job_exit::unrecoverable, std::nullopt);
   }
+}
+
+// A job folder with disk checkpoints of every rank (a paused or interrupted
+// run) resumes from the newest step they all hold.
+void Coordinator::start_job() {
+  const uint64_t resume = newest_common_disk(world_);
+  for (const auto& a : scheduler_.start(t_)) {
+    record(record_of(a));
+    Slot& s = slots_[a.device];
+    s.rank = a.rank;
+    s.phase = Phase::active;
+    send(s,
+         protocol::Assign{a.rank, world_, 1, resume > 0 ? RestoreTier::disk : RestoreTier::none, resume, {}});
+  }
+  if (resume > 0) {
+    record(journal::encode(journal::Resumed{resume, o_.job_dir + "/checkpoints"}));
+    steps_reached_ = resume;
+  }
+  generation_ = 1;
+  started_ = true;
 }
 
 void Coordinator::health_tick() {
