@@ -207,10 +207,10 @@ void Coordinator::recover_request(Slot& s, const protocol::RecoverRequest& m) {
     return;
   }
   if (s.phase != Phase::active) return;
-  if (!round_.active) {
+  if (!round_.active()) {
     start_round("rank " + std::to_string(s.rank) + " reported: " + (m.reason.empty() ? "an error" : m.reason),
                 t_, true);
-  } else if (round_.assigned && !round_.rejoined && s.joined_gen != generation_) {
+  } else if (round_.assigned() && !round_.rejoined() && s.joined_gen != generation_) {
     // It could not carry out the assignment (its communicator, probe or
     // restore failed): the round starts over, a bounded number of times.
     fail_assignment("rank " + std::to_string(s.rank) + " could not join generation " +
@@ -265,7 +265,7 @@ void Coordinator::fault(Slot& s, const Fault& f, double fault_s) {
   // process on it (crashed, hung, stuck).
   monitor_.observe_error(s.device, f.device_said() ? Code::device_lost : Code::internal, cause, t_);
   record(journal::encode(journal::Fault{s.device, s.rank, phase_name(was), cause, t_ - fault_s}));
-  if (was == Phase::retiring && round_.active && !round_.assigned) {
+  if (was == Phase::retiring && round_.waiting_for_reports()) {
     // The device being migrated away died before the boundary: the others
     // may be waiting for it inside a collective.
     for (Slot* m : members()) {
@@ -289,10 +289,7 @@ void Coordinator::fault(Slot& s, const Fault& f, double fault_s) {
               fault_s);
   for (const auto& a : scheduler_.on_fault(s.device, cause, holder_alive, t_)) {
     record(record_of(a));
-    if (a.kind == scheduler::Action::Kind::pause) {
-      round_.paused = true;
-      round_.pause_reason = a.reason;
-    }
+    if (a.kind == scheduler::Action::Kind::pause) round_.pause(a.reason);
   }
   maybe_readmit(s, f);
 }

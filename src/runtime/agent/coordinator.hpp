@@ -36,6 +36,7 @@
 #include "runtime/agent/ending.hpp"
 #include "runtime/agent/job_exit.hpp"
 #include "runtime/agent/records.hpp"
+#include "runtime/agent/recovery_round.hpp"
 #include "runtime/agent/restore_plan.hpp"
 #include "runtime/agent/step_times.hpp"
 #include "runtime/agent/step_watchdog.hpp"
@@ -125,11 +126,11 @@ class Coordinator {
   const std::string& status() const { return ending_.status(); }
   const std::string& reason() const { return ending_.why(); }
   uint64_t generation() const { return generation_; }
-  bool recovering() const { return round_.active; }
+  bool recovering() const { return round_.active(); }
   uint64_t reached() const;
   uint32_t world_size() const { return scheduler_.world_size(); }
   size_t spares() const { return scheduler_.spares().size(); }
-  const std::vector<nlohmann::json>& incidents() const { return incidents_; }
+  const std::vector<nlohmann::json>& incidents() const { return round_.incidents(); }
   const health::Monitor& monitor() const { return monitor_; }
 
   // The final report (settles the ledger: call once, at the end).
@@ -182,21 +183,6 @@ class Coordinator {
     std::vector<hal_telemetry_sample_t> telemetry;  // the latest heartbeat's, for /metrics
     std::string readmit_cause;                      // to validate again once its process is gone
   };
-  struct Round {
-    bool active = false;
-    std::string cause;
-    bool cause_is_report = false;  // first seen as a rank's report (a fault may name it better)
-    double fault_s = 0, detected_s = 0, abort_s = 0;
-    uint64_t reached = 0;
-    bool paused = false;
-    std::string pause_reason;
-    bool assigned = false;
-    double assigned_s = 0;
-    uint64_t index = 0;
-    RestoreTier tier = RestoreTier::none;
-    bool rejoined = false;
-    uint32_t failed_assignments = 0;  // assignments no rank could carry out
-  };
 
   // Everything below appends to out_.
   void record(nlohmann::json entry) { out_.push_back(Record{std::move(entry)}); }
@@ -246,9 +232,7 @@ class Coordinator {
   Commands out_;
   bool started_ = false;
   uint64_t generation_ = 0;
-  Round round_;
-  nlohmann::json incident_;  // the round's record, for the report
-  std::vector<nlohmann::json> incidents_;
+  RecoveryRound round_;  // the round in progress and every round's record
   Ledger ledger_;
   uint64_t steps_reached_ = 0;
   StepTimes step_times_;

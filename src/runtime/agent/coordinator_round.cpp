@@ -7,51 +7,13 @@
 
 namespace sigma::runtime::agent {
 
-using json = nlohmann::json;
-
-namespace {
-
-// Assignments that may fail (no rank could build the communicator or
-// restore) before the job pauses with the reason instead of trying for ever.
-constexpr uint32_t kMaxFailedAssignments = 3;
-
-}  // namespace
-
+// A fault starts a round, or joins the one in progress (recovery_round.hpp).
+// Reports are never reset when it joins: one made after the assignment went
+// out (a survivor whose new communicator failed with the spare) is the
+// report of what it holds now, and it will not send another: resetting it
+// would have the agent kill a healthy rank for waiting.
 void Coordinator::start_round(const std::string& cause, double fault_s, bool from_report) {
-  bool reset_reports = true;
-  if (round_.active && !round_.rejoined) {
-    // A second fault before the first recovery finished: the same round goes
-    // on with one more casualty. A survivor's report often arrives before
-    // the exit is reaped: the fault itself is the better headline.
-    if (round_.cause_is_report) {
-      round_.cause = cause + " (first seen as: " + round_.cause + ")";
-      round_.cause_is_report = from_report;
-    } else {
-      round_.cause += "; then " + cause;
-    }
-    incident_["cause"] = round_.cause;
-    // Reports are never reset here: one made after the assignment went out
-    // (a survivor whose new communicator failed with the spare) is the
-    // report of what it holds now, and it will not send another: resetting
-    // it would have the agent kill a healthy rank for waiting.
-    reset_reports = false;
-    round_.assigned = false;
-  } else {
-    if (round_.active) {
-      incident_["back_at_reached_step_s"] = nullptr;
-      incidents_.push_back(incident_);
-    }
-    round_ = Round{};
-    round_.active = true;
-    round_.cause = cause;
-    round_.cause_is_report = from_report;
-    round_.fault_s = fault_s;
-    round_.detected_s = t_;
-    round_.reached = reached();
-    incident_ = {
-        {"cause", cause}, {"fault_s", fault_s}, {"detected_s", t_}, {"reached_step", round_.reached}};
-  }
-  round_.abort_s = t_;
+  const bool reset_reports = round_.fault(cause, fault_s, from_report, t_, reached());
   std::vector<Slot*> gone;
   for (Slot* m : members()) {
     if (m->phase == Phase::done) {
@@ -71,19 +33,15 @@ void Coordinator::start_round(const std::string& cause, double fault_s, bool fro
   for (Slot& s : slots_) {
     if (s.phase == Phase::retiring) send(s, protocol::Abort{cause});
   }
-  record(journal::encode(journal::RecoveryStarted{cause, round_.reached}));
+  record(journal::encode(journal::RecoveryStarted{cause, round_.reached()}));
   for (Slot* m : gone)
     fault(*m, {Fault::Kind::left_early, "it had finished and left before a peer failed in the last steps"},
           t_);
 }
 
 void Coordinator::fail_assignment(const std::string& why) {
-  if (++round_.failed_assignments >= kMaxFailedAssignments) {
-    round_.paused = true;
-    round_.pause_reason =
-        "recovery failed " + std::to_string(round_.failed_assignments) + " times; the last: " + why;
-  }
-  start_round(why, round_.fault_s);
+  round_.assignment_failed(why);
+  start_round(why, round_.fault_s());
 }
 
 std::optional<recovery::RestorePlan> Coordinator::plan_restore() {
@@ -110,11 +68,11 @@ void Coordinator::forget_disk_after(uint64_t index) {
 }
 
 void Coordinator::advance_round() {
-  if (!round_.active) return;
-  if (!round_.assigned) {
+  if (!round_.active()) return;
+  if (!round_.assigned()) {
     auto ms = members();
     for (Slot* m : ms) {
-      if (m->phase == Phase::active && !m->reported && t_ - round_.abort_s > o_.abort_grace_s) {
+      if (m->phase == Phase::active && !m->reported && round_.abort_overdue(t_, o_.abort_grace_s)) {
         // A survivor that cannot leave its collective is as good as hung.
         kill(*m);
         fault(*m,
@@ -131,24 +89,22 @@ void Coordinator::advance_round() {
     assign_generation();
     return;
   }
-  if (!round_.rejoined) {
-    if (t_ - round_.assigned_s > o_.recovery_timeout_s) return assignment_overdue();
+  if (!round_.rejoined()) {
+    if (round_.assignment_overdue(t_, o_.recovery_timeout_s)) return assignment_overdue();
     for (Slot* m : members()) {
       if (m->joined_gen != generation_) return;
     }
     rejoined();
   }
-  if (progress() >= round_.reached) {
-    incident_["back_at_reached_step_s"] = t_ - round_.fault_s;
-    record(journal::encode(journal::Recovered{round_.reached, t_ - round_.fault_s}));
-    incidents_.push_back(incident_);
-    round_.active = false;
+  if (progress() >= round_.reached()) {
+    record(journal::encode(journal::Recovered{round_.reached(), t_ - round_.fault_s()}));
+    round_.recovered(t_);
   }
 }
 
 void Coordinator::assign_generation() {
-  if (round_.paused) {
-    end("paused", round_.pause_reason + "; " + resume_hint("when a device is repaired"), job_exit::paused,
+  if (round_.paused()) {
+    end("paused", round_.pause_reason() + "; " + resume_hint("when a device is repaired"), job_exit::paused,
         journal::Event::paused);
     return;
   }
@@ -179,10 +135,7 @@ void Coordinator::assign_generation() {
   for (Slot& s : slots_) {
     if (s.phase == Phase::retiring) send(s, protocol::Retire{"moved off a suspect device"});
   }
-  round_.assigned = true;
-  round_.assigned_s = t_;
-  round_.index = plan->index;
-  round_.tier = plan->tier;
+  round_.assigned(t_, plan->index, plan->tier);
   record(
       journal::encode(journal::Assigned{generation_, name(plan->tier), plan->index, plan->handoff, devices}));
 }
@@ -218,7 +171,7 @@ void Coordinator::assignment_overdue() {
     fault(*m,
           {Fault::Kind::join_stuck,
            "did not join " + within + " (stuck in its hand-off, communicator or probe)"},
-          round_.assigned_s);
+          round_.assigned_s());
   }
 }
 
@@ -228,20 +181,12 @@ void Coordinator::rejoined() {
     comm_s = std::max(comm_s, m->comm_s);
     restore_s = std::max(restore_s, m->restore_s);
   }
-  round_.rejoined = true;
-  const uint64_t redo = round_.reached > round_.index ? round_.reached - round_.index : 0;
-  ledger_.detection_s += round_.detected_s - round_.fault_s;
-  ledger_.restart_s += std::max(0.0, t_ - round_.detected_s - restore_s);
-  ledger_.restore_s += restore_s;
-  ledger_.recomputed_steps += redo;
-  incident_.update({{"generation", generation_},
-                    {"restore", name(round_.tier)},
-                    {"index", round_.index},
-                    {"recomputed_steps", redo},
-                    {"rejoined_s", t_},
-                    {"comm_s", comm_s},
-                    {"restore_s", restore_s}});
-  record(journal::encode(journal::Rejoined{generation_, t_ - round_.fault_s, redo}));
+  const auto c = round_.rejoined(t_, generation_, comm_s, restore_s);
+  ledger_.detection_s += c.detection_s;
+  ledger_.restart_s += c.restart_s;
+  ledger_.restore_s += c.restore_s;
+  ledger_.recomputed_steps += c.recomputed_steps;
+  record(journal::encode(journal::Rejoined{generation_, t_ - round_.fault_s(), c.recomputed_steps}));
 }
 
 }  // namespace sigma::runtime::agent

@@ -121,7 +121,7 @@ void Coordinator::health_tick() {
 }
 
 void Coordinator::maybe_migrate() {
-  if (round_.active || !started_) return;
+  if (round_.active() || !started_) return;
   for (Slot& s : slots_) {
     if (s.phase != Phase::active || !scheduler_.pending_migration(s.device)) continue;
     // Stop every rank after a step none has begun yet; the spare takes the
@@ -130,17 +130,10 @@ void Coordinator::maybe_migrate() {
     for (Slot* m : members()) send(*m, protocol::StopAfter{static_cast<int64_t>(boundary)});
     act(scheduler_.at_step_boundary(boundary, t_));
     s.phase = Phase::retiring;
-    round_ = Round{};
-    round_.active = true;
-    round_.cause = "migration of device " + std::to_string(s.device) + " (rank " + std::to_string(s.rank) +
-                   ") before it fails";
-    round_.fault_s = round_.detected_s = round_.abort_s = t_;
-    round_.reached = boundary + 1;
     const auto& warnings = monitor_.device(s.device).warnings;
-    incident_ = {
-        {"cause", round_.cause}, {"fault_s", t_},
-        {"detected_s", t_},      {"reached_step", round_.reached},
-        {"proactive", true},     {"warning", warnings.empty() ? json() : json(warnings.front().message)}};
+    round_.migration("migration of device " + std::to_string(s.device) + " (rank " + std::to_string(s.rank) +
+                         ") before it fails",
+                     t_, boundary + 1, warnings.empty() ? json() : json(warnings.front().message));
     for (Slot* m : members()) m->reported = false;
     record(journal::encode(journal::MigrationStarted{s.device, s.rank, boundary}));
     return;
@@ -154,7 +147,7 @@ void Coordinator::watchdog() {
   std::vector<std::optional<StepPosition>> working;
   for (Slot* m : members())
     if (m->phase != Phase::done) working.push_back(m->position);
-  const bool watching = started_ && (!round_.active || round_.rejoined);
+  const bool watching = started_ && (!round_.active() || round_.rejoined());
   const auto v = watchdog_.check(watching, progress(), working, t_);
   if (v.kind == StepWatchdog::Verdict::Kind::none) return;
   const std::string step = std::to_string(v.step);
@@ -199,7 +192,7 @@ uint64_t Coordinator::newest_common_disk(uint32_t world) const {
 // newest); a second request, or a job that is not training, stops now.
 Commands Coordinator::stop_requested(int sig, double t) {
   t_ = t;
-  const auto stop = ending_.requested(sig, started_ && !round_.active, t_);
+  const auto stop = ending_.requested(sig, started_ && !round_.active(), t_);
   record(journal::encode(journal::StopRequested{ending_.signal_name()}));
   if (stop == Ending::Stop::now) {
     stop_now();
@@ -251,7 +244,7 @@ std::string Coordinator::no_disk_why() const {
 }
 
 void Coordinator::finish_job() {
-  if (finished() || !started_ || round_.active) return;
+  if (finished() || !started_ || round_.active()) return;
   for (Slot* m : members()) {
     if (m->phase != Phase::done) return;
   }
@@ -262,7 +255,7 @@ MetricsSnapshot Coordinator::metrics(double t) const {
   MetricsSnapshot snap;
   snap.steps = reached();
   snap.wall_s = t;
-  snap.incidents = incidents_.size() + (round_.active ? 1 : 0);
+  snap.incidents = round_.incident_count();
   snap.ledger = ledger_;
   snap.spares = scheduler_.spares().size();
   for (const auto& h : monitor_.devices()) {
@@ -275,10 +268,7 @@ MetricsSnapshot Coordinator::metrics(double t) const {
 
 json Coordinator::report(double t) {
   t_ = t;
-  if (round_.active) {
-    incidents_.push_back(incident_);
-    round_.active = false;
-  }
+  round_.close();
   ledger_.slow_steps_s += step_times_.settle_all();
   const double median = step_times_.median();
   for (Slot& s : slots_) {
@@ -311,7 +301,7 @@ json Coordinator::report(double t) {
           {"generations", generation_},
           {"wall_s", t},
           {"median_step_s", median},
-          {"incidents", incidents_},
+          {"incidents", round_.incidents()},
           {"ledger", ledger_.to_json(t)},
           {"spare_advice", advice},
           {"storage", {{"failed_saves", storage_failures_}, {"last_error", storage_error_}}},
