@@ -7,6 +7,8 @@ namespace sigma::runtime::agent {
 
 using json = nlohmann::json;
 
+RecoveryRound::RecoveryRound() = default;
+
 void RecoveryRound::begin(const std::string& cause, double fault_s, double t, uint64_t reached) {
   // Everything but the incidents of earlier rounds starts afresh.
   active_ = true;

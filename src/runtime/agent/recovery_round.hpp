@@ -29,6 +29,9 @@ class RecoveryRound {
   // restore) before the job pauses with the reason instead of trying for ever.
   static constexpr uint32_t kMaxFailedAssignments = 3;
 
+  // Not noexcept: the incident record's JSON may allocate.
+  RecoveryRound();
+
   // What a round cost, charged to the ledger when every rank has rejoined.
   struct Charges {
     double detection_s = 0;  // from the fault to its detection
