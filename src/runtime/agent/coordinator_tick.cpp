@@ -144,11 +144,12 @@ void Coordinator::maybe_migrate() {
 // in the same place is a stalled collective to abort and retry; otherwise
 // the ranks behind the others are killed as stuck.
 void Coordinator::watchdog() {
+  const bool watching = started_ && (!round_.active() || round_.rejoined());
+  if (!watchdog_.due(watching, progress(), t_)) return;
   std::vector<std::optional<StepPosition>> working;
   for (Slot* m : members())
     if (m->phase != Phase::done) working.push_back(m->position);
-  const bool watching = started_ && (!round_.active() || round_.rejoined());
-  const auto v = watchdog_.check(watching, progress(), working, t_);
+  const auto v = StepWatchdog::judge(working);
   if (v.kind == StepWatchdog::Verdict::Kind::none) return;
   const std::string step = std::to_string(v.step);
   const std::string secs = std::to_string(o_.step_timeout_s);

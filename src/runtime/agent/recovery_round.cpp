@@ -11,18 +11,14 @@ RecoveryRound::RecoveryRound() = default;
 
 void RecoveryRound::begin(const std::string& cause, double fault_s, double t, uint64_t reached) {
   // Everything but the incidents of earlier rounds starts afresh.
+  std::vector<json> kept = std::move(incidents_);
+  *this = RecoveryRound();
+  incidents_ = std::move(kept);
   active_ = true;
-  assigned_ = rejoined_ = paused_ = false;
   cause_ = cause;
-  pause_reason_.clear();
-  cause_is_report_ = false;
   fault_s_ = fault_s;
   detected_s_ = abort_s_ = t;
-  assigned_s_ = 0;
   reached_ = reached;
-  index_ = 0;
-  tier_ = RestoreTier::none;
-  failed_assignments_ = 0;
 }
 
 bool RecoveryRound::fault(const std::string& cause, double fault_s, bool from_report, double t,

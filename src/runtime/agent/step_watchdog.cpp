@@ -4,15 +4,18 @@
 
 namespace sigma::runtime::agent {
 
-StepWatchdog::Verdict StepWatchdog::check(bool watching, uint64_t progress,
-                                          const std::vector<std::optional<StepPosition>>& working, double t) {
+bool StepWatchdog::due(bool watching, uint64_t progress, double t) {
   if (!watching || progress != progress_) {
     progress_ = progress;
     since_ = t;
-    return {};
+    return false;
   }
-  if (timeout_s_ <= 0 || t - since_ < timeout_s_) return {};
+  if (timeout_s_ <= 0 || t - since_ < timeout_s_) return false;
   since_ = t;
+  return true;
+}
+
+StepWatchdog::Verdict StepWatchdog::judge(const std::vector<std::optional<StepPosition>>& working) {
   if (working.empty()) return {};
   const auto lowest = *std::min_element(working.begin(), working.end());
   const auto highest = *std::max_element(working.begin(), working.end());

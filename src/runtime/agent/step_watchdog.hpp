@@ -41,12 +41,14 @@ class StepWatchdog {
   // timeout_s <= 0: the watchdog is off.
   explicit StepWatchdog(double timeout_s) : timeout_s_(timeout_s) {}
 
-  // Called on every tick. `watching`: the job trains or recomputes (started,
-  // and no round short of its rejoin). `progress`: steps done. `working`:
-  // the positions of the members still working (not finished). After a
-  // verdict the timeout starts again.
-  Verdict check(bool watching, uint64_t progress, const std::vector<std::optional<StepPosition>>& working,
-                double t);
+  // Called on every tick. `watching`: the job trains or recomputes
+  // (started, and no round short of its rejoin). `progress`: steps done.
+  // True when the timeout has passed with no progress; the timeout then
+  // starts again. Costs nothing per rank: the positions are read only then.
+  bool due(bool watching, uint64_t progress, double t);
+  // Once due: the verdict on the positions of the members still working
+  // (not finished); none when there are none.
+  static Verdict judge(const std::vector<std::optional<StepPosition>>& working);
 
  private:
   double timeout_s_;
