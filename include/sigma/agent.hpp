@@ -46,6 +46,17 @@ struct AgentOptions {
   // controller per this many agents replaces and migrates within its group
   // and escalates only a fault it has no spare for. 0: one group (flat).
   uint32_t nodes_per_group = 0;
+  // Failure domains: a host's devices (ranks, then spares) make nodes of
+  // this many, each a domain of its own (0: the host is one node). The
+  // memory tier keeps each rank's replicas in another rack (a group of
+  // nodes_per_group hosts) where it can, else in another node, else on the
+  // ring; `replicas` copies of each (1 or 2).
+  uint32_t devices_per_node = 0;
+  uint32_t replicas = 1;
+  // The host memory each host's memory tiers may take (the workers'
+  // SIGMA_TIER_MEMORY_BYTES): a job that needs more is refused before it
+  // starts. 0: each host's available memory.
+  uint64_t tier_memory_bytes = 0;
   std::string job_id;  // names the job in the store; default: the job folder's name
   std::string vendor = "cpu";
   // Passed to every worker's plugin as SIGMA_HAL_OPTIONS; "{device}" becomes

@@ -1,18 +1,21 @@
 // sigma/memory_tier.hpp -- the checkpoint engine's memory tier: every
-// snapshot of a rank's state is kept in memory, and a copy of it is held by
-// the next rank of the ring (rank r holds r-1's), exchanged through the HAL.
-// When one process dies, its state survives in a peer and the replacement
-// gets it at memory speed, with no disk in the path. The worker session
+// snapshot of a rank's state is kept in memory, and one or two copies of it
+// are held by peers a ReplicaPlacement names (sigma/replica_placement.hpp:
+// in another failure domain where the domains allow; by default the next
+// rank of the ring), exchanged through the HAL. When a process, or a whole
+// node, dies, its state survives in a peer and the replacement gets it at
+// memory speed, with no disk in the path. The worker session
 // (sigma/runtime.hpp) uses it; a framework with its own launcher can too.
 //
 //   sigma::checkpoint::MemoryTier tier({.keep = 2});
-//   tier.snapshot(step + 1, views, comm, rank, world);      // collective
+//   auto where = ReplicaPlacement::across(node_of_rank, 1);
+//   tier.snapshot(step + 1, views, comm, rank, where);      // collective
 //   ... a rank died; the new generation's communicator is built ...
-//   tier.handoff(index, {{holder, receiver}}, views, comm, rank);
+//   tier.handoff(index, {{holder, dead_rank, receiver}}, views, comm, rank);
 //
 // Where snapshots live: when the communicator's device memory is
 // host-addressable (the `cpu` vendor), in memory allocated through the HAL,
-// so the ring exchange sends from and receives into it with no copy; else in
+// so the exchange sends from and receives into it with no copy; else in
 // host memory, staged through one reused HAL buffer. Views may be host
 // memory or a plugin's device memory (copied through the HAL's memcpy).
 // Buffers of dropped snapshots are reused: fresh memory costs a page fault
@@ -24,8 +27,10 @@
 #include <sigma/checkpoint.hpp>
 #include <sigma/export.hpp>
 #include <sigma/hal.hpp>
+#include <sigma/replica_placement.hpp>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -33,10 +38,16 @@
 namespace sigma::checkpoint {
 
 struct MemoryTierPolicy {
-  // Snapshots kept of this rank's own state, and replicas of its
-  // predecessor's (the newest ones; older ones are dropped and their memory
+  // Snapshots kept of this rank's own state, and of each peer's it holds a
+  // replica of (the newest ones; older ones are dropped and their memory
   // reused). Each costs the state's size in memory.
   size_t keep = 2;
+};
+
+// One replica moved in a hand-off: `holder` sends its replica of `source`'s
+// snapshot to `receiver`, which takes it as its own.
+struct ReplicaHandoff {
+  uint32_t holder = 0, source = 0, receiver = 0;
 };
 
 class SIGMA_EXPORT MemoryTier {
@@ -47,15 +58,25 @@ class SIGMA_EXPORT MemoryTier {
   MemoryTier(const MemoryTier&) = delete;
   MemoryTier& operator=(const MemoryTier&) = delete;
 
-  // Collective over `comm` (every rank, same order): copies `views` as
-  // snapshot `index` (steps done) and swaps copies along the ring. World 1:
-  // no replica. The copy is taken before it returns (the views may change
-  // at once) and is this rank's own snapshot from then on. Where snapshots
-  // live in HAL memory, the ring exchange is only posted: it runs on the
-  // communicator while training goes on, and the predecessor's copy counts
-  // as a replica once it has arrived (settle(), or the next call that needs
-  // it). Operations posted on `comm` after this one queue behind it; `comm`
-  // must outlive the exchange (or be aborted, then abandon()).
+  // The memory one rank's tier holds in steady state for a `bytes` state:
+  // `keep` own snapshots and `keep` of each of `replicas` peers', one more
+  // own while the oldest is replaced, and the replicas arriving. Pure.
+  static uint64_t footprint(uint64_t bytes, size_t keep, uint32_t replicas);
+
+  // Collective over `comm` (every rank, same order, same placement): copies
+  // `views` as snapshot `index` (steps done) and sends a copy to each of
+  // this rank's holders, receiving the snapshots of the ranks it holds for.
+  // World 1: no replica. The copy is taken before it returns (the views may
+  // change at once) and is this rank's own snapshot from then on. Where
+  // snapshots live in HAL memory, the exchange is only posted: it runs on
+  // the communicator while training goes on, and the peers' copies count as
+  // replicas once they have arrived (settle(), or the next call that needs
+  // them); then replicas of ranks this placement no longer gives this rank
+  // are dropped. Operations posted on `comm` after this one queue behind
+  // it; `comm` must outlive the exchange (or be aborted, then abandon()).
+  void snapshot(uint64_t index, const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank,
+                const ReplicaPlacement& placement);
+  // The same on the ring (ReplicaPlacement::ring(world)).
   void snapshot(uint64_t index, const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank,
                 uint32_t world);
 
@@ -63,7 +84,7 @@ class SIGMA_EXPORT MemoryTier {
   // blocks. An exchange that failed is dropped here (the communicator's
   // next operation reports the failure).
   void settle();
-  // Waits for the ring exchange in flight and keeps its replica; throws
+  // Waits for the exchange in flight and keeps its replicas; throws
   // its error (Error(timeout) after 60 s).
   void flush();
   // After the communicator was aborted (a peer failed): the exchange in
@@ -71,39 +92,44 @@ class SIGMA_EXPORT MemoryTier {
   // the plugin to let go of the buffers.
   void abandon();
 
-  // Indices this rank holds of its own state / of its ring predecessor's
-  // (replicas whose exchange is still in flight are not counted).
+  // Indices this rank holds of its own state / as replicas of any peer's,
+  // and the replicas by the rank whose state they are (replicas whose
+  // exchange is still in flight are not counted).
   std::vector<uint64_t> own_indices() const;
   std::vector<uint64_t> replica_indices() const;
+  std::map<uint32_t, std::vector<uint64_t>> replicas_held() const;
 
   // Copies own snapshot `index` into `views` (the sizes must match). False
   // when this rank does not hold it.
   bool restore_own(uint64_t index, const std::vector<TensorView>& views) const;
 
-  // Collective over a new communicator: for each (holder, receiver) pair,
-  // the holder sends its replica `index` and the receiver restores it into
-  // `views` and keeps it as its own. Pairs are processed in the given order
-  // by every rank. Throws Error(data_loss) when a holder lacks the replica.
-  void handoff(uint64_t index, const std::vector<std::pair<uint32_t, uint32_t>>& pairs,
-               const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank);
+  // Collective over a new communicator: for each move, the holder sends its
+  // replica of the source's snapshot `index` and the receiver restores it
+  // into `views` and keeps it as its own. Moves are processed in the given
+  // order by every rank. Throws Error(data_loss) when a holder lacks the
+  // replica.
+  void handoff(uint64_t index, const std::vector<ReplicaHandoff>& moves, const std::vector<TensorView>& views,
+               hal::Communicator& comm, uint32_t rank);
 
-  // Every call below, and snapshot and handoff, first waits for the ring
+  // Every call below, and snapshot and handoff, first waits for the
   // exchange in flight (throwing its error).
 
   // Forgets snapshots newer than `index` (after a rollback to it: they
   // describe steps that will be run again).
   void drop_after(uint64_t index);
-  // Forgets the replicas (the ring was renumbered).
+  // Forgets the replicas (the ranks were renumbered).
   void drop_replicas();
   // Forgets everything (a new rank assignment on a new ring).
   void clear();
 
   // Allocates now, and writes to, the memory that snapshots of a `bytes`
-  // state take in steady state (`keep` own, `keep` replicas when world > 1,
-  // and two being exchanged), counting what is already held. Later
+  // state take in steady state (footprint()), counting what is already
+  // held. Later
   // snapshots then neither fault pages in (the first touch of fresh memory
   // costs more than the copy) nor run out of memory mid-training: a
   // machine that cannot hold them fails here. Not collective.
+  void reserve(uint64_t bytes, hal::Communicator& comm, const ReplicaPlacement& placement);
+  // The same on the ring (ReplicaPlacement::ring(world)).
   void reserve(uint64_t bytes, hal::Communicator& comm, uint32_t world);
 
  private:

@@ -55,16 +55,20 @@
 namespace sigma::runtime {
 
 struct SIGMA_EXPORT SessionOptions {
-  std::string agent_socket;            // SIGMA_AGENT_SOCKET
-  uint32_t device = 0;                 // SIGMA_DEVICE: the agent's id for this device
-  std::string job_dir;                 // SIGMA_JOB_DIR
-  std::string plugin = "cpu";          // SIGMA_HAL_PLUGIN: name or path
-  std::string plugin_options;          // SIGMA_HAL_OPTIONS
-  std::string store;                   // SIGMA_STORE: file:///... or redis://host:port
-  double heartbeat_s = 0.1;            // SIGMA_HEARTBEAT_S
-  uint64_t snapshot_every = 1;         // SIGMA_SNAPSHOT_EVERY: memory-tier period in steps
-  uint64_t checkpoint_every = 0;       // SIGMA_CHECKPOINT_EVERY: disk period in steps; 0 = never
-  size_t snapshot_keep = 2;            // SIGMA_SNAPSHOT_KEEP: memory-tier snapshots kept (own and replica)
+  std::string agent_socket;       // SIGMA_AGENT_SOCKET
+  uint32_t device = 0;            // SIGMA_DEVICE: the agent's id for this device
+  std::string job_dir;            // SIGMA_JOB_DIR
+  std::string plugin = "cpu";     // SIGMA_HAL_PLUGIN: name or path
+  std::string plugin_options;     // SIGMA_HAL_OPTIONS
+  std::string store;              // SIGMA_STORE: file:///... or redis://host:port
+  double heartbeat_s = 0.1;       // SIGMA_HEARTBEAT_S
+  uint64_t snapshot_every = 1;    // SIGMA_SNAPSHOT_EVERY: memory-tier period in steps
+  uint64_t checkpoint_every = 0;  // SIGMA_CHECKPOINT_EVERY: disk period in steps; 0 = never
+  size_t snapshot_keep = 2;       // SIGMA_SNAPSHOT_KEEP: memory-tier snapshots kept (own and of each replica)
+  // SIGMA_TIER_MEMORY_BYTES: the host memory its ranks' memory tiers may
+  // take; a job whose tiers need more is refused before it starts, with the
+  // numbers. 0: the host's available memory when the session starts.
+  uint64_t tier_memory_bytes = 0;
   uint32_t checkpoint_base_every = 4;  // SIGMA_CHECKPOINT_BASE_EVERY: a full disk base every K checkpoints
   uint32_t checkpoint_keep = 4;        // SIGMA_CHECKPOINT_KEEP: newest disk checkpoints kept
   bool checkpoint_async = false;       // SIGMA_CHECKPOINT_ASYNC=1: saves written in the background

@@ -79,7 +79,13 @@ struct Policy {
   double disk_every_s = 1800;   // job progress between disk checkpoints
   double disk_stall_s = 60;     // training blocked per disk checkpoint
   double disk_restore_s = 120;  // reading the checkpoint back
-  bool memory_tier = false;     // ring-replicated in-memory snapshots
+  bool memory_tier = false;     // in-memory snapshots, replicated on peers
+  // Where each rank's replicas are: in other nodes, as the runtime places
+  // them across failure domains (checkpoint::ReplicaPlacement), or on the
+  // ring neighbour (false: rank r's on r + 1, often the same node); and
+  // how many (1 or 2).
+  bool replicas_across_nodes = false;
+  uint32_t replicas = 1;
   double snapshot_every_s = 0;  // job progress between snapshots
   // ... or Young and Daly's interval from the failure model instead:
   // sqrt(2 x snapshot_stall_s x the job's mean time between failures), in

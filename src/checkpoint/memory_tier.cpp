@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace sigma::checkpoint {
 
@@ -71,17 +72,19 @@ struct Snap {
 
 }  // namespace
 
-// A ring exchange posted and not yet waited for: the predecessor's
-// snapshot `index` arriving in `theirs`, this rank's going out.
+// An exchange posted and not yet waited for: the sources' snapshots
+// `index` arriving in `theirs`, this rank's going out to its holders.
 struct Inflight {
   uint64_t index = 0;
-  Snap theirs;
-  std::vector<hal::Request> requests;  // in posting order
+  std::vector<std::pair<uint32_t, Snap>> theirs;  // (source, snapshot), one per replica
+  std::vector<hal::Request> requests;             // in posting order
 };
 
 struct MemoryTier::Impl {
   size_t keep_;
-  std::map<uint64_t, Snap> own_, replica_;
+  std::map<uint64_t, Snap> own_;
+  std::map<uint32_t, std::map<uint64_t, Snap>> replicas_;  // source rank -> index -> its snapshot
+  std::set<uint32_t> sources_;  // whose replicas the newest placement gives this rank
   std::vector<Snap> free_;
   size_t free_cap_ = 2;                 // buffers kept for reuse (more once reserved)
   std::unique_ptr<hal::Buffer> stage_;  // device memory that is not host-addressable
@@ -92,10 +95,14 @@ struct MemoryTier::Impl {
   void give_back(Snap s);
   void send(hal::Communicator& comm, uint32_t peer, const Snap& s);
   Snap recv(hal::Communicator& comm, uint32_t peer);
-  uint64_t swap_sizes(hal::Communicator& comm, uint32_t rank, uint32_t world, uint64_t mine);
-  void post_ring(uint64_t index, const Snap& mine, hal::Communicator& comm, uint32_t rank, uint32_t world);
-  void keep_replica(uint64_t index, Snap theirs);
-  void finish();  // waits for the exchange in flight and keeps its replica; throws its error
+  uint64_t swap_sizes(hal::Communicator& comm, uint32_t to, uint32_t from, bool send_first, uint64_t mine);
+  void exchange_now(uint64_t index, const Snap& mine, hal::Communicator& comm, uint32_t rank,
+                    const ReplicaPlacement& p);
+  void post_exchange(uint64_t index, const Snap& mine, hal::Communicator& comm, uint32_t rank,
+                     const ReplicaPlacement& p);
+  void keep_replica(uint32_t source, uint64_t index, Snap theirs);
+  void forget_other_sources();  // replicas of ranks this rank no longer holds for
+  void finish();                // waits for the exchange in flight and keeps its replicas; throws its error
   void trim(std::map<uint64_t, Snap>& m);
   void drop_replicas();
 };
@@ -105,6 +112,12 @@ MemoryTier::MemoryTier(MemoryTierPolicy policy) : impl_(std::make_unique<Impl>()
   impl_->keep_ = policy.keep;
 }
 MemoryTier::~MemoryTier() = default;
+
+uint64_t MemoryTier::footprint(uint64_t bytes, size_t keep, uint32_t replicas) {
+  // Own and replicas kept, one more own snapshot while the oldest is
+  // replaced, and the replicas arriving.
+  return bytes * (keep * (1 + uint64_t{replicas}) + 1 + replicas);
+}
 
 Snap MemoryTier::Impl::take(hal::Communicator& comm, uint64_t bytes) {
   for (size_t i = 0; i < free_.size(); ++i) {
@@ -167,12 +180,17 @@ Snap MemoryTier::Impl::recv(hal::Communicator& comm, uint32_t peer) {
 }
 
 void MemoryTier::reserve(uint64_t bytes, hal::Communicator& comm, uint32_t world) {
+  reserve(bytes, comm, ReplicaPlacement::ring(world));
+}
+
+void MemoryTier::reserve(uint64_t bytes, hal::Communicator& comm, const ReplicaPlacement& placement) {
   auto& m = *impl_;
   m.finish();
-  const size_t want = m.keep_ + (world > 1 ? m.keep_ : 0) + 2;
+  const size_t want = static_cast<size_t>(footprint(1, m.keep_, placement.replicas()));
   size_t held = 0;
-  for (const auto* map : {&m.own_, &m.replica_})
-    for (const auto& [k, s] : *map) held += s.size == bytes;
+  for (const auto& [k, s] : m.own_) held += s.size == bytes;
+  for (const auto& [source, held_of] : m.replicas_)
+    for (const auto& [k, s] : held_of) held += s.size == bytes;
   for (const auto& s : m.free_) held += s.size == bytes;
   m.free_cap_ = std::max<size_t>(2, want);
   for (; held < want; ++held) {
@@ -188,8 +206,9 @@ void MemoryTier::drop_replicas() {
 }
 
 void MemoryTier::Impl::drop_replicas() {
-  for (auto& [k, s] : replica_) give_back(std::move(s));
-  replica_.clear();
+  for (auto& [source, held] : replicas_)
+    for (auto& [k, s] : held) give_back(std::move(s));
+  replicas_.clear();
 }
 
 void MemoryTier::clear() {
@@ -209,45 +228,58 @@ void MemoryTier::Impl::trim(std::map<uint64_t, Snap>& m) {
 
 void MemoryTier::snapshot(uint64_t index, const std::vector<TensorView>& views, hal::Communicator& comm,
                           uint32_t rank, uint32_t world) {
+  snapshot(index, views, comm, rank, ReplicaPlacement::ring(world));
+}
+
+void MemoryTier::snapshot(uint64_t index, const std::vector<TensorView>& views, hal::Communicator& comm,
+                          uint32_t rank, const ReplicaPlacement& placement) {
   auto& m = *impl_;
   m.finish();  // the previous snapshot's exchange, if still in flight
   uint64_t total = 0;
   for (const auto& v : views) total += v.bytes();
   Snap mine = m.take(comm, total);
   copy_in(mine.data(), total, views);
-  if (world > 1 && mine.dev) {
-    m.post_ring(index, mine, comm, rank, world);  // sends from `mine`, which stays in own_ meanwhile
-  } else if (world > 1) {
-    // Host memory staged through one device buffer: exchanged now.
-    const uint32_t next = (rank + 1) % world, prev = (rank + world - 1) % world;
-    Snap theirs;
-    if (rank % 2 == 0) {
-      m.send(comm, next, mine);
-      theirs = m.recv(comm, prev);
-    } else {
-      theirs = m.recv(comm, prev);
-      m.send(comm, next, mine);
-    }
-    m.keep_replica(index, std::move(theirs));
-  }
+  m.sources_.clear();
+  for (uint32_t j = 0; j < placement.replicas(); ++j) m.sources_.insert(placement.source(rank, j));
+  if (placement.replicas() > 0 && mine.dev)
+    m.post_exchange(index, mine, comm, rank, placement);  // sends from `mine`, which stays in own_ meanwhile
+  else if (placement.replicas() > 0)
+    m.exchange_now(index, mine, comm, rank, placement);  // host memory, staged through one device buffer
   auto old = m.own_.find(index);
   if (old != m.own_.end()) m.give_back(std::move(old->second));
   m.own_[index] = std::move(mine);
   m.trim(m.own_);
 }
 
-// Even ranks send first, odd ranks receive first: the ring cannot deadlock
-// whatever the transport's send semantics (rank 0's send to an odd rank 1
-// always completes first and unblocks the chain). Returns the
-// predecessor's size.
-uint64_t MemoryTier::Impl::swap_sizes(hal::Communicator& comm, uint32_t rank, uint32_t world, uint64_t mine) {
-  const uint32_t next = (rank + 1) % world, prev = (rank + world - 1) % world;
+// Each replica's exchange in turn; within one, a rank sends first or
+// receives first as the placement alternates them along the shift's cycle,
+// so the exchange cannot deadlock whatever the transport's send semantics.
+void MemoryTier::Impl::exchange_now(uint64_t index, const Snap& mine, hal::Communicator& comm, uint32_t rank,
+                                    const ReplicaPlacement& p) {
+  for (uint32_t j = 0; j < p.replicas(); ++j) {
+    const uint32_t to = p.holder(rank, j), from = p.source(rank, j);
+    Snap theirs;
+    if (p.sends_first(rank, j)) {
+      send(comm, to, mine);
+      theirs = recv(comm, from);
+    } else {
+      theirs = recv(comm, from);
+      send(comm, to, mine);
+    }
+    keep_replica(from, index, std::move(theirs));
+  }
+  forget_other_sources();
+}
+
+// Returns the source's size.
+uint64_t MemoryTier::Impl::swap_sizes(hal::Communicator& comm, uint32_t to, uint32_t from, bool send_first,
+                                      uint64_t mine) {
   hal::Buffer out(comm.plugin(), 0, 8), in(comm.plugin(), 0, 8);
   out.copy_from_host(&mine, 8);
-  const auto send = args(HAL_COLL_SEND, next, 8, out.data(), nullptr);
-  const auto recv = args(HAL_COLL_RECV, prev, 8, nullptr, in.data());
-  comm.run(rank % 2 == 0 ? send : recv, kTimeout);
-  comm.run(rank % 2 == 0 ? recv : send, kTimeout);
+  const auto send = args(HAL_COLL_SEND, to, 8, out.data(), nullptr);
+  const auto recv = args(HAL_COLL_RECV, from, 8, nullptr, in.data());
+  comm.run(send_first ? send : recv, kTimeout);
+  comm.run(send_first ? recv : send, kTimeout);
   uint64_t n = 0;
   in.copy_to_host(&n, 8);
   if (n > (uint64_t{1} << 40))
@@ -255,26 +287,42 @@ uint64_t MemoryTier::Impl::swap_sizes(hal::Communicator& comm, uint32_t rank, ui
   return n;
 }
 
-// The sizes now; the snapshots themselves posted in the same ring order, to
-// move while the next steps run.
-void MemoryTier::Impl::post_ring(uint64_t index, const Snap& mine, hal::Communicator& comm, uint32_t rank,
-                                 uint32_t world) {
-  const uint32_t next = (rank + 1) % world, prev = (rank + world - 1) % world;
+// The sizes now; the snapshots themselves posted in the same order, to move
+// while the next steps run.
+void MemoryTier::Impl::post_exchange(uint64_t index, const Snap& mine, hal::Communicator& comm, uint32_t rank,
+                                     const ReplicaPlacement& p) {
   Inflight f;
   f.index = index;
-  f.theirs = take(comm, swap_sizes(comm, rank, world, mine.size));
-  const auto send = args(HAL_COLL_SEND, next, mine.size, mine.data(), nullptr);
-  const auto recv = args(HAL_COLL_RECV, prev, f.theirs.size, nullptr, f.theirs.data());
-  for (const auto* a : rank % 2 == 0 ? std::array{&send, &recv} : std::array{&recv, &send})
-    if (a->count > 0) f.requests.push_back(comm.post(*a));
+  for (uint32_t j = 0; j < p.replicas(); ++j) {
+    const uint32_t to = p.holder(rank, j), from = p.source(rank, j);
+    const bool first = p.sends_first(rank, j);
+    Snap theirs = take(comm, swap_sizes(comm, to, from, first, mine.size));
+    const auto send = args(HAL_COLL_SEND, to, mine.size, mine.data(), nullptr);
+    const auto recv = args(HAL_COLL_RECV, from, theirs.size, nullptr, theirs.data());
+    for (const auto* a : first ? std::array{&send, &recv} : std::array{&recv, &send})
+      if (a->count > 0) f.requests.push_back(comm.post(*a));
+    f.theirs.emplace_back(from, std::move(theirs));
+  }
   inflight_ = std::move(f);
 }
 
-void MemoryTier::Impl::keep_replica(uint64_t index, Snap theirs) {
-  auto old = replica_.find(index);
-  if (old != replica_.end()) give_back(std::move(old->second));
-  replica_[index] = std::move(theirs);
-  trim(replica_);
+void MemoryTier::Impl::keep_replica(uint32_t source, uint64_t index, Snap theirs) {
+  auto& held = replicas_[source];
+  auto old = held.find(index);
+  if (old != held.end()) give_back(std::move(old->second));
+  held[index] = std::move(theirs);
+  trim(held);
+}
+
+void MemoryTier::Impl::forget_other_sources() {
+  for (auto it = replicas_.begin(); it != replicas_.end();) {
+    if (sources_.count(it->first)) {
+      ++it;
+      continue;
+    }
+    for (auto& [k, s] : it->second) give_back(std::move(s));
+    it = replicas_.erase(it);
+  }
 }
 
 void MemoryTier::Impl::finish() {
@@ -283,9 +331,10 @@ void MemoryTier::Impl::finish() {
   inflight_.reset();
   for (auto& r : f.requests)
     if (!r.wait(kTimeout))
-      throw Error(Code::timeout, "memory tier: the ring exchange of snapshot " + std::to_string(f.index) +
+      throw Error(Code::timeout, "memory tier: the replica exchange of snapshot " + std::to_string(f.index) +
                                      " did not finish within " + std::to_string(kTimeout.count()) + " s");
-  keep_replica(f.index, std::move(f.theirs));
+  for (auto& [source, snap] : f.theirs) keep_replica(source, f.index, std::move(snap));
+  forget_other_sources();
 }
 
 void MemoryTier::flush() { impl_->finish(); }
@@ -320,9 +369,16 @@ std::vector<uint64_t> MemoryTier::own_indices() const {
 }
 
 std::vector<uint64_t> MemoryTier::replica_indices() const {
-  auto& m = *impl_;
-  std::vector<uint64_t> out;
-  for (auto& [k, v] : m.replica_) out.push_back(k);
+  std::set<uint64_t> all;
+  for (const auto& [source, held] : impl_->replicas_)
+    for (const auto& [k, v] : held) all.insert(k);
+  return {all.begin(), all.end()};
+}
+
+std::map<uint32_t, std::vector<uint64_t>> MemoryTier::replicas_held() const {
+  std::map<uint32_t, std::vector<uint64_t>> out;
+  for (const auto& [source, held] : impl_->replicas_)
+    for (const auto& [k, v] : held) out[source].push_back(k);
   return out;
 }
 
@@ -334,20 +390,26 @@ bool MemoryTier::restore_own(uint64_t index, const std::vector<TensorView>& view
   return true;
 }
 
-void MemoryTier::handoff(uint64_t index, const std::vector<std::pair<uint32_t, uint32_t>>& pairs,
+void MemoryTier::handoff(uint64_t index, const std::vector<ReplicaHandoff>& moves,
                          const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank) {
   auto& m = *impl_;
   m.finish();
-  for (auto [holder, receiver] : pairs) {
-    if (rank == holder) {
-      auto it = m.replica_.find(index);
-      if (it == m.replica_.end()) {
-        throw Error(Code::data_loss, "memory tier: rank " + std::to_string(rank) +
-                                         " holds no replica of snapshot " + std::to_string(index));
+  for (const ReplicaHandoff& h : moves) {
+    if (rank == h.holder) {
+      auto held = m.replicas_.find(h.source);
+      const Snap* snap = nullptr;
+      if (held != m.replicas_.end()) {
+        auto it = held->second.find(index);
+        if (it != held->second.end()) snap = &it->second;
       }
-      m.send(comm, receiver, it->second);
-    } else if (rank == receiver) {
-      Snap s = m.recv(comm, holder);
+      if (snap == nullptr) {
+        throw Error(Code::data_loss, "memory tier: rank " + std::to_string(rank) +
+                                         " holds no replica of rank " + std::to_string(h.source) +
+                                         "'s snapshot " + std::to_string(index));
+      }
+      m.send(comm, h.receiver, *snap);
+    } else if (rank == h.receiver) {
+      Snap s = m.recv(comm, h.holder);
       copy_out(s.data(), s.size, views);
       for (auto& [k, x] : m.own_) m.give_back(std::move(x));
       m.own_.clear();
@@ -359,7 +421,9 @@ void MemoryTier::handoff(uint64_t index, const std::vector<std::pair<uint32_t, u
 void MemoryTier::drop_after(uint64_t index) {
   auto& m = *impl_;
   m.finish();
-  for (auto* held : {&m.own_, &m.replica_}) {
+  std::vector<std::map<uint64_t, Snap>*> all{&m.own_};
+  for (auto& [source, held] : m.replicas_) all.push_back(&held);
+  for (auto* held : all) {
     for (auto it = held->upper_bound(index); it != held->end();) {
       m.give_back(std::move(it->second));
       it = held->erase(it);

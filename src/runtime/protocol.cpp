@@ -272,16 +272,25 @@ json encode(const WorkerMessage& m) {
             return {{"type", "checkpoint"}, {"index", x.index}};
           },
           [](const RecoverRequest& x) -> json {
-            return {{"type", "recover"},  {"code", x.code ? std::string(code_name(*x.code)) : "unknown"},
-                    {"reason", x.reason}, {"generation", x.generation},
-                    {"own", x.own},       {"replica", x.replica},
-                    {"disk", x.disk}};
+            json j = {{"type", "recover"},  {"code", x.code ? std::string(code_name(*x.code)) : "unknown"},
+                      {"reason", x.reason}, {"generation", x.generation},
+                      {"own", x.own},       {"replica", x.replica},
+                      {"disk", x.disk}};
+            if (x.replicas_of) {
+              json of = json::array();
+              for (const auto& [rank, steps] : *x.replicas_of) of.push_back({{"of", rank}, {"steps", steps}});
+              j["replicas_of"] = of;
+            }
+            return j;
           },
           [](const Done& x) -> json {
             return {{"type", "done"}, {"steps", x.steps}};
           },
           [](const StorageFailed& x) -> json {
             return {{"type", "storage_failed"}, {"index", x.index}, {"reason", x.reason}};
+          },
+          [](const Refused& x) -> json {
+            return {{"type", "refused"}, {"reason", x.reason}};
           },
       },
       m);
@@ -298,7 +307,10 @@ json encode(const AgentMessage& m) {
                                   {"generation", a.generation},
                                   {"restore", name(a.restore)},
                                   {"index", a.index},
-                                  {"handoff", h}};
+                                  {"handoff", h},
+                                  {"domains", a.domains},
+                                  {"replicas", a.replicas},
+                                  {"host_ranks", a.host_ranks}};
                         },
                         [](const Abort& x) -> json {
                           return {{"type", "abort"}, {"reason", x.reason}};
@@ -353,6 +365,23 @@ json encode(const RootMessage& m) {
                     m);
 }
 
+namespace {
+
+// [{"of": rank, "steps": [...]}, ...]: the replicas a worker holds, by rank.
+std::map<uint32_t, std::vector<uint64_t>> replicas_of(const Fields& f) {
+  std::map<uint32_t, std::vector<uint64_t>> out;
+  for (const json& e : f.array("replicas_of")) {
+    if (!e.is_object()) bad(f.where("replicas_of"), "expected {\"of\": rank, \"steps\": [...]} objects");
+    const Fields each(e, f.where("replicas_of") + "[]");
+    const auto rank = each.integer<uint32_t>("of");
+    if (out.count(rank)) bad(f.where("replicas_of"), "rank " + std::to_string(rank) + " listed twice");
+    out[rank] = each.integers<uint64_t>("steps");
+  }
+  return out;
+}
+
+}  // namespace
+
 WorkerMessage decode_worker(const json& j) {
   const std::string type = type_of(j, "worker message");
   const Fields f(j, type);
@@ -389,15 +418,19 @@ WorkerMessage decode_worker(const json& j) {
   }
   if (type == "snapshot") return Snapshotted{f.integer<uint64_t>("index")};
   if (type == "checkpoint") return Checkpointed{f.integer<uint64_t>("index")};
-  if (type == "recover")
-    return RecoverRequest{failure_code(f),
-                          f.text("reason"),
-                          f.integer<uint64_t>("generation"),
-                          f.integers<uint64_t>("own"),
-                          f.integers<uint64_t>("replica"),
-                          f.integers<uint64_t>("disk")};
+  if (type == "recover") {
+    RecoverRequest r{failure_code(f),
+                     f.text("reason"),
+                     f.integer<uint64_t>("generation"),
+                     f.integers<uint64_t>("own"),
+                     f.integers<uint64_t>("replica"),
+                     f.integers<uint64_t>("disk")};
+    if (f.has("replicas_of")) r.replicas_of = replicas_of(f);
+    return r;
+  }
   if (type == "done") return Done{f.integer<uint64_t>("steps")};
   if (type == "storage_failed") return StorageFailed{f.integer<uint64_t>("index"), f.text("reason")};
+  if (type == "refused") return Refused{f.text("reason")};
   bad(type, "not a message a worker sends");
 }
 
@@ -418,6 +451,14 @@ AgentMessage decode_agent(const json& j) {
       a.handoff.emplace_back(Fields::integer_of<uint32_t>(p[0], f.where("handoff")),
                              Fields::integer_of<uint32_t>(p[1], f.where("handoff")));
     }
+    if (f.has("domains")) a.domains = f.integers<uint32_t>("domains");
+    if (!a.domains.empty() && a.domains.size() != a.world)
+      bad(f.where("domains"),
+          std::to_string(a.domains.size()) + " domains for a world of " + std::to_string(a.world) + " ranks");
+    a.replicas = f.integer_or<uint32_t>("replicas", 1);
+    if (a.replicas < 1 || a.replicas > 2)
+      bad(f.where("replicas"), "expected 1 or 2, got " + std::to_string(a.replicas));
+    a.host_ranks = f.integer_or<uint32_t>("host_ranks", 0);
     return a;
   }
   if (type == "abort") return Abort{f.text("reason")};

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -99,11 +100,15 @@ struct Checkpointed {
 // (none: a failure libsigma did not report, such as a C caller's own), on
 // the wire its name (sigma::code_name: "device_lost", ...; "unknown" for
 // none); `reason` its message.
+// `replica` is every step it holds a replica of; `replicas_of` the same by
+// the rank whose state it is (added in version 2's memory-tier placement;
+// absent from older workers, whose replicas are their ring predecessor's).
 struct RecoverRequest {
   std::optional<Code> code;
   std::string reason;
   uint64_t generation = 0;
   std::vector<uint64_t> own, replica, disk;
+  std::optional<std::map<uint32_t, std::vector<uint64_t>>> replicas_of{};
 };
 
 // The worker's loop is over after `steps` steps.
@@ -119,20 +124,36 @@ struct StorageFailed {
   std::string reason;
 };
 
+// The worker cannot run the job as assigned, and running it again would not
+// help (its memory tier does not fit the host): the job ends unrecoverable
+// with `reason`, and the worker waits for the goodbye.
+struct Refused {
+  std::string reason;
+};
+
 using WorkerMessage = std::variant<Hello, Heartbeat, Joined, StepDone, Snapshotted, Checkpointed,
-                                   RecoverRequest, Done, StorageFailed>;
+                                   RecoverRequest, Done, StorageFailed, Refused>;
 
 // ---- agent -> worker -------------------------------------------------------
 
 // Join generation `generation` as `rank` of `world` and restore the state at
 // `index` from `restore`: none (a fresh start), memory (the memory tier;
-// `handoff` pairs (holder, receiver) of replicas), or disk.
+// `handoff` pairs (holder, receiver): the holder sends its replica of the
+// receiver's rank), or disk.
+// Optional (absent: the ring, one replica, no memory check): `domains`, the
+// failure domain of each rank of the new world, from which every rank
+// places its replicas (checkpoint::ReplicaPlacement::across); `replicas`,
+// how many (1 or 2); `host_ranks`, how many ranks of the new world share
+// this rank's host, for the check that their memory tiers fit it.
 struct Assign {
   uint32_t rank = 0, world = 0;
   uint64_t generation = 0;
   RestoreTier restore = RestoreTier::none;
   uint64_t index = 0;
   std::vector<std::pair<uint32_t, uint32_t>> handoff;
+  std::vector<uint32_t> domains{};
+  uint32_t replicas = 1;
+  uint32_t host_ranks = 0;
 };
 
 // Abort the communicator now (a peer failed).

@@ -12,6 +12,7 @@
 #include "runtime/job_key.hpp"
 #include "runtime/protocol.hpp"
 #include "runtime/state_items.hpp"
+#include "runtime/tier_fit.hpp"
 
 #include <unistd.h>
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -75,6 +77,7 @@ SessionOptions SessionOptions::from_env() {
   o.snapshot_every = static_cast<uint64_t>(env_number("SIGMA_SNAPSHOT_EVERY", 1, 1, 1e9));
   o.checkpoint_every = static_cast<uint64_t>(env_number("SIGMA_CHECKPOINT_EVERY", 0, 0, 1e9));
   o.snapshot_keep = static_cast<size_t>(env_number("SIGMA_SNAPSHOT_KEEP", 2, 1, 1e6));
+  o.tier_memory_bytes = static_cast<uint64_t>(env_number("SIGMA_TIER_MEMORY_BYTES", 0, 0, 1e18));
   o.checkpoint_base_every = static_cast<uint32_t>(env_number("SIGMA_CHECKPOINT_BASE_EVERY", 4, 1, 1e6));
   o.checkpoint_keep = static_cast<uint32_t>(env_number("SIGMA_CHECKPOINT_KEEP", 4, 1, 1e6));
   o.checkpoint_async = env_number("SIGMA_CHECKPOINT_ASYNC", 0, 0, 1) != 0;
@@ -125,6 +128,8 @@ struct Session::Impl {
     return std::chrono::nanoseconds(static_cast<int64_t>(o.collective_timeout_s * 1e9));
   }
   std::unique_ptr<checkpoint::MemoryTier> tier;
+  checkpoint::ReplicaPlacement placement = checkpoint::ReplicaPlacement::ring(1);  // this generation's
+  uint64_t host_available = 0;  // the host's available memory when the session started
   std::unique_ptr<checkpoint::Engine> engine;
   std::vector<uint64_t> pending_disk;  // saved asynchronously, not yet known durable
   bool resnapshot = false;             // a replacement joined: the next step snapshots
@@ -365,13 +370,21 @@ struct Session::Impl {
   uint64_t apply(const protocol::Assign& a, uint64_t aborts_before) {
     const auto t0 = Clock::now();
     const uint32_t old_rank = rank, old_world = world;
+    placement = a.domains.empty() ? checkpoint::ReplicaPlacement::ring(a.world)
+                                  : checkpoint::ReplicaPlacement::across(a.domains, a.replicas);
+    if (a.generation == 1) {
+      if (auto why = tier_does_not_fit(a.host_ranks)) {
+        ch->send(protocol::encode(protocol::Refused{*why}));
+        return wait_and_apply();  // the goodbye
+      }
+    }
     build_comm(a, aborts_before);
     if (engine && (old_rank != rank || old_world != world)) {
       settle_disk(true);
       engine.reset();
     }
-    // A renumbered ring (the world shrank): the replicas held belong to
-    // other neighbours now.
+    // Renumbered ranks (the world shrank): the replicas held are of ranks
+    // that are other ranks now.
     if (old_world != 0 && (old_rank != rank || old_world != world)) tier->drop_replicas();
     // The collective probe: a one-element all-reduce over the new world
     // must give the world size before anything else runs on it.
@@ -396,27 +409,31 @@ struct Session::Impl {
     resnapshot = false;
     if (how == RestoreTier::none) {
       tier->clear();
-      tier->reserve(state_bytes(), *comm, world);  // a fresh start: fault the snapshots' memory in now
+      tier->reserve(state_bytes(), *comm, placement);  // a fresh start: fault the snapshots' memory in now
       reserve_disk();
       items.save();  // the items as they start
-      tier->snapshot(0, state, *comm, rank, world);
+      tier->snapshot(0, state, *comm, rank, placement);
     } else if (how == RestoreTier::memory) {
-      const std::vector<std::pair<uint32_t, uint32_t>>& pairs = a.handoff;
+      // A replaced rank keeps its number: the holder sends its replica of it.
+      std::vector<checkpoint::ReplicaHandoff> moves;
       bool receiver = false;
-      for (auto [h, r] : pairs) receiver |= r == rank;
+      for (auto [h, r] : a.handoff) {
+        moves.push_back({h, r, r});
+        receiver |= r == rank;
+      }
       if (!receiver && !tier->restore_own(index, state)) {
         throw Error(Code::data_loss,
                     "runtime: rank " + std::to_string(rank) + " holds no snapshot " + std::to_string(index));
       }
-      tier->handoff(index, pairs, state, *comm, rank);
+      tier->handoff(index, moves, state, *comm, rank);
       items.restore(false);
       tier->drop_after(index);
       discard_disk_after(index);
-      // A replacement holds no replica of its ring predecessor: the first
+      // A replacement holds no replica of the ranks it holds for: the first
       // step snapshots, so that a second fault soon after still finds every
       // rank's state in a peer. Not here: a rank that hangs in the exchange
       // must not keep the others from joining, so that the agent can name it.
-      resnapshot = !pairs.empty();
+      resnapshot = !moves.empty();
     } else {
       checkpoint::Metadata meta;
       const auto res = disk().restore(state, &meta, index);
@@ -429,9 +446,9 @@ struct Session::Impl {
       items.restore(false);
       discard_disk_after(index);
       tier->clear();
-      tier->reserve(state_bytes(), *comm, world);
+      tier->reserve(state_bytes(), *comm, placement);
       reserve_disk();
-      tier->snapshot(index, state, *comm, rank, world);
+      tier->snapshot(index, state, *comm, rank, placement);
     }
     stop_after = -1;
     assigned_aborts = aborts_before;
@@ -442,14 +459,26 @@ struct Session::Impl {
     return index;
   }
 
+  // At the job's start: why the memory tiers of this host's ranks would not
+  // fit its memory (nullopt: they fit, or the host's memory is unknown).
+  std::optional<std::string> tier_does_not_fit(uint32_t host_ranks) const {
+    const bool given = o.tier_memory_bytes > 0;
+    const uint64_t available = given ? o.tier_memory_bytes : host_available;
+    if (host_ranks == 0 || available == 0) return std::nullopt;
+    return tier_unfit(state_bytes(), o.snapshot_keep, placement.replicas(), host_ranks, available,
+                      given ? "SIGMA_TIER_MEMORY_BYTES" : "the host's available memory");
+  }
+
   // Reports what this rank holds, with the failure's code (none: one
   // libsigma did not report), and waits for the next assignment.
   uint64_t recover(std::optional<Code> code, const std::string& reason) {
     abort_comm();
     tier->abandon();    // a replica still in flight is not held
     settle_disk(true);  // what this rank holds on disk, durable
-    ch->send(protocol::encode(protocol::RecoverRequest{code, reason, generation, tier->own_indices(),
-                                                       tier->replica_indices(), disk_held()}));
+    protocol::RecoverRequest r{code,       reason, generation, tier->own_indices(), tier->replica_indices(),
+                               disk_held()};
+    r.replicas_of = tier->replicas_held();
+    ch->send(protocol::encode(r));
     return wait_and_apply();
   }
 
@@ -469,6 +498,7 @@ Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.o = std::move(options);
   m.tier = std::make_unique<checkpoint::MemoryTier>(checkpoint::MemoryTierPolicy{m.o.snapshot_keep});
+  m.host_available = host_memory_available();  // before any rank of this job reserves its tier
   m.rebuild_state();
   m.ch = Channel::connect(m.o.agent_socket);
   if (!m.o.secret.empty()) m.ch->authenticate(derive_key(*read_job_secret("", m.o.secret.c_str())), true);
@@ -628,11 +658,11 @@ void Session::step_end(uint64_t step, const StepReport& report) {
   m.ch->send(protocol::encode(protocol::StepDone{step, seconds, report.loss, report.tokens, report.flops,
                                                  report.peak_flops, report.note}));
   const uint64_t index = step + 1;
-  m.tier->settle();  // the last snapshot's ring exchange, if it has arrived
+  m.tier->settle();  // the last snapshot's exchange, if it has arrived
   const bool snapshot = index % m.o.snapshot_every == 0 || std::exchange(m.resnapshot, false);
   if (snapshot || should_checkpoint(step)) m.items.save();  // the items' bytes, only when taken
   if (snapshot) {
-    m.tier->snapshot(index, m.state, comm(), m.rank, m.world);  // the ring exchange runs on behind
+    m.tier->snapshot(index, m.state, comm(), m.rank, m.placement);  // the exchange runs on behind
     m.ch->send(protocol::encode(protocol::Snapshotted{index}));
   }
   m.settle_disk(false);  // background saves that became durable since the last step

@@ -104,6 +104,7 @@ class PolicySim {
   void on_event(const Event& e);
   void on_failure(const Event& e);
   void hardware_fault(const std::vector<uint32_t>& devices, const std::string& reason);
+  checkpoint::ReplicaPlacement placement() const;
   std::optional<runtime::RestoreTier> job_fault(const std::vector<uint32_t>& ranks, bool everyone,
                                                 double detect_s, double since_progress);
   void to_repair(uint32_t device);
@@ -425,6 +426,15 @@ void PolicySim::hardware_fault(const std::vector<uint32_t>& devices, const std::
   }
 }
 
+// Where the memory tier keeps each rank's replicas now: as the runtime
+// places them, across the nodes of the ranks' devices, or on the ring.
+checkpoint::ReplicaPlacement PolicySim::placement() const {
+  std::vector<uint32_t> domain(sched_.world_size(), 0);
+  if (p_.replicas_across_nodes)
+    for (uint32_t r = 0; r < domain.size(); ++r) domain[r] = sched_.device_of(r).value_or(0) / s_.per_node;
+  return checkpoint::ReplicaPlacement::across(domain, p_.replicas);
+}
+
 // The job stops: roll back to what the planner restores, then detection,
 // restart and restore stall it. `since` >= 0: state newer than that
 // progress is corrupt and may not be restored. Returns the tier restored
@@ -439,8 +449,9 @@ std::optional<runtime::RestoreTier> PolicySim::job_fault(const std::vector<uint3
   for (double x : disk_)
     if (x <= limit + kEps) disk.push_back(step_of(x));
   const bool memory = p_.memory_tier && !everyone;
-  const TierChoice c = choose_restore(sched_.world_size(), ranks, !memory,
-                                      memory ? snaps : std::vector<uint64_t>{}, disk, step_of(progress_));
+  const TierChoice c =
+      choose_restore(memory ? placement() : checkpoint::ReplicaPlacement::ring(sched_.world_size()), ranks,
+                     !memory, memory ? snaps : std::vector<uint64_t>{}, disk, step_of(progress_));
   double back_to = 0;
   using runtime::RestoreTier;
   if (c.tier == RestoreTier::memory) {

@@ -70,6 +70,7 @@ Scenario scenario_of(const Layout& o, double step_s, double end_s) {
   p.spares = SpareRule::count;
   p.spare_count = o.nnodes * o.spares;
   p.memory_tier = true;
+  p.replicas_across_nodes = true;  // as sigmarun places them: in another node where the nodes allow
   p.snapshot_every_s = step_s * o.snapshot_every;
   p.snapshot_stall_s = p.memory_restore_s = p.disk_stall_s = p.disk_restore_s = 0;
   p.disk_every_s = 1e300;  // disk checkpoints do not decide anything here

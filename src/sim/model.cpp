@@ -183,8 +183,9 @@ std::vector<Policy> standard_policies() {
   ours.disk_stall_s = 1;  // asynchronous: the snapshot copy only
   ours.disk_restore_s = 300;
   ours.memory_tier = true;
-  ours.snapshot_every_s = 100;      // every 10 steps of 10 s without a failure model ...
-  ours.snapshot_from_model = true;  // ... else Young and Daly's interval
+  ours.replicas_across_nodes = true;  // every host is a failure domain of its own
+  ours.snapshot_every_s = 100;        // every 10 steps of 10 s without a failure model ...
+  ours.snapshot_from_model = true;    // ... else Young and Daly's interval
   ours.snapshot_stall_s = 1;
   ours.memory_restore_s = 5;
   ours.crash_detect_s = 1;

@@ -59,6 +59,8 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
                "disk_stall_s",
                "disk_restore_s",
                "memory_tier",
+               "replicas_across_nodes",
+               "replicas",
                "snapshot_every_s",
                "snapshot_from_model",
                "snapshot_stall_s",
@@ -109,6 +111,8 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
   num("disk_stall_s", p.disk_stall_s, 0, kBig);
   num("disk_restore_s", p.disk_restore_s, 0, kBig);
   flag("memory_tier", p.memory_tier);
+  flag("replicas_across_nodes", p.replicas_across_nodes);
+  if (n["replicas"]) p.replicas = static_cast<uint32_t>(y.integer(n["replicas"], at + ".replicas", 1, 2));
   num("snapshot_every_s", p.snapshot_every_s, 1, kBig);
   flag("snapshot_from_model", p.snapshot_from_model);
   num("snapshot_stall_s", p.snapshot_stall_s, 0, kBig);

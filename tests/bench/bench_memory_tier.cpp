@@ -88,7 +88,7 @@ void BM_RestoreFromPeer(benchmark::State& state) {
   for (auto _ : state) {
     // Rank 1 holds rank 0's replica; rank 0 plays the replacement process.
     const auto t0 = Clock::now();
-    g_tier->handoff(index, {{1, 0}}, md.views(), *g_comm, g_rank);
+    g_tier->handoff(index, {{1, 0, 0}}, md.views(), *g_comm, g_rank);
     state.SetIterationTime(seconds(t0));
   }
 }

@@ -1,10 +1,14 @@
 // The memory tier over real Gloo communicators (the cpu vendor), one
-// process per rank: the ring exchange runs behind the training loop and
+// process per rank: the exchange (on the ring, or placed across nodes) runs behind the training loop and
 // still delivers each rank's snapshot intact, and an exchange cut by a
 // killed peer leaves the replicas that had arrived, never a partial one.
 #include "../parallel/ranks.hpp"
 
+#include <sigma/replica_placement.hpp>
+
 #include <gtest/gtest.h>
+
+#include <map>
 
 #include <fstream>
 #include <sstream>
@@ -30,6 +34,25 @@ TEST(MemoryTier, SnapshotsExchangedBehindTheLoopArriveIntactAndHandOff) {
   EXPECT_EQ(text_of(dir + "/held-0"), "own 2 3\nreplica 2 3\n");
   EXPECT_EQ(text_of(dir + "/held-1"), "own 2 3\nreplica 2 3\n");
   EXPECT_EQ(text_of(dir + "/held-2"), "own 3\nreplica 2 3\n");
+}
+
+TEST(MemoryTier, ReplicasPlacedAcrossNodesArriveAtTheirHoldersAndAnyHolderHandsOff) {
+  const auto where = checkpoint::ReplicaPlacement::across({0, 0, 1, 1, 2, 2}, 2);
+  ASSERT_TRUE(where.cross_domain());
+  const std::string dir = run_ranks(SIGMA_MEMORY_TIER_WORKER, "placed", 6);
+  for (uint32_t r = 0; r < 6; ++r) {
+    // Rank r holds the two newest snapshots of each rank it holds for (the
+    // hand-off reads replicas; it does not take them).
+    std::string want;
+    std::map<uint32_t, int> sources;
+    for (uint32_t j = 0; j < 2; ++j) sources[where.source(r, j)] = 1;
+    for (const auto& [of, one] : sources) want += "of " + std::to_string(of) + ": 2 3\n";
+    EXPECT_EQ(text_of(dir + "/held-" + std::to_string(r)), want) << "rank " << r;
+    for (uint32_t j = 0; j < 2; ++j)
+      EXPECT_NE(where.source(r, j) / 2, r / 2) << "rank " << r << " holds its own node's";
+  }
+  EXPECT_EQ(text_of(dir + "/handed-2"), "ok\n");
+  EXPECT_EQ(text_of(dir + "/handed-3"), "ok\n");
 }
 
 TEST(MemoryTier, AnExchangeCutByAKilledPeerIsNotCountedAsAReplica) {

@@ -3,6 +3,11 @@
 //  - ring: world 3; snapshots 1..3 of a state overwritten right after each;
 //    rank 1 hands its replica of rank 0's snapshot 3 to rank 2; each rank
 //    checks the bytes and writes what it holds.
+//  - placed: world 6 in three nodes of two ({0,0,1,1,2,2}), two replicas
+//    each, placed across the nodes; snapshots 1..3; then, as if node 1
+//    were lost, rank 2's state comes from its second holder and rank 3's
+//    from its first, each received by the rank itself; each rank writes
+//    the replicas it holds, by whose they are.
 //  - kill: world 2; both snapshot 1 and settle it; at snapshot 2 rank 1
 //    SIGKILLs itself as soon as the exchange is posted; rank 0 aborts,
 //    abandons, and writes what it holds.
@@ -80,13 +85,33 @@ int main(int argc, char** argv) {
       // Snapshot 3's exchange may still be in flight; the hand-off waits for
       // it. Rank 1 holds rank 0's snapshot 3 and hands it to rank 2.
       std::vector<float> theirs(kFloats);
-      tier.handoff(3, {{1, 2}}, views_of(theirs), *comm, rank);
+      tier.handoff(3, {{1, 0, 2}}, views_of(theirs), *comm, rank);
       std::ofstream out(dir + "/ring-" + std::to_string(rank));
       const uint32_t owner = rank == 2 ? 0 : rank;  // whose state rank 2 now holds as its own
       if (rank == 2) out << "handed " << (holds(theirs, 0, 3) ? "ok" : "wrong") << "\n";
       std::fill(state.begin(), state.end(), 0.0f);
       out << "own " << (tier.restore_own(3, views) && holds(state, owner, 3) ? "ok" : "wrong") << "\n";
       write_held(dir + "/held-" + std::to_string(rank), tier);
+    } else if (name == "placed") {
+      const auto where = checkpoint::ReplicaPlacement::across({0, 0, 1, 1, 2, 2}, 2);
+      std::vector<float> small(kFloats / 256);
+      const auto small_views = views_of(small);
+      for (uint64_t i = 1; i <= 3; ++i) {
+        fill(small, rank, i);
+        tier.snapshot(i, small_views, *comm, rank, where);
+      }
+      tier.flush();
+      std::ofstream held(dir + "/held-" + std::to_string(rank));
+      for (const auto& [of, steps] : tier.replicas_held()) {
+        held << "of " << of << ":";
+        for (uint64_t i : steps) held << " " << i;
+        held << "\n";
+      }
+      std::fill(small.begin(), small.end(), 0.0f);
+      tier.handoff(3, {{where.holder(2, 1), 2, 2}, {where.holder(3, 0), 3, 3}}, small_views, *comm, rank);
+      if (rank == 2 || rank == 3)
+        std::ofstream(dir + "/handed-" + std::to_string(rank))
+            << (holds(small, rank, 3) ? "ok" : "wrong") << "\n";
     } else if (name == "kill") {
       fill(state, rank, 1);
       tier.snapshot(1, views, *comm, rank, world);

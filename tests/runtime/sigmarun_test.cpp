@@ -26,6 +26,8 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <algorithm>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -479,6 +481,91 @@ TEST_F(Sigmarun, NeighboursLostOneAfterTheOtherAreBothRestoredFromMemory) {
   ASSERT_EQ(r.report["incidents"].size(), 2u) << logs(r);
   for (const auto& inc : r.report["incidents"]) EXPECT_EQ(inc.value("restore", ""), "memory") << logs(r);
   expect_exact(r);
+}
+
+// Four ranks in declared nodes of two (ranks 0,1 | 2,3 | spares 4,5): the
+// memory tier keeps each rank's replica in the other node, so losing a
+// whole node -- both devices in the same collective, or both processes
+// killed in the same step -- restores both of its ranks from memory, with
+// no disk, bit for bit as a fault-free run of four.
+TEST_F(Sigmarun, AWholeDeclaredNodeLostAtOnceIsRestoredFromTheReplicasInAnotherNode) {
+  const std::vector<std::string> agent{
+      "--nproc", "4", "--spares", "2", "--devices-per-node", "2", "--checkpoint-every", "1000"};
+  const std::vector<std::string> steps{"--steps", std::to_string(kSteps)};
+  const JobRun clean = sigmarun("node-clean", agent, steps);
+  ASSERT_EQ(clean.exit_code, 0) << logs(clean);
+  const std::string scenario = ::testing::TempDir() + "node-lost-" + std::to_string(::getpid()) + ".yaml";
+  g_dirs.push_back(scenario);
+  std::ofstream(scenario) << "seed: 7\nduration_s: 3600\nworld_size: 6\nfaults:\n"
+                             "  - {kind: device_lost, device: 2, at_op: 206}\n"
+                             "  - {kind: device_lost, device: 3, at_op: 206}\n";
+  const JobRun lost = sigmarun("node-lost", agent + on_sim(scenario), steps);
+  const JobRun killed = sigmarun("node-killed", agent,
+                                 steps + std::vector<std::string>{"--kill-at", "60", "--kill-device", "2",
+                                                                  "--kill-at", "60", "--kill-device", "3"});
+  for (const JobRun* r : {&lost, &killed}) {
+    SCOPED_TRACE(r->dir);
+    ASSERT_EQ(r->exit_code, 0) << logs(*r);
+    ASSERT_GE(r->report["incidents"].size(), 1u) << logs(*r);
+    for (const auto& inc : r->report["incidents"]) EXPECT_EQ(inc.value("restore", ""), "memory") << logs(*r);
+    // Every hand-off comes from node 0's ranks to node 1's. Two processes
+    // killed at the start of one step die in one round; the second lost
+    // device may be aborted before its own fault fires, and lose itself in
+    // the next generation's probe -- still restored from node 0, where the
+    // ring would have had only its fresh replacement.
+    std::set<uint32_t> holders, receivers;
+    const json* last = nullptr;
+    size_t most = 0;
+    for (const auto& j : r->journal) {
+      if (j.value("event", "") != "assigned" || j.value("restore", "") != "memory") continue;
+      EXPECT_EQ(j["replicas_across"], "node") << logs(*r);
+      for (const auto& h : j["handoff"]) {
+        holders.insert(h[0].get<uint32_t>());
+        receivers.insert(h[1].get<uint32_t>());
+      }
+      most = std::max(most, j["handoff"].size());
+      last = &j;
+    }
+    ASSERT_NE(last, nullptr) << logs(*r);
+    const std::set<uint32_t> node0{0, 1};
+    EXPECT_TRUE(std::includes(node0.begin(), node0.end(), holders.begin(), holders.end())) << logs(*r);
+    EXPECT_EQ(receivers, (std::set<uint32_t>{2, 3})) << logs(*r);
+    if (r == &killed) {
+      EXPECT_EQ(most, 2u) << "both ranks of node 1 in one round: " << logs(*r);
+    }
+    EXPECT_EQ((*last)["domains"], json({0, 0, 2, 2})) << "ranks 2 and 3 now on the spares' node";
+    EXPECT_EQ(finals(*r, 4), finals(clean, 4)) << logs(*r);
+  }
+}
+
+// Without declared nodes the same double loss has no replica left (both
+// copies were on the one host's ring): the tier says so in the assignment.
+TEST_F(Sigmarun, OnOneUndeclaredHostTheReplicasShareItsDomainAndTheJournalSaysSo) {
+  JobRun r = sigmarun("shared", {"--nproc", "3", "--spares", "1"},
+                      {"--steps", "40", "--kill-at", "20", "--kill-device", "1"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  const json* assigned = find_event(r, "assigned", "restore", "memory");
+  ASSERT_NE(assigned, nullptr) << logs(r);
+  EXPECT_EQ((*assigned)["replicas_across"], "shared") << logs(r);
+  EXPECT_EQ((*assigned)["handoff"], json::array({json::array({2, 1})})) << "the ring successor holds it";
+}
+
+// A memory tier that does not fit the host's memory is refused before the
+// first step, with its numbers, and nothing is restarted.
+TEST_F(Sigmarun, AMemoryTierThatDoesNotFitTheHostIsRefusedBeforeTheJobStartsWithItsNumbers) {
+  // 3 ranks x (2 own + 2 x 1 replica + 2) copies of a ~32 KiB state is over 0.5 MiB.
+  JobRun r = sigmarun("unfit", {"--nproc", "3", "--spares", "1", "--tier-memory", "0.5"},
+                      {"--steps", std::to_string(kSteps)});
+  EXPECT_EQ(r.exit_code, 4) << logs(r);
+  EXPECT_EQ(r.report["status"], "unrecoverable") << logs(r);
+  const std::string why = r.report.value("reason", "");
+  EXPECT_NE(why.find("the memory tier does not fit this host: its 3 rank(s) need 3 x 6 x "),
+            std::string::npos)
+      << logs(r);
+  EXPECT_NE(why.find("SIGMA_TIER_MEMORY_BYTES is 0.5 MiB"), std::string::npos) << logs(r);
+  EXPECT_EQ(find_event(r, "fault"), nullptr) << "a refusal is not a fault: " << logs(r);
+  EXPECT_EQ(r.report["incidents"].size(), 0u) << logs(r);
+  for (const auto& j : r.journal) EXPECT_NE(j.value("event", ""), "step") << logs(r);
 }
 
 TEST_F(Sigmarun, WithNoSpareLeftTheJobPausesAndSaysWhy) {

@@ -80,7 +80,7 @@ TEST(JournalRecords, EveryKindHasARecordThatReadsBackEqual) {
   round_trip(Validated{1, false, "ecc"});
   round_trip(ProcessExit{Event::exit, 1, "killed by signal 9"});
   round_trip(ProcessExit{Event::exited_without_session, 1, "exited with status 0"});
-  round_trip(Assigned{2, "memory", 18, {{2, 1}, {0, 3}}, {0, 4, 2, 3}});
+  round_trip(Assigned{2, "memory", 18, {{2, 1}, {0, 3}}, {0, 4, 2, 3}, {0, 0, 1, 1}, "node"});
   round_trip(RecoveryOverdue{2, 1});
   round_trip(Rejoined{2, 1.25, 3});
   round_trip(Recovered{21, 1.5});

@@ -96,6 +96,45 @@ TEST(Protocol, EveryWorkerMessageRoundTrips) {
       std::get<StorageFailed>(decode_worker(encode(WorkerMessage{StorageFailed{40, "disk full"}})));
   EXPECT_EQ(sf.index, 40u);
   EXPECT_EQ(sf.reason, "disk full");
+  EXPECT_EQ(std::get<Refused>(decode_worker(encode(WorkerMessage{Refused{"too big"}}))).reason, "too big");
+}
+
+TEST(Protocol, ReplicasTravelByTheRankWhoseTheyAreAndAnOlderWorkersDoNot) {
+  RecoverRequest r{Code::aborted, "peer lost", 2, {9, 10}, {9, 10}, {}};
+  r.replicas_of = std::map<uint32_t, std::vector<uint64_t>>{{2, {9, 10}}, {5, {10}}};
+  const RecoverRequest back = std::get<RecoverRequest>(decode_worker(encode(WorkerMessage{r})));
+  ASSERT_TRUE(back.replicas_of.has_value());
+  EXPECT_EQ(*back.replicas_of, *r.replicas_of);
+  json old = encode(WorkerMessage{r});
+  old.erase("replicas_of");
+  EXPECT_FALSE(std::get<RecoverRequest>(decode_worker(old)).replicas_of.has_value());
+  json twice = encode(WorkerMessage{r});
+  twice["replicas_of"].push_back({{"of", 2}, {"steps", json::array()}});
+  expect_refused(decode_worker, twice, {"recover.replicas_of", "rank 2 listed twice"});
+}
+
+TEST(Protocol, AnAssignmentCarriesTheDomainsItsReplicasArePlacedAcross) {
+  Assign a{1, 4, 2, RestoreTier::memory, 60, {{0, 2}}};
+  a.domains = {0, 0, 2, 2};
+  a.replicas = 2;
+  a.host_ranks = 4;
+  const Assign back = std::get<Assign>(decode_agent(encode(AgentMessage{a})));
+  EXPECT_EQ(back.domains, a.domains);
+  EXPECT_EQ(back.replicas, 2u);
+  EXPECT_EQ(back.host_ranks, 4u);
+  // An older agent's assignment: the ring, one replica, no memory check.
+  json old = encode(AgentMessage{a});
+  for (const char* k : {"domains", "replicas", "host_ranks"}) old.erase(k);
+  const Assign ring = std::get<Assign>(decode_agent(old));
+  EXPECT_TRUE(ring.domains.empty());
+  EXPECT_EQ(ring.replicas, 1u);
+  EXPECT_EQ(ring.host_ranks, 0u);
+  json short_of = encode(AgentMessage{a});
+  short_of["domains"] = {0, 1};
+  expect_refused(decode_agent, short_of, {"assign.domains", "2 domains for a world of 4 ranks"});
+  json three = encode(AgentMessage{a});
+  three["replicas"] = 3;
+  expect_refused(decode_agent, three, {"assign.replicas", "expected 1 or 2"});
 }
 
 TEST(Protocol, AStepsFiguresAreOptionalAndANonFiniteLossTravelsAsNull) {

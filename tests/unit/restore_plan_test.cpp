@@ -9,15 +9,18 @@ namespace {
 
 using Pairs = std::vector<std::pair<uint32_t, uint32_t>>;
 
-RankHoldings survivor(std::set<uint64_t> own, std::set<uint64_t> replica, std::set<uint64_t> disk = {}) {
-  return {true, std::move(own), std::move(replica), std::move(disk)};
+using Replicas = std::map<uint32_t, std::set<uint64_t>>;
+
+RankHoldings survivor(std::set<uint64_t> own, Replicas replicas, std::set<uint64_t> disk = {}) {
+  return {true, std::move(own), std::move(replicas), std::move(disk)};
 }
 RankHoldings replaced(std::set<uint64_t> disk = {}) { return {false, {}, {}, std::move(disk)}; }
 
 TEST(RestorePlan, AKilledRankComesBackFromItsSuccessorsReplica) {
   // Rank 1 of 3 died after every rank snapshotted 59 and 60; rank 2 holds
   // rank 1's replicas.
-  const auto p = plan_restore({survivor({59, 60}, {59, 60}), replaced(), survivor({59, 60}, {59, 60})}, 61);
+  const auto p = plan_restore(
+      {survivor({59, 60}, {{2, {59, 60}}}), replaced(), survivor({59, 60}, {{1, {59, 60}}})}, 61);
   ASSERT_TRUE(p.has_value());
   EXPECT_STREQ(name(p->tier), "memory");
   EXPECT_EQ(p->index, 60u);
@@ -26,7 +29,8 @@ TEST(RestorePlan, AKilledRankComesBackFromItsSuccessorsReplica) {
 
 TEST(RestorePlan, TheNewestIndexEveryoneHoldsWinsWhenOneRankIsBehind) {
   // Rank 0 had not snapshotted 60 yet when rank 2 died.
-  const auto p = plan_restore({survivor({59}, {59, 60}), survivor({59, 60}, {59, 60}), replaced()}, 61);
+  const auto p =
+      plan_restore({survivor({59}, {{2, {59, 60}}}), survivor({59, 60}, {{0, {59, 60}}}), replaced()}, 61);
   ASSERT_TRUE(p.has_value());
   EXPECT_STREQ(name(p->tier), "memory");
   EXPECT_EQ(p->index, 59u);
@@ -36,7 +40,7 @@ TEST(RestorePlan, TheNewestIndexEveryoneHoldsWinsWhenOneRankIsBehind) {
 TEST(RestorePlan, TwoNeighboursLostTogetherFallBackToDisk) {
   // Ranks 1 and 2 died: rank 1's replica died with rank 2.
   const auto p = plan_restore(
-      {survivor({69, 70}, {69, 70}, {20, 40, 60}), replaced({20, 40, 60}), replaced({20, 40})}, 71);
+      {survivor({69, 70}, {{2, {69, 70}}}, {20, 40, 60}), replaced({20, 40, 60}), replaced({20, 40})}, 71);
   ASSERT_TRUE(p.has_value());
   EXPECT_STREQ(name(p->tier), "disk");
   EXPECT_EQ(p->index, 40u);  // the newest every rank committed
@@ -68,6 +72,43 @@ TEST(RestorePlan, AWorldOfOneRestoresItsOwnSnapshotOrDisk) {
   ASSERT_TRUE(p.has_value());
   EXPECT_STREQ(name(p->tier), "disk");
   EXPECT_EQ(p->index, 5u);
+}
+
+TEST(RestorePlan, AWholeNodeLostComesBackFromTheReplicasInTheOtherNode) {
+  // Ranks 0,1 on one node, 2,3 on another; each rank's replica on the rank
+  // two places on (in the other node). The second node is lost.
+  const auto p = plan_restore({survivor({9, 10}, {{2, {9, 10}}}, {4}), survivor({9, 10}, {{3, {9, 10}}}, {4}),
+                               replaced({4}), replaced({4})},
+                              11);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_STREQ(name(p->tier), "memory");
+  EXPECT_EQ(p->index, 10u);
+  EXPECT_EQ(p->handoff, (Pairs{{0, 2}, {1, 3}}));
+}
+
+TEST(RestorePlan, TheSecondReplicaServesWhenTheFirstsHolderIsLostToo) {
+  // Two replicas each: rank 1's first is on rank 2 (lost with it), its
+  // second on rank 3, which holds it one step behind.
+  const auto p = plan_restore({survivor({9, 10}, {}), replaced(), replaced(),
+                               survivor({9, 10}, {{1, {9}}, {2, {9, 10}}}), survivor({9, 10}, {{2, {10}}})},
+                              11);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_STREQ(name(p->tier), "memory");
+  EXPECT_EQ(p->index, 9u);  // the newest step of rank 1 a survivor holds
+  EXPECT_EQ(p->handoff, (Pairs{{3, 1}, {3, 2}}));
+}
+
+TEST(RestorePlan, AReplicaOfTheRankItselfOrOfAnotherRankNeverCounts) {
+  // Rank 1 is replaced; the only replicas are of rank 0 and held by the
+  // replaced rank itself: no memory restore.
+  const auto p = plan_restore({survivor({5}, {{0, {5}}}, {3}), replaced({3})}, 6);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_STREQ(name(p->tier), "disk");
+  RankHoldings self = replaced({3});
+  self.replicas[1] = {5};
+  const auto q = plan_restore({survivor({5}, {}, {3}), self}, 6);
+  ASSERT_TRUE(q.has_value());
+  EXPECT_STREQ(name(q->tier), "disk");
 }
 
 }  // namespace

@@ -109,21 +109,27 @@ TEST(ClusterSim, OneFailureWithKnownCostsGivesTheHandComputedLedger) {
 // The restore planner decides the tier: a lone device's rank is restored
 // from its ring successor's replica; a node failure takes the successors
 // with it (ranks are consecutive on a node), so the disk it is.
-TEST(ClusterSim, ThePlannerRestoresFromMemoryUnlessTheReplicaDiedToo) {
+TEST(ClusterSim, ThePlannerRestoresANodesLossFromReplicasInAnotherNodeAndNotFromTheRing) {
   auto s = base(32, 1);
   s.failures.rate_multiplier = 0;
   s.policies = {standard("libsigma")};
   s.policies[0].spares = sim::SpareRule::fraction;
   s.policies[0].spare_fraction = 0.3;
+  ASSERT_TRUE(s.policies[0].replicas_across_nodes);
   s.script = {{20000, 3, "faulty_gpu", false}};
   auto r = sim::run(s).policies.at(0);
   EXPECT_EQ(r.restores_memory, 1u);
   EXPECT_EQ(r.restores_disk, 0u);
   s.script = {{20000, 3, "power_supply", false}};  // node 0: devices 0-7
   r = sim::run(s).policies.at(0);
+  EXPECT_EQ(r.restores_memory, 1u) << "each of node 0's ranks has its replica in node 1";
+  EXPECT_EQ(r.restores_disk, 0u);
+  EXPECT_GT(r.ledger.repair, 8 * (86400 - 20000) - 1);
+  // On the ring, rank r's replica is on r + 1: the same node for 7 of 8.
+  s.policies[0].replicas_across_nodes = false;
+  r = sim::run(s).policies.at(0);
   EXPECT_EQ(r.restores_memory, 0u);
   EXPECT_EQ(r.restores_disk, 1u);
-  EXPECT_GT(r.ledger.repair, 8 * (86400 - 20000) - 1);
 }
 
 // A failure with a precursor: the synthetic temperature ramp reaches the

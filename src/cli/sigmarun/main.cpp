@@ -52,6 +52,19 @@ int main(int argc, char** argv) {
                  "a group controller per this many agents: it replaces and migrates within its group and "
                  "escalates to the root only a fault it has no spare for (0: one group)")
       ->check(CLI::Range(0u, 4096u));
+  app.add_option("--devices-per-node", o.devices_per_node,
+                 "failure domains: each host's devices (its ranks, then its spares) make nodes of this many, "
+                 "and the memory tier keeps every rank's replica in another node (0: a host is one node)")
+      ->check(CLI::Range(0u, 4096u));
+  app.add_option("--replicas", o.replicas,
+                 "memory-tier copies of each rank's snapshots, each held in another failure domain where "
+                 "the domains allow (1 or 2)")
+      ->check(CLI::Range(1u, 2u));
+  double tier_memory_mib = 0;
+  app.add_option("--tier-memory", tier_memory_mib,
+                 "MiB of each host's memory its ranks' memory tiers may take; a job that needs more is "
+                 "refused before it starts, with the numbers (default: the host's available memory)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--host", o.host,
                  "the address other hosts reach the root agent at (default: this host's name)");
   app.add_option("--job-id", o.job_id, "names the job in the store (default: the job folder's name)");
@@ -85,7 +98,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   app.add_option("--checkpoint-every", o.checkpoint_every, "disk checkpoint period in steps (0: none)");
   app.add_option("--snapshot-keep", o.snapshot_keep,
-                 "memory-tier snapshots each rank keeps (own and replica)")
+                 "memory-tier snapshots each rank keeps (of its own and of each replica)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--checkpoint-base-every", o.checkpoint_base_every,
                  "a full disk checkpoint every K; the others are differential")
@@ -132,6 +145,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  o.tier_memory_bytes = static_cast<uint64_t>(tier_memory_mib * (1 << 20));
   try {
     const auto task =
         slurm ? sigmarun::slurm_task([](const char* name) { return std::getenv(name); }) : std::nullopt;

@@ -138,6 +138,8 @@ Assigned read_assigned(const Fields& f) {
     }
   }
   r.devices = f.wholes32_or("devices");
+  r.domains = f.wholes32_or("domains");
+  r.replicas_across = f.text_or("replicas_across");
   return r;
 }
 

@@ -177,7 +177,9 @@ json encode(const Assigned& r) {
                                 {"restore", r.restore},
                                 {"index", r.index},
                                 {"handoff", handoff},
-                                {"devices", r.devices}});
+                                {"devices", r.devices},
+                                {"domains", r.domains},
+                                {"replicas_across", r.replicas_across}});
 }
 
 json encode(const RecoveryOverdue& r) {

@@ -206,6 +206,11 @@ struct Assigned {
   uint64_t index = 0;
   std::vector<std::pair<uint32_t, uint32_t>> handoff;  // memory: (holder, receiver) ranks
   std::vector<uint32_t> devices;                       // rank r's device at r
+  // The memory tier's placement: rank r's failure domain at r, and where
+  // the replicas are ("rack", "node": each in another one; "shared": the
+  // ring, the domains allowing no better). Empty in older journals.
+  std::vector<uint32_t> domains;
+  std::string replicas_across;
   bool operator==(const Assigned&) const = default;
 };
 

@@ -24,11 +24,6 @@ health::Config monitor_config(const AgentOptions& o) {
 // Device d's node: devices 0..world-1 are every node's ranks, then every
 // node's spares, so the lowest ids (which get the ranks) are spread over
 // the nodes.
-uint32_t node_of_device(const AgentOptions& o, uint32_t d) {
-  const uint32_t world = o.nproc * o.nnodes;
-  return d < world ? d / o.nproc : (d - world) / std::max(1u, o.spares);
-}
-
 // A group controller per `nodes_per_group` agents (0: one for the job).
 scheduler::Config scheduler_config(const AgentOptions& o) {
   scheduler::Config c;
@@ -37,7 +32,7 @@ scheduler::Config scheduler_config(const AgentOptions& o) {
   c.allow_shrink = o.allow_shrink;
   c.min_world_size = o.allow_shrink ? std::max(1u, o.min_world) : c.world_size;
   for (uint32_t d = 0; d < o.nnodes * (o.nproc + o.spares); ++d)
-    c.groups.push_back(o.nodes_per_group ? node_of_device(o, d) / o.nodes_per_group : 0);
+    c.groups.push_back(o.nodes_per_group ? host_of_device(o, d) / o.nodes_per_group : 0);
   return c;
 }
 
@@ -68,14 +63,15 @@ Coordinator::Coordinator(const AgentOptions& o, DiskHoldings disk, double t)
       monitor_(monitor_config(o)),
       t_(t),
       admission_(world_, o.nnodes * (o.nproc + o.spares), o.validate_timeout_s, o.readmit_crashed),
-      watchdog_(o.step_timeout_s) {
+      watchdog_(o.step_timeout_s),
+      domains_(o) {
   for (auto& [rank, steps] : disk) {
     if (rank < world_) disk_[rank] = std::move(steps);
   }
   slots_.resize(static_cast<size_t>(o.nnodes) * (o.nproc + o.spares));
   for (uint32_t d = 0; d < slots_.size(); ++d) {
     slots_[d].device = d;
-    slots_[d].node = node_of_device(o, d);
+    slots_[d].node = host_of_device(o, d);
   }
 }
 
@@ -170,6 +166,10 @@ Commands Coordinator::message(uint32_t device, const protocol::WorkerMessage& me
     s.last_step = static_cast<int64_t>(m->index) - 1;
   } else if (const auto* m = std::get_if<protocol::RecoverRequest>(&message)) {
     recover_request(s, *m);
+  } else if (const auto* m = std::get_if<protocol::Refused>(&message)) {
+    if (!finished())
+      end("unrecoverable", "rank " + std::to_string(s.rank) + " refused the job: " + m->reason,
+          job_exit::unrecoverable, journal::Event::unrecoverable);
   } else if (const auto* m = std::get_if<protocol::StorageFailed>(&message)) {
     ++storage_failures_;
     storage_error_ = m->reason;
@@ -196,7 +196,15 @@ void Coordinator::recover_request(Slot& s, const protocol::RecoverRequest& m) {
   s.reported = true;
   s.abort_sent = false;
   s.own = std::set<uint64_t>(m.own.begin(), m.own.end());
-  s.replica = std::set<uint64_t>(m.replica.begin(), m.replica.end());
+  s.replicas.clear();
+  if (m.replicas_of) {
+    for (const auto& [of, steps] : *m.replicas_of)
+      s.replicas[of] = std::set<uint64_t>(steps.begin(), steps.end());
+  } else if (s.rank >= 0 && !m.replica.empty()) {
+    // An older worker: its replicas are its ring predecessor's.
+    const uint32_t world = scheduler_.world_size(), r = static_cast<uint32_t>(s.rank);
+    s.replicas[(r + world - 1) % world] = std::set<uint64_t>(m.replica.begin(), m.replica.end());
+  }
   // What it holds on disk, as it knows it now (a rollback discards newer
   // checkpoints): replaces what its Checkpointed messages said.
   if (s.rank >= 0) disk_[static_cast<uint32_t>(s.rank)] = std::set<uint64_t>(m.disk.begin(), m.disk.end());

@@ -34,6 +34,7 @@
 
 #include "runtime/agent/admission.hpp"
 #include "runtime/agent/ending.hpp"
+#include "runtime/agent/failure_domains.hpp"
 #include "runtime/agent/job_exit.hpp"
 #include "runtime/agent/records.hpp"
 #include "runtime/agent/recovery_round.hpp"
@@ -175,7 +176,8 @@ class Coordinator {
     std::optional<StepPosition> position;  // none before its first heartbeat (behind every position)
     bool reported = false;
     bool plain_done = false;  // exited 0 without ever greeting: a plain program that finished
-    std::set<uint64_t> own, replica;
+    std::set<uint64_t> own;
+    std::map<uint32_t, std::set<uint64_t>> replicas;  // by the rank whose state they are
     uint64_t joined_gen = 0;
     bool newcomer = false;    // a spare given a rank, not yet joined
     bool abort_sent = false;  // aborted in this round, its report still to come
@@ -203,6 +205,10 @@ class Coordinator {
   void rejoined();
   void fail_assignment(const std::string& why);
   std::optional<recovery::RestorePlan> plan_restore();
+  FailureDomains::Placement placement();
+  protocol::Assign assignment(uint32_t rank, uint64_t generation, RestoreTier tier, uint64_t index,
+                              const std::vector<std::pair<uint32_t, uint32_t>>& handoff,
+                              const FailureDomains::Placement& where);
   void forget_disk_after(uint64_t index);
   // Ends the job: every worker is told `goodbye` (default: `why`).
   void end(const std::string& status, const std::string& why, int code, std::optional<journal::Event> event,
@@ -238,6 +244,7 @@ class Coordinator {
   StepTimes step_times_;
   Admission admission_;  // the start, the devices dropped, readmission after a crash
   StepWatchdog watchdog_;
+  FailureDomains domains_;         // which devices fail together, where the replicas go
   Ending ending_;                  // stopping, the end's status and code, the goodbye's grace
   uint64_t storage_failures_ = 0;  // disk checkpoints that could not be written
   std::string storage_error_;      // the last one's reason

@@ -44,6 +44,25 @@ void Coordinator::fail_assignment(const std::string& why) {
   start_round(why, round_.fault_s());
 }
 
+// Where the memory tier keeps the replicas of the world as assigned now.
+FailureDomains::Placement Coordinator::placement() {
+  std::vector<uint32_t> devices;
+  for (uint32_t r = 0; r < scheduler_.world_size(); ++r) devices.push_back(slot_of_rank(r)->device);
+  return domains_.place(devices, o_.replicas);
+}
+
+protocol::Assign Coordinator::assignment(uint32_t rank, uint64_t generation, RestoreTier tier, uint64_t index,
+                                         const std::vector<std::pair<uint32_t, uint32_t>>& handoff,
+                                         const FailureDomains::Placement& where) {
+  const uint32_t world = scheduler_.world_size();
+  protocol::Assign a{rank, world, generation, tier, index, handoff};
+  a.domains = where.domains;
+  a.replicas = o_.replicas;
+  const uint32_t host = slot_of_rank(rank)->node;
+  for (uint32_t r = 0; r < world; ++r) a.host_ranks += slot_of_rank(r)->node == host ? 1 : 0;
+  return a;
+}
+
 std::optional<recovery::RestorePlan> Coordinator::plan_restore() {
   std::vector<recovery::RankHoldings> ranks(scheduler_.world_size());
   for (uint32_t r = 0; r < ranks.size(); ++r) {
@@ -54,7 +73,7 @@ std::optional<recovery::RestorePlan> Coordinator::plan_restore() {
     ranks[r].survived = s->phase == Phase::active && s->joined_gen > 0;
     if (ranks[r].survived) {
       ranks[r].own = s->own;
-      ranks[r].replica = s->replica;
+      ranks[r].replicas = s->replicas;
     }
     if (auto d = disk_.find(r); d != disk_.end()) ranks[r].disk = d->second;
   }
@@ -129,15 +148,16 @@ void Coordinator::assign_generation() {
     s->reported = false;
     s->abort_sent = false;
     devices.push_back(s->device);
-    send(*s,
-         protocol::Assign{r, scheduler_.world_size(), generation_, plan->tier, plan->index, plan->handoff});
   }
+  const auto where = placement();
+  for (uint32_t r = 0; r < scheduler_.world_size(); ++r)
+    send(*slot_of_rank(r), assignment(r, generation_, plan->tier, plan->index, plan->handoff, where));
   for (Slot& s : slots_) {
     if (s.phase == Phase::retiring) send(s, protocol::Retire{"moved off a suspect device"});
   }
   round_.assigned(t_, plan->index, plan->tier);
-  record(
-      journal::encode(journal::Assigned{generation_, name(plan->tier), plan->index, plan->handoff, devices}));
+  record(journal::encode(journal::Assigned{generation_, name(plan->tier), plan->index, plan->handoff, devices,
+                                           where.domains, where.across}));
 }
 
 // The assignment went out recovery_timeout_s ago and not every rank has

@@ -83,9 +83,11 @@ void Coordinator::start_job() {
     Slot& s = slots_[a.device];
     s.rank = a.rank;
     s.phase = Phase::active;
-    send(s,
-         protocol::Assign{a.rank, world_, 1, resume > 0 ? RestoreTier::disk : RestoreTier::none, resume, {}});
   }
+  const auto where = placement();
+  for (uint32_t r = 0; r < world_; ++r)
+    send(*slot_of_rank(r),
+         assignment(r, 1, resume > 0 ? RestoreTier::disk : RestoreTier::none, resume, {}, where));
   if (resume > 0) {
     record(journal::encode(journal::Resumed{resume, o_.job_dir + "/checkpoints"}));
     steps_reached_ = resume;

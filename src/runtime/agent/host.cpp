@@ -103,6 +103,8 @@ void Agent::Impl::spawn(uint32_t device) {
   env.emplace_back("SIGMA_CHECKPOINT_BASE_EVERY", std::to_string(o.checkpoint_base_every));
   env.emplace_back("SIGMA_CHECKPOINT_KEEP", std::to_string(o.checkpoint_keep));
   env.emplace_back("SIGMA_CHECKPOINT_ASYNC", o.checkpoint_async ? "1" : "0");
+  if (o.tier_memory_bytes > 0)
+    env.emplace_back("SIGMA_TIER_MEMORY_BYTES", std::to_string(o.tier_memory_bytes));
   tokens[device] = random_token();
   env.emplace_back("SIGMA_WORKER_TOKEN", tokens[device]);
   // A plain program (no session) still learns its place, torchrun-style.

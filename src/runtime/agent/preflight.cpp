@@ -53,6 +53,8 @@ void check_options(const AgentOptions& o) {
   if (o.metrics_port < -1 || o.metrics_port > 65535)
     bad("metrics port (--metrics-port)",
         "must be -1 (off), 0 (any) or a port up to 65535, not " + std::to_string(o.metrics_port));
+  if (o.replicas < 1 || o.replicas > 2)
+    bad("memory-tier replicas (--replicas)", "must be 1 or 2, not " + std::to_string(o.replicas));
   if (o.snapshot_every == 0) bad("snapshot period (--snapshot-every)", "must be at least 1 step");
   if (o.checkpoint_every > (uint64_t{1} << 40))
     bad("checkpoint period (--checkpoint-every)", "is not a step count (a negative number?)");

@@ -21,15 +21,28 @@ std::optional<RestorePlan> from_memory(const std::vector<RankHoldings>& ranks) {
     candidates = candidates ? common(*candidates, ranks[r].own) : ranks[r].own;
   }
   if (!candidates) return std::nullopt;  // no survivor holds anything
+  std::vector<uint32_t> replaced;
   for (uint32_t r = 0; r < world; ++r) {
     if (ranks[r].survived) continue;
-    const uint32_t holder = (r + 1) % world;
-    if (holder == r || !ranks[holder].survived) return std::nullopt;
-    candidates = common(*candidates, ranks[holder].replica);
-    plan.handoff.emplace_back(holder, r);
+    replaced.push_back(r);
+    std::set<uint64_t> anywhere;  // the steps of r some survivor keeps
+    for (const RankHoldings& h : ranks) {
+      auto it = h.replicas.find(r);
+      if (h.survived && it != h.replicas.end()) anywhere.insert(it->second.begin(), it->second.end());
+    }
+    candidates = common(*candidates, anywhere);
   }
   if (candidates->empty()) return std::nullopt;
   plan.index = *candidates->rbegin();
+  for (uint32_t r : replaced) {
+    for (uint32_t h = 0; h < world; ++h) {
+      auto it = ranks[h].replicas.find(r);
+      if (h == r || !ranks[h].survived || it == ranks[h].replicas.end() || !it->second.count(plan.index))
+        continue;
+      plan.handoff.emplace_back(h, r);
+      break;
+    }
+  }
   return plan;
 }
 

@@ -6,6 +6,7 @@
 #include "runtime/restore_tier.hpp"
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -18,11 +19,12 @@ namespace sigma::runtime::recovery {
 struct RankHoldings {
   // It survived the fault: its own memory-tier snapshots are still there.
   // A rank being replaced (false) holds nothing in memory; its state comes
-  // from the replica its ring successor (rank + 1) keeps of it.
+  // from a replica a survivor keeps of it (where the placement put it: in
+  // another failure domain, or on the ring successor).
   bool survived = false;
-  std::set<uint64_t> own;      // its own memory-tier snapshots (step indices)
-  std::set<uint64_t> replica;  // the replicas it keeps of its predecessor's
-  std::set<uint64_t> disk;     // its committed disk checkpoints
+  std::set<uint64_t> own;                           // its own memory-tier snapshots (step indices)
+  std::map<uint32_t, std::set<uint64_t>> replicas;  // the replicas it keeps, by the rank whose they are
+  std::set<uint64_t> disk;                          // its committed disk checkpoints
 };
 
 struct RestorePlan {
@@ -33,8 +35,9 @@ struct RestorePlan {
 };
 
 // The newest state every rank can restore:
-//  1. memory: an index every survivor holds itself and every replaced rank's
-//     successor holds as a replica (and survived);
+//  1. memory: an index every survivor holds itself and, for every replaced
+//     rank, some other survivor holds as a replica of it (the lowest such
+//     rank hands it over);
 //  2. disk: the newest checkpoint every rank committed;
 //  3. none: when no rank has finished a step yet (`steps_done` == 0: the
 //     fault came before the first snapshot was complete), a fresh start is
