@@ -53,6 +53,11 @@ struct AgentOptions {
   // ring; `replicas` copies of each (1 or 2).
   uint32_t devices_per_node = 0;
   uint32_t replicas = 1;
+  // This host's rack (its switch, as the cluster names it: sigmarun
+  // --rack, or under Slurm the topology address without its node). When
+  // every host names one, racks are the domains the replicas cross first
+  // (before nodes_per_group's groups). Empty: not known.
+  std::string rack;
   // The host memory each host's memory tiers may take (the workers'
   // SIGMA_TIER_MEMORY_BYTES): a job that needs more is refused before it
   // starts. 0: each host's available memory.

@@ -12,9 +12,10 @@
 // domains; the first replica takes m, the second 2m when that is in range
 // (its holder then also differs in domain from the first's), else m + 1,
 // else (two domains of more than a third each) 1, in the owner's own
-// domain. When no shift crosses (one domain holds more than half of the
-// ranks, e.g. a single host), the placement is the ring (rank r's replica
-// on r + 1, the second on r + 2) and crossing() is 0.
+// domain. When no shift crosses for every rank (one domain holds more than
+// half of them), the shifts are 1 and 2: a ring along the domains' order,
+// which crosses at each domain's boundary -- for a single domain (one host)
+// the ring of ranks, r's replica on r + 1 -- and crossing() is 0.
 //
 // Pure and deterministic: every rank, the agent and the cluster simulator
 // compute the same placement from the same domains. Thread-safety: const

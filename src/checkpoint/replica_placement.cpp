@@ -70,8 +70,10 @@ ReplicaPlacement ReplicaPlacement::across(const std::vector<uint32_t>& domain_of
   const uint32_t m = largest_block(p.order_, domain_of_rank);
   if (n < 2) return p;
   if (2 * static_cast<uint64_t>(m) > n) {
-    // One domain holds more than half: no shift crosses for every rank.
-    p = ring(n);
+    // One domain holds more than half: no shift crosses for every rank. The
+    // ring along the domains' order still crosses at each boundary (one
+    // domain: the ring of ranks, r's replica on r + 1).
+    p.shifts_ = {1};
     if (replicas == 2 && n > 2) p.shifts_.push_back(2);
     return p;
   }

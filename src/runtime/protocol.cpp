@@ -167,7 +167,8 @@ Hello hello_of(const Fields& f) {
 }
 
 NodeHello node_hello_of(const Fields& f) {
-  return {f.integer_or<uint32_t>("version", 1), f.integer<uint32_t>("node"), f.integer_or<int64_t>("pid", 0)};
+  return {f.integer_or<uint32_t>("version", 1), f.integer<uint32_t>("node"), f.integer_or<int64_t>("pid", 0),
+          f.text_or("rack", "")};
 }
 
 const char* how_name(ProcessEnd::How how) {
@@ -329,23 +330,26 @@ json encode(const AgentMessage& m) {
 }
 
 json encode(const NodeMessage& m) {
-  return std::visit(Overloaded{
-                        [](const NodeHello& h) -> json {
-                          return {{"type", "node"}, {"version", h.version}, {"node", h.node}, {"pid", h.pid}};
-                        },
-                        [](const Launched& x) -> json {
-                          return {{"type", "launched"}, {"device", x.device}, {"pid", x.pid}};
-                        },
-                        [](const Exited& x) -> json {
-                          return {{"type", "exit"},
-                                  {"device", x.device},
-                                  {"how", how_name(x.end.how)},
-                                  {"code", x.end.code},
-                                  {"why", x.end.how == ProcessEnd::How::not_started ? x.end.words : ""},
-                                  {"status", x.end.describe()}};
-                        },
-                    },
-                    m);
+  return std::visit(
+      Overloaded{
+          [](const NodeHello& h) -> json {
+            json j = {{"type", "node"}, {"version", h.version}, {"node", h.node}, {"pid", h.pid}};
+            if (!h.rack.empty()) j["rack"] = h.rack;
+            return j;
+          },
+          [](const Launched& x) -> json {
+            return {{"type", "launched"}, {"device", x.device}, {"pid", x.pid}};
+          },
+          [](const Exited& x) -> json {
+            return {{"type", "exit"},
+                    {"device", x.device},
+                    {"how", how_name(x.end.how)},
+                    {"code", x.end.code},
+                    {"why", x.end.how == ProcessEnd::How::not_started ? x.end.words : ""},
+                    {"status", x.end.describe()}};
+          },
+      },
+      m);
 }
 
 json encode(const RootMessage& m) {

@@ -181,10 +181,12 @@ using AgentMessage = std::variant<Assign, Abort, Retire, StopAfter, Goodbye>;
 // ---- another host's agent -> root ------------------------------------------
 
 // The first message of a node agent.
+// `rack`: the host's rack, as it knows it (optional: empty, unknown).
 struct NodeHello {
   uint32_t version = kVersion;
   uint32_t node = 0;
   int64_t pid = 0;
+  std::string rack{};
 };
 
 struct Launched {

@@ -20,13 +20,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
-#include <algorithm>
 #include <set>
 #include <sstream>
 #include <string>
@@ -1134,6 +1134,14 @@ TEST(SigmarunNodes, TwoAgentsFormOneJobAndASpareOnOneHostReplacesAWorkerOnTheOth
   ASSERT_NE(replace, nullptr) << logs(r);
   EXPECT_EQ((*replace)["to_device"], 4);
   EXPECT_EQ(r.report["incidents"][0]["restore"], "memory");
+  // Each host is a node: rank 3's replica was on host 0, with rank 1 (the
+  // ring would have put it on rank 0). Now three ranks are on host 0, and
+  // only the ranks at the hosts' edges can hold across.
+  const json* assigned = find_event(r, "assigned", "restore", "memory");
+  ASSERT_NE(assigned, nullptr) << logs(r);
+  EXPECT_EQ((*assigned)["handoff"], json::array({json::array({1, 3})})) << logs(r);
+  EXPECT_EQ((*assigned)["domains"], json({0, 0, 1, 0})) << logs(r);
+  EXPECT_EQ((*assigned)["replicas_across"], "node (2 of 4 ranks)") << logs(r);
   const auto a = finals_of(clean, 4), b = finals_of(r, 4);
   ASSERT_EQ(a[0].size(), 2 * 4096 * sizeof(float));
   for (uint32_t k = 0; k < 4; ++k) EXPECT_TRUE(a[k] == b[k]) << "rank " << k;

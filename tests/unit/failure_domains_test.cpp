@@ -57,6 +57,24 @@ TEST(FailureDomains, HostsAreNodesAndHostGroupsAreRacksWhereTheyCanBeCrossed) {
   EXPECT_EQ(p.across, "node");
   EXPECT_EQ(p.domains, (std::vector<uint32_t>{0, 1, 2, 3}));
   EXPECT_EQ(FailureDomains(layout(4, 0, 1, 2, 0)).place({0, 1, 2, 3}, 2).across, "node (the first replica)");
+  // Three of four ranks on one host: the ring along the hosts crosses twice.
+  EXPECT_EQ(hosts.place({0, 1, 2, 4}, 1).across, "node (2 of 4 ranks)");
+}
+
+TEST(FailureDomains, RacksEveryHostNamesComeBeforeHostGroups) {
+  // 4 hosts of one rank, in groups of 2 (0,1 | 2,3); the hosts name racks
+  // that cut across the groups: a | b | a | b.
+  AgentOptions o = layout(1, 0, 4, 0, 2);
+  o.rack = "a";
+  FailureDomains f(o);
+  f.name_rack(1, "b");
+  f.name_rack(2, "a");
+  EXPECT_EQ(f.place({0, 1, 2, 3}, 1).domains, (std::vector<uint32_t>{0, 0, 1, 1}))
+      << "host 3 unnamed: groups";
+  f.name_rack(3, "b");
+  const auto p = f.place({0, 1, 2, 3}, 1);
+  EXPECT_EQ(p.across, "rack");
+  EXPECT_EQ(p.domains, (std::vector<uint32_t>{0, 1, 0, 1}));
 }
 
 }  // namespace

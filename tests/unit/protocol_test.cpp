@@ -190,6 +190,9 @@ TEST(Protocol, EveryAgentNodeAndRootMessageRoundTrips) {
 
   const NodeHello n = std::get<NodeHello>(decode_node(encode(NodeMessage{NodeHello{kVersion, 2, 99}})));
   EXPECT_EQ(n.node, 2u);
+  EXPECT_TRUE(n.rack.empty());
+  EXPECT_EQ(std::get<NodeHello>(decode_node(encode(NodeMessage{NodeHello{kVersion, 2, 99, "leaf3"}}))).rack,
+            "leaf3");
   EXPECT_EQ(std::get<Launched>(decode_node(encode(NodeMessage{Launched{5, 1234}}))).pid, 1234);
   for (const ProcessEnd& e :
        {ProcessEnd{ProcessEnd::How::exited, 1, {}}, ProcessEnd{ProcessEnd::How::signalled, SIGKILL, {}},

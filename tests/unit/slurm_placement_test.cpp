@@ -60,6 +60,25 @@ TEST(SlurmPlacement, EachTaskIsAnAgentAndFollowersGetAFolderOfTheirOwn) {
   EXPECT_EQ(root.store, o.store);
 }
 
+TEST(SlurmPlacement, TheTopologyAddressNamesTheRackAndAGivenRackWins) {
+  Env env = step("1", "2");
+  env["SLURM_TOPOLOGY_ADDR"] = "spine0.leaf3.node-b";
+  auto o = options();
+  const std::string line = sigmarun::apply_slurm(o, *sigmarun::slurm_task(lookup(env)), {});
+  EXPECT_EQ(o.rack, "spine0.leaf3");  // the switch above the node
+  EXPECT_NE(line.find("rack spine0.leaf3"), std::string::npos) << line;
+  auto given = options();
+  given.rack = "row-9";
+  sigmarun::Given g;
+  g.rack = true;
+  sigmarun::apply_slurm(given, *sigmarun::slurm_task(lookup(env)), g);
+  EXPECT_EQ(given.rack, "row-9");
+  env["SLURM_TOPOLOGY_ADDR"] = "node-b";  // a flat topology: no switch above
+  auto flat = options();
+  sigmarun::apply_slurm(flat, *sigmarun::slurm_task(lookup(env)), {});
+  EXPECT_TRUE(flat.rack.empty());
+}
+
 TEST(SlurmPlacement, OneTaskIsASingleAgentJobNamedAfterTheStep) {
   const Env env = step("0", "1");
   auto o = options();

@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
                  "memory-tier copies of each rank's snapshots, each held in another failure domain where "
                  "the domains allow (1 or 2)")
       ->check(CLI::Range(1u, 2u));
+  app.add_option("--rack", o.rack,
+                 "this host's rack (switch): when every host names one, the memory tier keeps replicas in "
+                 "another rack first (under Slurm: SLURM_TOPOLOGY_ADDR without its node)");
   double tier_memory_mib = 0;
   app.add_option("--tier-memory", tier_memory_mib,
                  "MiB of each host's memory its ranks' memory tiers may take; a job that needs more is "
@@ -152,7 +155,7 @@ int main(int argc, char** argv) {
     if (task) {
       const sigmarun::Given given{app.count("--nnodes") > 0, app.count("--node-rank") > 0,
                                   app.count("--job-id") > 0, app.count("--host") > 0,
-                                  app.count("--store") > 0};
+                                  app.count("--store") > 0,  app.count("--rack") > 0};
       std::cerr << sigmarun::apply_slurm(o, *task, given) << "\n";
     }
   } catch (const sigma::Error& e) {

@@ -37,6 +37,11 @@ std::optional<SlurmTask> slurm_task(const Lookup& env) {
                                             " is not below its " + std::to_string(t.tasks) + " tasks");
   if (const char* n = env("SLURMD_NODENAME")) t.node_name = n;
   if (env("SLURM_LOCALID")) t.local_id = number(env, "SLURM_LOCALID");
+  if (const char* a = env("SLURM_TOPOLOGY_ADDR")) {
+    const std::string addr = a;
+    const auto dot = addr.rfind('.');
+    if (dot != std::string::npos && dot > 0) t.rack = addr.substr(0, dot);
+  }
   return t;
 }
 
@@ -47,6 +52,7 @@ std::string apply_slurm(sigma::runtime::AgentOptions& o, const SlurmTask& t, con
   o.nnodes = t.tasks;
   o.node_rank = t.task;
   if (!given.job_id) o.job_id = "slurm-" + t.job + "." + t.step;
+  if (!given.rack && !t.rack.empty()) o.rack = t.rack;
   const std::string shared = std::filesystem::absolute(o.job_dir).string();
   if (o.nnodes > 1) {
     if (!given.host && o.node_rank == 0 && !t.node_name.empty()) o.host = t.node_name;
@@ -55,7 +61,7 @@ std::string apply_slurm(sigma::runtime::AgentOptions& o, const SlurmTask& t, con
   }
   std::string line = where + ": agent " + std::to_string(o.node_rank) + " of " + std::to_string(o.nnodes) +
                      (t.node_name.empty() ? "" : " on " + t.node_name) + ", job id " + o.job_id +
-                     (o.nnodes > 1 ? ", store " + o.store : "");
+                     (o.nnodes > 1 ? ", store " + o.store : "") + (o.rack.empty() ? "" : ", rack " + o.rack);
   if (t.local_id > 0)
     line +=
         " (not the first agent on this node: each runs --nproc workers on the node's devices; "

@@ -21,6 +21,9 @@ struct SlurmTask {
   std::string step;       // SLURM_STEP_ID
   std::string node_name;  // SLURMD_NODENAME: where this task runs
   uint32_t local_id = 0;  // SLURM_LOCALID: this task among those of its node
+  // SLURM_TOPOLOGY_ADDR without its last component (the node): the switch
+  // above this node, its rack (empty: no topology plugin, or a flat one).
+  std::string rack;
 };
 
 using Lookup = std::function<const char*(const char*)>;
@@ -32,14 +35,15 @@ std::optional<SlurmTask> slurm_task(const Lookup& env);
 
 // Which of the options Slurm could fill the command line set itself.
 struct Given {
-  bool nnodes = false, node_rank = false, job_id = false, host = false, store = false;
+  bool nnodes = false, node_rank = false, job_id = false, host = false, store = false, rack = false;
 };
 
 // Fills from the task what the command line left unset: --nnodes (the
 // step's tasks), --node-rank (this task), --job-id ("slurm-JOB.STEP") and,
 // with several agents, the root's --host (its node name), a --store in the
-// job folder (which the nodes must then share) and a follower's own
-// folder below it (node-K: a job folder has one agent). A command line that
+// job folder (which the nodes must then share), a follower's own folder
+// below it (node-K: a job folder has one agent) and --rack (the switch
+// above the node, from Slurm's topology). A command line that
 // places the agent itself (--nnodes or --node-rank) is left as it is.
 // Returns one line saying what was taken.
 std::string apply_slurm(sigma::runtime::AgentOptions& o, const SlurmTask& task, const Given& given);

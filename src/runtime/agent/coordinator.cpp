@@ -113,8 +113,9 @@ Commands Coordinator::start(double t) {
   return take();
 }
 
-Commands Coordinator::node_joined(uint32_t node, double t) {
+Commands Coordinator::node_joined(uint32_t node, const std::string& rack, double t) {
   t_ = t;
+  domains_.name_rack(node, rack);
   for (Slot& s : slots_) {
     if (s.node == node && !s.alive && s.phase == Phase::starting) spawn(s);
   }

@@ -103,8 +103,8 @@ class Coordinator {
   // ---- events ----
   // The agent is up: launch node 0's workers.
   Commands start(double t);
-  // A node agent connected: launch its workers.
-  Commands node_joined(uint32_t node, double t);
+  // A node agent connected: launch its workers. `rack`: its host's (empty: unknown).
+  Commands node_joined(uint32_t node, const std::string& rack, double t);
   // Whether a hello from `device` is expected (else the host refuses it).
   bool expects_hello(uint32_t device) const;
   Commands hello(const protocol::Hello& h, double t);

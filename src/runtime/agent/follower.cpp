@@ -10,7 +10,7 @@ namespace sigma::runtime::agent {
 using namespace follow;
 
 Commands Follower::connected(pid_t self) {
-  return {ToRoot{protocol::NodeHello{protocol::kVersion, node_, static_cast<int64_t>(self)}},
+  return {ToRoot{protocol::NodeHello{protocol::kVersion, node_, static_cast<int64_t>(self), rack_}},
           Note{journal::encode(journal::NodeEvent{journal::Event::joined_root, node_})}};
 }
 

@@ -56,7 +56,7 @@ class Follower {
   // How long workers may outlive the root's goodbye before they are killed.
   static constexpr double kGoodbyeGrace_s = 10;
 
-  explicit Follower(uint32_t node) : node_(node) {}
+  explicit Follower(uint32_t node, std::string rack = {}) : node_(node), rack_(std::move(rack)) {}
 
   // Connected to the root: greet it as this host's agent, process `self`.
   follow::Commands connected(pid_t self);
@@ -82,6 +82,7 @@ class Follower {
   void kill_all(follow::Commands& out) const;
 
   uint32_t node_;
+  std::string rack_;                    // this host's, told to the root
   std::map<pid_t, uint32_t> children_;  // pid -> device
   int code_ = -1;
   double ending_since_ = -1;  // the goodbye, or the root's loss

@@ -133,7 +133,7 @@ int run_follower(const AgentOptions& o) {
   Journal journal(o.job_dir + "/node.jsonl", health::monotonic_s());
   const int wake = wake_pipe();
   auto root = reach_root(o, o.validate_timeout_s * 2);
-  Follower f(o.node_rank);
+  Follower f(o.node_rank, o.rack);
   FollowerHost host(o, *root, journal, f);
   host.carry_out(f.connected(::getpid()));
   while (!f.over()) {

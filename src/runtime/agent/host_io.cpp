@@ -63,7 +63,7 @@ void Agent::Impl::greeted(std::unique_ptr<Channel> ch, const json& first) {
       return refuse("node " + std::to_string(n) + " is not one this job waits for");
     nodes[n] = std::move(ch);
     journal->write(journal::encode(journal::NodeEvent{journal::Event::node_joined, n}));
-    carry_out(core->node_joined(n, now()));
+    carry_out(core->node_joined(n, node->rack, now()));
     return;
   }
   const auto& hello = std::get<protocol::Hello>(g);
