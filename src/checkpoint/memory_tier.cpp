@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -46,19 +47,34 @@ void copy_in(uint8_t* dst, uint64_t size, const std::vector<TensorView>& views) 
   }
 }
 
-void copy_out(const uint8_t* src, uint64_t size, const std::vector<TensorView>& views) {
-  check_size(size, views);
+// Copies bytes [from, from + len) of a snapshot (at `src`) into the views
+// that hold them (the views, in order, tile the snapshot).
+void copy_out_range(const uint8_t* src, uint64_t from, uint64_t len, const std::vector<TensorView>& views) {
+  uint64_t at = 0;  // where the view starts in the snapshot
   for (const auto& v : views) {
-    const uint64_t n = v.bytes();
-    if (n > 0 && in_device_memory(v))
-      v.plugin->check(
-          v.plugin->api().device->memcpy(v.device, v.data, src, n, HAL_COPY_HOST_TO_DEVICE, nullptr),
-          "memcpy (memory tier restore)");
-    else if (n > 0)
-      std::memcpy(v.data, src, n);
-    src += n;
+    const uint64_t n = v.bytes(), lo = std::max(at, from), hi = std::min(at + n, from + len);
+    if (lo < hi) {
+      auto* dst = static_cast<uint8_t*>(v.data) + (lo - at);
+      if (in_device_memory(v))
+        v.plugin->check(v.plugin->api().device->memcpy(v.device, dst, src + lo, hi - lo,
+                                                       HAL_COPY_HOST_TO_DEVICE, nullptr),
+                        "memcpy (memory tier restore)");
+      else
+        std::memcpy(dst, src + lo, hi - lo);
+    }
+    at += n;
   }
 }
+
+void copy_out(const uint8_t* src, uint64_t size, const std::vector<TensorView>& views) {
+  check_size(size, views);
+  copy_out_range(src, 0, size, views);
+}
+
+// A snapshot travels in pieces of this size (the last one shorter): the
+// receiver of a hand-off copies each piece into the training's tensors
+// while the next ones arrive.
+constexpr uint64_t kPiece = 16ull << 20;
 
 // One snapshot: HAL memory (host-addressable) or host memory.
 struct Snap {
@@ -94,7 +110,10 @@ struct MemoryTier::Impl {
   Snap fresh(hal::Communicator& comm, uint64_t bytes);
   void give_back(Snap s);
   void send(hal::Communicator& comm, uint32_t peer, const Snap& s);
-  Snap recv(hal::Communicator& comm, uint32_t peer);
+  uint64_t recv_size(hal::Communicator& comm, uint32_t peer);
+  Snap recv(hal::Communicator& comm, uint32_t peer, std::optional<uint64_t> expect = std::nullopt,
+            const std::function<void(const Snap&, uint64_t, uint64_t)>& arrived = {});
+  static void wait_all(std::vector<hal::Request>& requests, const char* what);
   uint64_t swap_sizes(hal::Communicator& comm, uint32_t to, uint32_t from, bool send_first, uint64_t mine);
   void exchange_now(uint64_t index, const Snap& mine, hal::Communicator& comm, uint32_t rank,
                     const ReplicaPlacement& p);
@@ -149,34 +168,61 @@ void MemoryTier::Impl::send(hal::Communicator& comm, uint32_t peer, const Snap& 
   header.copy_from_host(&s.size, 8);
   comm.run(args(HAL_COLL_SEND, peer, 8, header.data(), nullptr), kTimeout);
   if (s.size == 0) return;
-  const void* from = s.data();
+  const uint8_t* from = s.data();
   if (!s.dev) {
     if (!stage_ || stage_->size() < s.size) stage_ = std::make_unique<hal::Buffer>(comm.plugin(), 0, s.size);
     stage_->copy_from_host(s.data(), s.size);
-    from = stage_->data();
+    from = static_cast<const uint8_t*>(stage_->data());
   }
-  comm.run(args(HAL_COLL_SEND, peer, s.size, from, nullptr), kTimeout);
+  std::vector<hal::Request> pieces;
+  for (uint64_t at = 0; at < s.size; at += kPiece)
+    pieces.push_back(comm.post(args(HAL_COLL_SEND, peer, std::min(kPiece, s.size - at), from + at, nullptr)));
+  wait_all(pieces, "sending a snapshot");
 }
 
-Snap MemoryTier::Impl::recv(hal::Communicator& comm, uint32_t peer) {
+uint64_t MemoryTier::Impl::recv_size(hal::Communicator& comm, uint32_t peer) {
   uint64_t n = 0;
-  {
-    hal::Buffer header(comm.plugin(), 0, 8);
-    comm.run(args(HAL_COLL_RECV, peer, 8, nullptr, header.data()), kTimeout);
-    header.copy_to_host(&n, 8);
-  }
+  hal::Buffer header(comm.plugin(), 0, 8);
+  comm.run(args(HAL_COLL_RECV, peer, 8, nullptr, header.data()), kTimeout);
+  header.copy_to_host(&n, 8);
   if (n > (uint64_t{1} << 40))
     throw Error(Code::data_loss, "memory tier: a peer announced " + std::to_string(n) + " bytes");
+  return n;
+}
+
+// Every piece is posted at once, then waited for in order; `arrived` runs
+// on each piece (offset, length) once it is there, while the later ones
+// are still arriving. `expect`: the size the caller's state has (another
+// is refused before anything is received).
+Snap MemoryTier::Impl::recv(hal::Communicator& comm, uint32_t peer, std::optional<uint64_t> expect,
+                            const std::function<void(const Snap&, uint64_t, uint64_t)>& arrived) {
+  const uint64_t n = recv_size(comm, peer);
+  if (expect && n != *expect)
+    throw Error(Code::invalid_argument, "memory tier: the snapshot holds " + std::to_string(n) +
+                                            " bytes, the state's views " + std::to_string(*expect));
   Snap s = take(comm, n);
   if (n == 0) return s;
-  if (s.dev) {
-    comm.run(args(HAL_COLL_RECV, peer, n, nullptr, s.dev->data()), kTimeout);
-  } else {
-    if (!stage_ || stage_->size() < n) stage_ = std::make_unique<hal::Buffer>(comm.plugin(), 0, n);
-    comm.run(args(HAL_COLL_RECV, peer, n, nullptr, stage_->data()), kTimeout);
-    stage_->copy_to_host(s.host.data(), n);
+  if (!s.dev && (!stage_ || stage_->size() < n)) stage_ = std::make_unique<hal::Buffer>(comm.plugin(), 0, n);
+  auto* into = s.dev ? s.data() : static_cast<uint8_t*>(stage_->data());
+  std::vector<hal::Request> pieces;
+  for (uint64_t at = 0; at < n; at += kPiece)
+    pieces.push_back(comm.post(args(HAL_COLL_RECV, peer, std::min(kPiece, n - at), nullptr, into + at)));
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    if (!pieces[k].wait(kTimeout))
+      throw Error(Code::timeout, "memory tier: receiving a snapshot did not finish within " +
+                                     std::to_string(kTimeout.count()) + " s");
+    const uint64_t at = k * kPiece, len = std::min(kPiece, n - at);
+    if (!s.dev) stage_->copy_to_host(s.host.data() + at, len, at);
+    if (arrived) arrived(s, at, len);
   }
   return s;
+}
+
+void MemoryTier::Impl::wait_all(std::vector<hal::Request>& requests, const char* what) {
+  for (auto& r : requests)
+    if (!r.wait(kTimeout))
+      throw Error(Code::timeout, std::string("memory tier: ") + what + " did not finish within " +
+                                     std::to_string(kTimeout.count()) + " s");
 }
 
 void MemoryTier::reserve(uint64_t bytes, hal::Communicator& comm, uint32_t world) {
@@ -409,8 +455,11 @@ void MemoryTier::handoff(uint64_t index, const std::vector<ReplicaHandoff>& move
       }
       m.send(comm, h.receiver, *snap);
     } else if (rank == h.receiver) {
-      Snap s = m.recv(comm, h.holder);
-      copy_out(s.data(), s.size, views);
+      uint64_t state = 0;
+      for (const auto& v : views) state += v.bytes();
+      Snap s = m.recv(comm, h.holder, state, [&](const Snap& part, uint64_t at, uint64_t len) {
+        copy_out_range(part.data(), at, len, views);  // while the next pieces arrive
+      });
       for (auto& [k, x] : m.own_) m.give_back(std::move(x));
       m.own_.clear();
       m.own_[index] = std::move(s);
