@@ -104,7 +104,8 @@ class PolicySim {
   void on_event(const Event& e);
   void on_failure(const Event& e);
   void hardware_fault(const std::vector<uint32_t>& devices, const std::string& reason);
-  checkpoint::ReplicaPlacement placement() const;
+  checkpoint::ReplicaPlacement placement();
+  void note_move(const Action& a);
   std::optional<runtime::RestoreTier> job_fault(const std::vector<uint32_t>& ranks, bool everyone,
                                                 double detect_s, double since_progress);
   void to_repair(uint32_t device);
@@ -132,6 +133,12 @@ class PolicySim {
   std::vector<double> installed_;
   std::vector<DeviceState> state_;
   std::vector<bool> in_repair_, migrated_;
+  // Rank r's node at r, kept as the scheduler's actions move ranks (the
+  // scheduler's own map is too slow to read whole at every fault); rebuilt
+  // from it when a shrink or a resume renumbers the ranks.
+  std::vector<uint32_t> node_of_rank_;
+  bool nodes_stale_ = true;
+  uint64_t placements_ = 0;
   uint64_t n_job_ = 0, n_spare_ = 0, n_out_ = 0;
   std::map<uint32_t, Episode> episodes_;
   std::map<uint32_t, Degraded> degraded_;
@@ -217,6 +224,7 @@ void PolicySim::apply(const std::vector<Action>& actions) {
       r_.decisions.push_back({now_, scheduler::action_name(a.kind), a.device, a.rank, a.to_device, a.tier});
     refresh(a.device);
     refresh(a.to_device);
+    note_move(a);
     if (a.kind == Action::Kind::migrate) {
       ++r_.migrations;
       if (degraded_.count(a.device)) ++r_.degradations_moved;
@@ -428,11 +436,32 @@ void PolicySim::hardware_fault(const std::vector<uint32_t>& devices, const std::
 
 // Where the memory tier keeps each rank's replicas now: as the runtime
 // places them, across the nodes of the ranks' devices, or on the ring.
-checkpoint::ReplicaPlacement PolicySim::placement() const {
-  std::vector<uint32_t> domain(sched_.world_size(), 0);
-  if (p_.replicas_across_nodes)
-    for (uint32_t r = 0; r < domain.size(); ++r) domain[r] = sched_.device_of(r).value_or(0) / s_.per_node;
-  return checkpoint::ReplicaPlacement::across(domain, p_.replicas);
+checkpoint::ReplicaPlacement PolicySim::placement() {
+  if (!p_.replicas_across_nodes)
+    return checkpoint::ReplicaPlacement::across(std::vector<uint32_t>(sched_.world_size(), 0), p_.replicas);
+  if (nodes_stale_ || node_of_rank_.size() != sched_.world_size()) {
+    node_of_rank_.assign(sched_.world_size(), 0);
+    for (uint32_t r = 0; r < node_of_rank_.size(); ++r)
+      node_of_rank_[r] = sched_.device_of(r).value_or(0) / s_.per_node;
+    nodes_stale_ = false;
+  }
+  // The kept copy must be what a fresh read gives: checked at every fault
+  // of a small cluster, every 64th of a large one.
+  if (node_of_rank_.size() <= 4096 || ++placements_ % 64 == 0)
+    for (uint32_t r = 0; r < node_of_rank_.size(); ++r)
+      if (node_of_rank_[r] != sched_.device_of(r).value_or(0) / s_.per_node)
+        throw Error(Code::internal, "sim: rank " + std::to_string(r) + "'s node was not kept");
+  return checkpoint::ReplicaPlacement::across(node_of_rank_, p_.replicas);
+}
+
+// A rank that moved to another device moves to its node.
+void PolicySim::note_move(const Action& a) {
+  using K = Action::Kind;
+  const bool to = a.kind == K::migrate || a.kind == K::replace;
+  if ((a.kind == K::assign || to) && a.rank < node_of_rank_.size() && !nodes_stale_)
+    node_of_rank_[a.rank] = (to ? a.to_device : a.device) / s_.per_node;
+  else if (a.kind == K::shrink || a.kind == K::resume || a.kind == K::pause || a.kind == K::assign || to)
+    nodes_stale_ = true;
 }
 
 // The job stops: roll back to what the planner restores, then detection,
