@@ -49,7 +49,7 @@ echo "==== fuzz: build (clang + libFuzzer)"
 sigma_ensure_packages clang libclang-rt-14-dev
 sigma_build fuzz
 # name:seconds. Each run starts from a scratch copy of the committed corpus.
-for target in checkpoint:60 guardrails:20 scenario:20 cluster_sim:20 loader:30 plan_request:20; do
+for target in checkpoint:60 guardrails:20 scenario:20 cluster_sim:20 loader:30 plan_request:20 agent_protocol:20; do
   name=${target%%:*}
   seconds=${target##*:}
   corpus=$(mktemp -d)
