@@ -100,7 +100,8 @@ struct MemoryTier::Impl {
   size_t keep_;
   std::map<uint64_t, Snap> own_;
   std::map<uint32_t, std::map<uint64_t, Snap>> replicas_;  // source rank -> index -> its snapshot
-  std::set<uint32_t> sources_;  // whose replicas the newest placement gives this rank
+  std::set<uint32_t> sources_;           // whose replicas the newest placement gives this rank
+  std::set<uint32_t> previous_sources_;  // ... and the one before (dropped a snapshot later)
   std::vector<Snap> free_;
   size_t free_cap_ = 2;                 // buffers kept for reuse (more once reserved)
   std::unique_ptr<hal::Buffer> stage_;  // device memory that is not host-addressable
@@ -285,6 +286,8 @@ void MemoryTier::snapshot(uint64_t index, const std::vector<TensorView>& views, 
   for (const auto& v : views) total += v.bytes();
   Snap mine = m.take(comm, total);
   copy_in(mine.data(), total, views);
+  m.previous_sources_ =
+      std::move(m.sources_);  // kept one more snapshot: their new holders may not have them yet
   m.sources_.clear();
   for (uint32_t j = 0; j < placement.replicas(); ++j) m.sources_.insert(placement.source(rank, j));
   if (placement.replicas() > 0 && mine.dev)
@@ -362,7 +365,7 @@ void MemoryTier::Impl::keep_replica(uint32_t source, uint64_t index, Snap theirs
 
 void MemoryTier::Impl::forget_other_sources() {
   for (auto it = replicas_.begin(); it != replicas_.end();) {
-    if (sources_.count(it->first)) {
+    if (sources_.count(it->first) || previous_sources_.count(it->first)) {
       ++it;
       continue;
     }
