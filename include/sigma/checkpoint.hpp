@@ -95,6 +95,16 @@ struct Metadata {
   std::map<std::string, std::string> extra;
 };
 
+// Whether a chunk is stored zstd-compressed or as it is. `automatic`
+// samples each chunk and compresses it only where that makes neither its
+// save nor its restore slower, given the codec's measured rate and ratio
+// and the device's read and write rates (docs/checkpoint.md has the model).
+enum class Compression : uint8_t {
+  automatic = 0,
+  always = 1,  // every chunk (format 1's only way)
+  never = 2,   // none (unchanged chunks of a delta still store nothing)
+};
+
 struct SIGMA_EXPORT Options {
   std::string dir;  // the checkpoint root; the job's folder goes below it
   std::string job = "job";
@@ -102,7 +112,12 @@ struct SIGMA_EXPORT Options {
   uint64_t chunk_bytes = uint64_t{4} << 20;
   uint32_t base_every = 8;  // a full base every K checkpoints (1: always)
   int zstd_level = 1;       // see docs/checkpoint.md for the measured trade-off
-  uint32_t keep = 3;        // newest checkpoints kept (their bases are kept too)
+  Compression compression = Compression::automatic;
+  // The device's rates, bytes/s, that the automatic choice weighs the codec
+  // against: cold reads, and writes made durable. 0: measured once per
+  // process per device (64 MiB written and read back in the job folder).
+  double disk_read_bytes_per_s = 0, disk_write_bytes_per_s = 0;
+  uint32_t keep = 3;  // newest checkpoints kept (their bases are kept too)
   // Async staging bound; 0: room for two snapshots of the state.
   uint64_t max_pending_bytes = 0;
   // Data files are written with O_DIRECT where the file system takes it
@@ -125,6 +140,9 @@ struct SaveResult {
   // This save completed its step (every rank's shard present): the step's
   // global manifest was written (by this rank or, racing, by another).
   bool step_complete = false;
+  // What the caller should know of this save ("" mostly): e.g. that the
+  // device's rates could not be measured, so every chunk was stored raw.
+  std::string note;
 };
 
 struct RestoreResult {
@@ -141,10 +159,23 @@ struct ShardInfo {
   std::string path;
   uint64_t step = 0;
   uint32_t rank = 0, world = 1;
+  uint32_t format_version = 0;
   int64_t base_step = -1;  // -1: a base
   uint64_t raw_bytes = 0, stored_bytes = 0;
+  // How the writer chose the codecs: the mode, the device's rates (bytes/s)
+  // and the threads it weighed the codec against (0 in format 1 shards).
+  Compression compression = Compression::always;
+  double disk_read_bytes_per_s = 0, disk_write_bytes_per_s = 0;
+  uint32_t threads = 0;
+  struct Chunk {
+    uint64_t offset = 0, raw_size = 0, stored_size = 0;
+    std::string codec;  // "zstd", "xor+zstd", "unchanged", "raw"
+    std::string why;    // the choice and its figures ("" where no choice was made)
+  };
   struct Tensor : TensorSpec {
     uint64_t bytes = 0, stored_bytes = 0, chunks = 0, chunks_unchanged = 0;
+    uint64_t chunks_raw = 0, chunks_compressed = 0;
+    std::vector<Chunk> chunk_list;  // in order
   };
   std::vector<Tensor> tensors;
   Metadata meta;

@@ -3,6 +3,7 @@
 #include <sigma/checkpoint.hpp>
 #include <sigma/kernels.hpp>
 
+#include "compression_choice.hpp"
 #include "io.hpp"
 #include "shard.hpp"
 #include "step.hpp"
@@ -11,7 +12,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -215,7 +218,10 @@ struct Engine::Impl {
           bt.dtype = t->dtype;
           bt.bytes = shard::Bytes(t->bytes);
           shard::read_tensor(b, *t, nullptr, bt.bytes.data());
-          for (const auto& c : t->chunks) bt.hashes.push_back(c.raw_xxh3);
+          for (const auto& c : t->chunks) {
+            bt.hashes.push_back(c.raw_xxh3);
+            bt.stored.push_back(c.stored_size);
+          }
         }
         since_base = 0;
         for (uint64_t x : steps)
@@ -242,7 +248,7 @@ struct Engine::Impl {
           as_base = true;
       }
     }
-    std::vector<std::vector<uint64_t>> hashes;
+    std::vector<std::vector<format::Chunk>> records;
     // A new base keeps the raw bytes: a staged copy becomes the base as it
     // is (no copy); the caller's own memory (a synchronous save) is copied
     // by the encoder, chunk by chunk while each is in cache.
@@ -264,14 +270,21 @@ struct Engine::Impl {
         }
       }
     }
-    SaveResult r = shard::write(o, step, s.views, meta, as_base ? nullptr : base.get(), &hashes, &copy_to);
+    SaveResult r = shard::write(o, step, s.views, meta, as_base ? nullptr : base.get(), &records, &copy_to);
+    if (!r.note.empty()) log(r.note);
     if (as_base) {
       if (base) {
         // The old base's buffers stage the next snapshots.
         std::lock_guard lk(mu);
         for (auto& [name, t] : base->tensors) pool.emplace(t.bytes.size(), std::move(t.bytes));
       }
-      for (size_t i = 0; i < s.views.size(); ++i) nb->tensors[s.views[i].name].hashes = std::move(hashes[i]);
+      for (size_t i = 0; i < s.views.size(); ++i) {
+        auto& t = nb->tensors[s.views[i].name];
+        for (const auto& c : records[i]) {
+          t.hashes.push_back(c.raw_xxh3);
+          t.stored.push_back(c.stored_size);
+        }
+      }
       base = std::move(nb);
       since_base = 0;
     } else {
@@ -424,6 +437,13 @@ Engine::Engine(Options options) : impl_(std::make_unique<Impl>()) {
   if (options.zstd_level < -7 || options.zstd_level > 19)
     throw Error(Code::invalid_argument,
                 "checkpoint: zstd_level " + std::to_string(options.zstd_level) + " outside [-7, 19]");
+  if (options.compression > Compression::never)
+    throw Error(Code::invalid_argument, "checkpoint: unknown compression mode " +
+                                            std::to_string(static_cast<int>(options.compression)));
+  for (const double r : {options.disk_read_bytes_per_s, options.disk_write_bytes_per_s})
+    if (!(r >= 0) || std::isinf(r))
+      throw Error(Code::invalid_argument, "checkpoint: a disk rate of " + std::to_string(r) +
+                                              " bytes/s (give a positive rate, or 0 to measure it)");
   m.o = std::move(options);
   m.job = format::job_dir(m.o);
   io::make_dirs(m.job);
@@ -599,12 +619,17 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
     if (format::parse_step(name, step) && step <= newest_step) steps.push_back(step);
   }
   std::sort(steps.rbegin(), steps.rend());
-  // Host views are decoded in place once every stored byte they need has
-  // been checked (no scratch copy of the state: fresh memory costs a page
-  // fault per page); device views through scratch host memory.
+  // Host views are decoded in place once every compressed byte they need
+  // has been checked (no scratch copy of the state: fresh memory costs a
+  // page fault per page: the views are offered to huge pages), raw chunks
+  // read straight into place and checked there; device views through
+  // scratch host memory.
   std::vector<uint8_t*> direct(tensors.size(), nullptr);
   for (size_t i = 0; i < tensors.size(); ++i)
-    if (!on_device(tensors[i]) && tensors[i].bytes() > 0) direct[i] = static_cast<uint8_t*>(tensors[i].data);
+    if (!on_device(tensors[i]) && tensors[i].bytes() > 0) {
+      direct[i] = static_cast<uint8_t*>(tensors[i].data);
+      shard::offer_huge_pages(direct[i], tensors[i].bytes());
+    }
   for (uint64_t step : steps) {
     const std::string sd = format::step_dir(m.job, step);
     const std::string own = format::shard_dir(m.job, step, m.o.rank);
@@ -691,6 +716,32 @@ RestoreResult Engine::restore(const std::vector<TensorView>& tensors, Metadata* 
 
 namespace {
 
+std::string codec_name(uint8_t codec) {
+  switch (codec) {
+    case format::kShuffleZstd:
+      return "zstd";
+    case format::kXorShuffleZstd:
+      return "xor+zstd";
+    case format::kSameAsBase:
+      return "unchanged";
+    default:
+      return "raw";
+  }
+}
+
+// Why the writer chose a chunk's codec, from what it recorded: "" where no
+// choice was made (an unchanged chunk; format 1 compressed every chunk).
+std::string why(const format::Chunk& c, const format::CompressionRecord& cr) {
+  if (c.codec == format::kSameAsBase || cr.threads == 0) return "";
+  const choice::Sample sm{c.sample.ratio, c.sample.encode, c.sample.decode, c.sample.base};
+  if (cr.mode != Compression::automatic)
+    return cr.mode == Compression::always ? "zstd (forced)" : "raw (forced)";
+  const choice::Costs k = choice::costs(sm, {cr.disk_read, cr.disk_write}, cr.threads);
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "sampled ratio %.3f; ", c.sample.ratio);
+  return ratio + choice::explain(c.codec != format::kRaw, k);
+}
+
 ShardInfo info_of(const shard::Shard& s) {
   ShardInfo i;
   i.path = s.path;
@@ -698,8 +749,14 @@ ShardInfo info_of(const shard::Shard& s) {
   i.rank = s.manifest.rank;
   i.world = s.manifest.world;
   i.base_step = s.manifest.base_step;
+  i.format_version = s.manifest.format_version;
   i.stored_bytes = s.manifest.data_bytes;
   i.meta = s.manifest.meta;
+  const format::CompressionRecord& cr = s.manifest.compression;
+  i.compression = cr.mode;
+  i.disk_read_bytes_per_s = cr.disk_read;
+  i.disk_write_bytes_per_s = cr.disk_write;
+  i.threads = cr.threads;
   for (const auto& t : s.manifest.tensors) {
     ShardInfo::Tensor x;
     static_cast<TensorSpec&>(x) = t;
@@ -708,6 +765,9 @@ ShardInfo info_of(const shard::Shard& s) {
     for (const auto& c : t.chunks) {
       x.stored_bytes += c.stored_size;
       x.chunks_unchanged += c.codec == format::kSameAsBase;
+      x.chunks_raw += c.codec == format::kRaw;
+      x.chunks_compressed += c.codec == format::kShuffleZstd || c.codec == format::kXorShuffleZstd;
+      x.chunk_list.push_back({c.offset, c.raw_size, c.stored_size, codec_name(c.codec), why(c, cr)});
     }
     i.raw_bytes += t.bytes;
     i.tensors.push_back(std::move(x));
@@ -732,6 +792,7 @@ void verify(const std::string& shard_path) {
   // Chunk by chunk: the memory a verify needs is bounded by the chunk size,
   // not by what a (possibly hostile) manifest says a tensor holds.
   for (const auto& t : s.manifest.tensors) shard::check_tensor(s, t, base.get());
+  shard::check_padding(s);
 }
 
 std::vector<ShardInfo> list_shards(const std::string& job_dir) {

@@ -22,6 +22,49 @@ namespace fb = sigma::ckpt::fb;
   throw Error(Code::data_loss, "checkpoint: " + path + ": " + what);
 }
 
+void check_version(uint32_t v, const std::string& path) {
+  if (v < kOldestVersion || v > kVersion)
+    bad(path, "format version " + std::to_string(v) + ", this library reads " +
+                  std::to_string(kOldestVersion) + " to " + std::to_string(kVersion));
+}
+
+// One chunk record of tensor `x` (whose earlier chunks cover [0, next)) of
+// manifest `m`, every field bounded against the tensor, its codec and the
+// data file.
+Chunk read_chunk(const fb::Chunk& c, const Tensor& x, const Manifest& m, uint64_t next,
+                 const std::string& path) {
+  Chunk k{c.offset(),
+          c.raw_size(),
+          static_cast<uint8_t>(c.codec()),
+          c.data_offset(),
+          c.stored_size(),
+          c.raw_xxh3(),
+          c.stored_xxh3(),
+          {c.sample_ratio(), c.sample_encode(), c.sample_decode(), c.sample_base()}};
+  const std::string where = "tensor " + x.name + " chunk " + std::to_string(x.chunks.size());
+  if (k.offset != next)
+    bad(path, where + ": starts at " + std::to_string(k.offset) + ", expected " + std::to_string(next));
+  if (k.raw_size == 0 || k.raw_size > kMaxChunkBytes || k.raw_size > x.bytes - k.offset)
+    bad(path, where + ": raw size " + std::to_string(k.raw_size) + " out of bounds");
+  if (k.raw_size % hal::dtype_size(x.dtype) != 0) bad(path, where + ": not a whole number of elements");
+  const uint8_t newest = m.format_version >= 2 ? kRaw : kSameAsBase;
+  if (k.codec > newest)
+    bad(path, where + ": unknown codec " + std::to_string(k.codec) + " in format " +
+                  std::to_string(m.format_version));
+  if ((k.codec == kSameAsBase) != (k.stored_size == 0))
+    bad(path, where + ": stored size does not fit its codec");
+  if (k.codec == kRaw && (k.stored_size != k.raw_size || k.stored_xxh3 != k.raw_xxh3))
+    bad(path, where + ": a raw chunk whose stored size or hash is not its raw one");
+  if (m.base_step < 0 && k.codec != kShuffleZstd && k.codec != kRaw)
+    bad(path, where + (k.codec == kSameAsBase ? ": refers to a base that a base lacks"
+                                              : ": a delta chunk in a base checkpoint"));
+  if (k.stored_size > ZSTD_compressBound(k.raw_size) || k.data_offset > m.data_bytes ||
+      k.stored_size > m.data_bytes - k.data_offset)
+    bad(path, where + ": stored bytes [" + std::to_string(k.data_offset) + ", +" +
+                  std::to_string(k.stored_size) + ") out of the data file's " + std::to_string(m.data_bytes));
+  return k;
+}
+
 }  // namespace
 
 uint64_t tensor_bytes(hal_dtype_t dtype, const std::vector<int64_t>& shape, const std::string& what,
@@ -77,7 +120,8 @@ std::vector<uint8_t> encode(const Manifest& m) {
     std::vector<flatbuffers::Offset<fb::Chunk>> chunks;
     for (const auto& c : t.chunks)
       chunks.push_back(fb::CreateChunk(b, c.offset, c.raw_size, static_cast<fb::Codec>(c.codec),
-                                       c.data_offset, c.stored_size, c.raw_xxh3, c.stored_xxh3));
+                                       c.data_offset, c.stored_size, c.raw_xxh3, c.stored_xxh3,
+                                       c.sample.ratio, c.sample.encode, c.sample.decode, c.sample.base));
     tensors.push_back(fb::CreateTensor(b, b.CreateString(t.name), static_cast<uint8_t>(t.dtype),
                                        b.CreateVector(t.shape), t.bytes, b.CreateVector(chunks),
                                        static_cast<fb::Layout>(t.layout), t.split_dim, t.split_offset,
@@ -89,9 +133,11 @@ std::vector<uint8_t> encode(const Manifest& m) {
   const auto meta = fb::CreateMeta(b, m.meta.step, m.meta.data_position, b.CreateVector(m.meta.rng_state),
                                    m.meta.loss_scale, b.CreateString(m.meta.guardrails_state),
                                    b.CreateString(m.meta.parallel_plan), b.CreateVector(extra));
-  const auto root = fb::CreateManifest(b, m.format_version, b.CreateString(m.job), m.step, m.rank, m.world,
-                                       m.base_step, m.created_unix_ns, b.CreateString(m.data_file),
-                                       m.data_bytes, b.CreateVector(tensors), meta);
+  const auto root = fb::CreateManifest(
+      b, m.format_version, b.CreateString(m.job), m.step, m.rank, m.world, m.base_step, m.created_unix_ns,
+      b.CreateString(m.data_file), m.data_bytes, b.CreateVector(tensors), meta,
+      fb::CreateCompression(b, static_cast<uint8_t>(m.compression.mode), m.compression.disk_read,
+                            m.compression.disk_write, m.compression.threads));
   fb::FinishManifestBuffer(b, root);
   return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
 }
@@ -108,9 +154,7 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
   const fb::Manifest* r = fb::GetManifest(bytes.data());
   Manifest m;
   m.format_version = r->format_version();
-  if (m.format_version != kVersion)
-    bad(path, "format version " + std::to_string(m.format_version) + ", this library reads " +
-                  std::to_string(kVersion));
+  check_version(m.format_version, path);
   m.job = r->job() ? r->job()->str() : "";
   m.step = r->step();
   m.rank = r->rank();
@@ -149,31 +193,8 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
       uint64_t next = 0;
       if (t->chunks()) {
         for (const fb::Chunk* c : *t->chunks()) {
-          Chunk k{c->offset(),      c->raw_size(),    static_cast<uint8_t>(c->codec()),
-                  c->data_offset(), c->stored_size(), c->raw_xxh3(),
-                  c->stored_xxh3()};
-          const std::string where = "tensor " + x.name + " chunk " + std::to_string(x.chunks.size());
-          if (k.offset != next)
-            bad(path,
-                where + ": starts at " + std::to_string(k.offset) + ", expected " + std::to_string(next));
-          if (k.raw_size == 0 || k.raw_size > kMaxChunkBytes || k.raw_size > x.bytes - k.offset)
-            bad(path, where + ": raw size " + std::to_string(k.raw_size) + " out of bounds");
-          if (k.raw_size % hal::dtype_size(x.dtype) != 0)
-            bad(path, where + ": not a whole number of elements");
-          if (k.codec > kSameAsBase) bad(path, where + ": unknown codec " + std::to_string(k.codec));
-          if ((k.codec == kSameAsBase) != (k.stored_size == 0))
-            bad(path, where + ": stored size does not fit its codec");
-          if (k.codec != kSameAsBase && m.base_step < 0 && k.codec != kShuffleZstd)
-            bad(path, where + ": a delta chunk in a base checkpoint");
-          if (k.codec == kSameAsBase && m.base_step < 0)
-            bad(path, where + ": refers to a base that a base lacks");
-          if (k.stored_size > ZSTD_compressBound(k.raw_size) || k.data_offset > m.data_bytes ||
-              k.stored_size > m.data_bytes - k.data_offset)
-            bad(path, where + ": stored bytes [" + std::to_string(k.data_offset) + ", +" +
-                          std::to_string(k.stored_size) + ") out of the data file's " +
-                          std::to_string(m.data_bytes));
-          next += k.raw_size;
-          x.chunks.push_back(k);
+          x.chunks.push_back(read_chunk(*c, x, m, next, path));
+          next += x.chunks.back().raw_size;
         }
       }
       if (next != x.bytes)
@@ -205,6 +226,11 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
     if (meta->extra())
       for (const fb::Entry* e : *meta->extra())
         m.meta.extra[e->key()->str()] = e->value() ? e->value()->str() : "";
+  }
+  if (const fb::Compression* c = r->compression()) {
+    if (c->mode() > static_cast<uint8_t>(Compression::never))
+      bad(path, "unknown compression mode " + std::to_string(c->mode()));
+    m.compression = {static_cast<Compression>(c->mode()), c->disk_read(), c->disk_write(), c->threads()};
   }
   // Every stored byte belongs to one chunk: thousands of tensors aliasing
   // one stored range would each pass their hash check and multiply what a
@@ -276,9 +302,7 @@ std::vector<uint8_t> encode_step(const StepManifest& m) {
 }
 
 void check_step(const StepManifest& m, const std::string& path) {
-  if (m.format_version != kVersion)
-    bad(path, "format version " + std::to_string(m.format_version) + ", this library reads " +
-                  std::to_string(kVersion));
+  check_version(m.format_version, path);
   if (m.world == 0 || m.world > (1u << 20)) bad(path, "world size " + std::to_string(m.world));
   if (m.shards.size() != m.world)
     bad(path, std::to_string(m.shards.size()) + " shards for a world of " + std::to_string(m.world));

@@ -11,19 +11,37 @@
 
 namespace sigma::checkpoint::format {
 
-constexpr uint32_t kVersion = 1;
+// The version this library writes, and the oldest it reads. 1: zstd
+// chunks only; 2: adds raw chunks and the compression choice's record.
+constexpr uint32_t kVersion = 2;
+constexpr uint32_t kOldestVersion = 1;
 constexpr const char* kManifest = "manifest.sgck";
 constexpr const char* kData = "data.bin";
 constexpr const char* kStepManifest = "global.sgcs";
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 constexpr uint64_t kMaxChunkBytes = uint64_t{256} << 20;
 
-enum Codec : uint8_t { kShuffleZstd = 0, kXorShuffleZstd = 1, kSameAsBase = 2 };
+enum Codec : uint8_t { kShuffleZstd = 0, kXorShuffleZstd = 1, kSameAsBase = 2, kRaw = 3 };
+// Raw chunks start at multiples of this in the data file (direct I/O).
+constexpr uint64_t kRawAlign = 4096;
+
+// What the automatic choice measured of a chunk (compression_choice.hpp).
+struct ChunkSample {
+  float ratio = 0, encode = 0, decode = 0, base = 0;
+};
 
 struct Chunk {
   uint64_t offset = 0, raw_size = 0;
   uint8_t codec = kShuffleZstd;
   uint64_t data_offset = 0, stored_size = 0, raw_xxh3 = 0, stored_xxh3 = 0;
+  ChunkSample sample;
+};
+
+// How the writer chose the codecs.
+struct CompressionRecord {
+  Compression mode = Compression::always;  // format 1 compressed every chunk
+  double disk_read = 0, disk_write = 0;
+  uint32_t threads = 0;
 };
 
 // A shard's record of a tensor: what it is, and where its bytes are.
@@ -43,6 +61,7 @@ struct Manifest {
   uint64_t data_bytes = 0;
   std::vector<Tensor> tensors;
   Metadata meta;
+  CompressionRecord compression;
 };
 
 std::vector<uint8_t> encode(const Manifest& m);

@@ -46,6 +46,12 @@ class Bytes {
   uint64_t n_ = 0;
 };
 
+// Offers the 2 MiB-aligned interior of [p, p + n) to transparent huge
+// pages (a hint; nothing outside the range is touched): memory a restore
+// fills for the first time then faults 2 MiB at a time, not 4 KiB, which
+// on a virtual machine costs more than the copy itself.
+void offer_huge_pages(void* p, uint64_t n);
+
 // What differential checkpoints are taken against: the base's raw bytes
 // (owned) and chunk hashes, per tensor.
 struct Base {
@@ -54,19 +60,22 @@ struct Base {
   struct Tensor {
     hal_dtype_t dtype;
     Bytes bytes;
-    std::vector<uint64_t> hashes;
+    std::vector<uint64_t> hashes;  // per chunk, raw xxh3
+    std::vector<uint64_t> stored;  // per chunk, bytes stored (what a delta's restore reads of it)
   };
   std::map<std::string, Tensor> tensors;
 };
 
 // Writes and commits the shard of `step`. With `base`, chunks of tensors the
-// base has with the same dtype and size are differential. Fills `hashes`
-// (per tensor, per chunk raw xxh3) for the caller to keep as the next base.
+// base has with the same dtype and size are differential. Each chunk's codec
+// follows o.compression (the automatic choice weighs a sample of it against
+// the device's rates). Fills `records` (per tensor, its chunks as written)
+// for the caller to keep what the next base needs.
 // With `copy_to`, tensor i's raw bytes are also copied to (*copy_to)[i]
 // where that is not NULL, chunk by chunk while each is in cache (the
 // engine's next base). On any failure removes what it wrote and throws.
 SaveResult write(const Options& o, uint64_t step, const std::vector<HostTensor>& tensors,
-                 const Metadata& meta, const Base* base, std::vector<std::vector<uint64_t>>* hashes,
+                 const Metadata& meta, const Base* base, std::vector<std::vector<format::Chunk>>* records,
                  const std::vector<uint8_t*>* copy_to = nullptr);
 
 struct Shard {
@@ -111,6 +120,10 @@ class ChunkCursor {
   std::unique_ptr<State> state_;
 };
 
+// Checks that the bytes of the data file outside every chunk are the zeros
+// the writer pads raw chunks to their 4 KiB boundary with: damage anywhere
+// in the file is seen. Throws Error(data_loss) naming the offset.
+void check_padding(const Shard& s);
 // Reads tensor `t`'s stored bytes (and, for a differential shard, those of
 // the base chunks it needs) and checks their hashes, decoding nothing: what
 // lets a restore decode straight into the caller's memory once every

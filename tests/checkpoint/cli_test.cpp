@@ -37,6 +37,7 @@ class CkptCli : public ::testing::Test {
     Options o;
     o.dir = dir;
     o.chunk_bytes = 64 << 10;
+    o.compression = Compression::always;  // a damaged base chunk is read by the delta's
     Engine e(o);
     s1 = e.save(testing::State(1).views(), testing::meta_for(1)).path;
     s2 = e.save(testing::State(2).views(), testing::meta_for(2)).path;
@@ -123,6 +124,39 @@ TEST_F(CkptCli, EveryDamagedByteOfAGlobalManifestIsReportedAsDamage) {
   r = cli("verify " + step1);
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("1 damaged, 0 incomplete"), std::string::npos) << r.out;
+}
+
+// On a slow device the automatic choice compresses, on a fast one it stores
+// raw, and inspect says so per chunk with the figures (stated rates: the
+// choice is the test's, not this machine's).
+TEST_F(CkptCli, InspectSaysWhichChunksWentWhichWayAndWhy) {
+  for (const double rate : {10e6, 1e12}) {
+    Options o;
+    o.dir = dir + "/rates";
+    o.job = rate < 1e9 ? "slow" : "fast";
+    o.chunk_bytes = 64 << 10;
+    o.disk_read_bytes_per_s = o.disk_write_bytes_per_s = rate;
+    Engine e(o);
+    const std::string path = e.save(testing::State(1).views(), testing::meta_for(1)).path;
+    const CliRun r = cli("inspect --chunks " + path);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("format  2"), std::string::npos) << r.out;
+    const std::string rates = rate < 1e9 ? "10 MB/s read and 10 MB/s write" : "1000000 MB/s read";
+    EXPECT_NE(r.out.find("codecs  automatic: per chunk, against the device's " + rates), std::string::npos)
+        << r.out;
+    const std::string way = rate < 1e9 ? "zstd      sampled ratio" : "raw       sampled ratio";
+    EXPECT_NE(r.out.find(way), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("zstd saves at"), std::string::npos) << r.out;
+  }
+  // Forced modes say so.
+  Options o;
+  o.dir = dir + "/forced";
+  o.compression = Compression::never;
+  Engine e(o);
+  const std::string path = e.save(testing::State(1).views(), testing::meta_for(1)).path;
+  const CliRun r = cli("inspect --chunks " + path);
+  EXPECT_NE(r.out.find("codecs  raw, every chunk (forced)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("raw       raw (forced)"), std::string::npos) << r.out;
 }
 
 TEST_F(CkptCli, VerifyExitsNonZeroAndNamesTheDamage) {

@@ -346,8 +346,8 @@ TEST(Checkpoint, TruncatedDataVersionMismatchAndNoGoodCheckpointAreSaid) {
   std::ifstream in(r2.path + "/manifest.sgck", std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   in.close();
-  const std::string one("\x01\x00\x00\x00", 4), nine("\x09\x00\x00\x00", 4);
-  const auto at = bytes.find(one);
+  const std::string two("\x02\x00\x00\x00", 4), nine("\x09\x00\x00\x00", 4);
+  const auto at = bytes.find(two);
   ASSERT_NE(at, std::string::npos);
   bytes.replace(at, 4, nine);
   std::ofstream(r2.path + "/manifest.sgck", std::ios::binary | std::ios::trunc) << bytes;

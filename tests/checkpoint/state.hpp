@@ -46,10 +46,13 @@ struct State {
 };
 
 // The engine options the tests share: small chunks (many per tensor), a
-// base every 4 checkpoints, everything kept.
-inline Options test_options(const std::string& dir) {
+// base every 4 checkpoints, everything kept, every chunk compressed (what
+// the codec tests look at; the automatic choice depends on the machine's
+// measured rates, and compression_test.cpp covers it and raw chunks).
+inline Options test_options(const std::string& dir, Compression compression = Compression::always) {
   Options o;
   o.dir = dir;
+  o.compression = compression;
   o.chunk_bytes = 64 << 10;
   o.base_every = 4;
   o.keep = 10;

@@ -5,6 +5,9 @@
 //   base_shard     step 7's shard manifest + data file
 //   step_manifest  step 7's global manifest + the shard manifest it records
 //   delta_shard    step 8's differential shard (its base is not there: refused)
+//   raw_base_shard step 7's shard with every chunk stored raw (format 2)
+// (the others with every chunk compressed: the automatic choice depends on
+// the machine)
 //
 //   make_checkpoint_seeds OUT_DIR
 #include <sigma/checkpoint.hpp>
@@ -54,6 +57,7 @@ int main(int argc, char** argv) {
     o.dir = root.string();
     o.job = "job";         // the harness's folder: job/step-.../rank-00000
     o.chunk_bytes = 4096;  // the smallest chunk: two chunks for w
+    o.compression = sigma::checkpoint::Compression::always;
     sigma::checkpoint::Engine e(o);
     std::vector<float> w(1536);
     std::vector<uint16_t> h(40);
@@ -73,6 +77,12 @@ int main(int argc, char** argv) {
     seed(out / "step_manifest", slurp(fs::path(step7) / "global.sgcs"),
          slurp(fs::path(s7) / "manifest.sgck"));
     seed(out / "delta_shard", slurp(fs::path(s8) / "manifest.sgck"), slurp(fs::path(s8) / "data.bin"));
+    o.dir = (root / "raw").string();
+    o.compression = sigma::checkpoint::Compression::never;
+    sigma::checkpoint::Engine raw(o);
+    meta.step = 7;
+    const std::string r7 = raw.save(views, meta).path;
+    seed(out / "raw_base_shard", slurp(fs::path(r7) / "manifest.sgck"), slurp(fs::path(r7) / "data.bin"));
     fs::remove_all(root);
     return 0;
   } catch (const std::exception& ex) {

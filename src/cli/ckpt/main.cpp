@@ -2,7 +2,8 @@
 //
 //   sigma-ckpt ls DIR                    shards below DIR (a job folder, or a root of jobs)
 //   sigma-ckpt verify PATH               every hash of a shard, a step (all ranks) or a job
-//   sigma-ckpt inspect PATH              one shard: tensors, sizes, ratios, chain, metadata
+//   sigma-ckpt inspect PATH [--chunks]   one shard: tensors, sizes, ratios, chain, metadata,
+//                                        codecs (with --chunks: each chunk's and why)
 //   sigma-ckpt diff A B                  which tensors of two shards differ, and by how much
 //   sigma-ckpt export PATH --safetensors OUT
 //   sigma-ckpt import IN.safetensors --dir DIR [--job NAME] [--step N]
@@ -158,11 +159,30 @@ std::string layout_str(const ck::ShardInfo::Tensor& t) {
   }
 }
 
-int cmd_inspect(const std::string& path) {
+std::string compression_str(const ck::ShardInfo& s) {
+  if (s.threads == 0) return "zstd, every chunk (format 1)";
+  if (s.compression == ck::Compression::always) return "zstd, every chunk (forced)";
+  if (s.compression == ck::Compression::never) return "raw, every chunk (forced)";
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "automatic: per chunk, against the device's %.0f MB/s read and %.0f MB/s write, %u threads",
+                s.disk_read_bytes_per_s * 1e-6, s.disk_write_bytes_per_s * 1e-6, s.threads);
+  return buf;
+}
+
+void print_chunks(const ck::ShardInfo::Tensor& t) {
+  for (const auto& c : t.chunk_list)
+    std::printf("    at %-12llu %10s -> %10s  %-9s %s\n", static_cast<unsigned long long>(c.offset),
+                human(static_cast<double>(c.raw_size)).c_str(),
+                human(static_cast<double>(c.stored_size)).c_str(), c.codec.c_str(), c.why.c_str());
+}
+
+int cmd_inspect(const std::string& path, bool chunks) {
   const ck::ShardInfo s = ck::inspect(path);
-  std::printf("shard   %s\nstep    %llu (rank %u of %u)\nkind    %s\n", s.path.c_str(),
-              static_cast<unsigned long long>(s.step), s.rank, s.world,
-              s.base_step < 0 ? "base" : ("delta of step " + std::to_string(s.base_step)).c_str());
+  std::printf("shard   %s\nstep    %llu (rank %u of %u)\nkind    %s\nformat  %u\ncodecs  %s\n",
+              s.path.c_str(), static_cast<unsigned long long>(s.step), s.rank, s.world,
+              s.base_step < 0 ? "base" : ("delta of step " + std::to_string(s.base_step)).c_str(),
+              s.format_version, compression_str(s).c_str());
   std::printf("size    %s raw, %s stored (%.3f)\n", human(static_cast<double>(s.raw_bytes)).c_str(),
               human(static_cast<double>(s.stored_bytes)).c_str(),
               s.raw_bytes ? static_cast<double>(s.stored_bytes) / static_cast<double>(s.raw_bytes) : 0.0);
@@ -171,16 +191,19 @@ int cmd_inspect(const std::string& path) {
       static_cast<unsigned long long>(s.meta.data_position), s.meta.loss_scale, s.meta.rng_state.size(),
       s.meta.guardrails_state.size(), s.meta.parallel_plan.empty() ? "-" : s.meta.parallel_plan.c_str());
   for (const auto& [k, v] : s.meta.extra) std::printf("        %s = %s\n", k.c_str(), v.c_str());
-  std::printf("\n%-40s %-5s %-18s %12s %12s %6s %7s %9s  %s\n", "tensor", "dtype", "shape", "raw", "stored",
-              "ratio", "chunks", "unchanged", "layout");
-  for (const auto& t : s.tensors)
-    std::printf("%-40s %-5s %-18s %12s %12s %6.3f %7llu %9llu  %s\n", t.name.c_str(),
-                dtype_name(t.dtype).c_str(), shape_str(t.shape).c_str(),
-                human(static_cast<double>(t.bytes)).c_str(),
-                human(static_cast<double>(t.stored_bytes)).c_str(),
-                t.bytes ? static_cast<double>(t.stored_bytes) / static_cast<double>(t.bytes) : 0.0,
-                static_cast<unsigned long long>(t.chunks),
-                static_cast<unsigned long long>(t.chunks_unchanged), layout_str(t).c_str());
+  std::printf("\n%-40s %-5s %-18s %12s %12s %6s %7s %5s %5s %9s  %s\n", "tensor", "dtype", "shape", "raw",
+              "stored", "ratio", "chunks", "zstd", "raw", "unchanged", "layout");
+  for (const auto& t : s.tensors) {
+    std::printf(
+        "%-40s %-5s %-18s %12s %12s %6.3f %7llu %5llu %5llu %9llu  %s\n", t.name.c_str(),
+        dtype_name(t.dtype).c_str(), shape_str(t.shape).c_str(), human(static_cast<double>(t.bytes)).c_str(),
+        human(static_cast<double>(t.stored_bytes)).c_str(),
+        t.bytes ? static_cast<double>(t.stored_bytes) / static_cast<double>(t.bytes) : 0.0,
+        static_cast<unsigned long long>(t.chunks), static_cast<unsigned long long>(t.chunks_compressed),
+        static_cast<unsigned long long>(t.chunks_raw), static_cast<unsigned long long>(t.chunks_unchanged),
+        layout_str(t).c_str());
+    if (chunks) print_chunks(t);
+  }
   return 0;
 }
 
@@ -251,6 +274,8 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   auto* inspect = app.add_subcommand("inspect", "tensors, sizes, ratios, chain and metadata of a shard");
   inspect->add_option("PATH", a)->required()->check(CLI::ExistingDirectory);
+  bool chunks = false;
+  inspect->add_flag("--chunks", chunks, "every chunk: its codec and why the writer chose it");
   auto* diff =
       app.add_subcommand("diff", "which tensors of two shards differ, and by how much; exit 1 if any");
   diff->add_option("A", a)->required()->check(CLI::ExistingDirectory);
@@ -271,7 +296,7 @@ int main(int argc, char** argv) {
   try {
     if (*ls) return cmd_ls(a);
     if (*verify) return cmd_verify(a);
-    if (*inspect) return cmd_inspect(a);
+    if (*inspect) return cmd_inspect(a, chunks);
     if (*diff) return cmd_diff(a, b);
     if (*exp) {
       ck::export_safetensors(a, out);
