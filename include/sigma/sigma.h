@@ -383,10 +383,17 @@ typedef struct sigma_checkpoint_create_args_t {
   /* nonzero: sigma_checkpoint_save returns after copying the state and a
    * background writer persists it; zero: durable on return. */
   int32_t async_save;
+  /* Since V2: how chunks are stored. 0: automatic (compressed only where
+   * that makes neither the save nor the restore slower on this machine);
+   * 1: every chunk zstd-compressed; 2: every chunk raw. A V1 caller (a
+   * smaller struct_size) gets automatic. */
+  int32_t compression;
 } sigma_checkpoint_create_args_t;
 
 #define SIGMA_CHECKPOINT_CREATE_ARGS_V1_SIZE \
   (offsetof(sigma_checkpoint_create_args_t, async_save) + sizeof(int32_t))
+#define SIGMA_CHECKPOINT_CREATE_ARGS_V2_SIZE \
+  (offsetof(sigma_checkpoint_create_args_t, compression) + sizeof(int32_t))
 
 /*
  * [out] out: owned by the caller until sigma_checkpoint_destroy.

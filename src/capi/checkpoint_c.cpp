@@ -29,6 +29,12 @@ checkpoint::Options options_of(const sigma_checkpoint_create_args_t& a) {
   if (a.keep) o.keep = a.keep;
   o.base_every = a.base_every ? a.base_every : 8;
   if (a.zstd_level) o.zstd_level = a.zstd_level;
+  if (a.struct_size >= SIGMA_CHECKPOINT_CREATE_ARGS_V2_SIZE) {
+    if (a.compression < 0 || a.compression > 2)
+      throw Error(Code::invalid_argument, "compression " + std::to_string(a.compression) +
+                                              " is not 0 (automatic), 1 (always) or 2 (never)");
+    o.compression = static_cast<checkpoint::Compression>(a.compression);
+  }
   return o;
 }
 

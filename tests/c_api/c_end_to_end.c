@@ -84,6 +84,24 @@ static void checkpoints(const char* dir) {
   CHECK(strstr(sigma_last_error(), "/proc/no/such/dir") != NULL);
   args.struct_size = 8;
   CHECK(sigma_checkpoint_create(&args, &ck) == HAL_ERR_INVALID_ARGUMENT);
+
+  /* Chunks forced raw round-trip too; a mode that does not exist is named. */
+  memset(&args, 0, sizeof args);
+  args.struct_size = sizeof args;
+  args.dir = dir;
+  args.job = "raw";
+  args.compression = 2;
+  CHECK(sigma_checkpoint_create(&args, &ck) == SIGMA_OK);
+  views[0].data = w;
+  CHECK(sigma_checkpoint_save(ck, 5, views, 2, NULL) == SIGMA_OK);
+  views[0].data = back;
+  back[3] = 0;
+  CHECK(sigma_checkpoint_restore(ck, views, 2, UINT64_MAX, &step) == SIGMA_OK && step == 5 &&
+        back[3] == -1.0f);
+  sigma_checkpoint_destroy(ck);
+  args.compression = 7;
+  CHECK(sigma_checkpoint_create(&args, &ck) == HAL_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(sigma_last_error(), "compression 7") != NULL);
 }
 
 static void guardrails(void) {

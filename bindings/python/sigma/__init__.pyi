@@ -141,6 +141,7 @@ class Checkpointer:
         zstd_level: int = ...,
         async_save: bool = ...,
         direct_io: bool = ...,
+        compression: str = ...,
     ) -> None: ...
     def save(
         self,

@@ -23,9 +23,12 @@ class Loaded:
 
 
 class Checkpointer:
-    """Checkpoints of a model and an optimizer with libsigma's engine: zstd
-    chunks, a differential save against the last full base (unchanged chunks
-    are not written), every byte hashed, a shard committed atomically.
+    """Checkpoints of a model and an optimizer with libsigma's engine:
+    chunks stored zstd-compressed or raw, whichever makes neither the save
+    nor the restore slower on this machine (``compression="automatic"``;
+    ``"always"`` or ``"never"`` force it), a differential save against the
+    last full base (unchanged chunks are not written), every byte hashed, a
+    shard committed atomically.
 
     ``save`` copies the tensors once into the engine's reused staging memory
     and returns; a background writer compresses and persists while training
@@ -42,9 +45,9 @@ class Checkpointer:
     """
 
     def __init__(self, directory, job="job", rank=0, world=1, keep=3, base_every=8, zstd_level=1,
-                 async_save=True, direct_io=True):
+                 async_save=True, direct_io=True, compression="automatic"):
         self._engine = _sigma.CheckpointEngine(
-            str(directory), job, rank, world, keep, base_every, zstd_level, direct_io
+            str(directory), job, rank, world, keep, base_every, zstd_level, direct_io, compression
         )
         self._async = async_save
         self._lock = threading.Lock()  # the engine takes one caller at a time; its waits release the GIL

@@ -22,7 +22,7 @@ namespace {
 
 std::unique_ptr<ck::Engine> make_engine(const std::string& dir, const std::string& job, uint32_t rank,
                                         uint32_t world, uint32_t keep, uint32_t base_every, int zstd_level,
-                                        bool direct_io) {
+                                        bool direct_io, const std::string& compression) {
   ck::Options o;
   o.dir = dir;
   o.job = job;
@@ -32,6 +32,13 @@ std::unique_ptr<ck::Engine> make_engine(const std::string& dir, const std::strin
   o.base_every = base_every;
   o.zstd_level = zstd_level;
   o.direct_io = direct_io;
+  if (compression == "always")
+    o.compression = ck::Compression::always;
+  else if (compression == "never")
+    o.compression = ck::Compression::never;
+  else if (compression != "automatic")
+    throw Error(Code::invalid_argument,
+                "compression '" + compression + "' is not 'automatic', 'always' or 'never'");
   return std::make_unique<ck::Engine>(std::move(o));
 }
 
@@ -73,7 +80,8 @@ void bind_checkpoint(py::module_& m) {
 
   py::class_<ck::Engine>(m, "CheckpointEngine")
       .def(py::init(&make_engine), py::arg("dir"), py::arg("job"), py::arg("rank"), py::arg("world"),
-           py::arg("keep"), py::arg("base_every"), py::arg("zstd_level"), py::arg("direct_io"))
+           py::arg("keep"), py::arg("base_every"), py::arg("zstd_level"), py::arg("direct_io"),
+           py::arg("compression") = "automatic")
       .def("save",
            [](ck::Engine& e, const std::vector<ViewTuple>& views, uint64_t step, uint64_t data_position,
               std::map<std::string, std::string> extra, bool async) {
