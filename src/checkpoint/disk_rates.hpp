@@ -1,8 +1,8 @@
 // Internal: the device's read and write rates that the compression choice
 // weighs the codec against, measured once per device per checkpoint root:
 // 128 MiB written in the engine's own mode (O_DIRECT where the file system
-// takes it) and made durable, then read back past the page cache, and
-// removed. The figures are kept in ROOT/.disk-rates (one line: device,
+// takes it: the streaming writes are timed; buffered: until fsync'ed),
+// then read back past the page cache, and removed. The figures are kept in ROOT/.disk-rates (one line: device,
 // read and write bytes/s), so the ranks of a job and later jobs in that
 // root measure once between them (the first under a lock on
 // ROOT/.disk-rates.lock; the others wait for it and read its figures).

@@ -32,6 +32,8 @@ class Writer {
   // Bytes handed to the file system so far (direct writes hold up to one
   // buffer back).
   uint64_t written() const { return direct_ ? flushed_ : size_; }
+  // Whether the bytes go past the page cache (O_DIRECT was taken).
+  bool direct() const { return direct_; }
   // Direct: hands the buffer's aligned part to the file system now.
   void flush_aligned();
   void sync_and_close();  // fsync, close
