@@ -7,13 +7,18 @@
 // number of threads (torch::set_num_threads(nproc); the engine's oneTBB
 // pool has nproc threads).
 //
-//   bench_checkpoint [--dir DIR] [--zstd-level N] [--benchmark_filter=...]
+//   bench_checkpoint [--dir DIR] [--zstd-level N] [--compression automatic|always|never]
+//                    [--benchmark_filter=...]
 //
 // Like is compared with like:
 //   disk limit    the raw bytes written + fsync'ed in the engine's own I/O
 //                 mode (O_DIRECT), and buffered; a cold read of them
-//   save (base)   raw bytes persisted per second, fsync included, / the
-//                 O_DIRECT limit
+//   save (base)   paired rounds (the order rotating, so that each side
+//                 meets the same state of a disk whose rate moves from
+//                 minute to minute): the raw bytes written with O_DIRECT +
+//                 fsync (the limit), the engine as configured (--compression,
+//                 automatic by default) and with every chunk compressed;
+//                 the ratios are the rounds' medians
 //   blocked time  the time training waits for a checkpoint, on one clock
 //                 (the harness's, around the calls that block): the engine's
 //                 save_async (warm staging) against libtorch's best async
@@ -22,10 +27,15 @@
 //                 written) and warm (copy_ into tensors kept from the last
 //                 save, as the engine keeps its staging); the faster of the
 //                 two is the peer
-//   restore       from a cold page cache, both into fresh memory (the
-//                 engine into untouched pages; torch::load allocates), and
-//                 both into the training's own, touched tensors (the engine
-//                 in place; torch::load + copy_, load_state_dict's path)
+//   restore       paired rounds from a cold page cache: the engine as
+//                 configured, the engine all-zstd, torch::load, and a plain
+//                 read of the engine's data files past the page cache
+//                 (O_DIRECT) and through it (the disk's rate for the bytes
+//                 the engine reads: the faster of the two); both into fresh
+//                 memory (the engine into untouched pages; torch::load
+//                 allocates) and into the training's own, touched tensors
+//                 (the engine in place; torch::load + copy_,
+//                 load_state_dict's path)
 //   differential  stored / raw bytes after 1 and 10 AdamW steps
 #include <sigma/checkpoint.hpp>
 
@@ -44,6 +54,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <thread>
@@ -56,10 +67,11 @@ using Clock = std::chrono::steady_clock;
 using sigma::bench::drop_cache;
 using sigma::bench::Model;
 
-constexpr int kIterations = 3;
+constexpr int kIterations = 5;
 
 std::string g_dir = "build/bench-checkpoint";
 int g_level = ck::Options{}.zstd_level;
+ck::Compression g_compression = ck::Options{}.compression;
 std::map<std::string, std::vector<double>> g_fig;  // every sample of each figure
 
 Model& model() {
@@ -77,11 +89,6 @@ double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Cloc
 void sample(benchmark::State& state, const std::string& key, double s) {
   g_fig[key].push_back(s);
   state.SetIterationTime(s);
-}
-
-void drop_tree(const std::string& dir) {
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) drop_cache(e.path().string());
 }
 
 void BM_DiskLimit(benchmark::State& state, bool direct) {
@@ -112,17 +119,62 @@ ck::Options options(const std::string& folder) {
   o.dir = g_dir + "/" + folder;
   o.base_every = 100;
   o.zstd_level = g_level;
+  o.compression = g_compression;
   return o;
 }
 
-void BM_SigmaSaveBase(benchmark::State& state) {
+// Contenders of a paired benchmark: a name and a run that returns its
+// seconds.
+using Sides = std::vector<std::pair<std::string, std::function<double()>>>;
+
+// One paired round: every side once, the order rotated by `round`, each
+// time recorded under PREFIX<name>_s; returns the times by name.
+std::map<std::string, double> paired_round(Sides& sides, size_t round, const std::string& prefix) {
+  std::map<std::string, double> t;
+  for (size_t k = 0; k < sides.size(); ++k) {
+    auto& [name, run] = sides[(k + round) % sides.size()];
+    t[name] = run();
+    g_fig[prefix + name + "_s"].push_back(t[name]);
+  }
+  return t;
+}
+
+// One round of base saves, fsync included, side by side (the order
+// rotating): the raw bytes written with O_DIRECT and fsync'ed (the disk's
+// limit), the engine as configured, and the engine with every chunk
+// compressed. The figures are the rounds' medians of each and of each ratio.
+void BM_PairedSave(benchmark::State& state) {
   Model& md = model();
-  for (auto _ : state) {
-    ck::Engine e(options("sigma"));
+  const std::string path = g_dir + "/raw.bin";
+  auto save = [&](ck::Compression mode, const std::string& key) {
+    ck::Options o = options("sigma");
+    o.compression = mode;
+    ck::Engine e(o);
     const auto t0 = Clock::now();
     const ck::SaveResult r = e.save(md.views(), ck::Metadata{});
-    sample(state, "sigma_save_s", seconds(t0));
-    g_fig["sigma_base_ratio"] = {static_cast<double>(r.stored_bytes) / static_cast<double>(r.raw_bytes)};
+    const double t = seconds(t0);
+    g_fig[key + "_ratio"] = {static_cast<double>(r.stored_bytes) / static_cast<double>(r.raw_bytes)};
+    return t;
+  };
+  Sides sides = {
+      {"limit",
+       [&] {
+         std::filesystem::remove(path);
+         const auto t0 = Clock::now();
+         if (!sigma::bench::write_raw_direct(md, path)) state.SkipWithError("write");
+         const double t = seconds(t0);
+         std::filesystem::remove(path);
+         return t;
+       }},
+      {"sigma", [&] { return save(g_compression, "save_sigma"); }},
+      {"sigma_zstd", [&] { return save(ck::Compression::always, "save_sigma_zstd"); }},
+  };
+  size_t round = 0;
+  for (auto _ : state) {
+    std::map<std::string, double> t = paired_round(sides, round++, "save_");
+    state.SetIterationTime(t["sigma"]);
+    g_fig["save_limit_over_sigma"].push_back(t["limit"] / t["sigma"]);
+    g_fig["save_limit_over_sigma_zstd"].push_back(t["limit"] / t["sigma_zstd"]);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(md.bytes()));
 }
@@ -158,6 +210,14 @@ void differential_ratios() {
   std::filesystem::remove_all(g_dir + "/delta");
 }
 
+#ifdef SIGMA_BENCH_WITH_TORCH
+std::vector<torch::Tensor> torch_views(Model& md) {
+  std::vector<torch::Tensor> ts;
+  for (auto& v : md.views()) ts.push_back(torch::from_blob(v.data, v.shape, torch::kFloat));
+  return ts;
+}
+#endif
+
 // Memory the process has never touched, as a restore into a new process
 // meets it: `new float[n]` leaves the pages unmapped until written.
 struct FreshState {
@@ -173,18 +233,104 @@ struct FreshState {
   }
 };
 
-void BM_SigmaRestore(benchmark::State& state, bool fresh) {
+// The data files below `dir`: their bytes, and each dropped from the page
+// cache.
+uint64_t cold_tree(const std::string& dir, std::vector<std::string>* files = nullptr) {
+  uint64_t n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && e.path().filename() == "data.bin") {
+      drop_cache(e.path().string());
+      n += e.file_size();
+      if (files) files->push_back(e.path().string());
+    }
+  return n;
+}
+
+// A cold read of `path` in 8 MiB blocks, past the page cache (O_DIRECT) or
+// through it (after dropping it): what the device gives for those bytes.
+double cold_read(const std::string& path, bool direct) {
+  drop_cache(path);
+  constexpr size_t kBlock = size_t{8} << 20;
+  std::unique_ptr<char, void (*)(void*)> buf(static_cast<char*>(std::aligned_alloc(4096, kBlock)), std::free);
+  const auto t0 = Clock::now();
+  const int fd = ::open(path.c_str(), O_RDONLY | (direct ? O_DIRECT : 0));
+  while (::read(fd, buf.get(), kBlock) > 0) {
+  }
+  ::close(fd);
+  return seconds(t0);
+}
+
+// One round of restores from a cold page cache, side by side so that every
+// contender meets the same state of a disk whose rate moves from minute to
+// minute: the engine as configured (automatic: the chunks it chose), the
+// engine with every chunk compressed, torch::load, and a plain read of the
+// engine's data files both past and through the page cache (the disk's
+// rate for the bytes the engine reads). The order rotates every round;
+// the figures are the rounds' medians of each side and of each ratio.
+// `fresh`: into untouched memory (torch::load allocates); else into the
+// training's own tensors (the engine in place; torch::load + copy_).
+void BM_PairedRestore(benchmark::State& state, bool fresh) {
   Model& md = model();
-  ck::Engine e(options("restore"));
-  e.save(md.views(), ck::Metadata{});
+  const std::string tag = fresh ? "fresh" : "touched";
+  ck::Engine chosen(options("restore"));
+  chosen.save(md.views(), ck::Metadata{});
+  ck::Options zo = options("restore-zstd");
+  zo.compression = ck::Compression::always;
+  ck::Engine zstd(zo);
+  zstd.save(md.views(), ck::Metadata{});
   Model target = md;  // touched memory: the training's own tensors
-  for (auto _ : state) {
-    drop_tree(g_dir + "/restore");
+  std::vector<std::string> files;
+  const uint64_t stored = cold_tree(g_dir + "/restore", &files);
+#ifdef SIGMA_BENCH_WITH_TORCH
+  const std::string pt = g_dir + "/torch-load.pt";
+  torch::save(torch_views(md), pt);
+  const std::vector<torch::Tensor> into = torch_views(target);
+#endif
+  auto restore = [&](ck::Engine& e, const std::string& dir) {
+    cold_tree(dir);
     std::unique_ptr<FreshState> f = fresh ? std::make_unique<FreshState>(md) : nullptr;
     const auto t0 = Clock::now();
     e.restore(fresh ? f->views : target.views(), nullptr);
-    sample(state, fresh ? "sigma_restore_fresh_s" : "sigma_restore_touched_s", seconds(t0));
+    return seconds(t0);
+  };
+  Sides sides = {
+      {"sigma", [&] { return restore(chosen, g_dir + "/restore"); }},
+      {"sigma_zstd", [&] { return restore(zstd, g_dir + "/restore-zstd"); }},
+      {"read_direct",
+       [&] {
+         double t = 0;
+         for (const auto& f : files) t += cold_read(f, true);
+         return t;
+       }},
+      {"read_buffered",
+       [&] {
+         double t = 0;
+         for (const auto& f : files) t += cold_read(f, false);
+         return t;
+       }},
+#ifdef SIGMA_BENCH_WITH_TORCH
+      {"torch",
+       [&] {
+         drop_cache(pt);
+         const auto t0 = Clock::now();
+         std::vector<torch::Tensor> back;
+         torch::load(back, pt);
+         if (!fresh)
+           for (size_t i = 0; i < back.size(); ++i) into[i].copy_(back[i]);
+         return seconds(t0);
+       }},
+#endif
+  };
+  size_t round = 0;
+  for (auto _ : state) {
+    std::map<std::string, double> t = paired_round(sides, round++, "restore_" + tag + "_");
+    state.SetIterationTime(t["sigma"]);
+    const double disk = std::min(t["read_direct"], t["read_buffered"]);
+    g_fig["restore_" + tag + "_disk_over_sigma"].push_back(disk / t["sigma"]);
+    g_fig["restore_" + tag + "_zstd_over_sigma"].push_back(t["sigma_zstd"] / t["sigma"]);
+    if (t.count("torch")) g_fig["restore_" + tag + "_torch_over_sigma"].push_back(t["torch"] / t["sigma"]);
   }
+  g_fig["restore_stored_bytes"] = {static_cast<double>(stored)};
 }
 
 // An engine in a fresh folder below g_dir that has saved twice: the first
@@ -283,11 +429,6 @@ void BM_SigmaSaveOverlapped(benchmark::State& state) {
 }
 
 #ifdef SIGMA_BENCH_WITH_TORCH
-std::vector<torch::Tensor> torch_views(Model& md) {
-  std::vector<torch::Tensor> ts;
-  for (auto& v : md.views()) ts.push_back(torch::from_blob(v.data, v.shape, torch::kFloat));
-  return ts;
-}
 
 void fsync_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
@@ -335,23 +476,6 @@ void BM_TorchSaveAsync(benchmark::State& state, bool warm) {
   }
 }
 
-// torch::load from a cold page cache. `touched`: then copied into the
-// training's own tensors, as load_state_dict does.
-void BM_TorchLoad(benchmark::State& state, bool touched) {
-  Model target = model();
-  const std::vector<torch::Tensor> into = torch_views(target);
-  const std::string path = g_dir + "/torch-load.pt";
-  torch::save(torch_views(model()), path);
-  for (auto _ : state) {
-    drop_cache(path);
-    const auto t0 = Clock::now();
-    std::vector<torch::Tensor> back;
-    torch::load(back, path);
-    if (touched)
-      for (size_t i = 0; i < back.size(); ++i) into[i].copy_(back[i]);
-    sample(state, touched ? "torch_load_touched_s" : "torch_load_fresh_s", seconds(t0));
-  }
-}
 #endif
 
 struct Stat {
@@ -387,9 +511,12 @@ void summary() {
   std::printf("disk limit, buffered: write+fsync %s = %.0f MB/s; cold read %s\n",
               show("disk_write_buffered_s").c_str(), raw / med("disk_write_buffered_s") / 1e6,
               show("disk_read_cold_s").c_str());
-  std::printf("sigma save (base): %s = %.0f MB/s raw persisted, %.2fx the O_DIRECT limit; stored/raw %.3f\n",
-              show("sigma_save_s").c_str(), raw / med("sigma_save_s") / 1e6,
-              med("disk_write_direct_s") / med("sigma_save_s"), med("sigma_base_ratio"));
+  std::printf(
+      "save (base), paired rounds: limit (O_DIRECT write + fsync) %s, sigma %s (stored/raw %.3f), sigma "
+      "zstd %s (stored/raw %.3f)\n  limit / sigma %s; limit / sigma zstd %s\n",
+      show("save_limit_s").c_str(), show("save_sigma_s").c_str(), med("save_sigma_ratio"),
+      show("save_sigma_zstd_s").c_str(), med("save_sigma_zstd_ratio"),
+      show("save_limit_over_sigma", 1, "").c_str(), show("save_limit_over_sigma_zstd", 1, "").c_str());
   std::printf("sigma differential: stored/raw after 1 AdamW step %.3f, after 10 %.3f\n", med("delta1_ratio"),
               med("delta10_ratio"));
   std::printf("  after 1 step by kind: weights %.3f, exp_avg %.3f, exp_avg_sq %.3f\n", med("delta1_w"),
@@ -401,9 +528,21 @@ void summary() {
   std::printf(
       "blocked, sigma save_async overlapped behind a %.2f s forward/backward stand-in: %s; that step %s\n",
       med("plain_step_s"), show("overlap_blocked_s").c_str(), show("overlap_step_s").c_str());
-  std::printf("restore, cold, into fresh memory: sigma %s\n", show("sigma_restore_fresh_s").c_str());
-  std::printf("restore, cold, into touched memory: sigma %s (a cold raw read: %.3f s)\n",
-              show("sigma_restore_touched_s").c_str(), med("disk_read_cold_s"));
+  for (const std::string tag : {"fresh", "touched"}) {
+    const std::string k = "restore_" + tag + "_";
+    std::printf(
+        "restore, cold, into %s memory, paired rounds: sigma %s, sigma zstd %s, the disk for sigma's %.0f "
+        "MiB: "
+        "O_DIRECT %s, buffered %s%s%s\n  disk (the faster read) / sigma %s; sigma zstd / sigma %s%s%s\n",
+        tag.c_str(), show(k + "sigma_s").c_str(), show(k + "sigma_zstd_s").c_str(),
+        med("restore_stored_bytes") / (1 << 20), show(k + "read_direct_s").c_str(),
+        show(k + "read_buffered_s").c_str(), g_fig.count(k + "torch_s") ? ", torch::load" : "",
+        g_fig.count(k + "torch_s") ? ((tag == "fresh" ? " " : " + copy_ ") + show(k + "torch_s")).c_str()
+                                   : "",
+        show(k + "disk_over_sigma", 1, "").c_str(), show(k + "zstd_over_sigma", 1, "").c_str(),
+        g_fig.count(k + "torch_s") ? "; torch / sigma " : "",
+        g_fig.count(k + "torch_s") ? show(k + "torch_over_sigma", 1, "").c_str() : "");
+  }
 #ifdef SIGMA_BENCH_WITH_TORCH
   const double clone = med("torch_async_clone_blocked_s"), warm = med("torch_async_warm_blocked_s");
   const double best = std::min(clone, warm);
@@ -416,11 +555,6 @@ void summary() {
               clone <= warm ? "clone" : "warm copy_", med("sigma_async_blocked_s") / best,
               med("overlap_blocked_s") / best);
   std::printf("torch::save + fsync, synchronous: %s\n", show("torch_save_sync_s").c_str());
-  std::printf("restore into fresh memory: torch::load %s; torch / sigma %.2f\n",
-              show("torch_load_fresh_s").c_str(), med("torch_load_fresh_s") / med("sigma_restore_fresh_s"));
-  std::printf("restore into touched memory: torch::load + copy_ %s; torch / sigma %.2f\n",
-              show("torch_load_touched_s").c_str(),
-              med("torch_load_touched_s") / med("sigma_restore_touched_s"));
 #endif
 }
 
@@ -440,6 +574,10 @@ int main(int argc, char** argv) {
       g_dir = argv[i + 1];
     else if (std::string(argv[i]) == "--zstd-level")
       g_level = std::atoi(argv[i + 1]);
+    else if (std::string(argv[i]) == "--compression")
+      g_compression = std::string(argv[i + 1]) == "always"  ? ck::Compression::always
+                      : std::string(argv[i + 1]) == "never" ? ck::Compression::never
+                                                            : ck::Compression::automatic;
   std::filesystem::create_directories(g_dir);
 #ifdef SIGMA_BENCH_WITH_TORCH
   torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
@@ -447,17 +585,15 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   add("DiskLimit/write_fsync_direct", BM_DiskLimit, true);
   add("DiskLimit/write_fsync_buffered", BM_DiskLimit, false);
-  add("Sigma/save_base", BM_SigmaSaveBase);
+  add("Paired/save_base", BM_PairedSave);
   add("Sigma/save_async_blocked", BM_SigmaSaveAsyncBlocked);
   add("Sigma/save_async_overlapped_blocked", BM_SigmaSaveOverlapped);
-  add("Sigma/restore_cold_fresh", BM_SigmaRestore, true);
-  add("Sigma/restore_cold_touched", BM_SigmaRestore, false);
+  add("Paired/restore_cold_fresh", BM_PairedRestore, true);
+  add("Paired/restore_cold_touched", BM_PairedRestore, false);
 #ifdef SIGMA_BENCH_WITH_TORCH
   add("Torch/save_fsync_sync", BM_TorchSaveSync);
   add("Torch/save_async_clone_blocked", BM_TorchSaveAsync, false);
   add("Torch/save_async_warm_blocked", BM_TorchSaveAsync, true);
-  add("Torch/load_cold_fresh", BM_TorchLoad, false);
-  add("Torch/load_cold_touched", BM_TorchLoad, true);
 #endif
   benchmark::RunSpecifiedBenchmarks();
   differential_ratios();

@@ -1,6 +1,6 @@
 """The Python checkpointer against PyTorch's own paths, one run, same state:
-how long the training loop is blocked per save, and how long until the save
-is durable.
+how long the training loop is blocked per save, how long until the save is
+durable, and how long a restore from a cold page cache takes.
 
     PYTHONPATH=build/default/python /usr/bin/python3 tests/bench/bench_python_checkpoint.py [DIR]
 
@@ -16,7 +16,11 @@ where it is importable (PyTorch 1.13 has no async_save). Every side times
 the loop's blocked time and the time until durable on one clock, the
 script's. The state is a model of about 24 M float32 parameters with AdamW
 moments (~290 MiB), a training-like 1 % of the weights changed between
-saves. Medians of 5 saves after one warm-up.
+saves. Medians of 5 saves after one warm-up. Restores: a full base of the
+same state against torch.load + load_state_dict (both into the live model
+and optimizer, as a resume does), in paired rounds whose order alternates,
+the page cache of both files dropped before each; the median of the
+rounds' ratios.
 """
 
 import os
@@ -131,6 +135,51 @@ def bench_torch_async(model, opt, d):
     return statistics.median(blocked), statistics.median(durable)
 
 
+def drop_cache(top):
+    for root, _, files in os.walk(top):
+        for f in files:
+            fd = os.open(os.path.join(root, f), os.O_RDONLY)
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+
+
+def bench_restore(model, opt, d):
+    """Paired cold restores into the live model and optimizer: sigma's
+    load_latest of a full base, torch.load + load_state_dict of the same."""
+    sdir, tpath = os.path.join(d, "restore-sigma"), os.path.join(d, "restore-torch.pt")
+    ck = sigma.Checkpointer(sdir, keep=1, base_every=1, async_save=False)
+    ck.save(0, model, opt)
+    torch.save({"model": model.state_dict(), "optim": opt.state_dict()}, tpath)
+    fsync_path(tpath)
+
+    def run_sigma():
+        drop_cache(sdir)
+        t0 = time.perf_counter()
+        ck.load_latest(model, opt)
+        return time.perf_counter() - t0
+
+    def run_torch():
+        fd = os.open(tpath, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        t0 = time.perf_counter()
+        back = torch.load(tpath)
+        model.load_state_dict(back["model"])
+        opt.load_state_dict(back["optim"])
+        return time.perf_counter() - t0
+
+    s, t = [], []
+    for i in range(SAVES):
+        if i % 2:
+            t.append(run_torch())
+            s.append(run_sigma())
+        else:
+            s.append(run_sigma())
+            t.append(run_torch())
+    return statistics.median(s), statistics.median(t), statistics.median(b / a for a, b in zip(s, t))
+
+
 def bench_dcp(model, opt, d):
     try:
         import torch.distributed.checkpoint as dcp
@@ -162,6 +211,7 @@ def main():
         t_sync = bench_torch_save(model, opt, d, sync=True)
         a_blocked, a_durable = bench_torch_async(model, opt, d)
         t_dcp = bench_dcp(model, opt, d)
+        r_sigma, r_torch, r_ratio = bench_restore(model, opt, d)
     print(f"state: {mib:.0f} MiB (model + AdamW), {SAVES} saves, medians, {os.cpu_count()} threads on every side")
     print(f"{'path':44s} {'loop blocked':>12s} {'durable':>9s} {'blocked vs sigma':>16s}")
     print(f"{'sigma.Checkpointer (async, differential)':44s} {s_blocked:11.3f}s {s_durable:8.3f}s {1:15.1f}x")
@@ -171,6 +221,8 @@ def main():
     print(f"{'torch.save + fsync':44s} {t_sync:11.3f}s {t_sync:8.3f}s {t_sync / s_blocked:15.1f}x")
     print(f"{'torch async (copy_ kept, save + fsync behind)':44s} {a_blocked:11.3f}s {a_durable:8.3f}s "
           f"{a_blocked / s_blocked:15.1f}x")
+    print(f"restore, cold, into the live model and optimizer: sigma.Checkpointer.load_latest {r_sigma:.3f}s, "
+          f"torch.load + load_state_dict {r_torch:.3f}s; torch / sigma {r_ratio:.2f} (paired rounds)")
     if t_dcp is None:
         print("torch.distributed.checkpoint: not importable here")
     else:
