@@ -158,18 +158,23 @@ TEST(AutomaticCompression, FollowsTheDeviceRatesAndRecordsThem) {
     EXPECT_EQ(info.disk_read_bytes_per_s, rate);
     EXPECT_EQ(info.disk_write_bytes_per_s, rate);
     EXPECT_GE(info.threads, 1u);
-    const uint64_t chunks = count(info, &ShardInfo::Tensor::chunks);
-    if (rate < 1e9) {
-      EXPECT_EQ(count(info, &ShardInfo::Tensor::chunks_compressed), chunks);
-      EXPECT_LT(r.stored_bytes, r.raw_bytes);
-    } else {
-      EXPECT_EQ(count(info, &ShardInfo::Tensor::chunks_raw), chunks);
-    }
+    // Every chunk went the way its recorded figures say.
     for (const auto& t : info.tensors)
       for (const auto& c : t.chunk_list) {
-        EXPECT_EQ(c.codec, rate < 1e9 ? "zstd" : "raw") << t.name << " at " << c.offset;
+        EXPECT_NE(c.why.find("; " + c.codec + ": "), std::string::npos) << c.why;
         EXPECT_NE(c.why.find("sampled ratio"), std::string::npos) << c.why;
       }
+    if (rate < 1e9) {
+      // At 10 MB/s the large tensor's 64 KiB chunks are compressed on any
+      // CPU (a tiny chunk's codec time can lose to a slow one, e.g. under
+      // a sanitizer, and is then rightly raw).
+      const ShardInfo::Tensor& w1 = info.tensors.at(0);
+      ASSERT_EQ(w1.name, "layers.0.weight");
+      EXPECT_EQ(w1.chunks_compressed, w1.chunks);
+      EXPECT_LT(r.stored_bytes, r.raw_bytes);
+    } else {
+      EXPECT_EQ(count(info, &ShardInfo::Tensor::chunks_raw), count(info, &ShardInfo::Tensor::chunks));
+    }
     State back(0);
     EXPECT_EQ(e.restore(back.views(), nullptr).step, 1u);
     EXPECT_TRUE(back == State(1));
