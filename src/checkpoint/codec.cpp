@@ -134,10 +134,6 @@ format::Chunk encode(const uint8_t* raw, uint64_t bytes, uint32_t elem_size, con
   return c;
 }
 
-void check_raw(const format::Chunk& c, const uint8_t* raw, const std::string& where) {
-  check_raw_hash(c, kernels::checksum(raw, c.raw_size), where);
-}
-
 void check_raw_hash(const format::Chunk& c, uint64_t xxh3, const std::string& where) {
   if (xxh3 != c.raw_xxh3)
     throw Error(Code::data_loss, "checkpoint: " + where + ": xxh3 of the stored bytes does not match");
@@ -153,11 +149,6 @@ void decode(const format::Chunk& c, const uint8_t* stored, uint32_t elem_size, c
     if (kernels::checksum(base_raw, c.raw_size) != c.raw_xxh3)
       fail("the base's chunk does not have the recorded xxh3");
     std::memcpy(out, base_raw, c.raw_size);
-    return;
-  }
-  if (c.codec == format::kRaw) {
-    check_raw(c, stored, where);
-    std::memcpy(out, stored, c.raw_size);
     return;
   }
   if (kernels::checksum(stored, c.stored_size) != c.stored_xxh3)

@@ -29,17 +29,16 @@ struct Plan {
 format::Chunk encode(const uint8_t* raw, uint64_t bytes, uint32_t elem_size, const uint8_t* base,
                      uint64_t base_xxh3, double base_ratio, const Plan& plan, std::vector<uint8_t>& frame);
 
-// Turns a chunk's stored bytes back into its raw bytes at `out`, checking
-// the stored hash, the frame and the raw hash. `base_raw` is the base's raw
-// chunk (needed by the delta codecs). `where` names file, tensor and chunk
-// in the Error(data_loss) thrown on any failed check.
+// Turns a compressed or unchanged chunk's stored bytes back into its raw
+// bytes at `out`, checking the stored hash, the frame and the raw hash.
+// `base_raw` is the base's raw chunk (needed by the delta codecs). `where`
+// names file, tensor and chunk in the Error(data_loss) thrown on any failed
+// check. Raw chunks are read straight into place instead (check_raw_hash).
 void decode(const format::Chunk& c, const uint8_t* stored, uint32_t elem_size, const uint8_t* base_raw,
             uint8_t* out, const std::string& where);
 
-// Checks that `raw` (a raw chunk read straight into place) has the
-// recorded hash; Error(data_loss) naming `where` otherwise.
-void check_raw(const format::Chunk& c, const uint8_t* raw, const std::string& where);
-// The same for a hash the reader took as the bytes went by.
+// Checks a raw chunk's bytes, by the hash the reader took of them as they
+// went by, against the record; Error(data_loss) naming `where` otherwise.
 void check_raw_hash(const format::Chunk& c, uint64_t xxh3, const std::string& where);
 
 }  // namespace sigma::checkpoint::codec

@@ -187,8 +187,16 @@ Reader::Reader(std::string path) : path_(std::move(path)) {
     refuse_kind(path_, st.st_mode);
   }
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
-  // The same file (now known regular) for direct reads, where it opens so.
-  direct_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  // The same file for direct reads, where it opens so: opened without
+  // blocking and checked to be the very file just vetted (the path could
+  // have been replaced in between, by a FIFO say).
+  direct_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_DIRECT);
+  struct stat dst {};
+  if (direct_fd_ >= 0 &&
+      (::fstat(direct_fd_, &dst) != 0 || dst.st_dev != st.st_dev || dst.st_ino != st.st_ino)) {
+    ::close(direct_fd_);
+    direct_fd_ = -1;
+  }
 }
 
 Reader::~Reader() {
