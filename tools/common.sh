@@ -34,14 +34,12 @@ sigma_ensure_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 }
 
-# Configures (once, and again where an earlier configure found a package
-# missing that may be installed now) and builds a preset. Parallel jobs
-# follow the core count.
+# Configures and builds a preset. The configure runs every time (seconds):
+# a build folder configured by an earlier checkout keeps the preset's
+# variables as they are now (its flags, its required parts), and one that
+# found a package missing looks again. Parallel jobs follow the core count.
 sigma_build() {
   local preset=$1
-  if [ ! -f "build/$preset/build.ninja" ] ||
-     grep -qE '^(Torch|pybind11)_DIR:PATH=.*NOTFOUND' "build/$preset/CMakeCache.txt" 2>/dev/null; then
-    cmake --preset "$preset"
-  fi
+  cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset" -j "$(nproc)"
 }

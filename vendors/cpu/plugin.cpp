@@ -212,7 +212,9 @@ hal_status_t cpu_get_props(uint32_t device, hal_device_props_t* p) {
   p->struct_size = size;
   char host[64] = {0};
   ::gethostname(host, sizeof(host) - 1);
-  std::snprintf(p->name, sizeof(p->name), "cpu0@%s", host);
+  // The name holds 63 characters: the host's is cut to the 58 after "cpu0@".
+  static_assert(sizeof(p->name) == 64);
+  std::snprintf(p->name, sizeof(p->name), "cpu0@%.58s", host);
   std::ifstream id("/etc/machine-id");
   std::string machine;
   id >> machine;
