@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -293,6 +294,9 @@ json encode(const WorkerMessage& m) {
           [](const Refused& x) -> json {
             return {{"type", "refused"}, {"reason", x.reason}};
           },
+          [](const Reformed& x) -> json {
+            return {{"type", "reformed"}, {"epoch", x.epoch}};
+          },
       },
       m);
 }
@@ -302,16 +306,31 @@ json encode(const AgentMessage& m) {
                         [](const Assign& a) -> json {
                           json h = json::array();
                           for (auto [holder, receiver] : a.handoff) h.push_back({holder, receiver});
-                          return {{"type", "assign"},
-                                  {"rank", a.rank},
-                                  {"world", a.world},
-                                  {"generation", a.generation},
-                                  {"restore", name(a.restore)},
-                                  {"index", a.index},
-                                  {"handoff", h},
-                                  {"domains", a.domains},
-                                  {"replicas", a.replicas},
-                                  {"host_ranks", a.host_ranks}};
+                          json j = {{"type", "assign"},
+                                    {"rank", a.rank},
+                                    {"world", a.world},
+                                    {"generation", a.generation},
+                                    {"restore", name(a.restore)},
+                                    {"index", a.index},
+                                    {"handoff", h},
+                                    {"domains", a.domains},
+                                    {"replicas", a.replicas},
+                                    {"host_ranks", a.host_ranks}};
+                          if (!a.replica_of.empty()) {
+                            j["replica_of"] = a.replica_of;
+                            j["epoch"] = a.epoch;
+                            j["live"] = a.live;
+                          }
+                          return j;
+                        },
+                        [](const Reform& x) -> json {
+                          json j = {{"type", "reform"}, {"epoch", x.epoch}, {"live", x.live}};
+                          if (x.boundary) {
+                            j["rejoining"] = x.rejoining;
+                            j["donor"] = *x.donor;
+                            j["boundary"] = *x.boundary;
+                          }
+                          return j;
                         },
                         [](const Abort& x) -> json {
                           return {{"type", "abort"}, {"reason", x.reason}};
@@ -386,6 +405,64 @@ std::map<uint32_t, std::vector<uint64_t>> replicas_of(const Fields& f) {
 
 }  // namespace
 
+namespace {
+
+// Replicas named in `field`: ascending, each once, each below `replicas`.
+std::vector<uint32_t> replica_set(const Fields& f, const char* field, uint32_t replicas) {
+  auto set = f.integers<uint32_t>(field);
+  for (size_t i = 0; i < set.size(); ++i) {
+    if (set[i] >= replicas)
+      bad(f.where(field), "replica " + std::to_string(set[i]) + " of " + std::to_string(replicas));
+    if (i > 0 && set[i] <= set[i - 1]) bad(f.where(field), "expected ascending replicas, each once");
+  }
+  return set;
+}
+
+// Assign's contained-recovery fields: every rank's replica, every replica
+// the same size, and the live set the rank starts in.
+void contained_of(const Fields& f, Assign& a) {
+  a.replica_of = f.integers<uint32_t>("replica_of");
+  if (a.replica_of.size() != a.world)
+    bad(f.where("replica_of"), std::to_string(a.replica_of.size()) + " replicas for a world of " +
+                                   std::to_string(a.world) + " ranks");
+  for (uint32_t q : a.replica_of)
+    if (q >= a.world)
+      bad(f.where("replica_of"),
+          "replica " + std::to_string(q) + " in a world of " + std::to_string(a.world) + " ranks");
+  const uint32_t replicas = *std::max_element(a.replica_of.begin(), a.replica_of.end()) + 1;
+  std::vector<uint32_t> size(replicas, 0);
+  for (uint32_t q : a.replica_of) ++size[q];
+  if (std::any_of(size.begin(), size.end(), [&](uint32_t n) { return n != size[0]; }))
+    bad(f.where("replica_of"), "replicas of different sizes");
+  a.epoch = f.integer<uint64_t>("epoch");
+  a.live = replica_set(f, "live", replicas);
+  if (a.live.empty()) bad(f.where("live"), "no live replica");
+}
+
+// A Reform: a live set, and for a hand-off its rejoining replicas (in the
+// set), its donor (in the set, not rejoining) and its boundary, all three
+// or none.
+Reform reform_of(const Fields& f) {
+  constexpr uint32_t any = std::numeric_limits<uint32_t>::max();
+  Reform r{f.integer<uint64_t>("epoch"), replica_set(f, "live", any)};
+  if (r.live.empty()) bad(f.where("live"), "no live replica");
+  if (!f.has("boundary")) return r;
+  r.rejoining = replica_set(f, "rejoining", any);
+  r.donor = f.integer<uint32_t>("donor");
+  r.boundary = f.integer<uint64_t>("boundary");
+  const auto in = [&](uint32_t q, const std::vector<uint32_t>& set) {
+    return std::find(set.begin(), set.end(), q) != set.end();
+  };
+  if (r.rejoining.empty()) bad(f.where("rejoining"), "a hand-off with no replica rejoining");
+  for (uint32_t q : r.rejoining)
+    if (!in(q, r.live)) bad(f.where("rejoining"), "replica " + std::to_string(q) + " is not in the live set");
+  if (!in(*r.donor, r.live) || in(*r.donor, r.rejoining))
+    bad(f.where("donor"), "replica " + std::to_string(*r.donor) + " is not a live replica staying");
+  return r;
+}
+
+}  // namespace
+
 WorkerMessage decode_worker(const json& j) {
   const std::string type = type_of(j, "worker message");
   const Fields f(j, type);
@@ -435,6 +512,7 @@ WorkerMessage decode_worker(const json& j) {
   if (type == "done") return Done{f.integer<uint64_t>("steps")};
   if (type == "storage_failed") return StorageFailed{f.integer<uint64_t>("index"), f.text("reason")};
   if (type == "refused") return Refused{f.text("reason")};
+  if (type == "reformed") return Reformed{f.integer<uint64_t>("epoch")};
   bad(type, "not a message a worker sends");
 }
 
@@ -463,8 +541,10 @@ AgentMessage decode_agent(const json& j) {
     if (a.replicas < 1 || a.replicas > 2)
       bad(f.where("replicas"), "expected 1 or 2, got " + std::to_string(a.replicas));
     a.host_ranks = f.integer_or<uint32_t>("host_ranks", 0);
+    if (f.has("replica_of")) contained_of(f, a);
     return a;
   }
+  if (type == "reform") return reform_of(f);
   if (type == "abort") return Abort{f.text("reason")};
   if (type == "retire") return Retire{f.text("reason")};
   if (type == "stop_after") return StopAfter{f.integer<int64_t>("step")};

@@ -131,8 +131,15 @@ struct Refused {
   std::string reason;
 };
 
+// Contained recovery: this rank carried out the Reform of `epoch` (its
+// data-parallel groups are re-formed over the live set; a rejoining rank
+// has taken its donor's state).
+struct Reformed {
+  uint64_t epoch = 0;
+};
+
 using WorkerMessage = std::variant<Hello, Heartbeat, Joined, StepDone, Snapshotted, Checkpointed,
-                                   RecoverRequest, Done, StorageFailed, Refused>;
+                                   RecoverRequest, Done, StorageFailed, Refused, Reformed>;
 
 // ---- agent -> worker -------------------------------------------------------
 
@@ -145,6 +152,11 @@ using WorkerMessage = std::variant<Hello, Heartbeat, Joined, StepDone, Snapshott
 // places its replicas (checkpoint::ReplicaPlacement::across); `replicas`,
 // how many (1 or 2); `host_ranks`, how many ranks of the new world share
 // this rank's host, for the check that their memory tiers fit it.
+// Contained recovery (absent in exact mode): `replica_of`, the data-parallel
+// replica of each rank of the world; `epoch` and `live`, the live set of
+// replicas the rank starts in. A spare taking a rank of a stopped replica
+// is assigned with restore `peer`: it takes its state in the hand-off a
+// Reform announces.
 struct Assign {
   uint32_t rank = 0, world = 0;
   uint64_t generation = 0;
@@ -154,6 +166,9 @@ struct Assign {
   std::vector<uint32_t> domains{};
   uint32_t replicas = 1;
   uint32_t host_ranks = 0;
+  std::vector<uint32_t> replica_of{};
+  uint64_t epoch = 0;
+  std::vector<uint32_t> live{};
 };
 
 // Abort the communicator now (a peer failed).
@@ -176,7 +191,22 @@ struct Goodbye {
   std::string reason;
 };
 
-using AgentMessage = std::variant<Assign, Abort, Retire, StopAfter, Goodbye>;
+// Contained recovery: the live set of replicas changes to `live`, as epoch
+// `epoch`. Without a boundary at once: the data-parallel collective in
+// flight is aborted, the groups re-form over `live` and the step runs
+// again, the live replicas taking over the micro-batches of those out.
+// With one: at the end of step `boundary`, when every rank of the
+// `rejoining` replicas takes the state of its counterpart in replica
+// `donor`. A later epoch supersedes one not carried out yet.
+struct Reform {
+  uint64_t epoch = 0;
+  std::vector<uint32_t> live;
+  std::vector<uint32_t> rejoining{};
+  std::optional<uint32_t> donor{};
+  std::optional<uint64_t> boundary{};
+};
+
+using AgentMessage = std::variant<Assign, Abort, Retire, StopAfter, Goodbye, Reform>;
 
 // ---- another host's agent -> root ------------------------------------------
 

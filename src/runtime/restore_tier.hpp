@@ -13,9 +13,10 @@ enum class RestoreTier : uint8_t {
   none,    // a fresh start: no step was finished yet
   memory,  // the memory tier: own snapshots and peers' replicas
   disk,    // a committed disk checkpoint
+  peer,    // contained recovery: the live state of a counterpart in a healthy replica
 };
 
-// "none", "memory" or "disk".
+// "none", "memory", "disk" or "peer".
 constexpr const char* name(RestoreTier t) {
   switch (t) {
     case RestoreTier::none:
@@ -24,13 +25,15 @@ constexpr const char* name(RestoreTier t) {
       return "memory";
     case RestoreTier::disk:
       return "disk";
+    case RestoreTier::peer:
+      return "peer";
   }
   return "?";
 }
 
 // The tier a name stands for; nullopt for any other text.
 constexpr std::optional<RestoreTier> restore_tier_named(std::string_view s) {
-  for (RestoreTier t : {RestoreTier::none, RestoreTier::memory, RestoreTier::disk})
+  for (RestoreTier t : {RestoreTier::none, RestoreTier::memory, RestoreTier::disk, RestoreTier::peer})
     if (s == name(t)) return t;
   return std::nullopt;
 }

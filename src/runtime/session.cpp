@@ -213,6 +213,12 @@ struct Session::Impl {
     }
   }
 
+  static bool contained(const protocol::AgentMessage& m) {
+    if (std::holds_alternative<protocol::Reform>(m)) return true;
+    const auto* a = std::get_if<protocol::Assign>(&m);
+    return a != nullptr && (a->restore == RestoreTier::peer || !a->replica_of.empty());
+  }
+
   void handle(const json& j) {
     protocol::AgentMessage m;
     try {
@@ -222,6 +228,15 @@ struct Session::Impl {
       // built for. Nothing can be trusted from here on.
       std::fprintf(stderr, "runtime: %s; leaving the job\n", e.what());
       m = protocol::Goodbye{e.what()};
+    }
+    if (contained(m)) {
+      // The agent's side of contained recovery is there, this side is not
+      // yet: running the assignment as an exact one would be wrong.
+      const char* why =
+          "runtime: this worker does not carry out contained recovery (a Reform, a peer "
+          "restore, replicas of a model-parallel group); leaving the job";
+      std::fprintf(stderr, "%s\n", why);
+      m = protocol::Goodbye{why};
     }
     if (std::holds_alternative<protocol::Abort>(m)) {
       {

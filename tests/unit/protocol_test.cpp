@@ -137,6 +137,62 @@ TEST(Protocol, AnAssignmentCarriesTheDomainsItsReplicasArePlacedAcross) {
   expect_refused(decode_agent, three, {"assign.replicas", "expected 1 or 2"});
 }
 
+TEST(Protocol, AContainedAssignmentCarriesEveryRanksReplicaAndTheLiveSet) {
+  Assign a{3, 4, 2, RestoreTier::peer, 0, {}};
+  a.replica_of = {0, 0, 1, 1};
+  a.epoch = 5;
+  a.live = {0};
+  const Assign back = std::get<Assign>(decode_agent(encode(AgentMessage{a})));
+  EXPECT_EQ(back.restore, RestoreTier::peer);
+  EXPECT_EQ(back.replica_of, a.replica_of);
+  EXPECT_EQ(back.epoch, 5u);
+  EXPECT_EQ(back.live, (std::vector<uint32_t>{0}));
+  // Exact mode's assignment has none of it on the wire.
+  EXPECT_FALSE(encode(AgentMessage{Assign{1, 4, 2, RestoreTier::memory, 60, {}}}).contains("replica_of"));
+  json uneven = encode(AgentMessage{a});
+  uneven["replica_of"] = {0, 0, 0, 1};
+  expect_refused(decode_agent, uneven, {"assign.replica_of", "replicas of different sizes"});
+  json short_of = encode(AgentMessage{a});
+  short_of["replica_of"] = {0, 1};
+  expect_refused(decode_agent, short_of, {"assign.replica_of", "2 replicas for a world of 4 ranks"});
+  json huge = encode(AgentMessage{a});
+  huge["replica_of"] = {0, 0, 4294967295u, 4294967295u};
+  expect_refused(decode_agent, huge, {"assign.replica_of", "replica 4294967295 in a world of 4 ranks"});
+  json outside = encode(AgentMessage{a});
+  outside["live"] = {0, 2};
+  expect_refused(decode_agent, outside, {"assign.live", "replica 2 of 2"});
+  json none = encode(AgentMessage{a});
+  none["live"] = json::array();
+  expect_refused(decode_agent, none, {"assign.live", "no live replica"});
+}
+
+TEST(Protocol, AReformIsAtOnceOrAHandOffWithItsDonorAndBoundary) {
+  const Reform now = std::get<Reform>(decode_agent(encode(AgentMessage{Reform{4, {0, 2}}})));
+  EXPECT_EQ(now.epoch, 4u);
+  EXPECT_EQ(now.live, (std::vector<uint32_t>{0, 2}));
+  EXPECT_FALSE(now.boundary.has_value());
+  const Reform handoff{5, {0, 1, 2}, {1}, 0u, 22u};
+  const json wire = encode(AgentMessage{handoff});
+  const Reform back = std::get<Reform>(decode_agent(wire));
+  EXPECT_EQ(back.rejoining, (std::vector<uint32_t>{1}));
+  EXPECT_EQ(back.donor, 0u);
+  EXPECT_EQ(back.boundary, 22u);
+  json unsorted = wire;
+  unsorted["live"] = {2, 0, 1};
+  expect_refused(decode_agent, unsorted, {"reform.live", "ascending"});
+  json donor_rejoins = wire;
+  donor_rejoins["donor"] = 1;
+  expect_refused(decode_agent, donor_rejoins, {"reform.donor", "not a live replica staying"});
+  json outside = wire;
+  outside["rejoining"] = {3};
+  expect_refused(decode_agent, outside, {"reform.rejoining", "replica 3 is not in the live set"});
+  json no_donor = wire;
+  no_donor.erase("donor");
+  expect_refused(decode_agent, no_donor, {"reform.donor", "missing"});
+  const Reformed r = std::get<Reformed>(decode_worker(encode(WorkerMessage{Reformed{5}})));
+  EXPECT_EQ(r.epoch, 5u);
+}
+
 TEST(Protocol, AStepsFiguresAreOptionalAndANonFiniteLossTravelsAsNull) {
   const StepDone plain = std::get<StepDone>(decode_worker(encode(WorkerMessage{StepDone{9, 0.125}})));
   EXPECT_FALSE(plain.loss.has_value());

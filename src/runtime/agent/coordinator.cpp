@@ -56,7 +56,8 @@ const char* phase_name(Phase p) {
   return "?";
 }
 
-Coordinator::Coordinator(const AgentOptions& o, DiskHoldings disk, double t)
+Coordinator::Coordinator(const AgentOptions& o, DiskHoldings disk, double t,
+                         std::optional<ContainedOptions> contained)
     : o_(o),
       world_(o.nproc * o.nnodes),
       scheduler_(scheduler_config(o)),
@@ -67,6 +68,18 @@ Coordinator::Coordinator(const AgentOptions& o, DiskHoldings disk, double t)
       domains_(o) {
   for (auto& [rank, steps] : disk) {
     if (rank < world_) disk_[rank] = std::move(steps);
+  }
+  if (contained) {
+    const uint32_t size = contained->replica_size;
+    if (size == 0 || world_ % size != 0)
+      throw Error(Code::invalid_argument, "contained recovery: replicas of " + std::to_string(size) +
+                                              " ranks do not divide a world of " + std::to_string(world_));
+    if (o.allow_shrink)
+      throw Error(Code::invalid_argument, "contained recovery keeps the world's size: it does not shrink");
+    std::vector<uint32_t> replica_of(world_);
+    for (uint32_t r = 0; r < world_; ++r) replica_of[r] = r / size;
+    replica_size_ = size;
+    contained_.emplace(std::move(replica_of), contained::Options{o.abort_grace_s, contained->boundary_lead});
   }
   slots_.resize(static_cast<size_t>(o.nnodes) * (o.nproc + o.spares));
   for (uint32_t d = 0; d < slots_.size(); ++d) {
@@ -157,6 +170,7 @@ Commands Coordinator::message(uint32_t device, const protocol::WorkerMessage& me
     monitor_.observe_step(s.device, m->step, m->seconds, t);
     ledger_.slow_steps_s += step_times_.finished(m->step, m->seconds);
     ledger_.steps_run += s.rank == 0 ? 1 : 0;
+    contained_step();
   } else if (const auto* m = std::get_if<protocol::Checkpointed>(&message)) {
     if (s.rank >= 0) disk_[static_cast<uint32_t>(s.rank)].insert(m->index);
   } else if (const auto* m = std::get_if<protocol::Joined>(&message)) {
@@ -165,6 +179,9 @@ Commands Coordinator::message(uint32_t device, const protocol::WorkerMessage& me
     s.comm_s = m->comm_s;
     s.restore_s = m->restore_s;
     s.last_step = static_cast<int64_t>(m->index) - 1;
+  } else if (const auto* m = std::get_if<protocol::Reformed>(&message)) {
+    s.epoch = std::max(s.epoch, m->epoch);
+    reformed_check();
   } else if (const auto* m = std::get_if<protocol::RecoverRequest>(&message)) {
     recover_request(s, *m);
   } else if (const auto* m = std::get_if<protocol::Refused>(&message)) {
@@ -216,6 +233,12 @@ void Coordinator::recover_request(Slot& s, const protocol::RecoverRequest& m) {
     return;
   }
   if (s.phase != Phase::active) return;
+  if (parked(s) && !round_.active()) {
+    // Its replica was stopped: it has left its collectives and waits for
+    // the hand-off.
+    apply(contained_->rank_out(static_cast<uint32_t>(s.rank), t_));
+    return;
+  }
   if (!round_.active()) {
     start_round("rank " + std::to_string(s.rank) + " reported: " + (m.reason.empty() ? "an error" : m.reason),
                 t_, true);
@@ -294,8 +317,10 @@ void Coordinator::fault(Slot& s, const Fault& f, double fault_s) {
     Slot* h = slot_of_rank((rank + 1) % world);
     holder_alive = h && (h->phase == Phase::active || h->phase == Phase::done);
   }
-  start_round("device " + std::to_string(s.device) + " (rank " + std::to_string(rank) + "): " + cause,
-              fault_s);
+  const std::string words =
+      "device " + std::to_string(s.device) + " (rank " + std::to_string(rank) + "): " + cause;
+  if (contained_takes(s, f, words)) return maybe_readmit(s, f);
+  start_round(words, fault_s);
   for (const auto& a : scheduler_.on_fault(s.device, cause, holder_alive, t_)) {
     record(record_of(a));
     if (a.kind == scheduler::Action::Kind::pause) round_.pause(a.reason);

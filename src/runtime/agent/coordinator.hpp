@@ -33,6 +33,7 @@
 #endif
 
 #include "runtime/agent/admission.hpp"
+#include "runtime/agent/contained.hpp"
 #include "runtime/agent/ending.hpp"
 #include "runtime/agent/failure_domains.hpp"
 #include "runtime/agent/job_exit.hpp"
@@ -84,6 +85,17 @@ using Commands = std::vector<Command>;
 
 enum class Phase { starting, spare, active, retiring, done, dead };
 
+// Contained recovery (contained.hpp): the world is data-parallel replicas
+// of `replica_size` consecutive ranks each (EP x PP); a fault stops only
+// its replica. Not offered by sigmarun yet: the workers' side (re-forming
+// the data-parallel groups, the live-state hand-off) is still to come.
+// A stopped replica's ranks leave their collectives within the agent's
+// abort_grace_s.
+struct ContainedOptions {
+  uint32_t replica_size = 0;
+  uint64_t boundary_lead = contained::Options{}.boundary_lead;
+};
+
 const char* phase_name(Phase p);
 
 // The disk checkpoints found in the job folder before the start: rank ->
@@ -93,7 +105,10 @@ using DiskHoldings = std::map<uint32_t, std::set<uint64_t>>;
 class Coordinator {
  public:
   // `t` is the clock's reading at the agent's start (usually 0).
-  Coordinator(const AgentOptions& options, DiskHoldings disk, double t);
+  // Throws Error(invalid_argument) when `contained`'s replica size does not
+  // divide the world, or the job may shrink (contained keeps its size).
+  Coordinator(const AgentOptions& options, DiskHoldings disk, double t,
+              std::optional<ContainedOptions> contained = std::nullopt);
 
   // Devices in all, node of each device.
   uint32_t devices() const { return static_cast<uint32_t>(slots_.size()); }
@@ -133,6 +148,8 @@ class Coordinator {
   size_t spares() const { return scheduler_.spares().size(); }
   const std::vector<nlohmann::json>& incidents() const { return round_.incidents(); }
   const health::Monitor& monitor() const { return monitor_; }
+  // Contained recovery's decisions (nullptr in exact mode).
+  const contained::Machine* contained() const { return contained_ ? &*contained_ : nullptr; }
 
   // The final report (settles the ledger: call once, at the end).
   nlohmann::json report(double t);
@@ -179,6 +196,7 @@ class Coordinator {
     std::set<uint64_t> own;
     std::map<uint32_t, std::set<uint64_t>> replicas;  // by the rank whose state they are
     uint64_t joined_gen = 0;
+    uint64_t epoch = 0;       // contained: the last live set it carried out
     bool newcomer = false;    // a spare given a rank, not yet joined
     bool abort_sent = false;  // aborted in this round, its report still to come
     double comm_s = 0, restore_s = 0;
@@ -229,6 +247,17 @@ class Coordinator {
   Slot* slot_of_rank(uint32_t rank);
   std::vector<Slot*> members();
 
+  // Contained recovery (coordinator_contained.cpp).
+  bool contained_takes(Slot& s, const Fault& f, const std::string& words);
+  void apply(const contained::Actions& actions);
+  void send_reform(const contained::Reform& r);
+  protocol::Assign peer_assignment(uint32_t rank);
+  void reformed_check();
+  void contained_tick();
+  void contained_step();
+  bool parked(const Slot& s) const;  // its replica is out: it waits, it does not step
+  void contained_fields(protocol::Assign& a) const;
+
   AgentOptions o_;
   uint32_t world_;
   scheduler::Hierarchy scheduler_;  // one group per nodes_per_group agents; one group: the flat decisions
@@ -244,11 +273,15 @@ class Coordinator {
   StepTimes step_times_;
   Admission admission_;  // the start, the devices dropped, readmission after a crash
   StepWatchdog watchdog_;
-  FailureDomains domains_;         // which devices fail together, where the replicas go
-  Ending ending_;                  // stopping, the end's status and code, the goodbye's grace
-  uint64_t storage_failures_ = 0;  // disk checkpoints that could not be written
-  std::string storage_error_;      // the last one's reason
-  DiskHoldings disk_;              // rank -> committed disk indices
+  FailureDomains domains_;                       // which devices fail together, where the replicas go
+  Ending ending_;                                // stopping, the end's status and code, the goodbye's grace
+  uint64_t storage_failures_ = 0;                // disk checkpoints that could not be written
+  std::string storage_error_;                    // the last one's reason
+  DiskHoldings disk_;                            // rank -> committed disk indices
+  uint32_t replica_size_ = 0;                    // contained: ranks per replica
+  std::optional<contained::Machine> contained_;  // contained recovery's decisions
+  // Contained: the ranks that must carry out each epoch's Reform.
+  std::map<uint64_t, std::vector<uint32_t>> reform_ranks_;
 };
 
 }  // namespace sigma::runtime::agent

@@ -60,6 +60,7 @@ protocol::Assign Coordinator::assignment(uint32_t rank, uint64_t generation, Res
   a.replicas = o_.replicas;
   const uint32_t host = slot_of_rank(rank)->node;
   for (uint32_t r = 0; r < world; ++r) a.host_ranks += slot_of_rank(r)->node == host ? 1 : 0;
+  contained_fields(a);
   return a;
 }
 
@@ -118,6 +119,7 @@ void Coordinator::advance_round() {
   if (progress() >= round_.reached()) {
     record(journal::encode(journal::Recovered{round_.reached(), t_ - round_.fault_s()}));
     round_.recovered(t_);
+    if (contained_ && contained_->exact()) apply(contained_->exact_done(t_));
   }
 }
 

@@ -17,6 +17,7 @@ Commands Coordinator::tick(double t) {
     maybe_migrate();
     watchdog();
     advance_round();
+    contained_tick();
     finish_job();
   }
   // Told to go and still there after the goodbye's grace: killed.
@@ -150,7 +151,7 @@ void Coordinator::watchdog() {
   if (!watchdog_.due(watching, progress(), t_)) return;
   std::vector<std::optional<StepPosition>> working;
   for (Slot* m : members())
-    if (m->phase != Phase::done) working.push_back(m->position);
+    if (m->phase != Phase::done && !parked(*m)) working.push_back(m->position);
   const auto v = StepWatchdog::judge(working);
   if (v.kind == StepWatchdog::Verdict::Kind::none) return;
   const std::string step = std::to_string(v.step);
@@ -163,7 +164,7 @@ void Coordinator::watchdog() {
     return;
   }
   for (Slot* m : members()) {
-    if (m->position != v.lowest || m->phase == Phase::done) continue;
+    if (m->position != v.lowest || m->phase == Phase::done || parked(*m)) continue;
     monitor_.observe_error(m->device, Code::timeout, "collective stalled in step " + step, t_);
     kill(*m);
     fault(*m,
@@ -248,8 +249,9 @@ std::string Coordinator::no_disk_why() const {
 
 void Coordinator::finish_job() {
   if (finished() || !started_ || round_.active()) return;
+  // A replica that is out when the others finish is not waited for.
   for (Slot* m : members()) {
-    if (m->phase != Phase::done) return;
+    if (m->phase != Phase::done && !parked(*m)) return;
   }
   end("done", "", job_exit::done, std::nullopt, "the job is done");
 }

@@ -1,0 +1,146 @@
+// The coordinator's side of contained recovery: it feeds the contained
+// machine (contained.hpp) the faults, the stopped ranks' reports, the
+// spares that are ready, the live set's progress and the Reforms carried
+// out, and carries out what the machine decides with the agent's commands.
+// An exact round the machine falls back to is the coordinator's own
+// (coordinator_round.cpp).
+#include "runtime/agent/coordinator.hpp"
+
+#include <algorithm>
+
+namespace sigma::runtime::agent {
+
+bool Coordinator::parked(const Slot& s) const {
+  if (!contained_ || contained_->exact() || s.rank < 0) return false;
+  return contained_->stage(static_cast<uint32_t>(s.rank) / replica_size_) != contained::Stage::healthy;
+}
+
+void Coordinator::contained_fields(protocol::Assign& a) const {
+  if (!contained_) return;
+  for (uint32_t r = 0; r < world_; ++r) a.replica_of.push_back(r / replica_size_);
+  a.epoch = contained_->epoch();
+  a.live = contained_->live();
+}
+
+// A fault of an active rank outside an exact round: its replica stops and
+// the others go on, unless the machine says the exact round must run (then
+// the caller starts it). The scheduler replaces the lost device as in a
+// round; with no spare the replica waits for one, the job goes on.
+bool Coordinator::contained_takes(Slot& s, const Fault& f, const std::string& words) {
+  if (!contained_ || contained_->exact() || round_.active()) return false;
+  const auto kind = f.device_said() ? contained::Machine::FaultKind::device_lost
+                                    : contained::Machine::FaultKind::process_ended;
+  const auto actions = contained_->fault(static_cast<uint32_t>(s.rank), kind, words, t_);
+  if (contained_->exact()) {
+    for (const auto& a : actions)
+      if (const auto* n = std::get_if<contained::Note>(&a)) record(n->entry);
+    return false;
+  }
+  apply(actions);
+  act(scheduler_.on_fault(s.device, words, true, t_));
+  return true;
+}
+
+void Coordinator::apply(const contained::Actions& actions) {
+  for (const auto& action : actions) {
+    if (const auto* stop = std::get_if<contained::StopRanks>(&action)) {
+      for (uint32_t r : stop->ranks) {
+        Slot* m = slot_of_rank(r);
+        if (m == nullptr || m->phase != Phase::active) continue;
+        m->reported = false;
+        send(*m, protocol::Abort{"replica " + std::to_string(stop->replica) + " stops: " + stop->cause});
+      }
+    } else if (const auto* k = std::get_if<contained::KillRank>(&action)) {
+      if (Slot* m = slot_of_rank(k->rank)) kill(*m);
+    } else if (const auto* rep = std::get_if<contained::ReplaceRank>(&action)) {
+      // A rank the machine gave up on while it still runs (it did not leave
+      // its collectives): a fault like any other, which replaces it.
+      Slot* m = slot_of_rank(rep->rank);
+      if (m != nullptr && m->phase == Phase::active)
+        fault(*m,
+              {Fault::Kind::abort_unanswered,
+               "did not leave its collectives within " + std::to_string(o_.abort_grace_s) + " s"},
+              t_);
+    } else if (const auto* r = std::get_if<contained::Reform>(&action)) {
+      send_reform(*r);
+    } else if (const auto* x = std::get_if<contained::ExactRound>(&action)) {
+      start_round(x->cause, t_);
+    } else if (const auto* n = std::get_if<contained::Note>(&action)) {
+      record(n->entry);
+    }
+  }
+}
+
+// A rank of a rejoining replica: it takes its state from the donor. With
+// a rank still missing (no spare for another replica) there is no world to
+// place the memory tier's replicas across yet: the rank keeps its last.
+protocol::Assign Coordinator::peer_assignment(uint32_t rank) {
+  if (members().size() == scheduler_.world_size())
+    return assignment(rank, generation_, RestoreTier::peer, 0, {}, placement());
+  protocol::Assign a{rank, world_, generation_, RestoreTier::peer, 0, {}};
+  a.replicas = o_.replicas;
+  contained_fields(a);
+  return a;
+}
+
+// To every rank of the new live set; a rank of a rejoining replica is
+// assigned first (a spare becomes active).
+void Coordinator::send_reform(const contained::Reform& r) {
+  std::vector<uint32_t> ranks;
+  for (uint32_t q : r.live) {
+    const bool rejoins = std::find(r.rejoining.begin(), r.rejoining.end(), q) != r.rejoining.end();
+    for (uint32_t rank = q * replica_size_; rank < (q + 1) * replica_size_; ++rank) {
+      Slot* m = slot_of_rank(rank);
+      if (m == nullptr) continue;
+      ranks.push_back(rank);
+      if (rejoins) {
+        if (m->phase == Phase::spare) {
+          ledger_.idle_spares_s += t_ - m->spare_since;
+          m->phase = Phase::active;
+          m->newcomer = true;
+        }
+        m->rank = rank;
+        m->reported = false;
+        send(*m, peer_assignment(rank));
+      }
+      send(*m, protocol::Reform{r.epoch, r.live, r.rejoining, r.donor, r.boundary});
+    }
+  }
+  reform_ranks_[r.epoch] = std::move(ranks);
+}
+
+// The newest epoch every one of its ranks has carried out is over (an
+// older one it superseded with it).
+void Coordinator::reformed_check() {
+  for (auto it = reform_ranks_.rbegin(); it != reform_ranks_.rend(); ++it) {
+    const uint64_t epoch = it->first;
+    const bool done = std::all_of(it->second.begin(), it->second.end(), [&](uint32_t rank) {
+      const Slot* m = slot_of_rank(rank);
+      return m != nullptr && m->epoch >= epoch;
+    });
+    if (!done) continue;
+    reform_ranks_.erase(reform_ranks_.begin(), reform_ranks_.upper_bound(epoch));
+    apply(contained_->reformed(epoch, t_));
+    return;
+  }
+}
+
+void Coordinator::contained_step() {
+  if (contained_) apply(contained_->step_done(reached(), t_));
+}
+
+// Spares that are ready for a waiting replica's lost ranks, and the
+// machine's own clock (a stopping rank past its grace).
+void Coordinator::contained_tick() {
+  if (!contained_ || contained_->exact() || !started_) return;
+  for (uint32_t q = 0; q < contained_->replicas(); ++q) {
+    if (contained_->stage(q) != contained::Stage::waiting) continue;
+    for (uint32_t rank = q * replica_size_; rank < (q + 1) * replica_size_; ++rank) {
+      const Slot* m = slot_of_rank(rank);
+      if (m != nullptr && m->phase == Phase::spare && m->connected) apply(contained_->spare_ready(rank, t_));
+    }
+  }
+  apply(contained_->tick(t_));
+}
+
+}  // namespace sigma::runtime::agent

@@ -1,0 +1,155 @@
+// The agent under contained recovery, without processes: a fault stops only
+// its replica (the others are told to re-form, never aborted), the stopped
+// replica's ranks and its spare take a donor's state at a boundary and
+// rejoin, the last healthy replica failing runs the exact round, a replica
+// out is not waited for at the end, and the step watchdog leaves its ranks
+// alone.
+#include "coordinator_job.hpp"
+
+namespace {
+
+using namespace sigma::runtime;
+using namespace sigma::runtime::agent;
+using namespace sigma::runtime::agent::testing;
+
+using V = std::vector<uint32_t>;
+
+// Four ranks in two replicas of two ({0,1} {2,3}), two spares (devices 4, 5).
+Job contained_job(AgentOptions o = options(4, 2)) { return Job(o, {}, ContainedOptions{2}); }
+
+TEST(CoordinatorContained, TheAssignmentSaysEveryRanksReplicaAndTheLiveSet) {
+  Job j = contained_job();
+  j.start();
+  const auto a = j.sent<protocol::Assign>(3);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].replica_of, (V{0, 0, 1, 1}));
+  EXPECT_EQ(a[0].live, (V{0, 1}));
+  EXPECT_THROW(Job(options(4, 0), {}, ContainedOptions{3}), sigma::Error);
+  AgentOptions shrink = options(4, 0);
+  shrink.allow_shrink = true;
+  EXPECT_THROW(Job(shrink, {}, ContainedOptions{2}), sigma::Error);
+}
+
+TEST(CoordinatorContained, ACrashStopsOnlyItsReplicaWhichRejoinsFromADonor) {
+  Job j = contained_job();
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 5);
+  j.clear();
+  j.exit(3);
+  // Replica 1's other rank leaves its collective; replica 0 re-forms alone.
+  EXPECT_EQ(j.sent<protocol::Abort>(2).size(), 1u);
+  for (uint32_t d : {0u, 1u}) {
+    EXPECT_TRUE(j.sent<protocol::Abort>(d).empty()) << d;
+    const auto r = j.sent<protocol::Reform>(d);
+    ASSERT_EQ(r.size(), 1u) << d;
+    EXPECT_EQ(r[0].live, (V{0}));
+    EXPECT_FALSE(r[0].boundary.has_value());
+  }
+  EXPECT_TRUE(j.records("recovery_started").empty()) << "no round stops the world";
+  EXPECT_EQ(j.records("replica_stopped").size(), 1u);
+  ASSERT_NE(j.c.contained(), nullptr);
+  EXPECT_EQ(j.c.contained()->stage(1), contained::Stage::stopping);
+
+  // Replica 0 keeps stepping; the stopped rank reports; the spare is ready.
+  j.steps({0, 1}, 5, 10);
+  j.report(2, {4}, {4});
+  j.clear();
+  j.at(j.t + 0.1);
+  const auto assigned = j.sent<protocol::Assign>(4);
+  ASSERT_EQ(assigned.size(), 1u) << "the spare takes rank 3";
+  EXPECT_EQ(assigned[0].rank, 3u);
+  EXPECT_EQ(assigned[0].restore, RestoreTier::peer);
+  ASSERT_EQ(j.sent<protocol::Assign>(2).size(), 1u) << "the stopped rank takes state too";
+  protocol::Reform handoff;
+  for (uint32_t d : {0u, 1u, 2u, 4u}) {
+    const auto r = j.sent<protocol::Reform>(d);
+    ASSERT_EQ(r.size(), 1u) << d;
+    handoff = r[0];
+  }
+  EXPECT_EQ(handoff.live, (V{0, 1}));
+  EXPECT_EQ(handoff.rejoining, (V{1}));
+  EXPECT_EQ(handoff.donor, 0u);
+  ASSERT_TRUE(handoff.boundary.has_value());
+  EXPECT_GE(*handoff.boundary, 10u);
+
+  // Every rank carries it out: the replica is back.
+  for (uint32_t d : {0u, 1u, 2u}) j.msg(d, protocol::Reformed{handoff.epoch});
+  EXPECT_EQ(j.c.contained()->stage(1), contained::Stage::handing) << "the spare has not reformed yet";
+  j.msg(4, protocol::Reformed{handoff.epoch});
+  EXPECT_EQ(j.c.contained()->stage(1), contained::Stage::healthy);
+  EXPECT_EQ(j.records("replica_rejoined").size(), 1u);
+  EXPECT_GE(j.c.contained()->degraded_steps(), 5u);
+  EXPECT_EQ(j.c.phase(4), Phase::active);
+  EXPECT_EQ(j.c.rank(4), 3);
+}
+
+TEST(CoordinatorContained, TheLastHealthyReplicaFailingRunsTheExactRound) {
+  Job j = contained_job();
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 5);
+  j.exit(3);
+  j.clear();
+  j.exit(0);
+  EXPECT_EQ(j.records("recovery_started").size(), 1u);
+  EXPECT_EQ(j.records("contained_fallback").size(), 1u);
+  EXPECT_EQ(j.sent<protocol::Abort>(1).size(), 1u) << "the world's round aborts every survivor";
+  EXPECT_TRUE(j.c.recovering());
+  EXPECT_TRUE(j.c.contained()->exact());
+}
+
+TEST(CoordinatorContained, AReplicaOutIsNotWaitedForAtTheEnd) {
+  AgentOptions o = options(4, 0);  // no spare: replica 1 stays out
+  Job j = contained_job(o);
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 5);
+  j.exit(3);
+  j.report(2, {4}, {4});
+  j.steps({0, 1}, 5, 10);
+  j.msg(0, protocol::Done{10});
+  j.msg(1, protocol::Done{10});
+  j.at(j.t + 0.1);
+  EXPECT_TRUE(j.c.finished());
+  EXPECT_EQ(j.c.status(), "done");
+  EXPECT_EQ(j.sent<protocol::Goodbye>(2).size(), 1u) << "the stopped rank is let go too";
+}
+
+TEST(CoordinatorContained, TheStepWatchdogLeavesAStoppedReplicaAlone) {
+  AgentOptions o = options(4, 0);
+  o.step_timeout_s = 2;
+  Job j = contained_job(o);
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 3);
+  j.exit(3);
+  j.report(2, {2}, {2});
+  j.steps({0, 1}, 3, 10);
+  j.clear();
+  // Replica 0 stalls inside step 10; rank 2, stopped, sits after step 2.
+  for (int i = 0; i < 6; ++i) {
+    j.beat({0, 1}, 10, false);
+    j.beat({2}, 2, true);
+    j.at(j.t + 0.5);
+  }
+  EXPECT_FALSE(j.killed(2)) << "a stopped rank is not behind: it does not step";
+  EXPECT_EQ(j.records("stalled").size(), 1u) << "the live replica's ranks all stalled at one place";
+}
+
+TEST(CoordinatorContained, AStoppedRankThatDoesNotLeaveItsCollectiveIsKilledAndReplaced) {
+  Job j = contained_job();
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 3);
+  j.exit(3);
+  j.clear();
+  // 6 s: past the 5 s grace; rank 2 and the spares beat, rank 2 never reports.
+  for (uint64_t s = 3; s < 63; s += 5) {
+    j.steps({0, 1}, s, s + 5);
+    j.beat({2, 4, 5}, 2, false);
+  }
+  EXPECT_TRUE(j.killed(2));
+  const auto faults = j.records("fault");
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults[0]["device"], 2);
+  EXPECT_NE(faults[0]["cause"].get<std::string>().find("did not leave its collectives"), std::string::npos);
+  EXPECT_EQ(j.c.phase(2), Phase::dead);
+}
+
+}  // namespace
