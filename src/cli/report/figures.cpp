@@ -193,7 +193,7 @@ void series(const json& report, const json* reference, const std::vector<sigma::
   if (flops > 0 && peak > 0 && busy > 0) {
     f.mfu = flops / busy / peak;
     const double held = f.world > 0 ? static_cast<double>(f.world + f.spares) / f.world : 1;
-    f.effective_utilisation = flops * kept / (f.wall_s * peak * held);
+    f.fleet_mfu = flops * kept / (f.wall_s * peak * held);
   }
   if (reference) {
     for (const json& p : reference->value("series", json::object()).value("steps", json::array())) {
@@ -277,7 +277,7 @@ json to_json(const Figures& f) {
           {"wall_s", f.wall_s},
           {"tokens_per_s", opt(f.tokens_per_s)},
           {"mfu", opt(f.mfu)},
-          {"effective_utilisation", opt(f.effective_utilisation)},
+          {"fleet_mfu", opt(f.fleet_mfu)},
           {"goodput", f.goodput},
           {"skipped_steps", f.skipped_steps},
           {"rolled_back_steps", f.rolled_back_steps},

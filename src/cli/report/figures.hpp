@@ -37,9 +37,12 @@ struct Figures {
   double wall_s = 0;
   uint32_t world = 0, spares = 0;
   double median_step_s = 0;
-  double tokens_per_s = -1;           // tokens of the steps kept / wall time; -1: not reported
-  double mfu = -1;                    // model FLOP/s while stepping / peak; -1: not reported
-  double effective_utilisation = -1;  // useful model FLOPs / (wall x peak of every device held)
+  double tokens_per_s = -1;  // tokens of the steps kept / wall time; -1: not reported
+  double mfu = -1;           // model FLOP/s while stepping / peak; -1: not reported
+  // Fleet MFU: the kept steps' model FLOPs over wall x the peak of every
+  // device held, spares included (not the simulator's effective accelerator
+  // utilisation, which is productive accelerator time over all of it).
+  double fleet_mfu = -1;
   double goodput = 1;
   uint64_t skipped_steps = 0, rolled_back_steps = 0;
   std::vector<std::pair<std::string, double>> lost_s;  // cause -> seconds, the ledger plus numerics

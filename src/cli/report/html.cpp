@@ -90,7 +90,8 @@ std::string summary(const Figures& f) {
   o << "job " << f.status << ": " << f.steps << " steps in " << fmt("%.1f s", f.wall_s) << " on " << f.world
     << " devices (+" << f.spares << " spare)\n";
   o << "  tokens/s " << (f.tokens_per_s < 0 ? "n/a" : fmt("%.0f", f.tokens_per_s)) << " | MFU " << pct(f.mfu)
-    << " of the measured GEMM peak | effective accelerator utilisation " << pct(f.effective_utilisation)
+    << " of the measured GEMM peak | fleet MFU " << pct(f.fleet_mfu)
+    << " (kept model FLOPs / wall x peak of every device held)"
     << " | goodput " << pct(f.goodput) << "\n";
   o << "  time lost:";
   for (const auto& [cause, s] : f.lost_s) o << " " << cause << fmt(" %.2f s", s) << ";";
@@ -124,7 +125,7 @@ std::string html(const Figures& f) {
   };
   card("tokens/s", f.tokens_per_s < 0 ? "n/a" : fmt("%.0f", f.tokens_per_s));
   card("MFU (measured GEMM peak)", pct(f.mfu));
-  card("effective utilisation", pct(f.effective_utilisation));
+  card("fleet MFU", pct(f.fleet_mfu));
   card("goodput", pct(f.goodput));
   card("incidents", std::to_string(f.incidents.size()));
   card("steps skipped / rolled back",
@@ -152,8 +153,9 @@ std::string html(const Figures& f) {
     o << "<tr><td>" << escape(cause) << "</td><td>" << fmt("%.2f s", s) << "</td></tr>";
   o << "</table>\n<p>MFU: model FLOPs per second while stepping over the peak the workers measured with a "
        "GEMM. "
-       "Effective utilisation: model FLOPs of the steps kept over the wall time and the peak of every device "
-       "held, spares included.</p>\n</body></html>\n";
+       "Fleet MFU: model FLOPs of the steps kept over the wall time and the peak of every device "
+       "held, spares included (not the cluster simulator's effective accelerator utilisation, which is "
+       "productive accelerator time over all of it).</p>\n</body></html>\n";
   return o.str();
 }
 
