@@ -62,6 +62,7 @@ SIGMA_EXPORT const char* sigma_version(void);
  * The message of the last failing sigma_* call on the calling thread, or "".
  * Never NULL; valid until the thread's next sigma_* call.
  * Thread-safety: any thread, concurrently (each thread sees its own).
+ * Blocks: no.
  */
 SIGMA_EXPORT const char* sigma_last_error(void);
 
@@ -84,6 +85,7 @@ SIGMA_EXPORT sigma_status_t sigma_plugin_load(const char* name_or_path, const ch
  * Finalises and unloads. NULL is accepted. Every handle obtained through the
  * plugin's tables becomes invalid.
  * Thread-safety: any thread, not concurrently on the same plugin.
+ * Blocks: while the plugin finalises.
  */
 SIGMA_EXPORT void sigma_plugin_unload(sigma_plugin_t* plugin);
 
@@ -97,6 +99,7 @@ SIGMA_EXPORT const hal_api_t* sigma_plugin_api(const sigma_plugin_t* plugin);
 /*
  * The file the plugin was loaded from; owned by the plugin object, valid
  * until sigma_plugin_unload. NULL when plugin is NULL.
+ * Thread-safety: any thread, concurrently. Blocks: no.
  */
 SIGMA_EXPORT const char* sigma_plugin_path(const sigma_plugin_t* plugin);
 
@@ -189,7 +192,9 @@ typedef struct sigma_guardrails_create_args_t {
 SIGMA_EXPORT sigma_status_t sigma_guardrails_create(const sigma_guardrails_create_args_t* args,
                                                     sigma_guardrails_t** out);
 
-/* Destroys the engine (closes its journal). NULL is accepted. */
+/* Destroys the engine (closes its journal). NULL is accepted.
+ * Thread-safety: any thread, no other call on the engine concurrently.
+ * Blocks: no (the journal file is closed). */
 SIGMA_EXPORT void sigma_guardrails_destroy(sigma_guardrails_t* g);
 
 /*
@@ -203,13 +208,16 @@ SIGMA_EXPORT sigma_status_t sigma_guardrails_step(sigma_guardrails_t* g, uint64_
                                                   const sigma_buffer_view_t* views, uint64_t num_views,
                                                   sigma_guardrails_decision_t* decision);
 
-/* A snapshot of the state after `step` exists: a rollback candidate. */
+/* A snapshot of the state after `step` exists: a rollback candidate.
+ * Thread-safety: one thread at a time per engine. Blocks: no. */
 SIGMA_EXPORT sigma_status_t sigma_guardrails_note_snapshot(sigma_guardrails_t* g, uint64_t step);
 
 /*
  * Collective: compares the replicas' parameter fingerprints at `step`.
  * [out] match: 1 when all agree. [out, optional] odd_rank: the one rank that
  * differs from a strict majority, or -1.
+ * Thread-safety: one thread at a time per engine. Blocks: for the exchange
+ * of every rank's fingerprint.
  */
 SIGMA_EXPORT sigma_status_t sigma_guardrails_check_fingerprint(sigma_guardrails_t* g, uint64_t step,
                                                                const sigma_buffer_view_t* params,
@@ -219,13 +227,16 @@ SIGMA_EXPORT sigma_status_t sigma_guardrails_check_fingerprint(sigma_guardrails_
 /*
  * After a mismatch at `step`: the fingerprint of the step re-run on `device`.
  * [out] faulty_rank: the first replica that disagrees with the re-run, or -1
- * when the re-run matches none.
+ * when the re-run matches none. Not collective: every rank given the same
+ * figures reaches the same answer.
+ * Thread-safety: one thread at a time per engine. Blocks: no.
  */
 SIGMA_EXPORT sigma_status_t sigma_guardrails_attribute_rerun(sigma_guardrails_t* g, uint64_t step,
                                                              uint64_t rerun_fingerprint, const char* device,
                                                              int32_t* faulty_rank);
 
-/* xxh3 over the bytes of the buffers, in order (their `layer` is ignored). */
+/* xxh3 over the bytes of the buffers, in order (their `layer` is ignored).
+ * Thread-safety: any thread, concurrently. Blocks: no (reads the bytes). */
 SIGMA_EXPORT sigma_status_t sigma_fingerprint(const sigma_buffer_view_t* params, uint64_t num_params,
                                               uint64_t* out);
 
@@ -246,7 +257,8 @@ typedef struct sigma_state_view_t {
   uint64_t count; /* elements */
 } sigma_state_view_t;
 
-/* 1 when this process was started by sigmarun (SIGMA_AGENT_SOCKET is set). */
+/* 1 when this process was started by sigmarun (SIGMA_AGENT_SOCKET is set).
+ * Thread-safety: any thread, concurrently. Blocks: no. */
 SIGMA_EXPORT int32_t sigma_session_under_agent(void);
 
 /*
@@ -259,10 +271,13 @@ SIGMA_EXPORT int32_t sigma_session_under_agent(void);
  */
 SIGMA_EXPORT sigma_status_t sigma_session_create(sigma_session_t** out);
 
-/* Ends the session (its heartbeat thread too). NULL is accepted. */
+/* Ends the session (its heartbeat thread too). NULL is accepted.
+ * Thread-safety: the training thread, no other call on the session
+ * concurrently. Blocks: until the heartbeat thread has stopped. */
 SIGMA_EXPORT void sigma_session_destroy(sigma_session_t* s);
 
-/* Registers the state (copies the list, not the data). */
+/* Registers the state (copies the list, not the data).
+ * Thread-safety: the training thread, before the join. Blocks: no. */
 SIGMA_EXPORT sigma_status_t sigma_session_set_state(sigma_session_t* s, const sigma_state_view_t* views,
                                                     uint32_t num_views);
 
@@ -272,10 +287,13 @@ SIGMA_EXPORT sigma_status_t sigma_session_set_state(sigma_session_t* s, const si
  * Errors: ABORTED when the agent let this worker go (sigma_session_ended
  * is then 1: exit), UNAVAILABLE when the agent is gone, TIMEOUT / REMOTE_ERROR
  * from building the communicator (call sigma_session_recover).
+ * Thread-safety: the training thread. Blocks: until the agent assigns
+ * (a spare waits here until it is needed) and the restore is done.
  */
 SIGMA_EXPORT sigma_status_t sigma_session_join(sigma_session_t* s, uint64_t* next_step);
 
-/* [out, optional] rank, world, generation of the current assignment. */
+/* [out, optional] rank, world, generation of the current assignment.
+ * Thread-safety: the training thread. Blocks: no. */
 SIGMA_EXPORT sigma_status_t sigma_session_info(const sigma_session_t* s, uint32_t* rank, uint32_t* world,
                                                uint64_t* generation);
 
@@ -283,17 +301,24 @@ SIGMA_EXPORT sigma_status_t sigma_session_info(const sigma_session_t* s, uint32_
  * The current communicator and the plugin's table to post collectives with.
  * Both owned by the session; the communicator is valid until the next
  * sigma_session_join / _recover / _destroy. NULL before a join.
+ * Thread-safety: the training thread. Blocks: no.
  */
 SIGMA_EXPORT hal_comm_t sigma_session_comm(sigma_session_t* s);
 SIGMA_EXPORT const hal_api_t* sigma_session_api(const sigma_session_t* s);
 
+/* The step in flight, for the heartbeats.
+ * Thread-safety: the training thread. Blocks: no. */
 SIGMA_EXPORT sigma_status_t sigma_session_step_begin(sigma_session_t* s, uint64_t step);
 /* Snapshots when due (collective). ABORTED: the agent stops the job after
- * this step (a migration): call sigma_session_recover. */
+ * this step (a migration): call sigma_session_recover.
+ * Thread-safety: the training thread. Blocks: for the snapshot's exchange
+ * and, when due and not asynchronous, the disk checkpoint. */
 SIGMA_EXPORT sigma_status_t sigma_session_step_end(sigma_session_t* s, uint64_t step);
-/* 1 once the agent asked for a stop at a step boundary. */
+/* 1 once the agent asked for a stop at a step boundary.
+ * Thread-safety: any thread, concurrently. Blocks: no. */
 SIGMA_EXPORT int32_t sigma_session_should_migrate(const sigma_session_t* s);
-/* 1 when this worker was retired or the job ended: exit. */
+/* 1 when this worker was retired or the job ended: exit.
+ * Thread-safety: any thread, concurrently. Blocks: no. */
 SIGMA_EXPORT int32_t sigma_session_ended(const sigma_session_t* s);
 
 /*
@@ -303,19 +328,22 @@ SIGMA_EXPORT int32_t sigma_session_ended(const sigma_session_t* s);
  * device replaced without being waited for). [in, optional] reason, for the
  * journal; the agent never reads a code from it. [out] next_step.
  * Errors as sigma_session_join.
- * Thread-safety (every sigma_session_* call): the training thread only.
+ * Thread-safety: the training thread. Blocks: as sigma_session_join.
  */
 SIGMA_EXPORT sigma_status_t sigma_session_recover_status(sigma_session_t* s, sigma_status_t failed,
                                                          const char* reason, uint64_t* next_step);
 /* As sigma_session_recover_status for a failure whose status is not known:
- * the agent reads its code as unknown. */
+ * the agent reads its code as unknown.
+ * Thread-safety: the training thread. Blocks: as sigma_session_join. */
 SIGMA_EXPORT sigma_status_t sigma_session_recover(sigma_session_t* s, const char* reason,
                                                   uint64_t* next_step);
 
 /* Reports the job done on this rank and waits for the agent's goodbye.
  * HAL_ERR_ABORTED: a peer failed before every rank had finished, and this
  * rank's state is needed to restore it: call sigma_session_recover, run the
- * steps from the one it returns, then finish again. */
+ * steps from the one it returns, then finish again.
+ * Thread-safety: the training thread. Blocks: until the goodbye, or the
+ * abort that needs this rank. */
 SIGMA_EXPORT sigma_status_t sigma_session_finish(sigma_session_t* s, uint64_t steps_done);
 
 /* What a training loop may tell the agent about a step (the progress line
@@ -333,32 +361,36 @@ typedef struct sigma_step_report_t {
 #define SIGMA_STEP_REPORT_V1_SIZE (offsetof(sigma_step_report_t, note) + sizeof(const char*))
 
 /* sigma_session_step_end with the step's figures. [in, optional] report:
- * read during the call only; NULL is sigma_session_step_end. */
+ * read during the call only; NULL is sigma_session_step_end.
+ * Thread-safety: the training thread. Blocks: as sigma_session_step_end. */
 SIGMA_EXPORT sigma_status_t sigma_session_step_end_report(sigma_session_t* s, uint64_t step,
                                                           const sigma_step_report_t* report);
-/* 1 when the disk checkpoint of `step` is due (step_end saves it). */
+/* 1 when the disk checkpoint of `step` is due (step_end saves it).
+ * Thread-safety: the training thread. Blocks: no. */
 SIGMA_EXPORT int32_t sigma_session_should_checkpoint(const sigma_session_t* s, uint64_t step);
 /*
  * A rollback every rank decided alike (the guardrails' loss spike): this
  * rank's own memory-tier snapshot `index` (steps done) back into the state.
  * Not collective. [out] next_step: `index`.
  * Errors: SIGMA_ERR_DATA_LOSS when this rank no longer holds it.
+ * Thread-safety: the training thread. Blocks: only on this rank's own copy.
  */
 SIGMA_EXPORT sigma_status_t sigma_session_rollback(sigma_session_t* s, uint64_t index, uint64_t* next_step);
 /*
  * The same, and the data batches of steps [skip_begin, skip_end) (numbered
  * as before the rollback) are skipped from then on: the windows travel
  * with the state, so a replacement skips them too. Not collective.
- * [out] next_step: `index`. Training thread; blocks only on this rank's
- * own copy.
+ * [out] next_step: `index`.
+ * Thread-safety: the training thread. Blocks: only on this rank's own copy.
  */
 SIGMA_EXPORT sigma_status_t sigma_session_rollback_skipping(sigma_session_t* s, uint64_t index,
                                                             uint64_t skip_begin, uint64_t skip_end,
                                                             uint64_t* next_step);
 /*
  * The data batch of `step`: the step's index moved past the windows
- * rollbacks skipped. [out] batch. Any thread but concurrently with a
- * rollback; does not block.
+ * rollbacks skipped. [out] batch.
+ * Thread-safety: any thread, but not concurrently with a rollback.
+ * Blocks: no.
  */
 SIGMA_EXPORT sigma_status_t sigma_session_batch_of(const sigma_session_t* s, uint64_t step, uint64_t* batch);
 
@@ -404,7 +436,9 @@ typedef struct sigma_checkpoint_create_args_t {
 SIGMA_EXPORT sigma_status_t sigma_checkpoint_create(const sigma_checkpoint_create_args_t* args,
                                                     sigma_checkpoint_t** out);
 /* Waits for pending saves (a failure is dropped here: call
- * sigma_checkpoint_wait first to see it), then frees. NULL is accepted. */
+ * sigma_checkpoint_wait first to see it), then frees. NULL is accepted.
+ * Thread-safety: any thread, no other call on the engine concurrently.
+ * Blocks: until the pending saves are durable. */
 SIGMA_EXPORT void sigma_checkpoint_destroy(sigma_checkpoint_t* ck);
 
 /*
@@ -413,14 +447,14 @@ SIGMA_EXPORT void sigma_checkpoint_destroy(sigma_checkpoint_t* ck);
  * only. Errors: INVALID_ARGUMENT (views), UNAVAILABLE (a write failed, e.g. a
  * full disk: nothing half-written stays, older checkpoints are untouched;
  * with async_save the failure of an earlier save is returned here).
- * Thread-safety (every sigma_checkpoint_* call): one thread at a time per
- * engine. Blocks: async, for the copy (and for the writer when it is two
+ * Thread-safety: one thread at a time per engine. Blocks: async, for the copy (and for the writer when it is two
  * saves behind); otherwise until durable.
  */
 SIGMA_EXPORT sigma_status_t sigma_checkpoint_save(sigma_checkpoint_t* ck, uint64_t step,
                                                   const sigma_state_view_t* views, uint32_t num_views,
                                                   const char* extra);
-/* Until every save is durable; returns the first background failure. */
+/* Until every save is durable; returns the first background failure.
+ * Thread-safety: one thread at a time per engine. Blocks: until durable. */
 SIGMA_EXPORT sigma_status_t sigma_checkpoint_wait(sigma_checkpoint_t* ck);
 
 /*
@@ -431,12 +465,15 @@ SIGMA_EXPORT sigma_status_t sigma_checkpoint_wait(sigma_checkpoint_t* ck);
  * Errors: SIGMA_ERR_DATA_LOSS (none is good, or there is none: the message
  *   says which files failed which check), INVALID_ARGUMENT (a good one does
  *   not match the views).
+ * Thread-safety: one thread at a time per engine. Blocks: until read and
+ * checked.
  */
 SIGMA_EXPORT sigma_status_t sigma_checkpoint_restore(sigma_checkpoint_t* ck, const sigma_state_view_t* views,
                                                      uint32_t num_views, uint64_t newest_step,
                                                      uint64_t* step);
 /* The `extra` text of the last restore ("" before one); owned by the
- * engine, valid until its next call. Never NULL for a non-NULL engine. */
+ * engine, valid until its next call. Never NULL for a non-NULL engine.
+ * Thread-safety: one thread at a time per engine. Blocks: no. */
 SIGMA_EXPORT const char* sigma_checkpoint_extra(const sigma_checkpoint_t* ck);
 
 /* ------------------------------------------------------------------------- */
@@ -484,10 +521,13 @@ typedef struct sigma_device_health_t {
  * threshold, named). Thread-safety: any thread. Blocks: no.
  */
 SIGMA_EXPORT sigma_status_t sigma_health_create(const sigma_health_create_args_t* args, sigma_health_t** out);
+/* NULL is accepted. Thread-safety: any thread, no other call on the monitor
+ * concurrently. Blocks: no. */
 SIGMA_EXPORT void sigma_health_destroy(sigma_health_t* h);
 
 /* Observations, each at t_s seconds of any clock that does not go back per
- * device. Devices are registered by their first observation. */
+ * device. Devices are registered by their first observation.
+ * Thread-safety: any thread, concurrently. Blocks: no. */
 SIGMA_EXPORT sigma_status_t sigma_health_observe_telemetry(sigma_health_t* h, uint32_t device, double t_s,
                                                            const hal_telemetry_sample_t* samples,
                                                            uint64_t num_samples);
@@ -496,15 +536,15 @@ SIGMA_EXPORT sigma_status_t sigma_health_observe_step(sigma_health_t* h, uint32_
 SIGMA_EXPORT sigma_status_t sigma_health_observe_heartbeat(sigma_health_t* h, uint32_t device, double t_s);
 
 /* Runs every detector at t_s. [out, optional] num_events: how many warnings
- * were raised or cleared and states changed since the last call. */
+ * were raised or cleared and states changed since the last call.
+ * Thread-safety: any thread, concurrently. Blocks: no. */
 SIGMA_EXPORT sigma_status_t sigma_health_evaluate(sigma_health_t* h, double t_s, uint32_t* num_events);
 
 /* [out] out: the device's health (struct_size set by the caller).
- * Errors: INVALID_ARGUMENT (a device never observed). */
+ * Errors: INVALID_ARGUMENT (a device never observed).
+ * Thread-safety: any thread, concurrently. Blocks: no. */
 SIGMA_EXPORT sigma_status_t sigma_health_query(sigma_health_t* h, uint32_t device,
                                                sigma_device_health_t* out);
-
-/* Thread-safety of every sigma_health_* call: any thread, concurrently. */
 
 /* ------------------------------------------------------------------------- */
 /* Planner (see sigma/planner.hpp and docs/parallel.md)                      */
@@ -524,7 +564,7 @@ SIGMA_EXPORT sigma_status_t sigma_health_query(sigma_health_t* h, uint32_t devic
 SIGMA_EXPORT sigma_status_t sigma_plan(const char* request_yaml, const char* name, uint32_t top, char** json);
 
 /* Frees memory the library allocated for the caller (sigma_plan's text).
- * NULL is accepted. */
+ * NULL is accepted. Thread-safety: any thread. Blocks: no. */
 SIGMA_EXPORT void sigma_free(void* p);
 
 #ifdef __cplusplus

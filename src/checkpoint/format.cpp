@@ -142,7 +142,10 @@ std::vector<uint8_t> encode(const Manifest& m) {
   return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
 }
 
-Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
+namespace {
+
+// The manifest's root, after the identifier and the FlatBuffers verifier.
+const fb::Manifest* verified_root(const std::vector<uint8_t>& bytes, const std::string& path) {
   if (bytes.size() < 8 || !fb::ManifestBufferHasIdentifier(bytes.data()))
     bad(path, "not a checkpoint manifest (no SGCK identifier)");
   flatbuffers::Verifier::Options vo;
@@ -151,7 +154,91 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
   flatbuffers::Verifier v(bytes.data(), bytes.size(), vo);
   if (!fb::VerifyManifestBuffer(v))
     bad(path, "the FlatBuffers verifier refused the manifest (torn or corrupted)");
-  const fb::Manifest* r = fb::GetManifest(bytes.data());
+  return fb::GetManifest(bytes.data());
+}
+
+// One tensor: a unique name, its shape and size agreeing, chunks that
+// cover it exactly, a layout that makes sense.
+Tensor read_tensor(const fb::Tensor* t, const Manifest& m, std::set<std::string>& names,
+                   const std::string& path) {
+  Tensor x;
+  x.name = t->name()->str();
+  if (x.name.empty() || x.name.size() > 4096 || !names.insert(x.name).second)
+    bad(path, "tensor name '" + x.name.substr(0, 64) + "' is empty, too long or repeated");
+  x.dtype = static_cast<hal_dtype_t>(t->dtype());
+  if (t->shape()) {
+    // This FlatBuffers' verifier checks a vector's 4-byte length, not
+    // the 8-byte alignment of its elements: check it here (an empty
+    // vector, a scalar's shape, has no elements to align).
+    if (t->shape()->size() > 0 && reinterpret_cast<uintptr_t>(t->shape()->data()) % alignof(int64_t) != 0)
+      bad(path, "tensor " + x.name + ": misaligned shape vector");
+    x.shape.assign(t->shape()->begin(), t->shape()->end());
+  }
+  if (x.shape.size() > 64)
+    bad(path, "tensor " + x.name + ": " + std::to_string(x.shape.size()) + " dimensions");
+  x.bytes = tensor_bytes(x.dtype, x.shape, "checkpoint: " + path + ": tensor " + x.name, Code::data_loss);
+  if (t->bytes() != x.bytes)
+    bad(path, "tensor " + x.name + ": " + std::to_string(t->bytes()) + " bytes recorded, its shape makes " +
+                  std::to_string(x.bytes));
+  uint64_t next = 0;
+  if (t->chunks()) {
+    for (const fb::Chunk* c : *t->chunks()) {
+      x.chunks.push_back(read_chunk(*c, x, m, next, path));
+      next += x.chunks.back().raw_size;
+    }
+  }
+  if (next != x.bytes)
+    bad(path, "tensor " + x.name + ": chunks cover " + std::to_string(next) + " of " +
+                  std::to_string(x.bytes) + " bytes");
+  x.layout = static_cast<Layout>(t->layout());
+  x.split_dim = t->split_dim();
+  x.split_offset = t->split_offset();
+  if (x.layout != Layout::local && t->global_shape()) {
+    if (t->global_shape()->size() > 0 &&
+        reinterpret_cast<uintptr_t>(t->global_shape()->data()) % alignof(int64_t) != 0)
+      bad(path, "tensor " + x.name + ": misaligned global shape vector");
+    if (t->global_shape()->size() > 64)
+      bad(path, "tensor " + x.name + ": global shape has too many dimensions");
+    x.global_shape.assign(t->global_shape()->begin(), t->global_shape()->end());
+  }
+  check_layout(x.layout, x.split_dim, x.split_offset, x.shape, x.global_shape, x.dtype,
+               "checkpoint: " + path + ": tensor " + x.name, Code::data_loss);
+  return x;
+}
+
+Metadata read_meta(const fb::Meta& meta) {
+  Metadata out;
+  out.step = meta.step();
+  out.data_position = meta.data_position();
+  if (meta.rng_state()) out.rng_state.assign(meta.rng_state()->begin(), meta.rng_state()->end());
+  out.loss_scale = meta.loss_scale();
+  if (meta.guardrails_state()) out.guardrails_state = meta.guardrails_state()->str();
+  if (meta.parallel_plan()) out.parallel_plan = meta.parallel_plan()->str();
+  if (meta.extra())
+    for (const fb::Entry* e : *meta.extra()) out.extra[e->key()->str()] = e->value() ? e->value()->str() : "";
+  return out;
+}
+
+// Every stored byte belongs to one chunk: thousands of tensors aliasing
+// one stored range would each pass their hash check and multiply what a
+// restore allocates for the same bytes on disk.
+void check_no_overlap(const Manifest& m, const std::string& path) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [data_offset, end)
+  for (const Tensor& t : m.tensors)
+    for (const Chunk& c : t.chunks)
+      if (c.stored_size > 0) ranges.emplace_back(c.data_offset, c.data_offset + c.stored_size);
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t k = 1; k < ranges.size(); ++k)
+    if (ranges[k].first < ranges[k - 1].second)
+      bad(path, "stored bytes [" + std::to_string(ranges[k].first) + ", " + std::to_string(ranges[k].second) +
+                    ") overlap another chunk's [" + std::to_string(ranges[k - 1].first) + ", " +
+                    std::to_string(ranges[k - 1].second) + ")");
+}
+
+}  // namespace
+
+Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
+  const fb::Manifest* r = verified_root(bytes, path);
   Manifest m;
   m.format_version = r->format_version();
   check_version(m.format_version, path);
@@ -169,82 +256,15 @@ Manifest decode(const std::vector<uint8_t>& bytes, const std::string& path) {
   if (m.data_file != kData) bad(path, "data file '" + m.data_file + "' is not '" + kData + "'");
   m.data_bytes = r->data_bytes();
   std::set<std::string> names;
-  if (r->tensors()) {
-    for (const fb::Tensor* t : *r->tensors()) {
-      Tensor x;
-      x.name = t->name()->str();
-      if (x.name.empty() || x.name.size() > 4096 || !names.insert(x.name).second)
-        bad(path, "tensor name '" + x.name.substr(0, 64) + "' is empty, too long or repeated");
-      x.dtype = static_cast<hal_dtype_t>(t->dtype());
-      if (t->shape()) {
-        // This FlatBuffers' verifier checks a vector's 4-byte length, not
-        // the 8-byte alignment of its elements: check it here (an empty
-        // vector, a scalar's shape, has no elements to align).
-        if (t->shape()->size() > 0 && reinterpret_cast<uintptr_t>(t->shape()->data()) % alignof(int64_t) != 0)
-          bad(path, "tensor " + x.name + ": misaligned shape vector");
-        x.shape.assign(t->shape()->begin(), t->shape()->end());
-      }
-      if (x.shape.size() > 64)
-        bad(path, "tensor " + x.name + ": " + std::to_string(x.shape.size()) + " dimensions");
-      x.bytes = tensor_bytes(x.dtype, x.shape, "checkpoint: " + path + ": tensor " + x.name, Code::data_loss);
-      if (t->bytes() != x.bytes)
-        bad(path, "tensor " + x.name + ": " + std::to_string(t->bytes()) +
-                      " bytes recorded, its shape makes " + std::to_string(x.bytes));
-      uint64_t next = 0;
-      if (t->chunks()) {
-        for (const fb::Chunk* c : *t->chunks()) {
-          x.chunks.push_back(read_chunk(*c, x, m, next, path));
-          next += x.chunks.back().raw_size;
-        }
-      }
-      if (next != x.bytes)
-        bad(path, "tensor " + x.name + ": chunks cover " + std::to_string(next) + " of " +
-                      std::to_string(x.bytes) + " bytes");
-      x.layout = static_cast<Layout>(t->layout());
-      x.split_dim = t->split_dim();
-      x.split_offset = t->split_offset();
-      if (x.layout != Layout::local && t->global_shape()) {
-        if (t->global_shape()->size() > 0 &&
-            reinterpret_cast<uintptr_t>(t->global_shape()->data()) % alignof(int64_t) != 0)
-          bad(path, "tensor " + x.name + ": misaligned global shape vector");
-        if (t->global_shape()->size() > 64)
-          bad(path, "tensor " + x.name + ": global shape has too many dimensions");
-        x.global_shape.assign(t->global_shape()->begin(), t->global_shape()->end());
-      }
-      check_layout(x.layout, x.split_dim, x.split_offset, x.shape, x.global_shape, x.dtype,
-                   "checkpoint: " + path + ": tensor " + x.name, Code::data_loss);
-      m.tensors.push_back(std::move(x));
-    }
-  }
-  if (const fb::Meta* meta = r->meta()) {
-    m.meta.step = meta->step();
-    m.meta.data_position = meta->data_position();
-    if (meta->rng_state()) m.meta.rng_state.assign(meta->rng_state()->begin(), meta->rng_state()->end());
-    m.meta.loss_scale = meta->loss_scale();
-    if (meta->guardrails_state()) m.meta.guardrails_state = meta->guardrails_state()->str();
-    if (meta->parallel_plan()) m.meta.parallel_plan = meta->parallel_plan()->str();
-    if (meta->extra())
-      for (const fb::Entry* e : *meta->extra())
-        m.meta.extra[e->key()->str()] = e->value() ? e->value()->str() : "";
-  }
+  if (r->tensors())
+    for (const fb::Tensor* t : *r->tensors()) m.tensors.push_back(read_tensor(t, m, names, path));
+  if (const fb::Meta* meta = r->meta()) m.meta = read_meta(*meta);
   if (const fb::Compression* c = r->compression()) {
     if (c->mode() > static_cast<uint8_t>(Compression::never))
       bad(path, "unknown compression mode " + std::to_string(c->mode()));
     m.compression = {static_cast<Compression>(c->mode()), c->disk_read(), c->disk_write(), c->threads()};
   }
-  // Every stored byte belongs to one chunk: thousands of tensors aliasing
-  // one stored range would each pass their hash check and multiply what a
-  // restore allocates for the same bytes on disk.
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [data_offset, end)
-  for (const Tensor& t : m.tensors)
-    for (const Chunk& c : t.chunks)
-      if (c.stored_size > 0) ranges.emplace_back(c.data_offset, c.data_offset + c.stored_size);
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t k = 1; k < ranges.size(); ++k)
-    if (ranges[k].first < ranges[k - 1].second)
-      bad(path, "stored bytes [" + std::to_string(ranges[k].first) + ", " + std::to_string(ranges[k].second) +
-                    ") overlap another chunk's [" + std::to_string(ranges[k - 1].first) + ", " +
-                    std::to_string(ranges[k - 1].second) + ")");
+  check_no_overlap(m, path);
   return m;
 }
 

@@ -173,15 +173,14 @@ void Guardrails::Impl::escalate_all(Decision& d, const std::string& why,
   }
 }
 
-Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all, double scan_ms,
-                                  double exchange_ms) {
+// The ranks' figures, reduced in rank order (every rank computes the same
+// doubles): the loss, non-finite counts, the global norm, each layer's
+// non-finite count and amax.
+void Guardrails::Impl::reduce(Decision& d, const std::vector<double>& all, std::vector<double>& layer_nf,
+                              std::vector<double>& layer_amax) {
   const size_t width = 1 + 3 * layers.size();
   const int world = exchange.world();
-  Decision d;
-  d.step = step;
-  // Reduce in rank order: every rank computes the same doubles.
   double loss_sum = 0, ssq = 0;
-  std::vector<double> layer_nf(layers.size()), layer_amax(layers.size());
   for (int r = 0; r < world; ++r) {
     const double* v = all.data() + static_cast<size_t>(r) * width;
     loss_sum += v[0];
@@ -203,10 +202,11 @@ Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all,
   }
   d.loss_scale = scaler.scale();
   d.global_norm = std::sqrt(ssq) / d.loss_scale;
-  const bool overflow = d.non_finite > 0 || !std::isfinite(d.loss);
+}
 
-  // Per-layer precision sees every step, skipped ones included.
-  std::vector<std::pair<std::string, std::string>> esc, desc;
+// Per-layer precision sees every step, skipped ones included.
+void Guardrails::Impl::precision_changes(Decision& d, const std::vector<double>& layer_nf,
+                                         const std::vector<double>& layer_amax, Changes& esc, Changes& desc) {
   for (size_t l = 0; l < layers.size(); ++l) {
     const auto v = precision[l].observe(layer_nf[l] > 0, layer_amax[l] / d.loss_scale);
     if (v.change == detail::LayerPrecision::Change::escalate) {
@@ -217,80 +217,109 @@ Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all,
       desc.emplace_back(layers[l].name, v.why);
     }
   }
+}
 
+void Guardrails::Impl::on_overflow(Decision& d, uint64_t step, const std::vector<double>& layer_nf) {
+  d.action = Action::skip;
+  if (d.non_finite > 0) {
+    std::string where;
+    for (size_t l = 0; l < layers.size(); ++l)
+      if (layer_nf[l] > 0) where += (where.empty() ? "" : ", ") + layers[l].name;
+    std::string ranks;
+    for (int r : d.non_finite_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    d.reason = std::to_string(d.non_finite) + " non-finite gradient values (layers " + where + "; ranks " +
+               ranks + "): step skipped";
+  } else {
+    d.reason = "the loss is not finite: step skipped";
+  }
+  d.next_loss_scale = scaler.update(true);
+  if (d.next_loss_scale != d.loss_scale)
+    d.reason += fmt(", loss scale %g -> %g", d.loss_scale, d.next_loss_scale);
+  min_next_step = step + 1;
+}
+
+// Applying would make the replicas diverge; skipping keeps them equal.
+void Guardrails::Impl::on_mismatch(Decision& d, uint64_t step) {
+  d.action = Action::skip;
+  std::string ranks;
+  for (int r : d.mismatch_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  d.reason =
+      "replicated gradients differ on rank(s) " + ranks +
+      " from the majority (non-finite count, sum of squares or amax): a silent error in the all-reduce or "
+      "in memory; step skipped, check the parameter fingerprints";
+  d.next_loss_scale = d.loss_scale;
+  min_next_step = step + 1;
+}
+
+// Back to the newest snapshot far enough before the spike, its data window
+// skipped; with none, the step is skipped.
+void Guardrails::Impl::on_spike(Decision& d, uint64_t step, const detail::SpikeDetector::Verdict& spike,
+                                Changes& esc) {
+  const uint64_t latest = step >= 1 + c.spike.rollback_margin ? step - 1 - c.spike.rollback_margin : 0;
+  auto it = snapshots.upper_bound(latest);
+  const bool have = step >= 1 + c.spike.rollback_margin && it != snapshots.begin();
+  const std::string figures = fmt("loss %.6g above the limit %.6g (median %.6g, MAD %.4g)", d.loss,
+                                  spike.limit, spike.median, spike.mad);
+  if (have) {
+    const uint64_t target = *std::prev(it);
+    d.action = Action::rollback;
+    d.rollback_to_step = target;
+    d.skip_data_begin = step >= c.spike.skip_before ? step - c.spike.skip_before : 0;
+    d.skip_data_end = step + c.spike.skip_after + 1;
+    d.reason = "loss spike: " + figures + "; roll back to the snapshot of step " + std::to_string(target) +
+               " and skip the data of steps [" + std::to_string(d.skip_data_begin) + ", " +
+               std::to_string(d.skip_data_end) + ")";
+    spikes.rewind(target);
+    snapshots.erase(snapshots.upper_bound(target), snapshots.end());
+    min_next_step = target + 1;
+  } else {
+    d.action = Action::skip;
+    d.reason = "loss spike: " + figures + "; no snapshot at or before step " + std::to_string(latest) +
+               " to roll back to: this step is skipped";
+    min_next_step = step + 1;
+  }
+  d.next_loss_scale = d.loss_scale;
+  if (spikes.record_spike(step))
+    escalate_all(d,
+                 std::to_string(c.spike.escalate_after) + " loss spikes within " +
+                     std::to_string(c.spike.escalate_within) + " steps",
+                 esc);
+}
+
+void Guardrails::Impl::on_apply(Decision& d, uint64_t step) {
+  d.action = Action::apply;
+  const double max_norm = c.clipping.max_norm;
+  if (max_norm > 0 && d.global_norm > max_norm) d.clip_factor = max_norm / (d.global_norm + 1e-6);
+  d.grad_multiplier = d.clip_factor / d.loss_scale;
+  d.reason = fmt("gradients finite, global norm %.6g", d.global_norm);
+  d.reason +=
+      d.clip_factor < 1 ? fmt(" clipped to %g (factor %.6g)", max_norm, d.clip_factor) : std::string();
+  spikes.accept(step, d.loss);
+  d.next_loss_scale = scaler.update(false);
+  if (d.next_loss_scale != d.loss_scale)
+    d.reason += fmt("; loss scale %g -> %g after %g clean steps", d.loss_scale, d.next_loss_scale,
+                    static_cast<double>(c.loss_scaling.growth_interval));
+  min_next_step = step + 1;
+}
+
+Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all, double scan_ms,
+                                  double exchange_ms) {
+  Decision d;
+  d.step = step;
+  std::vector<double> layer_nf(layers.size()), layer_amax(layers.size());
+  reduce(d, all, layer_nf, layer_amax);
+  const bool overflow = d.non_finite > 0 || !std::isfinite(d.loss);
+  Changes esc, desc;
+  precision_changes(d, layer_nf, layer_amax, esc, desc);
   detail::SpikeDetector::Verdict spike;
   if (overflow) {
-    d.action = Action::skip;
-    if (d.non_finite > 0) {
-      std::string where;
-      for (size_t l = 0; l < layers.size(); ++l)
-        if (layer_nf[l] > 0) where += (where.empty() ? "" : ", ") + layers[l].name;
-      std::string ranks;
-      for (int r : d.non_finite_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-      d.reason = std::to_string(d.non_finite) + " non-finite gradient values (layers " + where + "; ranks " +
-                 ranks + "): step skipped";
-    } else {
-      d.reason = "the loss is not finite: step skipped";
-    }
-    d.next_loss_scale = scaler.update(true);
-    if (d.next_loss_scale != d.loss_scale)
-      d.reason += fmt(", loss scale %g -> %g", d.loss_scale, d.next_loss_scale);
-    min_next_step = step + 1;
+    on_overflow(d, step, layer_nf);
   } else if (!d.mismatch_ranks.empty()) {
-    // Applying would make the replicas diverge; skipping keeps them equal.
-    d.action = Action::skip;
-    std::string ranks;
-    for (int r : d.mismatch_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-    d.reason =
-        "replicated gradients differ on rank(s) " + ranks +
-        " from the majority (non-finite count, sum of squares or amax): a silent error in the all-reduce or "
-        "in memory; step skipped, check the parameter fingerprints";
-    d.next_loss_scale = d.loss_scale;
-    min_next_step = step + 1;
+    on_mismatch(d, step);
   } else if ((spike = spikes.judge(d.loss)).spike) {
-    const uint64_t latest = step >= 1 + c.spike.rollback_margin ? step - 1 - c.spike.rollback_margin : 0;
-    auto it = snapshots.upper_bound(latest);
-    const bool have = step >= 1 + c.spike.rollback_margin && it != snapshots.begin();
-    const std::string figures = fmt("loss %.6g above the limit %.6g (median %.6g, MAD %.4g)", d.loss,
-                                    spike.limit, spike.median, spike.mad);
-    if (have) {
-      const uint64_t target = *std::prev(it);
-      d.action = Action::rollback;
-      d.rollback_to_step = target;
-      d.skip_data_begin = step >= c.spike.skip_before ? step - c.spike.skip_before : 0;
-      d.skip_data_end = step + c.spike.skip_after + 1;
-      d.reason = "loss spike: " + figures + "; roll back to the snapshot of step " + std::to_string(target) +
-                 " and skip the data of steps [" + std::to_string(d.skip_data_begin) + ", " +
-                 std::to_string(d.skip_data_end) + ")";
-      spikes.rewind(target);
-      snapshots.erase(snapshots.upper_bound(target), snapshots.end());
-      min_next_step = target + 1;
-    } else {
-      d.action = Action::skip;
-      d.reason = "loss spike: " + figures + "; no snapshot at or before step " + std::to_string(latest) +
-                 " to roll back to: this step is skipped";
-      min_next_step = step + 1;
-    }
-    d.next_loss_scale = d.loss_scale;
-    if (spikes.record_spike(step))
-      escalate_all(d,
-                   std::to_string(c.spike.escalate_after) + " loss spikes within " +
-                       std::to_string(c.spike.escalate_within) + " steps",
-                   esc);
+    on_spike(d, step, spike, esc);
   } else {
-    d.action = Action::apply;
-    const double max_norm = c.clipping.max_norm;
-    if (max_norm > 0 && d.global_norm > max_norm) d.clip_factor = max_norm / (d.global_norm + 1e-6);
-    d.grad_multiplier = d.clip_factor / d.loss_scale;
-    d.reason = fmt("gradients finite, global norm %.6g", d.global_norm);
-    d.reason +=
-        d.clip_factor < 1 ? fmt(" clipped to %g (factor %.6g)", max_norm, d.clip_factor) : std::string();
-    spikes.accept(step, d.loss);
-    d.next_loss_scale = scaler.update(false);
-    if (d.next_loss_scale != d.loss_scale)
-      d.reason += fmt("; loss scale %g -> %g after %g clean steps", d.loss_scale, d.next_loss_scale,
-                      static_cast<double>(c.loss_scaling.growth_interval));
-    min_next_step = step + 1;
+    on_apply(d, step);
   }
   d.check_fingerprint = (c.sdc.enabled && step % c.sdc.interval == 0) || !d.mismatch_ranks.empty();
   journal.decision(d, esc, desc, scan_ms, exchange_ms);

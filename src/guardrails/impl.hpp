@@ -40,9 +40,19 @@ struct Guardrails::Impl {
     for (const auto& l : layers) precision.emplace_back(c.precision, l.dtype);
   }
 
+  // Layer name and why, for the journal.
+  using Changes = std::vector<std::pair<std::string, std::string>>;
+
   Decision decide(uint64_t step, const std::vector<double>& all, double scan_ms, double exchange_ms);
-  void escalate_all(Decision& d, const std::string& why,
-                    std::vector<std::pair<std::string, std::string>>& esc);
+  void reduce(Decision& d, const std::vector<double>& all, std::vector<double>& layer_nf,
+              std::vector<double>& layer_amax);
+  void precision_changes(Decision& d, const std::vector<double>& layer_nf,
+                         const std::vector<double>& layer_amax, Changes& esc, Changes& desc);
+  void on_overflow(Decision& d, uint64_t step, const std::vector<double>& layer_nf);
+  void on_mismatch(Decision& d, uint64_t step);
+  void on_spike(Decision& d, uint64_t step, const detail::SpikeDetector::Verdict& spike, Changes& esc);
+  void on_apply(Decision& d, uint64_t step);
+  void escalate_all(Decision& d, const std::string& why, Changes& esc);
 };
 
 }  // namespace sigma::guardrails
