@@ -1,6 +1,8 @@
 #include <sigma/error.hpp>
 #include <sigma/memory_tier.hpp>
 
+#include "checkpoint/view_copy.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -20,56 +22,6 @@ hal_coll_args_t args(hal_coll_op_t op, uint32_t peer, uint64_t count, const void
 }
 
 bool host_addressable(const hal::PluginPtr& plugin) { return plugin->host_addressable(0); }
-
-void check_size(uint64_t size, const std::vector<TensorView>& views) {
-  uint64_t total = 0;
-  for (const auto& v : views) total += v.bytes();
-  if (total != size)
-    throw Error(Code::invalid_argument, "memory tier: the snapshot holds " + std::to_string(size) +
-                                            " bytes, the state's views " + std::to_string(total));
-}
-
-bool in_device_memory(const TensorView& v) {
-  return v.plugin != nullptr && !v.plugin->host_addressable(v.device);
-}
-
-void copy_in(uint8_t* dst, uint64_t size, const std::vector<TensorView>& views) {
-  check_size(size, views);
-  for (const auto& v : views) {
-    const uint64_t n = v.bytes();
-    if (n > 0 && in_device_memory(v))
-      v.plugin->check(
-          v.plugin->api().device->memcpy(v.device, dst, v.data, n, HAL_COPY_DEVICE_TO_HOST, nullptr),
-          "memcpy (memory tier snapshot)");
-    else if (n > 0)
-      std::memcpy(dst, v.data, n);
-    dst += n;
-  }
-}
-
-// Copies bytes [from, from + len) of a snapshot (at `src`) into the views
-// that hold them (the views, in order, tile the snapshot).
-void copy_out_range(const uint8_t* src, uint64_t from, uint64_t len, const std::vector<TensorView>& views) {
-  uint64_t at = 0;  // where the view starts in the snapshot
-  for (const auto& v : views) {
-    const uint64_t n = v.bytes(), lo = std::max(at, from), hi = std::min(at + n, from + len);
-    if (lo < hi) {
-      auto* dst = static_cast<uint8_t*>(v.data) + (lo - at);
-      if (in_device_memory(v))
-        v.plugin->check(v.plugin->api().device->memcpy(v.device, dst, src + lo, hi - lo,
-                                                       HAL_COPY_HOST_TO_DEVICE, nullptr),
-                        "memcpy (memory tier restore)");
-      else
-        std::memcpy(dst, src + lo, hi - lo);
-    }
-    at += n;
-  }
-}
-
-void copy_out(const uint8_t* src, uint64_t size, const std::vector<TensorView>& views) {
-  check_size(size, views);
-  copy_out_range(src, 0, size, views);
-}
 
 // A snapshot travels in pieces of this size (the last one shorter): the
 // receiver of a hand-off copies each piece into the training's tensors
