@@ -108,6 +108,14 @@ struct AgentOptions {
   // spare when it passes: a driver crash or a stuck process is not a dead
   // chip. 0: such a device stays cordoned.
   uint32_t readmit_crashed = 0;
+  // How a fault is recovered: `exact` stops every rank and restores them
+  // all (bitwise equal to a fault-free run); `contained` stops only the
+  // data-parallel replica of `replica_size` consecutive ranks the fault hit
+  // while the other replicas step on and take over its micro-batches, and
+  // its ranks take live state from a healthy replica (docs/sigmarun.md).
+  enum class Recovery : uint8_t { exact, contained };
+  Recovery recovery = Recovery::exact;
+  uint32_t replica_size = 0;  // contained: ranks per data-parallel replica; it divides the world
   bool allow_shrink = false;  // no spare left: go on with fewer ranks (a replicated, data-parallel state)
   uint32_t min_world = 1;     // ... but never fewer than this many ranks in all
   double failure_rate_per_device_hour = 0;  // for the spare advice in the report

@@ -329,7 +329,9 @@ json encode(const AgentMessage& m) {
                             j["rejoining"] = x.rejoining;
                             j["donor"] = *x.donor;
                             j["boundary"] = *x.boundary;
+                            if (x.rejoin) j["rejoin"] = true;
                           }
+                          if (!x.domains.empty()) j["domains"] = x.domains;
                           return j;
                         },
                         [](const Abort& x) -> json {
@@ -446,10 +448,12 @@ Reform reform_of(const Fields& f) {
   constexpr uint32_t any = std::numeric_limits<uint32_t>::max();
   Reform r{f.integer<uint64_t>("epoch"), replica_set(f, "live", any)};
   if (r.live.empty()) bad(f.where("live"), "no live replica");
+  if (f.has("domains")) r.domains = f.integers<uint32_t>("domains");
   if (!f.has("boundary")) return r;
   r.rejoining = replica_set(f, "rejoining", any);
   r.donor = f.integer<uint32_t>("donor");
   r.boundary = f.integer<uint64_t>("boundary");
+  r.rejoin = f.has("rejoin") && f.boolean("rejoin");
   const auto in = [&](uint32_t q, const std::vector<uint32_t>& set) {
     return std::find(set.begin(), set.end(), q) != set.end();
   };

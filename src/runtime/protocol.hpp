@@ -195,15 +195,24 @@ struct Goodbye {
 // `epoch`. Without a boundary at once: the data-parallel collective in
 // flight is aborted, the groups re-form over `live` and the step runs
 // again, the live replicas taking over the micro-batches of those out.
-// With one: at the end of step `boundary`, when every rank of the
-// `rejoining` replicas takes the state of its counterpart in replica
-// `donor`. A later epoch supersedes one not carried out yet.
+// With one, a hand-off: at the end of step `boundary` each rank of replica
+// `donor` starts streaming its state, then the reduced result of each
+// later data-parallel exchange, to its counterparts in the `rejoining`
+// replicas, which replay those steps; the live set is unchanged until the
+// rejoin (`live` names the set they will rejoin). With `rejoin` as well:
+// at the end of step `boundary` the stream stops and the groups re-form
+// over `live`. A later epoch supersedes one not carried out yet.
 struct Reform {
   uint64_t epoch = 0;
   std::vector<uint32_t> live;
   std::vector<uint32_t> rejoining{};
   std::optional<uint32_t> donor{};
   std::optional<uint64_t> boundary{};
+  bool rejoin = false;
+  // A hand-off: every rank's failure domain in the world it makes (the
+  // spares sit elsewhere), from which every rank places its memory tier's
+  // replicas again. Absent: unchanged.
+  std::vector<uint32_t> domains{};
 };
 
 using AgentMessage = std::variant<Assign, Abort, Retire, StopAfter, Goodbye, Reform>;

@@ -45,6 +45,18 @@ Actions stop_and_replace(Machine& m, uint32_t q, double t) {
   return m.spare_ready(2 * q, t + 1);
 }
 
+// A hand-off under way: every rank says it has started; the rejoining
+// `ranks` replay to step `replayed`, which brings the rejoin.
+Reform catch_up(Machine& m, const Reform& handoff, const V& ranks, uint64_t replayed, double t) {
+  m.reformed(handoff.epoch, t);
+  Actions a;
+  for (uint32_t r : ranks) a = m.replayed(r, replayed, t + 0.1);
+  const auto rejoin = only<Reform>(a);
+  EXPECT_TRUE(rejoin.rejoin);
+  EXPECT_EQ(rejoin.rejoining, handoff.rejoining);
+  return rejoin;
+}
+
 TEST(ContainedShare, EveryMicroBatchIsComputedOnceWhicheverReplicasAreLive) {
   for (const V& live : {V{0, 1, 2, 3}, V{0, 2, 3}, V{1}, V{0, 3}}) {
     std::vector<uint32_t> seen;
@@ -98,21 +110,30 @@ TEST(Contained, ACrashStopsOnlyItsReplicaWhichTakesADonorsStateAndRejoins) {
   EXPECT_GT(back.epoch, now.epoch);
   EXPECT_EQ(m.stage(1), Stage::handing);
 
-  m.step_done(22, 3.8);
-  m.reformed(back.epoch, 4);
+  // The stream starts at the end of step 22; replica 1 replays replica 0's
+  // exchanges, and rejoins once within the slack of the live set.
+  m.step_done(30, 3.8);
+  m.reformed(back.epoch, 3.85);
+  EXPECT_TRUE(all_of<Reform>(m.replayed(2, 26, 3.9)).empty()) << "rank 3 has replayed nothing yet";
+  EXPECT_TRUE(all_of<Reform>(m.replayed(3, 26, 3.9)).empty()) << "4 steps behind: not yet";
+  EXPECT_EQ(m.stage(1), Stage::handing);
+  const auto rejoin = catch_up(m, back, {2, 3}, 28, 3.9);
+  EXPECT_EQ(rejoin.boundary, 32u) << "past what the live set has done";
+  EXPECT_EQ(rejoin.live, (V{0, 1}));
+  m.reformed(rejoin.epoch, 4);
   EXPECT_EQ(m.stage(1), Stage::healthy);
   EXPECT_EQ(m.live(), (V{0, 1}));
-  EXPECT_EQ(m.degraded_steps(), 12u);
+  EXPECT_EQ(m.degraded_steps(), 20u);
   ASSERT_EQ(m.incidents().size(), 1u);
   const auto& i = m.incidents()[0];
   EXPECT_EQ(i["replica"], 1);
   EXPECT_EQ(i["end"], "rejoined");
-  EXPECT_EQ(i["degraded_steps"], 12);
+  EXPECT_EQ(i["degraded_steps"], 20);
   EXPECT_EQ(i["donor"], 0);
   EXPECT_DOUBLE_EQ(i["rejoined_s"].get<double>(), 4);
   // Steps with every replica in are not degraded.
-  m.step_done(30, 5);
-  EXPECT_EQ(m.degraded_steps(), 12u);
+  m.step_done(40, 5);
+  EXPECT_EQ(m.degraded_steps(), 20u);
 }
 
 TEST(Contained, AHungRankIsKilledAndALostDeviceIsNotUsedAgain) {
@@ -155,10 +176,11 @@ TEST(Contained, FaultsInTwoReplicasLeaveTheThirdSteppingAndBothRejoinInTurn) {
   // One hand-off at a time: replica 2 waits for replica 0's.
   EXPECT_TRUE(all_of<Reform>(m.spare_ready(5, 2.1)).empty());
   EXPECT_EQ(m.stage(2), Stage::waiting);
-  const auto second = only<Reform>(m.reformed(first.epoch, 3));
+  const auto rejoin0 = catch_up(m, first, {0, 1}, first.boundary.value() + 1, 2.5);
+  const auto second = only<Reform>(m.reformed(rejoin0.epoch, 3));
   EXPECT_EQ(second.rejoining, (V{2}));
   EXPECT_EQ(second.live, (V{0, 1, 2}));
-  m.reformed(second.epoch, 4);
+  m.reformed(catch_up(m, second, {4, 5}, second.boundary.value() + 1, 3.5).epoch, 4);
   EXPECT_EQ(m.live(), (V{0, 1, 2}));
   EXPECT_EQ(m.incidents().size(), 2u);
 }
@@ -201,13 +223,17 @@ TEST(Contained, ASpareDyingInTheHandOffVoidsItAndTheReplicaWaitsForAnother) {
   const auto superseded = only<Reform>(a);
   EXPECT_EQ(superseded.live, (V{0}));  // the rejoin is off: replica 0 stays alone
   EXPECT_GT(superseded.epoch, handoff.epoch);
+  // Its other rank leaves the hand-off it waits in before the next one.
+  EXPECT_EQ(only<StopRanks>(a).ranks, (V{2, 3}));
+  EXPECT_EQ(m.stage(1), Stage::stopping);
+  m.rank_out(3, 2.05);
   EXPECT_EQ(m.stage(1), Stage::waiting);
   // A late report of the voided epoch changes nothing.
   m.reformed(handoff.epoch, 2.1);
   EXPECT_EQ(m.stage(1), Stage::waiting);
   const auto again = only<Reform>(m.spare_ready(2, 3));
   EXPECT_EQ(again.rejoining, (V{1}));
-  m.reformed(again.epoch, 4);
+  m.reformed(catch_up(m, again, {2, 3}, again.boundary.value() + 1, 3.5).epoch, 4);
   EXPECT_EQ(m.live(), (V{0, 1}));
   ASSERT_EQ(m.incidents().size(), 1u);
   EXPECT_EQ(m.incidents()[0]["end"], "rejoined");
@@ -217,13 +243,18 @@ TEST(Contained, TheDonorFailingInTheHandOffHandsItToAnotherHealthyReplica) {
   Machine m(replicas_of_two(3), {});
   const auto first = only<Reform>(stop_and_replace(m, 2, 1));
   EXPECT_EQ(first.donor, 0u);
-  const auto a = m.fault(0, Machine::FaultKind::process_ended, "donor killed", 2);
+  auto a = m.fault(0, Machine::FaultKind::process_ended, "donor killed", 2);
+  EXPECT_EQ(only<Reform>(a).live, (V{1}));  // replica 1 alone at once
+  const auto stopped = all_of<StopRanks>(a);
+  ASSERT_EQ(stopped.size(), 2u);
+  EXPECT_EQ(stopped[1].replica, 2u) << "replica 2 leaves the hand-off from replica 0";
+  m.rank_out(4, 2.1);
+  a = m.rank_out(5, 2.1);
   const auto reforms = all_of<Reform>(a);
-  ASSERT_EQ(reforms.size(), 2u);
-  EXPECT_EQ(reforms[0].live, (V{1}));  // replica 1 alone at once
-  EXPECT_EQ(reforms[1].rejoining, (V{2}));
-  EXPECT_EQ(reforms[1].donor, 1u);  // and replica 2 takes its state instead
-  EXPECT_EQ(reforms[1].live, (V{1, 2}));
+  ASSERT_EQ(reforms.size(), 1u);
+  EXPECT_EQ(reforms[0].rejoining, (V{2}));
+  EXPECT_EQ(reforms[0].donor, 1u);  // and replica 2 takes its state instead
+  EXPECT_EQ(reforms[0].live, (V{1, 2}));
 }
 
 TEST(Contained, TheDonorFailingWithNoOtherHealthyReplicaRunsTheExactRound) {
@@ -231,6 +262,62 @@ TEST(Contained, TheDonorFailingWithNoOtherHealthyReplicaRunsTheExactRound) {
   stop_and_replace(m, 1, 1);
   const auto a = m.fault(1, Machine::FaultKind::process_ended, "donor killed", 2);
   EXPECT_EQ(all_of<ExactRound>(a).size(), 1u);
+  EXPECT_TRUE(m.exact());
+}
+
+}  // namespace
+}  // namespace sigma::runtime::agent::contained
+
+namespace sigma::runtime::agent::contained {
+namespace {
+
+// A rank whose collective broke reports before the agent sees the fault
+// behind it (a peer's process ending): its replica stops with it out but
+// not lost, and the rank the fault then takes is the one replaced.
+TEST(Contained, AReportBeforeItsPeersFaultStopsTheReplicaAndLosesOnlyThePeer) {
+  Machine m(replicas_of_two(2), {});
+  m.step_done(10, 1);
+  auto a = m.reported(3, "rank 3 reported: the collective failed", 2);
+  EXPECT_EQ(only<StopRanks>(a).replica, 1u);
+  EXPECT_TRUE(all_of<ReplaceRank>(a).empty()) << "the reporting rank is alive";
+  EXPECT_EQ(only<Reform>(a).live, (V{0}));
+  EXPECT_EQ(m.stage(1), Stage::stopping);
+  a = m.fault(2, Machine::FaultKind::process_ended, "killed", 2.1);
+  EXPECT_EQ(only<ReplaceRank>(a).rank, 2u);
+  EXPECT_TRUE(all_of<Reform>(a).empty()) << "the live set is already without replica 1";
+  EXPECT_EQ(m.stage(1), Stage::waiting);
+  a = m.spare_ready(2, 3);
+  const auto handoff = only<Reform>(a);
+  EXPECT_EQ(handoff.rejoining, (V{1}));
+  EXPECT_EQ(handoff.donor, 0u);
+}
+
+// A report with nothing lost: the replica takes a donor's state at once.
+TEST(Contained, AReplicaStoppedByReportsAloneIsHandedStateWithNoSpare) {
+  Machine m(replicas_of_two(2), {});
+  m.step_done(4, 1);
+  m.reported(0, "rank 0 reported", 2);
+  const auto a = m.reported(1, "rank 1 reported", 2.1);
+  EXPECT_EQ(only<Reform>(a).rejoining, (V{0}));
+  EXPECT_EQ(only<Reform>(a).donor, 1u);
+  EXPECT_EQ(m.stage(0), Stage::handing);
+}
+
+// A rank that reports during its hand-off (its groups could not form):
+// the hand-off is void, its replica's ranks are stopped and handed state
+// again; the last healthy replica reporting runs the exact round.
+TEST(Contained, AReportInTheHandOffVoidsItAndTheLastHealthyReplicasReportFallsBack) {
+  Machine m(replicas_of_two(2), {});
+  m.step_done(4, 1);
+  stop_and_replace(m, 1, 2);
+  ASSERT_EQ(m.stage(1), Stage::handing);
+  auto a = m.reported(2, "rank 2 reported: no hand-off", 3);
+  EXPECT_EQ(only<StopRanks>(a).replica, 1u);
+  EXPECT_EQ(m.stage(1), Stage::stopping);
+  EXPECT_EQ(only<Reform>(a).live, (V{0})) << "a new epoch over the live set supersedes the rejoin";
+  m.rank_out(3, 3.1);
+  EXPECT_EQ(m.stage(1), Stage::handing) << "nothing lost: handed state again";
+  m.reported(0, "rank 0 reported", 4);
   EXPECT_TRUE(m.exact());
 }
 

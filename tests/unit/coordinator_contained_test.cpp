@@ -71,11 +71,25 @@ TEST(CoordinatorContained, ACrashStopsOnlyItsReplicaWhichRejoinsFromADonor) {
   EXPECT_EQ(handoff.donor, 0u);
   ASSERT_TRUE(handoff.boundary.has_value());
   EXPECT_GE(*handoff.boundary, 10u);
+  EXPECT_EQ(handoff.domains.size(), 4u) << "the whole world's domains: every rank places its replicas anew";
 
-  // Every rank carries it out: the replica is back.
-  for (uint32_t d : {0u, 1u, 2u}) j.msg(d, protocol::Reformed{handoff.epoch});
+  // Every rank starts it; the rejoining ranks replay replica 0's steps
+  // until they are close enough to rejoin, which every rank carries out.
+  for (uint32_t d : {0u, 1u, 2u, 4u}) j.msg(d, protocol::Reformed{handoff.epoch});
+  EXPECT_EQ(j.c.contained()->stage(1), contained::Stage::handing) << "the stream has only started";
+  j.clear();
+  j.steps({2, 4}, *handoff.boundary + 1, *handoff.boundary + 3);
+  protocol::Reform rejoin;
+  for (uint32_t d : {0u, 1u, 2u, 4u}) {
+    const auto r = j.sent<protocol::Reform>(d);
+    ASSERT_EQ(r.size(), 1u) << d;
+    rejoin = r[0];
+  }
+  EXPECT_TRUE(rejoin.rejoin);
+  EXPECT_TRUE(j.sent<protocol::Assign>(4).empty()) << "the rejoin assigns nothing";
+  for (uint32_t d : {0u, 1u, 2u}) j.msg(d, protocol::Reformed{rejoin.epoch});
   EXPECT_EQ(j.c.contained()->stage(1), contained::Stage::handing) << "the spare has not reformed yet";
-  j.msg(4, protocol::Reformed{handoff.epoch});
+  j.msg(4, protocol::Reformed{rejoin.epoch});
   EXPECT_EQ(j.c.contained()->stage(1), contained::Stage::healthy);
   EXPECT_EQ(j.records("replica_rejoined").size(), 1u);
   EXPECT_GE(j.c.contained()->degraded_steps(), 5u);

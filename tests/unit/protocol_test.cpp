@@ -191,6 +191,14 @@ TEST(Protocol, AReformIsAtOnceOrAHandOffWithItsDonorAndBoundary) {
   expect_refused(decode_agent, no_donor, {"reform.donor", "missing"});
   const Reformed r = std::get<Reformed>(decode_worker(encode(WorkerMessage{Reformed{5}})));
   EXPECT_EQ(r.epoch, 5u);
+  // A hand-off places the memory tier anew: every rank's domain travels.
+  Reform placed = handoff;
+  placed.domains = {0, 0, 2, 2, 1, 1};
+  EXPECT_EQ(std::get<Reform>(decode_agent(encode(AgentMessage{placed}))).domains, placed.domains);
+  EXPECT_TRUE(back.domains.empty()) << "absent: unchanged";
+  json bad_domains = encode(AgentMessage{placed});
+  bad_domains["domains"] = {0, "node"};
+  expect_refused(decode_agent, bad_domains, {"reform.domains"});
 }
 
 TEST(Protocol, AStepsFiguresAreOptionalAndANonFiniteLossTravelsAsNull) {

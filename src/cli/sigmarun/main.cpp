@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 namespace {
 
@@ -134,6 +135,19 @@ void add_recovery_flags(CLI::App& app, Cli& c) {
                  "validate a device again after its worker process crashed, at most N times; it waits as a "
                  "spare when it passes (0: it stays cordoned)")
       ->check(CLI::Range(0u, 1000u));
+  app.add_option("--recovery", c.o.recovery,
+                 "exact: every fault stops every rank and all restore (bitwise a fault-free run); contained: "
+                 "a fault stops only its data-parallel replica of --replica-size ranks while the others step "
+                 "on, and its ranks take live state from a healthy replica")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, sigma::runtime::AgentOptions::Recovery>{
+              {"exact", sigma::runtime::AgentOptions::Recovery::exact},
+              {"contained", sigma::runtime::AgentOptions::Recovery::contained}},
+          CLI::ignore_case));
+  app.add_option("--replica-size", c.o.replica_size,
+                 "contained: ranks per data-parallel replica (the model-parallel group: EP x PP); it divides "
+                 "the world")
+      ->check(CLI::Range(1u, 1000000u));
   app.add_flag(
       "--allow-shrink", c.o.allow_shrink,
       "with no spare left, go on with fewer ranks (only for a state every rank holds whole: data parallel)");
@@ -190,6 +204,19 @@ int settle(const CLI::App& app, Cli& c) {
     std::cerr << "sigmarun: --min-ranks " << c.o.min_world << " is above the job's " << c.o.nproc * c.o.nnodes
               << " ranks\n";
     return 2;
+  }
+  if (c.o.recovery == sigma::runtime::AgentOptions::Recovery::contained) {
+    const uint32_t world = c.o.nproc * c.o.nnodes;
+    if (c.o.replica_size == 0 || world % c.o.replica_size != 0) {
+      std::cerr << "sigmarun: --recovery contained needs --replica-size dividing the job's " << world
+                << " ranks (given " << c.o.replica_size << ")\n";
+      return 2;
+    }
+    if (c.o.allow_shrink) {
+      std::cerr
+          << "sigmarun: --recovery contained keeps the world's size: it does not go with --allow-shrink\n";
+      return 2;
+    }
   }
   if (c.o.nnodes > 1 && c.o.store.empty()) {
     std::cerr << "sigmarun: --nnodes " << c.o.nnodes

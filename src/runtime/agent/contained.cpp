@@ -15,6 +15,8 @@ std::vector<uint32_t> share_of(uint32_t microbatches, const std::vector<uint32_t
   return mine;
 }
 
+Machine::Group::Group() = default;
+
 const char* stage_name(Stage s) {
   switch (s) {
     case Stage::healthy:
@@ -122,29 +124,36 @@ void Machine::lose(uint32_t rank, FaultKind kind) {
 
 // Its spare (or a parked rank) died before the boundary: the hand-off is
 // void. The healthy ranks are told at once (a new epoch over the same live
-// set supersedes the rejoin they were waiting for), and the replica waits
-// for its new spare.
+// set supersedes the rejoin they were waiting for); the replica's other
+// ranks leave the hand-off they wait in, and it waits for its new spare.
 void Machine::fault_while_handing(uint32_t replica, uint32_t rank, FaultKind kind) {
-  Group& g = groups_[replica];
-  note(
-      {{"event", "handoff_void"}, {"replica", replica}, {"why", "rank " + std::to_string(rank) + " failed"}});
-  g.stage = Stage::waiting;
-  g.donor.reset();
+  restart(replica, "rank " + std::to_string(rank) + " failed");
   lose(rank, kind);
+  groups_[replica].out.insert(rank);
   reform_now();
+  maybe_waiting(replica);
   maybe_hand_off();
+}
+
+// A hand-off to `replica` is void: its ranks are stopped again (each must
+// leave the groups it waits to form, or is killed after the grace) and it
+// takes state in the next hand-off.
+void Machine::restart(uint32_t replica, const std::string& why) {
+  Group& g = groups_[replica];
+  note({{"event", "handoff_void"}, {"replica", replica}, {"why", why}});
+  g.stage = Stage::stopping;
+  g.stop_s = t_;
+  g.out.clear();
+  g.donor.reset();
+  out_.push_back(StopRanks{replica, g.ranks, "hand-off void: " + why});
 }
 
 // `donor` stopped: a replica taking its state waits for another donor.
 void Machine::void_handoffs_from(uint32_t donor) {
   for (uint32_t q = 0; q < replicas_; ++q) {
-    Group& g = groups_[q];
-    if (g.stage != Stage::handing || g.donor != donor) continue;
-    note({{"event", "handoff_void"},
-          {"replica", q},
-          {"why", "donor replica " + std::to_string(donor) + " failed"}});
-    g.stage = Stage::waiting;
-    g.donor.reset();
+    const Group& g = groups_[q];
+    if (g.stage == Stage::handing && g.donor == donor)
+      restart(q, "donor replica " + std::to_string(donor) + " failed");
   }
 }
 
@@ -177,7 +186,9 @@ void Machine::maybe_hand_off() {
     g.stage = Stage::handing;
     g.donor = donor;
     g.boundary = steps_done_ + o_.boundary_lead;
-    g.rejoin_epoch = ++epoch_;
+    g.handoff_epoch = ++epoch_;
+    g.rejoin_epoch = 0;
+    g.replayed.clear();
     g.incident["handoff_s"] = t_;
     g.incident["donor"] = *donor;
     g.incident["boundary"] = g.boundary;
@@ -201,6 +212,58 @@ Actions Machine::rank_out(uint32_t rank, double t) {
   return take();
 }
 
+Actions Machine::reported(uint32_t rank, const std::string& cause, double t) {
+  t_ = t;
+  const uint32_t q = replica_of_.at(rank);
+  if (exact_) return take();
+  Group& g = groups_[q];
+  if (g.stage == Stage::healthy) {
+    if (live().size() == 1) {
+      fall_back(replicas_ == 1 ? "one replica: " + cause
+                               : "no healthy replica left to keep stepping: " + cause);
+      return take();
+    }
+    stop(q, cause, t);
+    reform_now();
+    void_handoffs_from(q);
+  } else if (g.stage == Stage::handing) {
+    restart(q, cause);
+    reform_now();  // supersedes the rejoin the healthy ranks wait for
+  }
+  g.out.insert(rank);
+  maybe_waiting(q);
+  maybe_hand_off();
+  return take();
+}
+
+// Once every rank of the handing replica has replayed to within the slack
+// of the live set, the rejoin: at the end of a step the live set has not
+// reached, the stream stops and the groups re-form with the replica in.
+Actions Machine::replayed(uint32_t rank, uint64_t step, double t) {
+  t_ = t;
+  const uint32_t q = replica_of_.at(rank);
+  Group& g = groups_[q];
+  if (exact_ || g.stage != Stage::handing || g.rejoin_epoch != 0 || step <= g.boundary) return take();
+  uint64_t& mine = g.replayed[rank];
+  mine = std::max(mine, step);
+  uint64_t slowest = UINT64_MAX;
+  for (uint32_t r : g.ranks) {
+    const auto it = g.replayed.find(r);
+    if (it == g.replayed.end()) return take();  // a rank still waits for the state
+    slowest = std::min(slowest, it->second);
+  }
+  if (slowest + 1 + o_.catch_up_slack < steps_done_) return take();
+  auto joined = live();
+  joined.insert(std::upper_bound(joined.begin(), joined.end(), q), q);
+  g.rejoin_epoch = ++epoch_;
+  const uint64_t boundary = std::max(steps_done_, slowest + 1) + o_.boundary_lead;
+  g.incident["caught_up_s"] = t;
+  g.incident["rejoin_boundary"] = boundary;
+  out_.push_back(Reform{epoch_, joined, {q}, g.donor, boundary, true});
+  note({{"event", "rejoin"}, {"replica", q}, {"boundary", boundary}, {"epoch", epoch_}});
+  return take();
+}
+
 Actions Machine::spare_ready(uint32_t rank, double t) {
   t_ = t;
   const uint32_t q = replica_of_.at(rank);
@@ -221,7 +284,7 @@ Actions Machine::reformed(uint64_t epoch, double t) {
   t_ = t;
   for (uint32_t q = 0; q < replicas_; ++q) {
     Group& g = groups_[q];
-    if (g.stage != Stage::handing || g.rejoin_epoch != epoch) continue;
+    if (g.stage != Stage::handing || g.rejoin_epoch == 0 || g.rejoin_epoch != epoch) continue;
     g.stage = Stage::healthy;
     g.donor.reset();
     g.incident["rejoined_s"] = t;

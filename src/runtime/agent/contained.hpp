@@ -20,8 +20,14 @@
 //   waiting    stopped; its lost ranks wait for spares (none free: the job
 //              runs with one replica fewer until one is)
 //   handing    every rank has a process; at the end of step `boundary` each
-//              takes its donor counterpart's state, and the live set
-//              re-forms with the replica in (epoch `epoch`)
+//              donor rank starts streaming its state to its counterpart,
+//              then the reduced result of every later data-parallel
+//              exchange: the replica takes the state and replays those
+//              steps (computing nothing) while the live set steps on. Once
+//              its slowest rank is within `catch_up_slack` steps of the
+//              live set, a second Reform (`rejoin`) names the step at whose
+//              end the stream stops and the live set re-forms with the
+//              replica in
 // One hand-off runs at a time (a second ready replica waits for it). A
 // fault in a handing replica (its spare dies) sends it back to waiting; a
 // fault in its donor voids the hand-off, and another healthy replica gives
@@ -30,7 +36,8 @@
 // Epochs number the live set: every change (a replica out, a replica back)
 // is a new epoch, announced by a Reform the healthy replicas carry out at
 // once (the step in flight runs again over the new set) or, for a rejoin,
-// at the hand-off's boundary.
+// at its boundary. A hand-off's start is an epoch too (every rank says it
+// carried it out), the live set unchanged.
 //
 // Pure: events and a clock in, actions out. Thread-safety: one thread at a time.
 #pragma once
@@ -45,6 +52,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -74,15 +82,18 @@ struct ReplaceRank {  // a spare takes the rank (device_gone: never on that devi
   bool device_gone = false;
 };
 // The healthy replicas re-form their data-parallel groups over `live` as
-// epoch `epoch`: at once (rejoining empty: the step in flight runs again
-// over the new set), or at the end of step `boundary`, when every rank of
-// the `rejoining` replicas takes the state of its counterpart in `donor`.
+// epoch `epoch` at once (rejoining empty: the step in flight runs again
+// over the new set). With a boundary: at the end of step `boundary` the
+// `donor` replica starts handing its state to the `rejoining` ones (`live`
+// is the set they will rejoin), or, with `rejoin`, the hand-off's stream
+// stops and the live set re-forms as `live`.
 struct Reform {
   uint64_t epoch = 0;
   std::vector<uint32_t> live;
   std::vector<uint32_t> rejoining;
   std::optional<uint32_t> donor;
   std::optional<uint64_t> boundary;
+  bool rejoin = false;
 };
 struct ExactRound {  // contained cannot go on: the world's exact round runs
   std::string cause;
@@ -102,6 +113,9 @@ struct Options {
   // set finished when the replica is ready (the healthy ranks must hear of
   // it before they pass it).
   uint64_t boundary_lead = 2;
+  // A replica catching up rejoins once its slowest rank has replayed to
+  // within this many steps of the live set.
+  uint64_t catch_up_slack = 2;
 };
 
 class Machine {
@@ -119,8 +133,15 @@ class Machine {
   // A rank of a stopping replica left its collectives (reported, or its
   // process ended after the fault).
   Actions rank_out(uint32_t rank, double t);
+  // A rank reported a failure while its replica was healthy (a collective
+  // broke, perhaps for a peer whose end is not known yet) or handing: its
+  // replica stops (or its hand-off is void) and it has left its
+  // collectives; it is not lost, and takes state in the next hand-off.
+  Actions reported(uint32_t rank, const std::string& cause, double t);
   // A spare took `rank` and is connected, waiting for the hand-off.
   Actions spare_ready(uint32_t rank, double t);
+  // A rank of a handing replica finished (replayed) `step`.
+  Actions replayed(uint32_t rank, uint64_t step, double t);
   // The live set finished `step` (its slowest rank).
   Actions step_done(uint64_t step, double t);
   // Every rank of the live set and of the rejoining replicas is in epoch
@@ -143,6 +164,7 @@ class Machine {
 
  private:
   struct Group {
+    Group();  // not noexcept: the incident record's JSON may allocate
     Stage stage = Stage::healthy;
     std::vector<uint32_t> ranks;
     std::set<uint32_t> out;         // stopping: ranks that left their collectives
@@ -150,15 +172,18 @@ class Machine {
     double stop_s = 0;              // when it was told to stop
     std::optional<uint32_t> donor;  // handing: whose state it takes
     uint64_t boundary = 0;
-    uint64_t rejoin_epoch = 0;
-    nlohmann::json incident;     // the open incident's record
-    uint64_t degraded_from = 0;  // steps done when it went out
+    uint64_t handoff_epoch = 0;             // handing: the stream's start
+    uint64_t rejoin_epoch = 0;              // handing: the rejoin, once announced (0: not yet)
+    std::map<uint32_t, uint64_t> replayed;  // handing: steps each rank has replayed
+    nlohmann::json incident;                // the open incident's record
+    uint64_t degraded_from = 0;             // steps done when it went out
   };
 
   void stop(uint32_t replica, const std::string& cause, double t);
   void lose(uint32_t rank, FaultKind kind);
   void fault_while_handing(uint32_t replica, uint32_t rank, FaultKind kind);
   void void_handoffs_from(uint32_t donor);
+  void restart(uint32_t replica, const std::string& why);
   void reform_now();
   void maybe_hand_off();
   void maybe_waiting(uint32_t replica);

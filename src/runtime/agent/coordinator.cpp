@@ -170,7 +170,7 @@ Commands Coordinator::message(uint32_t device, const protocol::WorkerMessage& me
     monitor_.observe_step(s.device, m->step, m->seconds, t);
     ledger_.slow_steps_s += step_times_.finished(m->step, m->seconds);
     ledger_.steps_run += s.rank == 0 ? 1 : 0;
-    contained_step();
+    contained_step(s, m->step);
   } else if (const auto* m = std::get_if<protocol::Checkpointed>(&message)) {
     if (s.rank >= 0) disk_[static_cast<uint32_t>(s.rank)].insert(m->index);
   } else if (const auto* m = std::get_if<protocol::Joined>(&message)) {
@@ -233,15 +233,18 @@ void Coordinator::recover_request(Slot& s, const protocol::RecoverRequest& m) {
     return;
   }
   if (s.phase != Phase::active) return;
-  if (parked(s) && !round_.active()) {
+  if (parked(s) && !round_.active() &&
+      contained_->stage(static_cast<uint32_t>(s.rank) / replica_size_) != contained::Stage::handing) {
     // Its replica was stopped: it has left its collectives and waits for
     // the hand-off.
     apply(contained_->rank_out(static_cast<uint32_t>(s.rank), t_));
     return;
   }
+  const std::string said =
+      "rank " + std::to_string(s.rank) + " reported: " + (m.reason.empty() ? "an error" : m.reason);
+  if (contained_reported(s, said)) return;
   if (!round_.active()) {
-    start_round("rank " + std::to_string(s.rank) + " reported: " + (m.reason.empty() ? "an error" : m.reason),
-                t_, true);
+    start_round(said, t_, true);
   } else if (round_.assigned() && !round_.rejoined() && s.joined_gen != generation_) {
     // It could not carry out the assignment (its communicator, probe or
     // restore failed): the round starts over, a bounded number of times.

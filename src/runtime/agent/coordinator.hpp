@@ -249,12 +249,13 @@ class Coordinator {
 
   // Contained recovery (coordinator_contained.cpp).
   bool contained_takes(Slot& s, const Fault& f, const std::string& words);
+  bool contained_reported(Slot& s, const std::string& words);
   void apply(const contained::Actions& actions);
   void send_reform(const contained::Reform& r);
   protocol::Assign peer_assignment(uint32_t rank);
   void reformed_check();
   void contained_tick();
-  void contained_step();
+  void contained_step(const Slot& s, uint64_t step);
   bool parked(const Slot& s) const;  // its replica is out: it waits, it does not step
   void contained_fields(protocol::Assign& a) const;
 

@@ -41,6 +41,23 @@ bool Coordinator::contained_takes(Slot& s, const Fault& f, const std::string& wo
   return true;
 }
 
+// A rank of a live replica reported a failure outside an exact round: its
+// replica stops (the fault behind it may not be known yet: a peer's
+// process ending is seen a moment later). False when the machine says the
+// exact round must run (the caller starts it).
+bool Coordinator::contained_reported(Slot& s, const std::string& words) {
+  if (!contained_ || contained_->exact() || round_.active() || s.rank < 0) return false;
+  const auto actions = contained_->reported(static_cast<uint32_t>(s.rank), words, t_);
+  if (contained_->exact()) {
+    for (const auto& a : actions)
+      if (const auto* n = std::get_if<contained::Note>(&a)) record(n->entry);
+    return false;
+  }
+  apply(actions);
+  s.reported = true;  // it has left its collectives; the Abort its replica's stop sent it changes nothing
+  return true;
+}
+
 void Coordinator::apply(const contained::Actions& actions) {
   for (const auto& action : actions) {
     if (const auto* stop = std::get_if<contained::StopRanks>(&action)) {
@@ -84,8 +101,11 @@ protocol::Assign Coordinator::peer_assignment(uint32_t rank) {
 }
 
 // To every rank of the new live set; a rank of a rejoining replica is
-// assigned first (a spare becomes active).
+// assigned first (a spare becomes active). A hand-off makes the world
+// whole again with spares in it: the Reform carries every rank's domain,
+// so that every rank places its memory tier's replicas anew alike.
 void Coordinator::send_reform(const contained::Reform& r) {
+  std::vector<Slot*> to;
   std::vector<uint32_t> ranks;
   for (uint32_t q : r.live) {
     const bool rejoins = std::find(r.rejoining.begin(), r.rejoining.end(), q) != r.rejoining.end();
@@ -93,19 +113,21 @@ void Coordinator::send_reform(const contained::Reform& r) {
       Slot* m = slot_of_rank(rank);
       if (m == nullptr) continue;
       ranks.push_back(rank);
-      if (rejoins) {
-        if (m->phase == Phase::spare) {
-          ledger_.idle_spares_s += t_ - m->spare_since;
-          m->phase = Phase::active;
-          m->newcomer = true;
-        }
-        m->rank = rank;
-        m->reported = false;
-        send(*m, peer_assignment(rank));
+      to.push_back(m);
+      if (!rejoins || r.rejoin) continue;
+      if (m->phase == Phase::spare) {
+        ledger_.idle_spares_s += t_ - m->spare_since;
+        m->phase = Phase::active;
+        m->newcomer = true;
       }
-      send(*m, protocol::Reform{r.epoch, r.live, r.rejoining, r.donor, r.boundary});
+      m->rank = rank;
+      m->reported = false;
+      send(*m, peer_assignment(rank));
     }
   }
+  protocol::Reform message{r.epoch, r.live, r.rejoining, r.donor, r.boundary, r.rejoin};
+  if (r.boundary && members().size() == scheduler_.world_size()) message.domains = placement().domains;
+  for (Slot* m : to) send(*m, message);
   reform_ranks_[r.epoch] = std::move(ranks);
 }
 
@@ -125,8 +147,13 @@ void Coordinator::reformed_check() {
   }
 }
 
-void Coordinator::contained_step() {
-  if (contained_) apply(contained_->step_done(reached(), t_));
+// A step done: the live set's progress, or a handing replica's replay.
+void Coordinator::contained_step(const Slot& s, uint64_t step) {
+  if (!contained_) return;
+  if (s.rank >= 0 && parked(s))
+    apply(contained_->replayed(static_cast<uint32_t>(s.rank), step, t_));
+  else
+    apply(contained_->step_done(reached(), t_));
 }
 
 // Spares that are ready for a waiting replica's lost ranks, and the

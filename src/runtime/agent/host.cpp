@@ -158,7 +158,9 @@ int Agent::Impl::run() {
   }
   open_endpoints();
   const int wake_fd = wake_pipe();
-  core = std::make_unique<Coordinator>(o, disk_holdings(o.job_dir), now());
+  std::optional<ContainedOptions> contained;
+  if (o.recovery == AgentOptions::Recovery::contained) contained = ContainedOptions{o.replica_size};
+  core = std::make_unique<Coordinator>(o, disk_holdings(o.job_dir), now(), contained);
   workers.resize(core->devices());
   pids.assign(core->devices(), -1);
   tokens.assign(core->devices(), "");
