@@ -145,6 +145,22 @@ struct Loop {
   std::function<void(uint64_t step)> on_step_done;
 };
 
+// Contained recovery's layout (sigmarun --recovery contained): the world is
+// `count` data-parallel replicas of `size` consecutive ranks (the
+// model-parallel group: EP x PP); rank r is at `position` r mod size of
+// replica r / size. `live` are the replicas stepping now (a fault stops its
+// replica only), numbered by `epoch`. Without contained recovery: one
+// replica, the whole world.
+struct ReplicaLayout {
+  uint32_t count = 1;
+  uint32_t size = 0;
+  uint32_t index = 0;     // this rank's replica
+  uint32_t position = 0;  // this rank's place in it
+  uint64_t epoch = 0;
+  std::vector<uint32_t> live{0};
+  bool degraded() const { return live.size() < count; }
+};
+
 class SIGMA_EXPORT Session {
  public:
   // True when this process was started by sigmarun (SIGMA_AGENT_SOCKET set).
@@ -194,6 +210,10 @@ class SIGMA_EXPORT Session {
   hal::Communicator& comm();
   const hal::PluginPtr& plugin() const noexcept;
 
+  // The step in flight, for the heartbeats. With contained recovery also
+  // a collective over the replica's ranks (a tiny all-reduce): every one
+  // starts the step in the same epoch of the live set, carrying out a
+  // Reform another already has. Throws the replica group's errors.
   void step_begin(uint64_t step);
   // Reports the step's time, snapshots into the memory tier when due (a
   // collective), saves a disk checkpoint when due. Throws Error(aborted)
@@ -230,6 +250,41 @@ class SIGMA_EXPORT Session {
                  std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
   void all_gather(void* data, uint64_t count, hal_dtype_t dtype,
                   std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
+
+  // ---- contained recovery (docs/sigmarun.md) ----
+  // The layout of the assignment in force; one replica of the whole world
+  // without contained recovery. Training thread.
+  const ReplicaLayout& replicas() const noexcept;
+  // This rank's replica's ranks (the model-parallel group: expert and
+  // pipeline exchanges go here), and this position's ranks in every live
+  // replica (the data-parallel group). Both are comm() without contained
+  // recovery. Valid until the next join, recover or re-form. While a
+  // replica is out the world is not whole and comm() throws
+  // Error(aborted). Training thread.
+  hal::Communicator& replica_comm();
+  hal::Communicator& data_parallel_comm();
+  // The micro-batches of a step of `total` that this replica computes, in
+  // order: micro-batch m goes to the (m mod |live|)-th live replica, so each
+  // is computed once whichever replicas are live and the global batch and
+  // its data are kept (the sums' order is the only difference). All of
+  // them without contained recovery. Pure.
+  std::vector<uint32_t> microbatches(uint32_t total) const;
+  // The step's data-parallel exchange: an all-reduce of host memory over
+  // data_parallel_comm(), then (contained recovery) a vote over the
+  // replica: every rank of it learns whether every one's exchange held. A
+  // step must apply nothing before its last such exchange returns. When a
+  // replica went out during it (the agent re-formed the live set) the step
+  // is void: the groups re-form over the live replicas and Error(aborted)
+  // is thrown with take_void_step() true: run the same step again (run()
+  // does), the micro-batches now shared among fewer replicas. Any other
+  // failure is thrown as all_reduce's.
+  void data_parallel_all_reduce(void* data, uint64_t count, hal_dtype_t dtype,
+                                hal_reduce_op_t op = HAL_REDUCE_SUM,
+                                std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
+  // True once after data_parallel_all_reduce voided the step in flight
+  // (nothing of it applied, the groups re-formed): run it again rather
+  // than recover. Training thread.
+  bool take_void_step() noexcept;
 
   // After an Error from a collective or step_end: reports what this rank
   // holds, waits for the agent's new assignment, builds the next

@@ -1,18 +1,9 @@
-// The worker's session. Two threads: the training thread (every public
-// member) and the session's control thread, which owns the agent channel's
-// reading side, sends heartbeats with telemetry, and aborts the current
-// communicator when the agent says a peer failed. They share the inbox
-// (assignments), the current communicator (abort only) and a few atomics.
-#include <sigma/bootstrap.hpp>
-#include <sigma/host_staging.hpp>
-#include <sigma/memory_tier.hpp>
+// The worker's session: its public calls, the assignment and the control
+// thread (session_impl.hpp says which thread owns what).
 #include <sigma/runtime.hpp>
 
-#include "runtime/channel.hpp"
 #include "runtime/job_key.hpp"
-#include "runtime/protocol.hpp"
-#include "runtime/state_items.hpp"
-#include "runtime/tier_fit.hpp"
+#include "runtime/session_impl.hpp"
 
 #include <unistd.h>
 #include <algorithm>
@@ -29,9 +20,6 @@
 #include <utility>
 
 namespace sigma::runtime {
-
-using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -58,8 +46,6 @@ double env_number(const char* name, double fallback, double lo, double hi) {
   }
   return x;
 }
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
 
@@ -89,425 +75,6 @@ SessionOptions SessionOptions::from_env() {
 }
 
 bool Session::under_agent() noexcept { return std::getenv("SIGMA_AGENT_SOCKET") != nullptr; }
-
-struct Session::Impl {
-  SessionOptions o;
-  std::unique_ptr<Channel> ch;
-  hal::PluginPtr plugin;
-  std::vector<hal_field_id_t> fields;
-  std::shared_ptr<bootstrap::Store> store;
-  std::mutex comm_mu;
-  std::shared_ptr<bootstrap::HalBootstrap> bs;  // guarded by comm_mu (the pointer)
-  std::shared_ptr<hal::Communicator> comm;      // guarded by comm_mu (the pointer)
-  std::function<void()> on_abort;               // guarded by comm_mu
-  uint32_t rank = 0, world = 0;
-  uint64_t generation = 0;
-  std::vector<checkpoint::TensorView> views;  // the caller's tensors
-  StateItems items;                           // ... its non-tensor items and the skipped windows
-  std::vector<checkpoint::TensorView> state;  // both: what snapshots and checkpoints hold
-  void rebuild_state() {
-    state = views;
-    state.push_back(items.view());
-  }
-  uint64_t state_bytes() const {
-    uint64_t n = 0;
-    for (const auto& v : state) n += v.bytes();
-    return n;
-  }
-  std::unique_ptr<hal::HostStaging> staging;  // the host collectives' buffer, per generation
-  uint64_t staging_generation = 0;
-  hal::HostStaging& host_staging() {
-    if (!staging || staging_generation != generation) {
-      staging.reset();
-      staging = std::make_unique<hal::HostStaging>(plugin);
-      staging_generation = generation;
-    }
-    return *staging;
-  }
-  std::chrono::nanoseconds collective_timeout() const {
-    return std::chrono::nanoseconds(static_cast<int64_t>(o.collective_timeout_s * 1e9));
-  }
-  std::unique_ptr<checkpoint::MemoryTier> tier;
-  checkpoint::ReplicaPlacement placement = checkpoint::ReplicaPlacement::ring(1);  // this generation's
-  uint64_t host_available = 0;  // the host's available memory when the session started
-  std::unique_ptr<checkpoint::Engine> engine;
-  std::vector<uint64_t> pending_disk;  // saved asynchronously, not yet known durable
-  bool resnapshot = false;             // a replacement joined: the next step snapshots
-  Clock::time_point step_t0;
-
-  // The control thread's side.
-  std::thread control;
-  std::atomic<bool> stopping{false};
-  std::atomic<bool> agent_gone{false};
-  std::atomic<int64_t> current_step{-1};
-  std::atomic<bool> in_step_end{false};  // inside step_end: the step's own work is done
-  std::atomic<int64_t> stop_after{-1};
-  std::atomic<uint64_t> abort_seq{0};  // aborts received so far
-  uint64_t assigned_aborts = 0;        // ... when the assignment in force arrived
-  // An assignment, retirement or goodbye from the agent, with the number of
-  // aborts received before it (a later abort makes an assignment stale).
-  struct Command {
-    protocol::AgentMessage message;
-    uint64_t aborts_before = 0;
-  };
-  std::mutex inbox_mu;
-  std::condition_variable inbox_cv;
-  std::deque<Command> inbox;
-  std::atomic<bool> ended{false};
-
-  // Ends what the training thread waits for: a collective (abort) or the
-  // creation of the next communicator (its bootstrap is cancelled).
-  void abort_comm() {
-    std::shared_ptr<hal::Communicator> c;
-    {
-      std::lock_guard<std::mutex> lk(comm_mu);
-      c = comm;
-      if (bs) bs->cancel();
-    }
-    if (c) c->abort();
-    std::function<void()> hook;
-    {
-      std::lock_guard<std::mutex> lk(comm_mu);
-      hook = on_abort;
-    }
-    if (hook) hook();
-  }
-
-  // A heartbeat: where the training thread is, and the device's telemetry
-  // (or why it could not be read).
-  protocol::Heartbeat heartbeat() {
-    protocol::Heartbeat h;
-    h.step = current_step.load();
-    h.step_done = in_step_end.load();
-    if (fields.empty()) return h;
-    try {
-      h.telemetry = plugin->read_telemetry(0, fields);
-    } catch (const Error& e) {
-      h.telemetry_status = to_hal_status(e.code());
-      h.telemetry_error = e.what();
-    }
-    return h;
-  }
-
-  void control_loop() {
-    auto next_beat = Clock::now();
-    while (!stopping) {
-      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now());
-      auto msg = ch->receive(std::max(std::chrono::milliseconds(0), wait));
-      if (ch->closed()) {
-        {
-          std::lock_guard<std::mutex> lk(inbox_mu);  // waiters read it under the lock
-          agent_gone = true;
-        }
-        abort_comm();
-        inbox_cv.notify_all();
-        return;
-      }
-      if (msg) handle(*msg);
-      if (Clock::now() >= next_beat) {
-        ch->send(protocol::encode(heartbeat()));
-        next_beat +=
-            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.heartbeat_s));
-        if (next_beat < Clock::now()) next_beat = Clock::now();
-      }
-    }
-  }
-
-  static bool contained(const protocol::AgentMessage& m) {
-    if (std::holds_alternative<protocol::Reform>(m)) return true;
-    const auto* a = std::get_if<protocol::Assign>(&m);
-    return a != nullptr && (a->restore == RestoreTier::peer || !a->replica_of.empty());
-  }
-
-  void handle(const json& j) {
-    protocol::AgentMessage m;
-    try {
-      m = protocol::decode_agent(j);
-    } catch (const Error& e) {
-      // A message this worker cannot read: the agent is not the one it was
-      // built for. Nothing can be trusted from here on.
-      std::fprintf(stderr, "runtime: %s; leaving the job\n", e.what());
-      m = protocol::Goodbye{e.what()};
-    }
-    if (contained(m)) {
-      // The agent's side of contained recovery is there, this side is not
-      // yet: running the assignment as an exact one would be wrong.
-      const char* why =
-          "runtime: this worker does not carry out contained recovery (a Reform, a peer "
-          "restore, replicas of a model-parallel group); leaving the job";
-      std::fprintf(stderr, "%s\n", why);
-      m = protocol::Goodbye{why};
-    }
-    if (std::holds_alternative<protocol::Abort>(m)) {
-      {
-        // Under the inbox's lock: finish() waits for an abort there too.
-        std::lock_guard<std::mutex> lk(inbox_mu);
-        ++abort_seq;
-      }
-      abort_comm();
-      inbox_cv.notify_all();
-      return;
-    }
-    if (const auto* stop = std::get_if<protocol::StopAfter>(&m)) {
-      stop_after = stop->step;
-      // Already past the boundary: leave the collective now instead.
-      if (current_step.load() > stop->step) abort_comm();
-      return;
-    }
-    const bool leaving = !std::holds_alternative<protocol::Assign>(m);  // retire, goodbye
-    {
-      // The count and the command change together: finish() reads a
-      // goodbye's abort as the goodbye, never as a peer's failure.
-      std::lock_guard<std::mutex> lk(inbox_mu);
-      if (leaving) ++abort_seq;
-      inbox.push_back({std::move(m), abort_seq.load()});
-    }
-    if (leaving) abort_comm();
-    inbox_cv.notify_all();
-  }
-
-  Command next_command() {
-    std::unique_lock<std::mutex> lk(inbox_mu);
-    inbox_cv.wait(lk, [&] { return !inbox.empty() || agent_gone.load(); });
-    if (inbox.empty()) throw Error(Code::unavailable, "runtime: the agent is gone");
-    Command c = std::move(inbox.front());
-    inbox.pop_front();
-    return c;
-  }
-
-  void build_comm(const protocol::Assign& a, uint64_t aborts_before) {
-    {
-      std::lock_guard<std::mutex> lk(comm_mu);
-      comm.reset();
-    }
-    rank = a.rank;
-    world = a.world;
-    generation = a.generation;
-    auto boot = std::make_shared<bootstrap::HalBootstrap>(store, "gen-" + std::to_string(generation) + "/");
-    {
-      std::lock_guard<std::mutex> lk(comm_mu);
-      bs = boot;
-    }
-    if (aborts_before != abort_seq.load()) boot->cancel();
-    hal_comm_create_args_t ca{};
-    ca.struct_size = sizeof(ca);
-    ca.rank = rank;
-    ca.world_size = world;
-    ca.bootstrap = boot->table();
-    ca.timeout_ns = static_cast<uint64_t>(o.comm_timeout_s * 1e9);
-    auto c = std::make_shared<hal::Communicator>(plugin, ca);
-    std::lock_guard<std::mutex> lk(comm_mu);
-    comm = std::move(c);
-  }
-
-  // Tells the agent which asynchronous saves became durable (or that the
-  // disk failed); with `wait`, first waits for those in flight. The agent
-  // plans restores only from checkpoints that exist.
-  void settle_disk(bool wait) {
-    if (!engine || pending_disk.empty()) return;
-    try {
-      for (const auto& r : wait ? engine->wait() : engine->poll()) {
-        pending_disk.erase(std::remove(pending_disk.begin(), pending_disk.end(), r.step), pending_disk.end());
-        ch->send(protocol::encode(protocol::Checkpointed{r.step}));
-      }
-    } catch (const Error& e) {
-      // The disk failed, not the device: the memory tier still holds the
-      // state, so training goes on. The engine is made again at the next
-      // checkpoint (the folder may come back).
-      engine.reset();
-      ch->send(protocol::encode(protocol::StorageFailed{pending_disk.back(), e.what()}));
-      pending_disk.clear();
-    }
-  }
-
-  // The disk checkpoints this rank can restore: every step whose shard of
-  // this rank is committed (its manifest in place), whichever process wrote
-  // it, that it can read: the step is whole (a global manifest) or was
-  // saved on this world size. A replacement holds what its predecessor
-  // saved, and a shard still being written when a fault struck is not held:
-  // the folder is the truth, not this process's memory of its own saves.
-  // Each rank speaks for its own shard only (the agent takes the steps every
-  // rank holds), so a rank that reports before a slower peer has finished
-  // the step still counts the shard it wrote.
-  std::vector<uint64_t> disk_held() const {
-    std::vector<uint64_t> out;
-    try {
-      for (const auto& st : checkpoint::list_steps(o.job_dir + "/checkpoints/sigmarun"))
-        if ((st.complete || st.world == world) && std::binary_search(st.ranks.begin(), st.ranks.end(), rank))
-          out.push_back(st.step);
-    } catch (const Error&) {
-      // An unreadable folder holds nothing this rank could restore.
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
-  // Disk checkpoints after the step the job goes back to describe steps
-  // that run again: this rank's shards of them go, whoever wrote them
-  // (disk_held reads the folder), or saving those steps again would find
-  // them there.
-  void discard_disk_after(uint64_t index) {
-    settle_disk(true);
-    if (!engine && o.checkpoint_every == 0) return;
-    try {
-      disk().discard_after(index);
-    } catch (const Error&) {
-      engine.reset();  // its peers' shards go: the step is no longer every rank's
-    }
-  }
-
-  checkpoint::Engine& disk() {
-    if (!engine) {
-      checkpoint::Options co;
-      co.dir = o.job_dir + "/checkpoints";
-      co.job = "sigmarun";
-      co.rank = rank;
-      co.world = world;
-      co.base_every = o.checkpoint_base_every;
-      co.keep = o.checkpoint_keep;
-      engine = std::make_unique<checkpoint::Engine>(co);
-    }
-    return *engine;
-  }
-
-  // Background saves stage into memory the engine's writer faults in now,
-  // while training starts.
-  void reserve_disk() {
-    if (o.checkpoint_every == 0 || !o.checkpoint_async) return;
-    try {
-      disk().reserve(state);
-    } catch (const Error&) {
-      engine.reset();  // the disk is not there: the first checkpoint says so, as a storage incident
-    }
-  }
-
-  // Carries out an assignment: communicator, then the agreed state.
-  uint64_t apply(const protocol::Assign& a, uint64_t aborts_before) {
-    const auto t0 = Clock::now();
-    const uint32_t old_rank = rank, old_world = world;
-    placement = a.domains.empty() ? checkpoint::ReplicaPlacement::ring(a.world)
-                                  : checkpoint::ReplicaPlacement::across(a.domains, a.replicas);
-    if (a.generation == 1) {
-      if (auto why = tier_does_not_fit(a.host_ranks)) {
-        ch->send(protocol::encode(protocol::Refused{*why}));
-        return wait_and_apply();  // the goodbye
-      }
-    }
-    build_comm(a, aborts_before);
-    if (engine && (old_rank != rank || old_world != world)) {
-      settle_disk(true);
-      engine.reset();
-    }
-    // Renumbered ranks (the world shrank): the replicas held are of ranks
-    // that are other ranks now.
-    if (old_world != 0 && (old_rank != rank || old_world != world)) tier->drop_replicas();
-    // The collective probe: a one-element all-reduce over the new world
-    // must give the world size before anything else runs on it.
-    const auto tp = Clock::now();
-    {
-      hal::Buffer b(plugin, 0, sizeof(float));
-      const float one = 1.0f;
-      b.copy_from_host(&one, sizeof one);
-      comm->run(hal::coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 1, b.data(), b.data()),
-                std::chrono::nanoseconds(static_cast<int64_t>(o.probe_timeout_s * 1e9)));
-      float got = 0;
-      b.copy_to_host(&got, sizeof got);
-      if (got != static_cast<float>(world)) {
-        throw Error(Code::data_loss, "runtime: the collective probe summed " + std::to_string(got) +
-                                         " over " + std::to_string(world) + " ranks");
-      }
-    }
-    const double probe_s = seconds_since(tp);
-    const RestoreTier how = a.restore;
-    const uint64_t index = a.index;
-    const auto t1 = Clock::now();
-    resnapshot = false;
-    if (how == RestoreTier::none) {
-      tier->clear();
-      tier->reserve(state_bytes(), *comm, placement);  // a fresh start: fault the snapshots' memory in now
-      reserve_disk();
-      items.save();  // the items as they start
-      tier->snapshot(0, state, *comm, rank, placement);
-    } else if (how == RestoreTier::memory) {
-      // A replaced rank keeps its number: the holder sends its replica of it.
-      std::vector<checkpoint::ReplicaHandoff> moves;
-      bool receiver = false;
-      for (auto [h, r] : a.handoff) {
-        moves.push_back({h, r, r});
-        receiver |= r == rank;
-      }
-      if (!receiver && !tier->restore_own(index, state)) {
-        throw Error(Code::data_loss,
-                    "runtime: rank " + std::to_string(rank) + " holds no snapshot " + std::to_string(index));
-      }
-      tier->handoff(index, moves, state, *comm, rank);
-      items.restore(false);
-      tier->drop_after(index);
-      discard_disk_after(index);
-      // A replacement holds no replica of the ranks it holds for: the first
-      // step snapshots, so that a second fault soon after still finds every
-      // rank's state in a peer. Not here: a rank that hangs in the exchange
-      // must not keep the others from joining, so that the agent can name it.
-      resnapshot = !moves.empty();
-    } else {
-      checkpoint::Metadata meta;
-      const auto res = disk().restore(state, &meta, index);
-      if (meta.step != index) {
-        throw Error(Code::data_loss, "runtime: rank " + std::to_string(rank) + " found disk checkpoint " +
-                                         std::to_string(meta.step) + ", the job restores " +
-                                         std::to_string(index) +
-                                         (res.refused.empty() ? "" : " (" + res.refused.front() + ")"));
-      }
-      items.restore(false);
-      discard_disk_after(index);
-      tier->clear();
-      tier->reserve(state_bytes(), *comm, placement);
-      reserve_disk();
-      tier->snapshot(index, state, *comm, rank, placement);
-    }
-    stop_after = -1;
-    assigned_aborts = aborts_before;
-    current_step = static_cast<int64_t>(index);
-    ch->send(protocol::encode(protocol::Joined{generation, rank, index, how,
-                                               std::chrono::duration<double>(t1 - t0).count(), probe_s,
-                                               seconds_since(t1)}));
-    return index;
-  }
-
-  // At the job's start: why the memory tiers of this host's ranks would not
-  // fit its memory (nullopt: they fit, or the host's memory is unknown).
-  std::optional<std::string> tier_does_not_fit(uint32_t host_ranks) const {
-    const bool given = o.tier_memory_bytes > 0;
-    const uint64_t available = given ? o.tier_memory_bytes : host_available;
-    if (host_ranks == 0 || available == 0) return std::nullopt;
-    return tier_unfit(state_bytes(), o.snapshot_keep, placement.replicas(), host_ranks, available,
-                      given ? "SIGMA_TIER_MEMORY_BYTES" : "the host's available memory");
-  }
-
-  // Reports what this rank holds, with the failure's code (none: one
-  // libsigma did not report), and waits for the next assignment.
-  uint64_t recover(std::optional<Code> code, const std::string& reason) {
-    abort_comm();
-    tier->abandon();    // a replica still in flight is not held
-    settle_disk(true);  // what this rank holds on disk, durable
-    protocol::RecoverRequest r{code,       reason, generation, tier->own_indices(), tier->replica_indices(),
-                               disk_held()};
-    r.replicas_of = tier->replicas_held();
-    ch->send(protocol::encode(r));
-    return wait_and_apply();
-  }
-
-  uint64_t wait_and_apply() {
-    Command c = next_command();
-    if (const auto* a = std::get_if<protocol::Assign>(&c.message)) return apply(*a, c.aborts_before);
-    ended = true;
-    const auto* retire = std::get_if<protocol::Retire>(&c.message);
-    const std::string reason = retire ? retire->reason : std::get<protocol::Goodbye>(c.message).reason;
-    throw Error(Code::aborted, "runtime: the agent " +
-                                   std::string(retire ? "retired this worker" : "ended the job") +
-                                   (reason.empty() ? std::string() : ": " + reason));
-  }
-};
 
 Session::Session(SessionOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
@@ -656,6 +223,7 @@ void Session::step_begin(uint64_t step) {
   impl_->in_step_end = false;
   impl_->current_step = static_cast<int64_t>(step);
   impl_->step_t0 = Clock::now();
+  impl_->agree_epoch(step);  // contained recovery: the replica's ranks in one epoch
 }
 
 bool Session::should_checkpoint(uint64_t step) const noexcept {
@@ -676,8 +244,20 @@ void Session::step_end(uint64_t step, const StepReport& report) {
   m.tier->settle();  // the last snapshot's exchange, if it has arrived
   const bool snapshot = index % m.o.snapshot_every == 0 || std::exchange(m.resnapshot, false);
   if (snapshot || should_checkpoint(step)) m.items.save();  // the items' bytes, only when taken
-  if (snapshot) {
-    m.tier->snapshot(index, m.state, comm(), m.rank, m.placement);  // the exchange runs on behind
+  if (snapshot && m.contained && m.layout.degraded()) {
+    // A replica is out: the world is not whole, the snapshot stays here.
+    m.tier->snapshot(index, m.state, replica_comm(), 0, checkpoint::ReplicaPlacement::ring(1));
+    m.ch->send(protocol::encode(protocol::Snapshotted{index}));
+  } else if (snapshot) {
+    try {
+      m.tier->snapshot(index, m.state, comm(), m.rank, m.placement);  // the exchange runs on behind
+    } catch (const Error&) {
+      // Contained recovery: a replica went out during the exchange. The
+      // step is done; the live set re-forms for the next and the snapshot
+      // stays here.
+      if (!m.contained || !m.take_reform(index, m.collective_timeout())) throw;
+      m.tier->snapshot(index, m.state, replica_comm(), 0, checkpoint::ReplicaPlacement::ring(1));
+    }
     m.ch->send(protocol::encode(protocol::Snapshotted{index}));
   }
   m.settle_disk(false);  // background saves that became durable since the last step
@@ -702,6 +282,7 @@ void Session::step_end(uint64_t step, const StepReport& report) {
       m.ch->send(protocol::encode(protocol::StorageFailed{index, e.what()}));
     }
   }
+  m.maybe_hand_off(step);  // contained recovery: a replica rejoins at the end of this step
   const int64_t stop = m.stop_after.load();
   if (stop >= 0 && static_cast<int64_t>(step) >= stop) {
     throw Error(Code::aborted, "runtime: the agent stops the job after step " + std::to_string(stop));

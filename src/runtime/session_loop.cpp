@@ -36,7 +36,8 @@ class Runner {
         try {
           one_step();
         } catch (const Error& e) {
-          note(e);
+          // A step a contained re-form voided runs again; nothing was applied.
+          if (!s_.take_void_step()) note(e);
         }
       }
       try {
