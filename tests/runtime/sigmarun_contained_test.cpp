@@ -160,8 +160,15 @@ TEST_F(SigmarunContained, AKilledRankStopsOnlyItsReplicaTheOtherStepsOnAndItRejo
   size_t alone = 0;
   for (const auto& [step, line] : got.at(0)) alone += line.live == 1 ? 1 : 0;
   EXPECT_GE(alone, 10u) << logs(r);
-  std::printf("replica 0 stepped alone for %zu steps; the hand-off took %.2f s from its start to the rejoin\n",
-              alone, (*rejoined)["t"].get<double>() - (*handoff)["t"].get<double>());
+  // The report says which steps ran degraded and how the incident went.
+  const json& c = r.report["contained"];
+  ASSERT_EQ(c["incidents"].size(), 1u) << logs(r);
+  EXPECT_EQ(c["incidents"][0]["end"], "rejoined");
+  EXPECT_EQ(c["incidents"][0]["replica"], 1);
+  EXPECT_GE(c["degraded_steps"].get<uint64_t>(), 10u);
+  std::printf(
+      "replica 0 stepped alone for %zu steps; the hand-off took %.2f s from its start to the rejoin\n", alone,
+      (*rejoined)["t"].get<double>() - (*handoff)["t"].get<double>());
   // Between the hand-off and the rejoin the stopped replica's ranks
   // replayed replica 0's exchanges, computing nothing.
   size_t replayed = 0;

@@ -298,19 +298,26 @@ json Coordinator::report(double t) {
     const auto plan = scheduler::size_spares(world_, fm);
     advice = {{"spares", plan.spares}, {"risk", plan.risk}, {"rule", plan.rule}, {"given", o_.spares}};
   }
-  return {{"status", ending_.status()},
-          {"reason", ending_.why()},
-          {"world", scheduler_.world_size()},
-          {"spares", o_.spares},
-          {"steps", reached()},
-          {"generations", generation_},
-          {"wall_s", t},
-          {"median_step_s", median},
-          {"incidents", round_.incidents()},
-          {"ledger", ledger_.to_json(t)},
-          {"spare_advice", advice},
-          {"storage", {{"failed_saves", storage_failures_}, {"last_error", storage_error_}}},
-          {"devices", devices}};
+  json report = {{"status", ending_.status()},
+                 {"reason", ending_.why()},
+                 {"world", scheduler_.world_size()},
+                 {"spares", o_.spares},
+                 {"steps", reached()},
+                 {"generations", generation_},
+                 {"wall_s", t},
+                 {"median_step_s", median},
+                 {"incidents", round_.incidents()},
+                 {"ledger", ledger_.to_json(t)},
+                 {"spare_advice", advice},
+                 {"storage", {{"failed_saves", storage_failures_}, {"last_error", storage_error_}}},
+                 {"devices", devices}};
+  // Contained recovery: which steps ran with a replica out, and each
+  // replica's incident (fault, stop, hand-off, catch-up, rejoin).
+  if (contained_)
+    report["contained"] = {{"replica_size", replica_size_},
+                           {"degraded_steps", contained_->degraded_steps()},
+                           {"incidents", contained_->incidents()}};
+  return report;
 }
 
 }  // namespace sigma::runtime::agent
