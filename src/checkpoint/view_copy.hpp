@@ -15,8 +15,13 @@ namespace sigma::checkpoint {
 
 // The views' bytes, in order, into `dst` (`size` bytes).
 void copy_in(uint8_t* dst, uint64_t size, const std::vector<TensorView>& views);
+// Bytes [from, from + len) of the image, held at `piece` (the range alone),
+// into the views that hold them.
+void copy_out_piece(const uint8_t* piece, uint64_t from, uint64_t len, const std::vector<TensorView>& views);
 // Bytes [from, from + len) of an image at `src` into the views that hold them.
 void copy_out_range(const uint8_t* src, uint64_t from, uint64_t len, const std::vector<TensorView>& views);
+// Bytes [from, from + len) of the views' image into `piece` (the range alone).
+void copy_in_piece(uint8_t* piece, uint64_t from, uint64_t len, const std::vector<TensorView>& views);
 // The whole image (`size` bytes) into the views.
 void copy_out(const uint8_t* src, uint64_t size, const std::vector<TensorView>& views);
 

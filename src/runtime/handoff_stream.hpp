@@ -38,9 +38,13 @@ struct StreamHeader {
 // the stream's own thread only sends.
 class HandoffSender {
  public:
-  // Starts sending `state` (the donor's state, copied) at once.
-  HandoffSender(std::shared_ptr<hal::Communicator> comm, hal::PluginPtr plugin, std::vector<char> state,
-                std::chrono::nanoseconds timeout);
+  // Copies the donor's state (`views`) and sends the copy. Where the
+  // plugin's memory is host-addressable the copy is in its memory and each
+  // piece is posted as soon as it is copied (the copy and the wire
+  // overlap); elsewhere it is staged piece by piece after the copy.
+  // Returns once the copy is whole: the views may change from then on.
+  HandoffSender(std::shared_ptr<hal::Communicator> comm, hal::PluginPtr plugin,
+                const std::vector<checkpoint::TensorView>& views, std::chrono::nanoseconds timeout);
   // Aborts the stream if it still runs (a hand-off made void) and joins.
   ~HandoffSender();
   HandoffSender(const HandoffSender&) = delete;
@@ -61,11 +65,17 @@ class HandoffSender {
     StreamHeader header;
     std::vector<char> payload;
   };
-  void run(std::vector<char> state);
+  void run();
+  void send_state();
 
   std::shared_ptr<hal::Communicator> comm_;
+  hal::PluginPtr plugin_;
   hal::HostStaging staging_;
   std::chrono::nanoseconds timeout_;
+  uint64_t state_bytes_ = 0;
+  uint64_t copied_ = 0;                 // guarded by mu_: bytes of the image copied so far (sent as they are)
+  std::unique_ptr<hal::Buffer> image_;  // the state's copy in the plugin's memory (host-addressable)
+  std::vector<char> host_image_;        // ... or in host memory, staged
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Record> queue_;          // guarded by mu_
@@ -81,8 +91,8 @@ class HandoffReceiver {
  public:
   HandoffReceiver(std::shared_ptr<hal::Communicator> comm, hal::PluginPtr plugin,
                   std::chrono::nanoseconds timeout);
-  // The donor's state into `views` (host memory, the donor's layout).
-  // Blocks until it has arrived.
+  // The donor's state into `views` (the donor's layout), each piece copied
+  // in while the next ones arrive. Blocks until it has arrived.
   void state(const std::vector<checkpoint::TensorView>& views);
   // The next record's header; blocks until the donor sends it.
   StreamHeader next();
@@ -91,6 +101,7 @@ class HandoffReceiver {
 
  private:
   std::shared_ptr<hal::Communicator> comm_;
+  hal::PluginPtr plugin_;
   hal::HostStaging staging_;
   std::chrono::nanoseconds timeout_;
 };

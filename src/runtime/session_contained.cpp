@@ -22,7 +22,6 @@
 // Rendezvous prefixes in the store: gen-G/ (the generation's world), gen-G/
 // replica-Q/ (a replica's group at the start of a generation), gen-G/e-E/
 // world/, gen-G/e-E/replica-Q/ and gen-G/e-E/dp-P/ (an epoch's).
-#include "checkpoint/view_copy.hpp"
 #include "runtime/agent/contained.hpp"
 #include "runtime/session_impl.hpp"
 
@@ -373,9 +372,7 @@ void Session::Impl::start_handoff(const protocol::Reform& r, uint64_t reforms_be
       handoff_comm = hc;
     }
     items.save();
-    std::vector<char> image(state_bytes());
-    checkpoint::copy_in(reinterpret_cast<uint8_t*>(image.data()), image.size(), state);
-    sender = std::make_unique<HandoffSender>(hc, plugin, std::move(image), collective_timeout());
+    sender = std::make_unique<HandoffSender>(hc, plugin, state, collective_timeout());
     notice_sent = false;
   }
   streaming = r;
