@@ -115,7 +115,11 @@ struct AgentOptions {
   // its ranks take live state from a healthy replica (docs/sigmarun.md).
   enum class Recovery : uint8_t { exact, contained };
   Recovery recovery = Recovery::exact;
-  uint32_t replica_size = 0;  // contained: ranks per data-parallel replica; it divides the world
+  // Ranks per data-parallel replica (it divides the world): every
+  // assignment names the replicas, so workers form their replica and
+  // data-parallel groups (under `exact` too). 0: no layout (contained
+  // recovery needs one).
+  uint32_t replica_size = 0;
   bool allow_shrink = false;  // no spare left: go on with fewer ranks (a replicated, data-parallel state)
   uint32_t min_world = 1;     // ... but never fewer than this many ranks in all
   double failure_rate_per_device_hour = 0;  // for the spare advice in the report

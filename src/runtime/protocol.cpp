@@ -320,6 +320,7 @@ json encode(const AgentMessage& m) {
                             j["replica_of"] = a.replica_of;
                             j["epoch"] = a.epoch;
                             j["live"] = a.live;
+                            if (a.contained) j["contained"] = true;
                           }
                           return j;
                         },
@@ -439,6 +440,7 @@ void contained_of(const Fields& f, Assign& a) {
   a.epoch = f.integer<uint64_t>("epoch");
   a.live = replica_set(f, "live", replicas);
   if (a.live.empty()) bad(f.where("live"), "no live replica");
+  a.contained = f.has("contained") && f.boolean("contained");
 }
 
 // A Reform: a live set, and for a hand-off its rejoining replicas (in the

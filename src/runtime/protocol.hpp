@@ -152,9 +152,10 @@ using WorkerMessage = std::variant<Hello, Heartbeat, Joined, StepDone, Snapshott
 // places its replicas (checkpoint::ReplicaPlacement::across); `replicas`,
 // how many (1 or 2); `host_ranks`, how many ranks of the new world share
 // this rank's host, for the check that their memory tiers fit it.
-// Contained recovery (absent in exact mode): `replica_of`, the data-parallel
+// The replicas (absent without a layout): `replica_of`, the data-parallel
 // replica of each rank of the world; `epoch` and `live`, the live set of
-// replicas the rank starts in. A spare taking a rank of a stopped replica
+// replicas the rank starts in; `contained`, whether a fault stops only its
+// replica (Reforms follow) or every rank (the exact round). A spare taking a rank of a stopped replica
 // is assigned with restore `peer`: it takes its state in the hand-off a
 // Reform announces.
 struct Assign {
@@ -169,6 +170,7 @@ struct Assign {
   std::vector<uint32_t> replica_of{};
   uint64_t epoch = 0;
   std::vector<uint32_t> live{};
+  bool contained = false;  // the agent contains faults to their replica (absent: false)
 };
 
 // Abort the communicator now (a peer failed).

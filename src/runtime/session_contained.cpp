@@ -48,6 +48,7 @@ std::string replicas_text(const std::vector<uint32_t>& live) {
 
 void Session::Impl::set_layout(const protocol::Assign& a) {
   contained = !a.replica_of.empty();
+  contain_faults = a.contained;
   ReplicaLayout l;
   if (!contained) {
     l.size = a.world;
@@ -215,6 +216,7 @@ bool Session::Impl::vote(bool ok) {
 // agent's loss), then carries it out for `step`, the step to run next.
 // False when none came, or an abort did: this replica itself stops.
 bool Session::Impl::take_reform(uint64_t step, std::chrono::nanoseconds wait) {
+  if (!contain_faults) return false;  // exact recovery: no Reform comes, the agent's abort does
   {
     std::unique_lock<std::mutex> lk(inbox_mu);
     const auto queued = [&] {

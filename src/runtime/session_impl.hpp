@@ -60,7 +60,8 @@ struct Session::Impl {
   uint32_t rank = 0, world = 0;
   uint64_t generation = 0;
   ReplicaLayout layout;                       // the assignment's replicas (one without contained recovery)
-  bool contained = false;                     // the assignment names replicas
+  bool contained = false;                     // the assignment names replicas (their groups are formed)
+  bool contain_faults = false;                // ... and the agent contains faults to them (Reforms come)
   uint32_t tier_replicas = 1;                 // the memory tier's copies of each rank's snapshots
   std::optional<protocol::Reform> handoff;    // a hand-off to start at the end of its boundary step
   std::optional<protocol::Reform> rejoin;     // a rejoin to carry out at the end of its boundary step
@@ -216,8 +217,8 @@ struct Session::Impl {
         std::lock_guard<std::mutex> lk(inbox_mu);
         ++abort_seq;
       }
+      inbox_cv.notify_all();  // first: a rank waiting for a re-form leaves at once
       abort_comm();
-      inbox_cv.notify_all();
       return;
     }
     if (const auto* stop = std::get_if<protocol::StopAfter>(&m)) {

@@ -24,6 +24,7 @@ TEST(CoordinatorContained, TheAssignmentSaysEveryRanksReplicaAndTheLiveSet) {
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].replica_of, (V{0, 0, 1, 1}));
   EXPECT_EQ(a[0].live, (V{0, 1}));
+  EXPECT_TRUE(a[0].contained);
   EXPECT_THROW(Job(options(4, 0), {}, ContainedOptions{3}), sigma::Error);
   AgentOptions shrink = options(4, 0);
   shrink.allow_shrink = true;
@@ -95,6 +96,23 @@ TEST(CoordinatorContained, ACrashStopsOnlyItsReplicaWhichRejoinsFromADonor) {
   EXPECT_GE(j.c.contained()->degraded_steps(), 5u);
   EXPECT_EQ(j.c.phase(4), Phase::active);
   EXPECT_EQ(j.c.rank(4), 3);
+}
+
+// The layout alone (--replica-size under exact recovery): every assignment
+// names the replicas, all live, and a fault takes the exact round.
+TEST(CoordinatorContained, TheLayoutAloneNamesTheReplicasAndRecoversExactly) {
+  Job j(options(4, 1), {}, ContainedOptions{2, 2, false});
+  j.start();
+  const auto a = j.sent<protocol::Assign>(3);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].replica_of, (V{0, 0, 1, 1}));
+  EXPECT_EQ(a[0].live, (V{0, 1}));
+  EXPECT_FALSE(a[0].contained) << "no Reform will come: a fault takes the exact round";
+  EXPECT_EQ(j.c.contained(), nullptr);
+  j.steps({0, 1, 2, 3}, 0, 5);
+  j.exit(3);
+  EXPECT_EQ(j.records("recovery_started").size(), 1u);
+  EXPECT_TRUE(j.records("replica_stopped").empty());
 }
 
 TEST(CoordinatorContained, TheLastHealthyReplicaFailingRunsTheExactRound) {

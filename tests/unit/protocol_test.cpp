@@ -142,9 +142,11 @@ TEST(Protocol, AContainedAssignmentCarriesEveryRanksReplicaAndTheLiveSet) {
   a.replica_of = {0, 0, 1, 1};
   a.epoch = 5;
   a.live = {0};
+  a.contained = true;
   const Assign back = std::get<Assign>(decode_agent(encode(AgentMessage{a})));
   EXPECT_EQ(back.restore, RestoreTier::peer);
   EXPECT_EQ(back.replica_of, a.replica_of);
+  EXPECT_EQ(back.contained, a.contained);
   EXPECT_EQ(back.epoch, 5u);
   EXPECT_EQ(back.live, (std::vector<uint32_t>{0}));
   // Exact mode's assignment has none of it on the wire.

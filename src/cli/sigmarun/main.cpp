@@ -145,8 +145,8 @@ void add_recovery_flags(CLI::App& app, Cli& c) {
               {"contained", sigma::runtime::AgentOptions::Recovery::contained}},
           CLI::ignore_case));
   app.add_option("--replica-size", c.o.replica_size,
-                 "contained: ranks per data-parallel replica (the model-parallel group: EP x PP); it divides "
-                 "the world")
+                 "ranks per data-parallel replica (the model-parallel group: EP x PP; it divides the world): "
+                 "workers form replica and data-parallel groups; contained recovery needs it")
       ->check(CLI::Range(1u, 1000000u));
   app.add_flag(
       "--allow-shrink", c.o.allow_shrink,
@@ -205,16 +205,18 @@ int settle(const CLI::App& app, Cli& c) {
               << " ranks\n";
     return 2;
   }
-  if (c.o.recovery == sigma::runtime::AgentOptions::Recovery::contained) {
+  const bool contained = c.o.recovery == sigma::runtime::AgentOptions::Recovery::contained;
+  if (contained || c.o.replica_size > 0) {
     const uint32_t world = c.o.nproc * c.o.nnodes;
     if (c.o.replica_size == 0 || world % c.o.replica_size != 0) {
-      std::cerr << "sigmarun: --recovery contained needs --replica-size dividing the job's " << world
-                << " ranks (given " << c.o.replica_size << ")\n";
+      std::cerr << "sigmarun: " << (contained ? "--recovery contained needs " : "")
+                << "--replica-size dividing the job's " << world << " ranks (given " << c.o.replica_size
+                << ")\n";
       return 2;
     }
     if (c.o.allow_shrink) {
-      std::cerr
-          << "sigmarun: --recovery contained keeps the world's size: it does not go with --allow-shrink\n";
+      std::cerr << "sigmarun: replicas of --replica-size ranks keep the world's size: they do not go with "
+                   "--allow-shrink\n";
       return 2;
     }
   }

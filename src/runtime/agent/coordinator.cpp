@@ -79,7 +79,9 @@ Coordinator::Coordinator(const AgentOptions& o, DiskHoldings disk, double t,
     std::vector<uint32_t> replica_of(world_);
     for (uint32_t r = 0; r < world_; ++r) replica_of[r] = r / size;
     replica_size_ = size;
-    contained_.emplace(std::move(replica_of), contained::Options{o.abort_grace_s, contained->boundary_lead});
+    if (contained->contain_faults)
+      contained_.emplace(std::move(replica_of),
+                         contained::Options{o.abort_grace_s, contained->boundary_lead});
   }
   slots_.resize(static_cast<size_t>(o.nnodes) * (o.nproc + o.spares));
   for (uint32_t d = 0; d < slots_.size(); ++d) {

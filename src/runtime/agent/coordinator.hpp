@@ -94,6 +94,9 @@ enum class Phase { starting, spare, active, retiring, done, dead };
 struct ContainedOptions {
   uint32_t replica_size = 0;
   uint64_t boundary_lead = contained::Options{}.boundary_lead;
+  // False: the layout only (every assignment names the replicas, so the
+  // workers form their groups) and every fault takes the exact round.
+  bool contain_faults = true;
 };
 
 const char* phase_name(Phase p);

@@ -16,10 +16,15 @@ bool Coordinator::parked(const Slot& s) const {
 }
 
 void Coordinator::contained_fields(protocol::Assign& a) const {
-  if (!contained_) return;
+  if (replica_size_ == 0) return;
   for (uint32_t r = 0; r < world_; ++r) a.replica_of.push_back(r / replica_size_);
-  a.epoch = contained_->epoch();
-  a.live = contained_->live();
+  if (contained_) {
+    a.epoch = contained_->epoch();
+    a.live = contained_->live();
+    a.contained = true;
+    return;
+  }
+  for (uint32_t q = 0; q < world_ / replica_size_; ++q) a.live.push_back(q);  // the layout alone: all live
 }
 
 // A fault of an active rank outside an exact round: its replica stops and

@@ -159,7 +159,10 @@ int Agent::Impl::run() {
   open_endpoints();
   const int wake_fd = wake_pipe();
   std::optional<ContainedOptions> contained;
-  if (o.recovery == AgentOptions::Recovery::contained) contained = ContainedOptions{o.replica_size};
+  if (o.recovery == AgentOptions::Recovery::contained)
+    contained = ContainedOptions{o.replica_size};
+  else if (o.replica_size > 0)  // the layout alone: the workers' groups, exact recovery
+    contained = ContainedOptions{o.replica_size, ContainedOptions{}.boundary_lead, false};
   core = std::make_unique<Coordinator>(o, disk_holdings(o.job_dir), now(), contained);
   workers.resize(core->devices());
   pids.assign(core->devices(), -1);
