@@ -447,8 +447,8 @@ SIGMA_EXPORT void sigma_checkpoint_destroy(sigma_checkpoint_t* ck);
  * only. Errors: INVALID_ARGUMENT (views), UNAVAILABLE (a write failed, e.g. a
  * full disk: nothing half-written stays, older checkpoints are untouched;
  * with async_save the failure of an earlier save is returned here).
- * Thread-safety: one thread at a time per engine. Blocks: async, for the copy (and for the writer when it is two
- * saves behind); otherwise until durable.
+ * Thread-safety: one thread at a time per engine. Blocks: async, for the copy (and for the writer when it is
+ * two saves behind); otherwise until durable.
  */
 SIGMA_EXPORT sigma_status_t sigma_checkpoint_save(sigma_checkpoint_t* ck, uint64_t step,
                                                   const sigma_state_view_t* views, uint32_t num_views,
