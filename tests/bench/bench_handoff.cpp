@@ -106,20 +106,6 @@ void BM_RawBroadcastPieces(benchmark::State& state) {
   }
 }
 
-class Recorder : public benchmark::ConsoleReporter {
- public:
-  std::map<std::string, double> s;
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const auto& r : runs) {
-      if (r.run_type != Run::RT_Aggregate || r.aggregate_name != "median") continue;
-      std::string name = r.benchmark_name();
-      name = name.substr(0, name.find("/iterations"));
-      s[name] = r.GetAdjustedRealTime() * 1e-3;  // ms -> s
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,7 +135,7 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond);
   }
   if (g_rank == 0) {
-    Recorder rec;
+    sigma::bench::MedianSeconds rec;
     benchmark::RunSpecifiedBenchmarks(&rec);
     auto f = [&](const char* k) { return rec.s.count(k) ? rec.s[k] : NAN; };
     const double bytes = static_cast<double>(model().bytes());

@@ -228,22 +228,6 @@ void BM_TorchLoad(benchmark::State& state, From from) {
 }
 #endif
 
-// Keeps each benchmark's median seconds for the ratio lines.
-class Recorder : public benchmark::ConsoleReporter {
- public:
-  std::map<std::string, double> s;
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const auto& r : runs) {
-      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
-      std::string name = r.benchmark_name();
-      name = name.substr(0, name.find("/iterations"));
-      s[name] = r.GetAdjustedRealTime() * 1e-3;  // ms -> s
-      for (const auto& [counter, c] : r.counters) s[name + ":" + counter] = c.value;
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -302,7 +286,7 @@ int main(int argc, char** argv) {
     torch_load("Torch/load_warm", From::warm);
     torch_load("Torch/load_cold", From::cold);
 #endif
-    Recorder rec;
+    sigma::bench::MedianSeconds rec;
     benchmark::RunSpecifiedBenchmarks(&rec);
     const double bytes = static_cast<double>(model().bytes());
     auto f = [&](const char* k) { return rec.s.count(k) ? rec.s[k] : NAN; };

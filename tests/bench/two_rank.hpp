@@ -70,6 +70,24 @@ class Recorder : public benchmark::ConsoleReporter {
   }
 };
 
+// Keeps each benchmark's median seconds (manual time in milliseconds),
+// and its counters as "NAME:COUNTER", for the ratio lines; prints like
+// the console.
+class MedianSeconds : public benchmark::ConsoleReporter {
+ public:
+  std::map<std::string, double> s;
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const auto& r : runs) {
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
+      std::string name = r.benchmark_name();
+      name = name.substr(0, name.find("/iterations"));
+      s[name] = r.GetAdjustedRealTime() * 1e-3;  // ms -> s
+      for (const auto& [counter, c] : r.counters) s[name + ":" + counter] = c.value;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
+
 class Silent : public benchmark::BenchmarkReporter {
  public:
   bool ReportContext(const Context&) override { return true; }
