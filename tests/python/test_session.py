@@ -17,9 +17,9 @@ SIGMARUN = os.environ.get("SIGMARUN", "sigmarun")
 SAMPLE = os.environ.get("SIGMA_PYTHON_SAMPLE", os.path.join(HERE, "..", "..", "samples", "python", "train_sigma.py"))
 
 
-def sigmarun(job_dir, args, worker, scenario=None, nproc=2):
+def sigmarun(job_dir, args, worker, scenario=None, nproc=2, agent=()):
     cmd = ["timeout", "-k", "10", "120", SIGMARUN, "--nproc", str(nproc), "--spares", "1", "--job-dir", job_dir,
-           "--no-progress", "--snapshot-keep", "3"]
+           "--no-progress", "--snapshot-keep", "3", *agent]
     if scenario is not None:
         path = job_dir + ".yaml"
         with open(path, "w", encoding="utf-8") as f:
@@ -34,6 +34,21 @@ def sigmarun(job_dir, args, worker, scenario=None, nproc=2):
             with open(os.path.join(log_dir, name), encoding="utf-8", errors="replace") as f:
                 logs += f"--- {name}\n{f.read()[-3000:]}"
     return r.returncode, r.stdout + logs
+
+
+def step_lines(job_dir):
+    """contained_worker.py's lines: step -> [(rank, batch, live, shards)]."""
+    steps = {}
+    for name in os.listdir(job_dir):
+        if not name.startswith("steps-rank-"):
+            continue
+        rank = int(name[len("steps-rank-") : -len(".txt")])
+        with open(os.path.join(job_dir, name), encoding="utf-8") as f:
+            for line in f:
+                w = line.split()
+                shards = [int(p) for p in w[w.index("shards") + 1 :]]
+                steps.setdefault(int(w[1]), []).append((rank, int(w[3]), int(w[5]), shards))
+    return steps
 
 
 def summary(job_dir):
@@ -97,6 +112,46 @@ class UnderSigmarun(unittest.TestCase):
             for key, value in finals["clean"].items():
                 self.assertTrue(torch.equal(value, finals["crash"][key]), f"{key}: a restored run must end alike")
                 self.assertTrue(torch.isfinite(finals["both"][key]).all(), key)
+
+
+class Contained(unittest.TestCase):
+    def test_a_killed_replica_stops_alone_and_every_step_keeps_its_whole_batch(self):
+        # Two replicas of one rank each: rank 1 killed at step 20 stops only
+        # itself; rank 0 takes its shards and steps on until the spare,
+        # given rank 0's live state, rejoins.
+        worker = os.path.join(HERE, "contained_worker.py")
+        agent = ["--recovery", "contained", "--replica-size", "1"]
+        steps = 120
+        with tempfile.TemporaryDirectory() as d:
+            finals = {}
+            for name, extra in {"clean": [], "kill": ["--kill-at", "20", "--kill-device", "1"]}.items():
+                job, out = os.path.join(d, name), os.path.join(d, name + ".pt")
+                args = ["--steps", str(steps), "--out", out, "--step-ms", "40"] + extra
+                rc, log = sigmarun(job, args, worker, agent=agent)
+                self.assertEqual(rc, 0, f"{name}:\n{log}")
+                finals[name] = torch.load(out)
+            job = os.path.join(d, "kill")
+            with open(os.path.join(job, "report.json"), encoding="utf-8") as f:
+                contained = json.load(f)["contained"]
+            self.assertEqual(len(contained["incidents"]), 1, contained)
+            self.assertEqual(contained["incidents"][0]["replica"], 1)
+            self.assertEqual(contained["incidents"][0]["end"], "rejoined")
+            self.assertGreaterEqual(contained["degraded_steps"], 1)
+            lines = step_lines(job)
+            self.assertEqual(sorted(lines), list(range(steps)))
+            alone = 0
+            for step, done in lines.items():
+                # Rank 0 never stopped: each step once, on its own batch.
+                mine = [x for x in done if x[0] == 0]
+                self.assertEqual(len(mine), 1, (step, done))
+                self.assertEqual(mine[0][1], step)
+                alone += mine[0][2] == 1
+                # Each shard of the batch computed once, whoever was live.
+                self.assertEqual(sorted(p for x in done for p in x[3]), [0, 1], (step, done))
+            self.assertGreaterEqual(alone, 1)
+            # The same batches: only the order of the gradients' sums differs.
+            for key, value in finals["clean"].items():
+                torch.testing.assert_close(finals["kill"][key], value, rtol=1e-4, atol=1e-5, msg=key)
 
 
 if __name__ == "__main__":

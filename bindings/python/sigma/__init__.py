@@ -20,10 +20,10 @@ from .checkpointer import Checkpointer, Loaded
 from .guardrails import Guardrails
 from .health import HealthMonitor
 from .planner import plan
-from .session import Session
+from .session import Replicas, Session
 
 Decision = _sigma.Decision
 SaveResult = _sigma.SaveResult
 FingerprintResult = _sigma.FingerprintResult
 
-__all__ = ["Session", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult", "FingerprintResult", "plan", "HealthMonitor"] + errors.__all__
+__all__ = ["Session", "Replicas", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult", "FingerprintResult", "plan", "HealthMonitor"] + errors.__all__

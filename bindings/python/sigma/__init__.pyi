@@ -1,5 +1,5 @@
 # Type stubs of the sigma package, for editors and type checkers.
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import torch
 
@@ -63,6 +63,14 @@ class Loaded:
     path: str
     refused: List[str]
 
+class Replicas(NamedTuple):
+    count: int
+    size: int
+    index: int
+    position: int
+    epoch: int
+    live: List[int]
+
 class Session:
     def __init__(self) -> None: ...
     @staticmethod
@@ -75,6 +83,10 @@ class Session:
     def generation(self) -> int: ...
     @property
     def ended(self) -> bool: ...
+    @property
+    def replicas(self) -> Replicas: ...
+    def microbatches(self, total: int) -> List[int]: ...
+    def shards(self) -> List[Tuple[int, int]]: ...
     def register(
         self,
         model: Optional[torch.nn.Module] = ...,

@@ -1,6 +1,7 @@
 """sigma.Session: a PyTorch script's side of ``sigmarun``."""
 
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -19,6 +20,17 @@ _REDUCE = {
     "max": _sigma.REDUCE_MAX,
     "avg": _sigma.REDUCE_AVG,
 }
+
+
+class Replicas(NamedTuple):
+    """:attr:`Session.replicas`."""
+
+    count: int
+    size: int
+    index: int
+    position: int
+    epoch: int
+    live: list
 
 
 class Session:
@@ -69,6 +81,34 @@ class Session:
     def generation(self):
         """Counts communicators: it grows each time the job is rebuilt."""
         return self._native.generation
+
+    @property
+    def replicas(self):
+        """The job's data-parallel replicas (``sigmarun --replica-size``):
+        ``count`` replicas of ``size`` ranks, this rank at ``position`` of
+        replica ``index``; ``live`` the replicas stepping now (under
+        ``--recovery contained`` a fault stops only its replica), numbered
+        by ``epoch``. Without a layout: one replica, the whole world."""
+        return Replicas(*self._native.replicas)
+
+    def microbatches(self, total):
+        """The micro-batches of a step of ``total`` this replica computes:
+        micro-batch m goes to the (m mod live)-th live replica, so each is
+        computed once whichever replicas are live. All of them without a
+        layout; none on a rank that replays a peer's steps to rejoin."""
+        return self._native.microbatches(total)
+
+    def shards(self):
+        """The slices of each step's batch this rank computes, as (index,
+        of) pairs: without replicas its own (rank, world_size); with
+        replicas the micro-batches of a step of ``replicas.count`` this
+        replica takes now (its own, and a stopped replica's while it is
+        out). Sum each shard's mean loss; :meth:`average_gradients` gives
+        the global batch's mean whichever replicas are live."""
+        r = self.replicas
+        if r.count == 1:
+            return [(self.rank, self.world_size)]
+        return [(m, r.count) for m in self.microbatches(r.count)]
 
     @property
     def ended(self):
@@ -255,13 +295,30 @@ class Session:
 
     def average_gradients(self, model, timeout_s=60.0):
         """Data parallelism: every parameter's gradient replaced by its mean
-        over the ranks, in one collective over one flat buffer."""
+        over the batch's shards (:meth:`shards`), in one collective over one
+        flat buffer: over the ranks, or with replicas over the live
+        replicas (the data-parallel group). With replicas a step is void
+        when a replica went out during it: :class:`sigma.AbortedError`,
+        and :meth:`run` runs the step again with the shards shared anew.
+        Nothing may be applied before this returns."""
+        replicated = self.replicas.count > 1
+        if replicated:
+            # A rank with no shard (replaying a peer's steps) still takes
+            # part: its buffer has every parameter's place.
+            for p in model.parameters():
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])
-        self.all_reduce(flat, "sum", timeout_s)
-        flat.div_(self.world_size)
+        if replicated:
+            _, dtype, _, addr = _tensors.view("", flat, "average_gradients")
+            self._native.data_parallel_all_reduce(addr, flat.numel(), dtype, _sigma.REDUCE_SUM, timeout_s)
+            flat.div_(self.replicas.count)
+        else:
+            self.all_reduce(flat, "sum", timeout_s)
+            flat.div_(self.world_size)
         offset = 0
         for g in grads:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))

@@ -57,6 +57,13 @@ std::unique_ptr<gr::Guardrails> make(const std::optional<std::string>& yaml, con
   infos.reserve(layers.size());
   for (const auto& [lname, dtype] : layers) infos.push_back({lname, checked_dtype(dtype)});
   gr::Group group;
+  if (session && session->s().replicas().count > 1) {
+    // The world's communicator is rebuilt while a replica is out, under
+    // the same generation: guardrails holding it would outlive it.
+    throw Error(Code::not_supported,
+                "sigma.Guardrails: a job of replicas (sigmarun --replica-size) is not supported yet: the "
+                "guardrails' exchange does not follow the live replicas");
+  }
   if (session) {
     group.comm = &session->s().comm();
     group.rank = static_cast<int>(session->s().rank());

@@ -213,7 +213,23 @@ void bind_session(py::module_& m) {
             p.device_collective(o, addr, count, dtype, reduce, root, timeout_s);
           },
           release())
-      .def_property_readonly("vendor", [](PySession& p) { return p.s().plugin()->name(); });
+      .def_property_readonly("vendor", [](PySession& p) { return p.s().plugin()->name(); })
+      // (count, size, index, position, epoch, live): runtime::ReplicaLayout.
+      .def_property_readonly("replicas",
+                             [](PySession& p) {
+                               const auto& l = p.s().replicas();
+                               return py::make_tuple(l.count, l.size, l.index, l.position, l.epoch, l.live);
+                             })
+      .def("microbatches", [](PySession& p, uint32_t total) { return p.s().microbatches(total); })
+      .def(
+          "data_parallel_all_reduce",
+          [](PySession& p, uintptr_t addr, uint64_t count, int dtype, int op, double timeout_s) {
+            if (checked_bytes(p.s(), HAL_COLL_ALL_REDUCE, count, dtype, op, 0, timeout_s) == 0) return;
+            p.s().data_parallel_all_reduce(reinterpret_cast<void*>(addr), count,
+                                           static_cast<hal_dtype_t>(dtype), static_cast<hal_reduce_op_t>(op),
+                                           bound(timeout_s));
+          },
+          release());
 }
 
 }  // namespace sigma::python
