@@ -29,12 +29,15 @@ def main():
     wanted = library_sources(root)
     include = re.compile(r'^#include "([^"]+)"', re.M)
     units, covered = [], set()
-    for entry in json.loads((build / "compile_commands.json").read_text()):
+    database = build / "compile_commands.json"
+    if not database.is_file():
+        sys.exit(f"tidy_sources.py: {database} is missing: configure and build {build} first")
+    for entry in json.loads(database.read_text()):
         source = pathlib.Path(entry["directory"], entry["file"]).resolve()
         if str(source) in wanted:
             units.append(str(source))
             covered.add(str(source))
-        elif "/Unity/" in str(source) and not str(source).startswith(str(build / "src" / "cli")):
+        elif "/Unity/" in str(source):
             batch = {str(pathlib.Path(f).resolve()) for f in include.findall(source.read_text())}
             if batch & wanted:
                 units.append(str(source))

@@ -301,8 +301,8 @@ class Session:
         when a replica went out during it: :class:`sigma.AbortedError`,
         and :meth:`run` runs the step again with the shards shared anew.
         Nothing may be applied before this returns."""
-        replicated = self.replicas.count > 1
-        if replicated:
+        replicas = self.replicas.count
+        if replicas > 1:
             # A rank with no shard (replaying a peer's steps) still takes
             # part: its buffer has every parameter's place.
             for p in model.parameters():
@@ -312,10 +312,10 @@ class Session:
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])
-        if replicated:
+        if replicas > 1:
             _, dtype, _, addr = _tensors.view("", flat, "average_gradients")
             self._native.data_parallel_all_reduce(addr, flat.numel(), dtype, _sigma.REDUCE_SUM, timeout_s)
-            flat.div_(self.replicas.count)
+            flat.div_(replicas)
         else:
             self.all_reduce(flat, "sum", timeout_s)
             flat.div_(self.world_size)
