@@ -56,9 +56,10 @@ struct Options {
   std::vector<uint64_t> poison;
   bool guardrails_on = true, autotune_on = true;  // off: the benchmark's "features off" side
   int64_t expert_slots = 0;                       // per rank; 0: the even share and one more
-  int64_t kill_at = -1;                           // the recovery benchmark's fault: SIGKILL at this step ...
-  uint32_t kill_device = 0;                       // ... on this device, once
-  std::string progress;  // "step N T" / "kill T" lines (CLOCK_MONOTONIC) to PREFIX.dDEVICE
+  uint32_t replicas = 0;  // data-parallel replicas of one expert group (sigmarun --replica-size); 0: planned
+  int64_t kill_at = -1;   // the recovery benchmark's fault: SIGKILL at this step ...
+  uint32_t kill_device = 0;  // ... on this device, once
+  std::string progress;      // "step N T" / "kill T" lines (CLOCK_MONOTONIC) to PREFIX.dDEVICE
   moe::ModelConfig model;
 };
 
@@ -71,6 +72,16 @@ int64_t expert_slots(const Options& o, uint32_t ep) {
   if (want < share)
     throw std::runtime_error("moe_trainer: --expert-slots below the even share " + std::to_string(share));
   return std::min<int64_t>(o.model.experts, want);
+}
+
+// The expert group's size when --replicas pins it: sigmarun's replica
+// groups are the expert groups, the replicas the data-parallel degree.
+uint32_t expert_group(const Options& o, uint32_t world) {
+  if (o.replicas == 0) return 0;
+  if (world % o.replicas != 0)
+    throw std::runtime_error("moe_trainer: --replicas " + std::to_string(o.replicas) +
+                             " does not divide the " + std::to_string(world) + " ranks");
+  return world / o.replicas;
 }
 
 double now_s() {
@@ -123,7 +134,7 @@ class Trainer {
         corpus_(o.data),
         world_(env_u32("SIGMA_WORLD_SIZE", 1)),
         gemm_(rates.gemm_gflops),
-        plan_(moe::plan_layout(o.model, o.batch, world_, rates)),
+        plan_(moe::plan_layout(o.model, o.batch, world_, rates, expert_group(o, world_))),
         predicted_step_s_(plan_.predicted_step_s),
         launch_rank_(env_u32("SIGMA_RANK", 0)),
         slots_(expert_slots(o, plan_.layout.ep)),
@@ -185,28 +196,37 @@ class Trainer {
       groups_.reset();
     }
     staging_.release();  // the old groups' buffer
-    if (layout.ep < world_) {
+    replicated_ = replica_groups();
+    if (layout.ep < world_ && !replicated_) {
       auto g = std::make_unique<par::Groups>(s_.plugin(), store_,
                                              "groups-" + std::to_string(s_.generation()) + "/", 0, s_.rank(),
                                              layout, std::chrono::seconds(30));
       std::lock_guard<std::mutex> lk(groups_mu_);
       groups_ = std::move(g);
     }
-    sigma::hal::Communicator& ep_comm = groups_ ? groups_->comm(par::GroupKind::expert) : s_.comm();
+    // With sigmarun's replica groups the session holds the expert group (its
+    // replica) and the data-parallel one (this position in every live replica).
+    sigma::hal::Communicator& ep_comm = replicated_ ? s_.replica_comm()
+                                        : groups_   ? groups_->comm(par::GroupKind::expert)
+                                                    : s_.comm();
     dispatcher_ = std::make_unique<par::Dispatcher>(
         ep_comm, me.ep_index, layout.ep,
         par::DispatchOptions{static_cast<uint32_t>(o_.model.experts), par::Exchange::all_to_all,
                              std::chrono::seconds(60)});
     gr::Config c = gcfg_;
     if (s_.rank() == 0) c.journal.path = so_.job_dir + "/guardrails.jsonl";
-    guard_ =
-        std::make_unique<gr::Guardrails>(c, layers_,
-                                         gr::Group{&s_.comm(), 0, static_cast<int>(s_.rank()),
-                                                   static_cast<int>(world_), gr::GradLayout::replicated});
+    // Over the replica alone with replica groups: every replica decides on
+    // the same exchanged gradients and loss, so alike, and a fault in another
+    // replica never touches this group.
+    const gr::Group g = replicated_ ? gr::Group{&s_.replica_comm(), 0, static_cast<int>(me.ep_index),
+                                                static_cast<int>(layout.ep), gr::GradLayout::replicated}
+                                    : gr::Group{&s_.comm(), 0, static_cast<int>(s_.rank()),
+                                                static_cast<int>(world_), gr::GradLayout::replicated};
+    guard_ = std::make_unique<gr::Guardrails>(c, layers_, g);
     if (!policy_.empty()) guard_->restore_state(policy_);  // the policy as the state holds it
     tuner_.apply(model_, *dispatcher_);                    // the experts' placement as it was
     // The planner's prediction, priced again with the links as the HAL measures them (once, all ranks).
-    if (s_.generation() == 1 && world_ > 1) {
+    if (s_.generation() == 1 && index == 0 && world_ > 1) {
       links_ = moe::probe_links(s_.comm(), s_.plugin(), world_);
       predicted_step_s_ = moe::predict_with_links(plan_, links_);
     }
@@ -233,20 +253,24 @@ class Trainer {
   // same) and the autotuner's move, if any.
   std::pair<gr::Decision, std::optional<par::Rebalance>> step(uint64_t step, uint64_t b) {
     const double t0 = now_s();
-    const torch::Tensor batch =
-        corpus_.batch(o_.seed, b, s_.rank(), o_.batch, o_.model.seq, poison_.count(b) > 0);
     model_.dense_grad.zero_();
     model_.expert_grad.zero_();
     moe::MoeStats stats;
-    torch::Tensor ce;
-    const torch::Tensor loss = model_.loss(batch, *dispatcher_, &stats, &ce);  // MoE tokens through the HAL
-    (loss / static_cast<double>(world_)).backward();                           // ... and their gradients back
-    s_.all_reduce(model_.dense_grad.data_ptr(), model_.dense_grad.numel(),
-                  HAL_DTYPE_F32);  // replicas' summed
-    if (groups_ && groups_->size_of(par::GroupKind::expert_data) > 1)
-      staging_.all_reduce(groups_->comm(par::GroupKind::expert_data), model_.expert_grad.data_ptr(),
-                          model_.expert_grad.numel(), HAL_DTYPE_F32, HAL_REDUCE_SUM,
-                          std::chrono::seconds(60));
+    double ce_sum = 0;
+    for (const uint32_t data_rank : data_ranks()) {
+      const torch::Tensor batch =
+          corpus_.batch(o_.seed, b, data_rank, o_.batch, o_.model.seq, poison_.count(b) > 0);
+      moe::MoeStats st;
+      torch::Tensor ce;
+      const torch::Tensor loss = model_.loss(batch, *dispatcher_, &st, &ce);  // MoE tokens through the HAL
+      (loss / static_cast<double>(world_)).backward();                        // ... and their gradients back
+      ce_sum += ce.item<double>();
+      stats.tokens += st.tokens;
+      stats.routed += st.routed;
+      stats.dropped += st.dropped;
+      stats.aux = st.aux;
+    }
+    const double ce_mean = exchange(ce_sum);
     // The guardrails see the replicated gradients; a non-finite expert
     // gradient (this rank's alone) reaches them as a non-finite loss.
     const bool experts_finite = torch::isfinite(model_.expert_grad).all().item<bool>();
@@ -254,7 +278,7 @@ class Trainer {
     const double t_grads = now_s();
     if (tuning_) sample = tuner_.sample(model_, s_.plugin());
     const double t_sample = now_s();
-    const gr::Decision d = decide(step, experts_finite ? ce.item<double>() : std::nan(""), sample);
+    const gr::Decision d = decide(step, experts_finite ? ce_mean : std::nan(""), sample);
     const double t_decide = now_s();
     if (d.action == gr::Action::apply) {
       const double lr = learning_rate(o_, step);
@@ -380,6 +404,56 @@ class Trainer {
   }
 
  private:
+  // Replica groups from sigmarun (--replica-size), checked against this
+  // trainer's expert groups.
+  bool replica_groups() const {
+    const sigma::runtime::ReplicaLayout& r = s_.replicas();
+    if (r.count <= 1) return false;
+    if (r.size != plan_.layout.ep)
+      throw std::invalid_argument("moe_trainer: sigmarun's replica groups have " + std::to_string(r.size) +
+                                  " ranks and this trainer's expert groups " +
+                                  std::to_string(plan_.layout.ep) + ": run it with --replicas " +
+                                  std::to_string(r.count));
+    return true;
+  }
+
+  // Whose data this rank computes, by the rank that has it in a fault-free
+  // run: its own; with replica groups the micro-batches its replica holds
+  // now (micro-batch m is replica m's data), every one of them while
+  // another replica is out, none while its replica replays a donor's steps.
+  std::vector<uint32_t> data_ranks() const {
+    if (!replicated_) return {s_.rank()};
+    const sigma::runtime::ReplicaLayout& r = s_.replicas();
+    std::vector<uint32_t> out;
+    for (const uint32_t m : s_.microbatches(r.count)) out.push_back(m * r.size + r.position);
+    return out;
+  }
+
+  // The step's exchange: gradients summed over the replicas (dense over
+  // every rank; experts over those that hold the same ones),
+  // and the loss this rank's guardrails see. With replica groups it goes
+  // over the live replicas (a replica going out voids the step: the
+  // session throws and runs it again) and carries the loss, so every
+  // replica's guardrails see the same figures.
+  double exchange(double ce_sum) {
+    if (!replicated_) {
+      s_.all_reduce(model_.dense_grad.data_ptr(), model_.dense_grad.numel(), HAL_DTYPE_F32);
+      if (groups_ && groups_->size_of(par::GroupKind::expert_data) > 1)
+        staging_.all_reduce(groups_->comm(par::GroupKind::expert_data), model_.expert_grad.data_ptr(),
+                            model_.expert_grad.numel(), HAL_DTYPE_F32, HAL_REDUCE_SUM,
+                            std::chrono::seconds(60));
+      return ce_sum;
+    }
+    // Dense: first over the replica's ranks (each holds them all), then
+    // over the replicas; the same sums in the same order on every rank.
+    staging_.all_reduce(s_.replica_comm(), model_.dense_grad.data_ptr(), model_.dense_grad.numel(),
+                        HAL_DTYPE_F32, HAL_REDUCE_SUM, std::chrono::seconds(60));
+    s_.data_parallel_all_reduce(model_.dense_grad.data_ptr(), model_.dense_grad.numel(), HAL_DTYPE_F32);
+    s_.data_parallel_all_reduce(model_.expert_grad.data_ptr(), model_.expert_grad.numel(), HAL_DTYPE_F32);
+    s_.data_parallel_all_reduce(&ce_sum, 1, HAL_DTYPE_F64);
+    return ce_sum / s_.replicas().count;
+  }
+
   uint64_t tokens() const { return static_cast<uint64_t>(o_.batch * o_.model.seq) * world_; }
 
   gr::Decision decide(uint64_t step, double loss, const std::vector<double>& riders) {
@@ -410,7 +484,8 @@ class Trainer {
   moe::AdamW dense_opt_, expert_opt_;
   moe::Autotuner tuner_;
   const bool tuning_;
-  std::string policy_;  // the guardrails' policy the state restored, for setup()
+  bool replicated_ = false;  // sigmarun's replica groups are the expert groups (setup)
+  std::string policy_;       // the guardrails' policy the state restored, for setup()
   const gr::Config gcfg_;
   std::vector<gr::LayerInfo> layers_;
   std::mutex groups_mu_;                 // the groups against the session's abort hook
@@ -446,6 +521,9 @@ int main(int argc, char** argv) {
   app.add_option("--capacity-factor", o.model.capacity_factor, "per expert and rank; 0: dropless");
   app.add_option("--threads", o.threads, "libtorch threads per worker");
   app.add_option("--expert-slots", o.expert_slots, "expert slots per rank (0: the even share and one more)");
+  app.add_option("--replicas", o.replicas,
+                 "data-parallel replicas of one expert group, as sigmarun --replica-size WORLD/R makes them "
+                 "(0: the planner's layout)");
   app.add_option("--gemm-gflops", o.gemm_gflops, "measured GEMM rate of one worker (0: measure now)");
   app.add_flag("--measure-model", measure_model,
                "print this model's whole-step rate alone on one core in GFLOP/s and exit");

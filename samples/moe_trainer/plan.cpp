@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -131,7 +132,8 @@ Links probe_links(sigma::hal::Communicator& comm, const sigma::hal::PluginPtr& p
   return l;
 }
 
-Chosen plan_layout(const ModelConfig& config, int64_t batch, uint32_t world, const Rates& rates) {
+Chosen plan_layout(const ModelConfig& config, int64_t batch, uint32_t world, const Rates& rates,
+                   uint32_t ep) {
   namespace pl = sigma::planner;
   Chosen c;
   pl::Model& m = c.model = planner_model(config, batch, world);
@@ -148,8 +150,15 @@ Chosen plan_layout(const ModelConfig& config, int64_t batch, uint32_t world, con
   s.micro_batch = {static_cast<uint32_t>(batch)};
   s.recompute = {pl::Recompute::none};
   s.sharding = {pl::Sharding::none};
-  for (uint32_t ep = 2; ep <= world; ++ep)
-    if (world % ep == 0 && m.experts % ep == 0) s.ep.push_back(ep);
+  if (ep > 0) {
+    if (world % ep != 0 || m.experts % ep != 0)
+      throw std::runtime_error("moe_trainer: expert groups of " + std::to_string(ep) +
+                               " ranks must divide the " + std::to_string(world) + " ranks and the " +
+                               std::to_string(m.experts) + " experts");
+    s.ep = {ep};
+  }
+  for (uint32_t e = 2; ep == 0 && e <= world; ++e)
+    if (world % e == 0 && m.experts % e == 0) s.ep.push_back(e);
   if (s.ep.empty()) s.ep = {1};
   c.framework.dp_overlap = 0;  // this trainer all-reduces after backward
   const auto best = pl::search(m, d, s, c.framework, {}, 1);

@@ -42,8 +42,11 @@ struct Chosen {
   std::string describe;
 };
 // Data parallel over the world, experts sharded (ep >= 2) as the planner
-// scores best for this model; the workers share the machine's cores.
-Chosen plan_layout(const ModelConfig& config, int64_t batch, uint32_t world, const Rates& rates);
+// scores best for this model; the workers share the machine's cores. With
+// `ep` given (not 0) the expert groups are pinned to it: sigmarun's
+// replica groups (--replica-size) are the expert groups.
+Chosen plan_layout(const ModelConfig& config, int64_t batch, uint32_t world, const Rates& rates,
+                   uint32_t ep = 0);
 // The chosen layout priced again with the measured links.
 double predict_with_links(const Chosen& chosen, const Links& links);
 
