@@ -120,6 +120,11 @@ struct AgentOptions {
   // data-parallel groups (under `exact` too). 0: no layout (contained
   // recovery needs one).
   uint32_t replica_size = 0;
+  // Contained recovery: a rejoining replica that has replayed for this long
+  // without catching up with the live replicas (its replay no faster than
+  // their steps) rejoins anyway; the live replicas wait for it at the
+  // rejoin's boundary.
+  double catch_up_s = 5;
   bool allow_shrink = false;  // no spare left: go on with fewer ranks (a replicated, data-parallel state)
   uint32_t min_world = 1;     // ... but never fewer than this many ranks in all
   double failure_rate_per_device_hour = 0;  // for the spare advice in the report

@@ -430,11 +430,11 @@ class Trainer {
   }
 
   // The step's exchange: gradients summed over the replicas (dense over
-  // every rank; experts over those that hold the same ones),
-  // and the loss this rank's guardrails see. With replica groups it goes
-  // over the live replicas (a replica going out voids the step: the
-  // session throws and runs it again) and carries the loss, so every
-  // replica's guardrails see the same figures.
+  // every rank; experts over those that hold the same ones), and the loss
+  // this rank's guardrails see. With replica groups it goes over the live
+  // replicas (a replica going out voids the step: the session throws and
+  // runs it again) and carries the loss, so every replica's guardrails see
+  // the same figures.
   double exchange(double ce_sum) {
     if (!replicated_) {
       s_.all_reduce(model_.dense_grad.data_ptr(), model_.dense_grad.numel(), HAL_DTYPE_F32);
@@ -450,8 +450,14 @@ class Trainer {
                         HAL_DTYPE_F32, HAL_REDUCE_SUM, std::chrono::seconds(60));
     s_.data_parallel_all_reduce(model_.dense_grad.data_ptr(), model_.dense_grad.numel(), HAL_DTYPE_F32);
     s_.data_parallel_all_reduce(model_.expert_grad.data_ptr(), model_.expert_grad.numel(), HAL_DTYPE_F32);
-    s_.data_parallel_all_reduce(&ce_sum, 1, HAL_DTYPE_F64);
-    return ce_sum / s_.replicas().count;
+    // The loss, and whether any replica's exchanged gradients are not
+    // finite (a fault in one replica's exchange): then every replica's
+    // guardrails see a non-finite loss and all skip the step alike.
+    const bool finite = torch::isfinite(model_.dense_grad).all().item<bool>() &&
+                        torch::isfinite(model_.expert_grad).all().item<bool>();
+    double figures[2] = {ce_sum, finite ? 0.0 : 1.0};
+    s_.data_parallel_all_reduce(figures, 2, HAL_DTYPE_F64);
+    return figures[1] > 0 ? std::nan("") : figures[0] / s_.replicas().count;
   }
 
   uint64_t tokens() const { return static_cast<uint64_t>(o_.batch * o_.model.seq) * world_; }

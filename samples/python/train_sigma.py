@@ -24,7 +24,7 @@ def batch(index, rank=0, world=1, size=64):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--out", help="write the final parameters here")
+    parser.add_argument("--out", help="write the final parameters here (rank 0; rank R to OUT.rankR)")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -35,10 +35,15 @@ def main():
     session.register(model, optimizer)  # what the memory tier and checkpoints keep
 
     def train_step(step):
-        x, y = batch(session.batch(step), session.rank, session.world_size)
-        loss = torch.nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
-        loss.backward()
+        loss = torch.zeros(())
+        # This rank's slice of the batch; under contained recovery its
+        # replica's share, a stopped replica's among them (or none).
+        for part, of in session.shards():
+            x, y = batch(session.batch(step), part, of)
+            loss = loss + torch.nn.functional.mse_loss(model(x), y)
+        if loss.requires_grad:
+            loss.backward()
         session.average_gradients(model)  # data parallel, through the HAL
         guard.step(model, loss, optimizer)  # instead of optimizer.step()
         if step % 50 == 0:
@@ -46,8 +51,8 @@ def main():
 
     if session.run(args.steps, train_step) is None:
         return  # a spare the job never needed, or moved off a failing device
-    if args.out and session.rank == 0:
-        torch.save(model.state_dict(), args.out)
+    if args.out:
+        torch.save(model.state_dict(), args.out if session.rank == 0 else f"{args.out}.rank{session.rank}")
 
 
 if __name__ == "__main__":

@@ -153,6 +153,43 @@ class Contained(unittest.TestCase):
             for key, value in finals["clean"].items():
                 torch.testing.assert_close(finals["kill"][key], value, rtol=1e-4, atol=1e-5, msg=key)
 
+    def test_the_sample_with_guardrails_survives_a_crash_and_a_nan_burst_in_one_replica(self):
+        # train_sigma.py as it is, under contained recovery: a crash stops
+        # rank 1's replica alone; a NaN burst in rank 0's exchange results
+        # makes every replica skip alike (the replicas never diverge). The
+        # sample's steps are all overhead (3 to 12 ms), so its replay may be
+        # no faster than them: after half a second of it the replica
+        # rejoins anyway, well before the job's end.
+        agent = ["--recovery", "contained", "--replica-size", "1", "--catch-up-s", "0.5"]
+        header = "seed: 5\nduration_s: 600\nworld_size: 3\n"
+        runs = {
+            "clean": header,
+            "both": header + "faults:\n  - {kind: crash, device: 1, at_op: 150}\n"
+            "  - {kind: nan_burst, device: 0, at_op: 400, count: 2, op: all_reduce}\n",
+        }
+        with tempfile.TemporaryDirectory() as d:
+            finals = {}
+            for name, scenario in runs.items():
+                job, out = os.path.join(d, name), os.path.join(d, name + ".pt")
+                rc, log = sigmarun(job, ["--steps", "1000", "--out", out], SAMPLE, scenario, agent=agent)
+                self.assertEqual(rc, 0, f"{name}:\n{log}")
+                finals[name] = [torch.load(out), torch.load(out + ".rank1")]
+                with open(os.path.join(job, "report.json"), encoding="utf-8") as f:
+                    report = json.load(f)
+                if name == "clean":
+                    self.assertEqual(report["summary"]["incidents"], [], log)
+                    continue
+                contained = report["contained"]
+                self.assertEqual([i["end"] for i in contained["incidents"]], ["rejoined"], contained)
+                self.assertEqual(report["summary"]["lost_s"]["restart"], 0.0, log)
+                self.assertGreaterEqual(report["summary"]["skipped_steps"], 1, log)
+                self.assertIn("NaN burst", [i["kind"] for i in report["summary"]["incidents"]], log)
+            for name, (rank0, rank1) in finals.items():
+                for key, value in rank0.items():
+                    self.assertTrue(torch.equal(value, rank1[key]), f"{name} {key}: the replicas diverged")
+                    self.assertTrue(torch.isfinite(value).all(), key)
+
+
 
 if __name__ == "__main__":
     unittest.main()

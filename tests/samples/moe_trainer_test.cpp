@@ -356,6 +356,19 @@ TEST(MoeTrainer, UnderContainedRecoveryAKilledRankStopsOnlyItsReplicaAndTheRunEn
   EXPECT_LE(std::abs(got.at(59) - want.at(59)), 0.01 * std::abs(want.at(59))) << side;
   std::printf("%llu steps degraded; per-step loss, contained run vs fault-free:\n%s",
               static_cast<unsigned long long>(c["degraded_steps"].get<uint64_t>()), side.c_str());
+
+  // NaN in one replica's exchange results (device 2, replica 1): every
+  // replica skips the step alike, and they never diverge.
+  const std::string nan = fx.job("contained-nan",
+                                 std::string(kHeader) +
+                                     "faults:\n"
+                                     "  - {kind: nan_burst, device: 2, at_op: 300, count: 2, "
+                                     "op: all_reduce}\n",
+                                 {"--replicas", "2"}, agent);
+  EXPECT_GE(summary(nan)["skipped_steps"].get<int>(), 1) << summary(nan).dump(1);
+  const std::string nan_dense = read_file(nan + "/final-rank-0.bin");
+  for (int r = 1; r < 4; ++r)
+    EXPECT_TRUE(read_file(nan + "/final-rank-" + std::to_string(r) + ".bin") == nan_dense) << "rank " << r;
 }
 
 }  // namespace

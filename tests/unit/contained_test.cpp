@@ -136,6 +136,40 @@ TEST(Contained, ACrashStopsOnlyItsReplicaWhichTakesADonorsStateAndRejoins) {
   EXPECT_EQ(m.degraded_steps(), 20u);
 }
 
+// A replay no faster than the live set's steps never gets within the
+// slack: after the catch-up limit the replica rejoins anyway (the live set
+// waits for it at the boundary), and the journal says why.
+TEST(Contained, AReplicaWhoseReplayNeverCatchesUpRejoinsAfterTheCatchUpLimit) {
+  Options o;
+  o.catch_up_limit_s = 5;
+  Machine m(replicas_of_two(2), o);
+  m.step_done(10, 1);
+  m.fault(3, Machine::FaultKind::process_ended, "killed", 2);
+  m.rank_out(2, 2.1);
+  const auto handoff = only<Reform>(m.spare_ready(3, 2.5));
+  m.reformed(handoff.epoch, 3);
+  // The live set stays 10 steps ahead of the replay for 5 s.
+  double t = 3;
+  for (uint64_t s = 20; t < 7.9; ++s, t += 0.1) {
+    m.step_done(s + 10, t);
+    EXPECT_TRUE(all_of<Reform>(m.replayed(2, s, t)).empty());
+    EXPECT_TRUE(all_of<Reform>(m.replayed(3, s, t)).empty())
+        << "at " << t << " s: still behind, within the limit";
+  }
+  m.step_done(80, 8.1);
+  const Actions a = m.replayed(2, 70, 8.1);  // the first report past the limit
+  const auto rejoin = only<Reform>(a);
+  EXPECT_TRUE(rejoin.rejoin);
+  EXPECT_EQ(rejoin.boundary, 82u) << "past what the live set has done: it waits there";
+  bool said = false;
+  for (const Action& x : a)
+    if (const Note* n = std::get_if<Note>(&x)) said |= n->entry.value("event", "") == "catch_up_limit";
+  EXPECT_TRUE(said);
+  m.reformed(rejoin.epoch, 9);
+  EXPECT_EQ(m.stage(1), Stage::healthy);
+  EXPECT_EQ(m.incidents().at(0)["catch_up"], "limit");
+}
+
 TEST(Contained, AHungRankIsKilledAndALostDeviceIsNotUsedAgain) {
   Machine m(replicas_of_two(2), {});
   auto a = m.fault(1, Machine::FaultKind::hung, "no heartbeat", 1);

@@ -3,6 +3,8 @@
 import json
 import os
 
+import torch
+
 from . import _sigma, _tensors
 from .errors import InvalidArgumentError
 
@@ -78,7 +80,15 @@ class Guardrails:
             [_tensors.buffer(p.grad, f"gradient of '{n}'") for n, p in params if p.grad is not None]
             for params in self._params
         ]
-        d = native.step(step, float(loss.detach()) if hasattr(loss, "detach") else float(loss), grads)
+        value = float(loss.detach()) if hasattr(loss, "detach") else float(loss)
+        if self._session is not None and self._session.replicas.count > 1:
+            # Every replica's guardrails see the global batch's loss, not
+            # finite when any replica's exchanged gradients are not (a fault
+            # in one replica's exchange): the same decision everywhere. A
+            # void step raises here, before anything is applied.
+            finite = all(bool(torch.isfinite(p.grad).all()) for ps in self._params for _, p in ps if p.grad is not None)
+            value = self._session._replicas_mean(value, finite)
+        d = native.step(step, value, grads)
         if d.action == "apply":
             if d.grad_multiplier != 1.0:
                 for params in self._params:
@@ -130,11 +140,14 @@ class Guardrails:
             self._pending_state = text
 
     def _ensure(self, model):
-        """The native guardrails for this generation's communicator: built
-        at the first step and again after each recovery, state carried."""
+        """The native guardrails for this generation's communicator (with
+        replicas, the replica group of this epoch): built at the first step
+        and again after each recovery or re-form, state carried."""
         if self._layers is None:
             self._layers, self._params = _layers_of(model)
-        generation = self._session.generation if self._session is not None else 0
+        generation = None
+        if self._session is not None:
+            generation = (self._session.generation, self._session.replicas.epoch)
         if self._native is None or generation != self._generation:
             state = self.save_state()
             native_session = self._session._native if self._session is not None else None

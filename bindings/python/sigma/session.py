@@ -324,6 +324,16 @@ class Session:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
 
+    def _replicas_mean(self, value, finite=True, timeout_s=60.0):
+        """With replicas: the mean over the live replicas of a figure each
+        rank sums over its shards (a loss), the same on every replica; NaN
+        when any rank says ``finite`` False. A void step raises as
+        :meth:`average_gradients` does."""
+        buf = torch.tensor([value, 0.0 if finite else 1.0], dtype=torch.float64)
+        _, dtype, _, addr = _tensors.view("", buf, "the loss")
+        self._native.data_parallel_all_reduce(addr, 2, dtype, _sigma.REDUCE_SUM, timeout_s)
+        return float("nan") if buf[1] > 0 else float(buf[0]) / self.replicas.count
+
     @staticmethod
     def _check_collective_dtype(tensor, what):
         if not isinstance(tensor, torch.Tensor):

@@ -1,6 +1,7 @@
 // sigma.Guardrails' native half: guardrails::Guardrails over host buffers.
-// Its group is a session's communicator of one generation; the Python half
-// builds a new one (carrying the policy state) when the generation changes.
+// Its group is a session's communicator of one generation (with replicas,
+// the replica's group of one epoch); the Python half builds a new one
+// (carrying the policy state) when either changes.
 #include <sigma/guardrails.hpp>
 
 #include <pybind11/stl.h>
@@ -57,18 +58,21 @@ std::unique_ptr<gr::Guardrails> make(const std::optional<std::string>& yaml, con
   infos.reserve(layers.size());
   for (const auto& [lname, dtype] : layers) infos.push_back({lname, checked_dtype(dtype)});
   gr::Group group;
-  if (session && session->s().replicas().count > 1) {
-    // The world's communicator is rebuilt while a replica is out, under
-    // the same generation: guardrails holding it would outlive it.
-    throw Error(Code::not_supported,
-                "sigma.Guardrails: a job of replicas (sigmarun --replica-size) is not supported yet: the "
-                "guardrails' exchange does not follow the live replicas");
-  }
   if (session) {
-    group.comm = &session->s().comm();
-    group.rank = static_cast<int>(session->s().rank());
-    group.world = static_cast<int>(session->s().world_size());
+    const runtime::Session& s = session->s();
     group.layout = layout == "replicated" ? gr::GradLayout::replicated : gr::GradLayout::sharded;
+    if (s.replicas().count > 1) {
+      // Replicas: the replica's own group, which a fault in another never
+      // touches. Every replica is given the same exchanged gradients and
+      // loss (the Python half exchanges the loss), so all decide alike.
+      group.comm = &session->s().replica_comm();
+      group.rank = static_cast<int>(s.replicas().position);
+      group.world = static_cast<int>(s.replicas().size);
+    } else {
+      group.comm = &session->s().comm();
+      group.rank = static_cast<int>(s.rank());
+      group.world = static_cast<int>(s.world_size());
+    }
   }
   return std::make_unique<gr::Guardrails>(make_config(yaml, name, journal, fallback_journal),
                                           std::move(infos), group);

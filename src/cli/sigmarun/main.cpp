@@ -148,6 +148,10 @@ void add_recovery_flags(CLI::App& app, Cli& c) {
                  "ranks per data-parallel replica (the model-parallel group: EP x PP; it divides the world): "
                  "workers form replica and data-parallel groups; contained recovery needs it")
       ->check(CLI::Range(1u, 1000000u));
+  app.add_option("--catch-up-s", c.o.catch_up_s,
+                 "contained: a rejoining replica whose replay has not caught up with the live replicas after "
+                 "this many seconds rejoins anyway (the live ones wait for it at the boundary)")
+      ->check(CLI::PositiveNumber);
   app.add_flag(
       "--allow-shrink", c.o.allow_shrink,
       "with no spare left, go on with fewer ranks (only for a state every rank holds whole: data parallel)");

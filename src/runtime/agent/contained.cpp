@@ -189,6 +189,7 @@ void Machine::maybe_hand_off() {
     g.handoff_epoch = ++epoch_;
     g.rejoin_epoch = 0;
     g.replayed.clear();
+    g.replaying_s = -1;
     g.incident["handoff_s"] = t_;
     g.incident["donor"] = *donor;
     g.incident["boundary"] = g.boundary;
@@ -237,8 +238,9 @@ Actions Machine::reported(uint32_t rank, const std::string& cause, double t) {
 }
 
 // Once every rank of the handing replica has replayed to within the slack
-// of the live set, the rejoin: at the end of a step the live set has not
-// reached, the stream stops and the groups re-form with the replica in.
+// of the live set (or has replayed for the catch-up limit without getting
+// there), the rejoin: at the end of a step the live set has not reached,
+// the stream stops and the groups re-form with the replica in.
 Actions Machine::replayed(uint32_t rank, uint64_t step, double t) {
   t_ = t;
   const uint32_t q = replica_of_.at(rank);
@@ -252,7 +254,17 @@ Actions Machine::replayed(uint32_t rank, uint64_t step, double t) {
     if (it == g.replayed.end()) return take();  // a rank still waits for the state
     slowest = std::min(slowest, it->second);
   }
-  if (slowest + 1 + o_.catch_up_slack < steps_done_) return take();
+  if (g.replaying_s < 0) g.replaying_s = t;
+  const bool behind = slowest + 1 + o_.catch_up_slack < steps_done_;
+  if (behind && t - g.replaying_s < o_.catch_up_limit_s) return take();
+  if (behind) {
+    g.incident["catch_up"] = "limit";
+    note({{"event", "catch_up_limit"},
+          {"replica", q},
+          {"behind_steps", steps_done_ - slowest - 1},
+          {"replayed_s", t - g.replaying_s},
+          {"note", "its replay is no faster than the live replicas' steps: they wait for it at the rejoin"}});
+  }
   auto joined = live();
   joined.insert(std::upper_bound(joined.begin(), joined.end(), q), q);
   g.rejoin_epoch = ++epoch_;

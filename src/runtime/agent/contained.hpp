@@ -116,6 +116,10 @@ struct Options {
   // A replica catching up rejoins once its slowest rank has replayed to
   // within this many steps of the live set.
   uint64_t catch_up_slack = 2;
+  // ... or once its ranks have replayed this long without catching up
+  // (the replay no faster than the live set's steps): the live set then
+  // waits at the rejoin's boundary for the replica to replay to it.
+  double catch_up_limit_s = 5;
 };
 
 class Machine {
@@ -175,6 +179,7 @@ class Machine {
     uint64_t handoff_epoch = 0;             // handing: the stream's start
     uint64_t rejoin_epoch = 0;              // handing: the rejoin, once announced (0: not yet)
     std::map<uint32_t, uint64_t> replayed;  // handing: steps each rank has replayed
+    double replaying_s = -1;                // handing: when every rank had replayed a step
     nlohmann::json incident;                // the open incident's record
     uint64_t degraded_from = 0;             // steps done when it went out
   };

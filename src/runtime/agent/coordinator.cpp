@@ -81,7 +81,8 @@ Coordinator::Coordinator(const AgentOptions& o, DiskHoldings disk, double t,
     replica_size_ = size;
     if (contained->contain_faults)
       contained_.emplace(std::move(replica_of),
-                         contained::Options{o.abort_grace_s, contained->boundary_lead});
+                         contained::Options{o.abort_grace_s, contained->boundary_lead,
+                                            contained::Options{}.catch_up_slack, o.catch_up_s});
   }
   slots_.resize(static_cast<size_t>(o.nnodes) * (o.nproc + o.spares));
   for (uint32_t d = 0; d < slots_.size(); ++d) {
