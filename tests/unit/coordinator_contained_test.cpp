@@ -3,7 +3,7 @@
 // replica's ranks and its spare take a donor's state at a boundary and
 // rejoin, the last healthy replica failing runs the exact round, a replica
 // out is not waited for at the end, and the step watchdog leaves its ranks
-// alone.
+// alone; a proactive migration is a hand-off of the suspect's replica.
 #include "coordinator_job.hpp"
 
 namespace {
@@ -182,6 +182,69 @@ TEST(CoordinatorContained, AStoppedRankThatDoesNotLeaveItsCollectiveIsKilledAndR
   EXPECT_EQ(faults[0]["device"], 2);
   EXPECT_NE(faults[0]["cause"].get<std::string>().find("did not leave its collectives"), std::string::npos);
   EXPECT_EQ(j.c.phase(2), Phase::dead);
+}
+
+// Device 3 (replica 1) heats past the warning threshold while it trains,
+// every other device beating at `step`.
+void heat_device_3(Job& j, int64_t step) {
+  hal_telemetry_sample_t hot{};
+  hot.id = HAL_FIELD_TEMPERATURE_C;
+  hot.status = HAL_OK;
+  hot.type = HAL_VALUE_F64;
+  hot.value.f64 = 93;
+  for (int i = 0; i < 5; ++i) {
+    j.t += 0.1;
+    j.msg(3, protocol::Heartbeat{step, false, {hot}, HAL_OK, {}});
+    j.beat({0, 1, 2, 4, 5}, step, false);
+    j.take(j.c.tick(j.t));
+  }
+}
+
+TEST(CoordinatorContained, ASuspectDeviceMovesByItsReplicasHandOffNotByStoppingTheWorld) {
+  Job j = contained_job();
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 5);
+  j.clear();
+  heat_device_3(j, 5);
+  ASSERT_EQ(j.records("migration_started").size(), 1u);
+  EXPECT_TRUE(j.records("recovery_started").empty()) << "no round stops the world";
+  EXPECT_TRUE(j.sent<protocol::StopAfter>(0).empty());
+  EXPECT_TRUE(j.killed(3)) << "the suspect is let go: its state lives in replica 0";
+  EXPECT_EQ(j.c.phase(3), Phase::retiring);
+  EXPECT_EQ(j.sent<protocol::Abort>(2).size(), 1u) << "its replica stops";
+  EXPECT_TRUE(j.sent<protocol::Abort>(0).empty());
+  const auto stopped = j.records("replica_stopped");
+  ASSERT_EQ(stopped.size(), 1u);
+  EXPECT_EQ(stopped[0]["replica"], 1);
+  EXPECT_NE(stopped[0]["cause"].get<std::string>().find("migration of device 3"), std::string::npos);
+
+  // Its end is expected; the stopped rank reports; the reserved spare takes
+  // rank 3 from the donor.
+  j.exit(3);
+  EXPECT_TRUE(j.records("fault").empty()) << "a migration is not a fault";
+  j.steps({0, 1}, 5, 8);
+  j.report(2, {4}, {4});
+  j.clear();
+  j.at(j.t + 0.1);
+  const auto assigned = j.sent<protocol::Assign>(4);
+  ASSERT_EQ(assigned.size(), 1u);
+  EXPECT_EQ(assigned[0].rank, 3u);
+  EXPECT_EQ(assigned[0].restore, RestoreTier::peer);
+  EXPECT_EQ(j.c.contained()->stage(1), contained::Stage::handing);
+}
+
+TEST(CoordinatorContained, AMigrationWaitsWhileTheSuspectsReplicaIsTheOnlyOneStepping) {
+  Job j = contained_job();
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 5);
+  j.exit(0);  // replica 0 out: replica 1 steps alone
+  j.report(1, {4}, {4});
+  j.clear();
+  heat_device_3(j, 5);
+  EXPECT_TRUE(j.records("migration_started").empty());
+  EXPECT_TRUE(j.records("recovery_started").empty()) << "a device that still works stops nothing";
+  EXPECT_FALSE(j.killed(3));
+  EXPECT_EQ(j.c.phase(3), Phase::active);
 }
 
 }  // namespace

@@ -53,6 +53,10 @@ std::vector<uint32_t> Machine::live() const {
   return l;
 }
 
+bool Machine::contains(uint32_t rank) const {
+  return !exact_ && groups_.at(replica_of_.at(rank)).stage == Stage::healthy && live().size() > 1;
+}
+
 Actions Machine::take() {
   Actions a;
   a.swap(out_);

@@ -161,6 +161,10 @@ class Machine {
   Stage stage(uint32_t replica) const { return groups_.at(replica).stage; }
   std::vector<uint32_t> live() const;  // the healthy replicas, ascending
   uint64_t epoch() const { return epoch_; }
+  // A fault of `rank` now stops only its replica: the replica is healthy,
+  // another one steps on, no exact round runs. A proactive migration waits
+  // for this (coordinator_contained.cpp).
+  bool contains(uint32_t rank) const;
   bool exact() const { return exact_; }  // an exact round runs
   uint64_t degraded_steps() const { return degraded_steps_; }
   // Every replica incident's record, oldest first (the open ones not included).

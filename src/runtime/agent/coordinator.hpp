@@ -253,6 +253,7 @@ class Coordinator {
   // Contained recovery (coordinator_contained.cpp).
   bool contained_takes(Slot& s, const Fault& f, const std::string& words);
   bool contained_reported(Slot& s, const std::string& words);
+  bool contained_migrates(Slot& s, const std::string& cause);
   void apply(const contained::Actions& actions);
   void send_reform(const contained::Reform& r);
   protocol::Assign peer_assignment(uint32_t rank);

@@ -63,6 +63,25 @@ bool Coordinator::contained_reported(Slot& s, const std::string& words) {
   return true;
 }
 
+// A proactive migration under contained recovery is a hand-off: the
+// suspect's process is let go (its state lives in every other replica),
+// its replica stops as after a fault, the spare reserved for it takes the
+// rank and the replica rejoins from a live peer; the others step on. False
+// while that cannot be (its replica is out, or no other one steps): the
+// migration waits, no stop of the world for a device that still works.
+bool Coordinator::contained_migrates(Slot& s, const std::string& cause) {
+  if (contained_->exact() || round_.active() || s.rank < 0 ||
+      !contained_->contains(static_cast<uint32_t>(s.rank)))
+    return false;
+  const auto rank = static_cast<uint32_t>(s.rank);
+  record(journal::encode(journal::MigrationStarted{s.device, s.rank, reached()}));
+  s.phase = Phase::retiring;  // its end is expected
+  kill(s);
+  apply(contained_->fault(rank, contained::Machine::FaultKind::process_ended, cause, t_));
+  act(scheduler_.on_fault(s.device, cause, true, t_));
+  return true;
+}
+
 void Coordinator::apply(const contained::Actions& actions) {
   for (const auto& action : actions) {
     if (const auto* stop = std::get_if<contained::StopRanks>(&action)) {

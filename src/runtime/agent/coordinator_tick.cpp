@@ -127,16 +127,21 @@ void Coordinator::maybe_migrate() {
   if (round_.active() || !started_) return;
   for (Slot& s : slots_) {
     if (s.phase != Phase::active || !scheduler_.pending_migration(s.device)) continue;
+    const auto& warnings = monitor_.device(s.device).warnings;
+    const std::string cause = "migration of device " + std::to_string(s.device) + " (rank " +
+                              std::to_string(s.rank) + ") before it fails";
+    if (contained_ && contained_->replicas() > 1) {
+      // Contained: the suspect's replica alone stops, when it can.
+      if (contained_migrates(s, warnings.empty() ? cause : cause + ": " + warnings.front().message)) return;
+      continue;
+    }
     // Stop every rank after a step none has begun yet; the spare takes the
     // suspect's rank from the memory tier with nothing recomputed.
     const uint64_t boundary = progress() + 1;
     for (Slot* m : members()) send(*m, protocol::StopAfter{static_cast<int64_t>(boundary)});
     act(scheduler_.at_step_boundary(boundary, t_));
     s.phase = Phase::retiring;
-    const auto& warnings = monitor_.device(s.device).warnings;
-    round_.migration("migration of device " + std::to_string(s.device) + " (rank " + std::to_string(s.rank) +
-                         ") before it fails",
-                     t_, boundary + 1, warnings.empty() ? json() : json(warnings.front().message));
+    round_.migration(cause, t_, boundary + 1, warnings.empty() ? json() : json(warnings.front().message));
     for (Slot* m : members()) m->reported = false;
     record(journal::encode(journal::MigrationStarted{s.device, s.rank, boundary}));
     return;
