@@ -324,10 +324,12 @@ std::map<uint64_t, double> step_losses(const std::string& dir) {
 // replicas' micro-batches, the spare and the stopped replica's other rank
 // take its live state and rejoin. The run differs from a fault-free one
 // only in the order of its sums; the replicas agree bitwise throughout.
+// No proactive migration: on a loaded machine a rank's steps may be slow
+// enough for the straggler rule, an incident of its own.
 TEST(MoeTrainer, UnderContainedRecoveryAKilledRankStopsOnlyItsReplicaAndTheRunEndsAsTheFaultFreeOne) {
   Fixture fx;
-  const std::vector<std::string> agent{"--recovery", "contained",          "--replica-size",
-                                       "2",          "--devices-per-node", "2"};
+  const std::vector<std::string> agent{"--recovery",         "contained", "--replica-size", "2",
+                                       "--devices-per-node", "2",         "--no-migration"};
   const std::string clean = fx.job("contained-clean", "", {"--replicas", "2"}, agent);
   const std::string killed =
       fx.job("contained-kill", "", {"--replicas", "2", "--kill-at", "15", "--kill-device", "3"}, agent);
