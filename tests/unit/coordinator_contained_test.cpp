@@ -233,6 +233,18 @@ TEST(CoordinatorContained, ASuspectDeviceMovesByItsReplicasHandOffNotByStoppingT
   EXPECT_EQ(j.c.contained()->stage(1), contained::Stage::handing);
 }
 
+TEST(CoordinatorContained, AMigrationWaitsForEveryRanksFirstStep) {
+  Job j = contained_job();
+  j.start();
+  heat_device_3(j, 0);
+  EXPECT_TRUE(j.records("migration_started").empty()) << "the ranks are still forming their groups";
+  EXPECT_FALSE(j.killed(3));
+  j.steps({0, 1, 2, 3}, 0, 1);
+  EXPECT_EQ(j.records("migration_started").size(), 1u);
+  EXPECT_TRUE(j.records("recovery_started").empty());
+  EXPECT_TRUE(j.killed(3));
+}
+
 TEST(CoordinatorContained, AMigrationWaitsWhileTheSuspectsReplicaIsTheOnlyOneStepping) {
   Job j = contained_job();
   j.start();

@@ -68,11 +68,16 @@ bool Coordinator::contained_reported(Slot& s, const std::string& words) {
 // its replica stops as after a fault, the spare reserved for it takes the
 // rank and the replica rejoins from a live peer; the others step on. False
 // while that cannot be (its replica is out, or no other one steps): the
-// migration waits, no stop of the world for a device that still works.
+// migration waits, no stop of the world for a device that still works. It
+// also waits until every rank has finished a step: before that the ranks
+// are still forming their groups, and stopping them costs more than the
+// warning does.
 bool Coordinator::contained_migrates(Slot& s, const std::string& cause) {
   if (contained_->exact() || round_.active() || s.rank < 0 ||
       !contained_->contains(static_cast<uint32_t>(s.rank)))
     return false;
+  for (const Slot* m : members())
+    if (m->phase == Phase::active && m->last_step < 0) return false;
   const auto rank = static_cast<uint32_t>(s.rank);
   record(journal::encode(journal::MigrationStarted{s.device, s.rank, reached()}));
   s.phase = Phase::retiring;  // its end is expected
