@@ -88,16 +88,31 @@ const json* event(const JobRun& r, const std::string& name) {
 }
 
 // Every step's micro-batches computed once across the replicas, on the
-// fault-free run's data batches.
-void expect_same_batches(const StepLogs& got, const StepLogs& clean) {
-  for (uint64_t step = 0; step < kSteps; ++step) {
-    for (uint32_t position : {0u, 1u}) {
+// fault-free run's data batches. `unlogged`: how many steps may lack the
+// line of a replica that was in their exchange (the other's line says both
+// were live) at each position: a rank killed from outside (a migration) may
+// have given its sums to the step in flight and died before its log line;
+// its share is then the one the live set gave it.
+void expect_same_batches(const StepLogs& got, const StepLogs& clean, size_t unlogged = 0) {
+  for (uint32_t position : {0u, 1u}) {
+    size_t inferred = 0;
+    for (uint64_t step = 0; step < kSteps; ++step) {
       std::multiset<uint32_t> computed;
+      size_t lines = 0;
+      bool both_live = false;
       for (uint32_t rank : {position, position + 2}) {
         const auto it = got.at(rank).find(step);
         if (it == got.at(rank).end()) continue;
+        ++lines;
+        both_live = it->second.live == 2;
         computed.insert(it->second.microbatches.begin(), it->second.microbatches.end());
         EXPECT_EQ(it->second.batch, clean.at(position).at(step).batch) << "step " << step;
+      }
+      if (lines == 1 && both_live && !computed.empty() && inferred < unlogged) {
+        // The unlogged replica's share: micro-batches of the other parity.
+        const uint32_t first = *computed.begin() % 2 == 0 ? 1 : 0;
+        for (uint32_t m = first; m < kMicrobatches; m += 2) computed.insert(m);
+        ++inferred;
       }
       std::multiset<uint32_t> all;
       for (uint32_t m = 0; m < kMicrobatches; ++m) all.insert(m);
@@ -122,7 +137,7 @@ class SigmarunContained : public ::testing::Test {
   // The faulted run against the fault-free one: the same data, each
   // micro-batch once, a final loss within 1 %, the losses side by side.
   // `rank0_every_step`: replica 0 stayed in the live set throughout.
-  static void expect_like_clean(const JobRun& r, bool rank0_every_step = true) {
+  static void expect_like_clean(const JobRun& r, bool rank0_every_step = true, size_t unlogged = 0) {
     ASSERT_NE(clean_, nullptr);
     const StepLogs got = step_logs(r, 4);
     const StepLogs& clean = *clean_;
@@ -130,7 +145,7 @@ class SigmarunContained : public ::testing::Test {
       ASSERT_EQ(got.at(0).size(), kSteps) << "replica 0 ran every step";
     }
     ASSERT_EQ(got.at(0).count(kSteps - 1), 1u) << "rank 0 ended with the job";
-    expect_same_batches(got, clean);
+    expect_same_batches(got, clean, unlogged);
     std::string side;
     for (uint64_t step = 0; step < kSteps; step += 8) {
       const auto it = got.at(0).find(step);
@@ -254,7 +269,9 @@ TEST_F(SigmarunContained, ASuspectDeviceMigratesByAHandOffWhileTheOtherReplicaSt
     cordoned |= j.value("event", "") == "scheduler" && j.value("action", "") == "cordon" && j["device"] == 3;
   EXPECT_TRUE(cordoned) << logs(r);
   // A straggler of replica 0 on a loaded machine may be moved too, later.
-  expect_like_clean(r, c["incidents"].size() == 1);
+  // The suspect is killed from outside: the step in flight may hold its
+  // sums without its replica's log line (once per migration).
+  expect_like_clean(r, c["incidents"].size() == 1, c["incidents"].size());
 }
 
 }  // namespace
