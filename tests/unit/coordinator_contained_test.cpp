@@ -187,11 +187,7 @@ TEST(CoordinatorContained, AStoppedRankThatDoesNotLeaveItsCollectiveIsKilledAndR
 // Device 3 (replica 1) heats past the warning threshold while it trains,
 // every other device beating at `step`.
 void heat_device_3(Job& j, int64_t step) {
-  hal_telemetry_sample_t hot{};
-  hot.id = HAL_FIELD_TEMPERATURE_C;
-  hot.status = HAL_OK;
-  hot.type = HAL_VALUE_F64;
-  hot.value.f64 = 93;
+  const hal_telemetry_sample_t hot = temperature(93);
   for (int i = 0; i < 5; ++i) {
     j.t += 0.1;
     j.msg(3, protocol::Heartbeat{step, false, {hot}, HAL_OK, {}});

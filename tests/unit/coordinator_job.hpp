@@ -29,6 +29,15 @@ inline AgentOptions options(uint32_t nproc, uint32_t spares) {
 
 inline protocol::ProcessEnd sigkill() { return {protocol::ProcessEnd::How::signalled, SIGKILL, {}}; }
 inline protocol::ProcessEnd exited(int status) { return {protocol::ProcessEnd::How::exited, status, {}}; }
+// A temperature sample of `celsius`, as a worker's heartbeat carries it.
+inline hal_telemetry_sample_t temperature(double celsius) {
+  hal_telemetry_sample_t t{};
+  t.id = HAL_FIELD_TEMPERATURE_C;
+  t.status = HAL_OK;
+  t.type = HAL_VALUE_F64;
+  t.value.f64 = celsius;
+  return t;
+}
 
 // Drives a Coordinator the way the agent's host does, keeping every command
 // it gave, and plays the workers' side where a test needs it.

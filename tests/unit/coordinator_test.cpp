@@ -287,11 +287,7 @@ TEST(Coordinator, AThermalRunawayIsMigratedAtAStepBoundaryWithNothingRecomputed)
   j.steps({0, 1}, 0, 2);
   j.clear();
   // Device 1 heats past the warning threshold while it trains.
-  hal_telemetry_sample_t hot{};
-  hot.id = HAL_FIELD_TEMPERATURE_C;
-  hot.status = HAL_OK;
-  hot.type = HAL_VALUE_F64;
-  hot.value.f64 = 93;
+  const hal_telemetry_sample_t hot = temperature(93);
   for (int i = 0; i < 5; ++i) {
     j.t += 0.1;
     j.msg(1, protocol::Heartbeat{2, false, {hot}, HAL_OK, {}});

@@ -73,9 +73,7 @@ bool Coordinator::contained_reported(Slot& s, const std::string& words) {
 // are still forming their groups, and stopping them costs more than the
 // warning does.
 bool Coordinator::contained_migrates(Slot& s, const std::string& cause) {
-  if (contained_->exact() || round_.active() || s.rank < 0 ||
-      !contained_->contains(static_cast<uint32_t>(s.rank)))
-    return false;
+  if (s.rank < 0 || !contained_->contains(static_cast<uint32_t>(s.rank))) return false;
   for (const Slot* m : members())
     if (m->phase == Phase::active && m->last_step < 0) return false;
   const auto rank = static_cast<uint32_t>(s.rank);
