@@ -99,6 +99,15 @@ class SIGMA_EXPORT MemoryTier {
   std::vector<uint64_t> replica_indices() const;
   std::map<uint32_t, std::vector<uint64_t>> replicas_held() const;
 
+  // Own snapshot `index` where it lies in HAL memory (host-addressable),
+  // the state's views one after another as snapshot() copied them: a
+  // reader that must not copy the state again (contained recovery's donor
+  // streams it). The tier never writes into it again; once dropped, its
+  // memory goes with the last holder instead of being reused. nullptr when
+  // this rank does not hold it or holds it in host memory. Does not wait
+  // for the exchange in flight (that only reads it too).
+  std::shared_ptr<const hal::Buffer> own_image(uint64_t index);
+
   // Copies own snapshot `index` into `views` (the sizes must match). False
   // when this rank does not hold it.
   bool restore_own(uint64_t index, const std::vector<TensorView>& views) const;

@@ -28,11 +28,13 @@ bool host_addressable(const hal::PluginPtr& plugin) { return plugin->host_addres
 // while the next ones arrive.
 constexpr uint64_t kPiece = 16ull << 20;
 
-// One snapshot: HAL memory (host-addressable) or host memory.
+// One snapshot: HAL memory (host-addressable) or host memory. A lent one
+// (own_image) is never reused: its memory goes with its last holder.
 struct Snap {
-  std::unique_ptr<hal::Buffer> dev;
+  std::shared_ptr<hal::Buffer> dev;
   std::vector<uint8_t> host;
   uint64_t size = 0;
+  bool lent = false;
   uint8_t* data() const {
     return dev ? static_cast<uint8_t*>(dev->data()) : const_cast<uint8_t*>(host.data());
   }
@@ -105,13 +107,14 @@ Snap MemoryTier::Impl::fresh(hal::Communicator& comm, uint64_t bytes) {
   Snap s;
   s.size = bytes;
   if (host_addressable(comm.plugin()))
-    s.dev = std::make_unique<hal::Buffer>(comm.plugin(), 0, std::max<uint64_t>(bytes, 8));
+    s.dev = std::make_shared<hal::Buffer>(comm.plugin(), 0, std::max<uint64_t>(bytes, 8));
   else
     s.host.resize(bytes);
   return s;
 }
 
 void MemoryTier::Impl::give_back(Snap s) {
+  if (s.lent) return;  // a holder may still read it
   free_.push_back(std::move(s));
   while (free_.size() > free_cap_) free_.erase(free_.begin());
 }
@@ -360,6 +363,13 @@ void MemoryTier::abandon() {
   } catch (const Error&) {
     m.inflight_.reset();
   }
+}
+
+std::shared_ptr<const hal::Buffer> MemoryTier::own_image(uint64_t index) {
+  auto it = impl_->own_.find(index);
+  if (it == impl_->own_.end() || !it->second.dev) return nullptr;
+  it->second.lent = true;
+  return it->second.dev;
 }
 
 std::vector<uint64_t> MemoryTier::own_indices() const {

@@ -66,7 +66,7 @@ HandoffSender::HandoffSender(std::shared_ptr<hal::Communicator> comm, hal::Plugi
     thread_ = std::thread([this] { run(); });
     return;
   }
-  image_ = std::make_unique<hal::Buffer>(plugin_, 0, std::max<uint64_t>(bytes, 1));
+  image_ = std::make_shared<hal::Buffer>(plugin_, 0, std::max<uint64_t>(bytes, 1));
   auto* base = static_cast<uint8_t*>(image_->data());
   checkpoint::shard::offer_huge_pages(base, bytes);  // fresh memory: fewer faults
   thread_ = std::thread([this] { run(); });
@@ -79,6 +79,22 @@ HandoffSender::HandoffSender(std::shared_ptr<hal::Communicator> comm, hal::Plugi
     }
     cv_.notify_all();
   }
+}
+
+HandoffSender::HandoffSender(std::shared_ptr<hal::Communicator> comm, hal::PluginPtr plugin,
+                             std::shared_ptr<const hal::Buffer> image, uint64_t bytes,
+                             std::chrono::nanoseconds timeout)
+    : comm_(std::move(comm)),
+      plugin_(plugin),
+      staging_(std::move(plugin)),
+      timeout_(timeout),
+      state_bytes_(bytes),
+      copied_(bytes),
+      image_(std::move(image)) {
+  if (!image_ || image_->size() < bytes || !plugin_->host_addressable(0))
+    throw Error(Code::invalid_argument, "runtime: a hand-off image must hold the state's " +
+                                            std::to_string(bytes) + " bytes in host-addressable memory");
+  thread_ = std::thread([this] { run(); });
 }
 
 // The state's pieces, each posted once it is copied (the thread waits for

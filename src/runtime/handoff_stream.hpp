@@ -45,6 +45,12 @@ class HandoffSender {
   // Returns once the copy is whole: the views may change from then on.
   HandoffSender(std::shared_ptr<hal::Communicator> comm, hal::PluginPtr plugin,
                 const std::vector<checkpoint::TensorView>& views, std::chrono::nanoseconds timeout);
+  // Sends the first `bytes` of `image`, a copy of the state already in the
+  // plugin's host-addressable memory (the memory tier's snapshot of the
+  // boundary step: MemoryTier::own_image), without copying it again; no
+  // one may write into it meanwhile. Returns at once.
+  HandoffSender(std::shared_ptr<hal::Communicator> comm, hal::PluginPtr plugin,
+                std::shared_ptr<const hal::Buffer> image, uint64_t bytes, std::chrono::nanoseconds timeout);
   // Aborts the stream if it still runs (a hand-off made void) and joins.
   ~HandoffSender();
   HandoffSender(const HandoffSender&) = delete;
@@ -73,9 +79,9 @@ class HandoffSender {
   hal::HostStaging staging_;
   std::chrono::nanoseconds timeout_;
   uint64_t state_bytes_ = 0;
-  uint64_t copied_ = 0;                 // guarded by mu_: bytes of the image copied so far (sent as they are)
-  std::unique_ptr<hal::Buffer> image_;  // the state's copy in the plugin's memory (host-addressable)
-  std::vector<char> host_image_;        // ... or in host memory, staged
+  uint64_t copied_ = 0;  // guarded by mu_: bytes of the image copied so far (sent as they are)
+  std::shared_ptr<const hal::Buffer> image_;  // the state's copy in the plugin's memory (host-addressable)
+  std::vector<char> host_image_;              // ... or in host memory, staged
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Record> queue_;          // guarded by mu_

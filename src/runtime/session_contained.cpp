@@ -373,8 +373,16 @@ void Session::Impl::start_handoff(const protocol::Reform& r, uint64_t reforms_be
       std::lock_guard<std::mutex> lk(comm_mu);
       handoff_comm = hc;
     }
-    items.save();
-    sender = std::make_unique<HandoffSender>(hc, plugin, state, collective_timeout());
+    // The memory tier's snapshot of the boundary, taken at the end of this
+    // step (items saved), is the state as it is: sent as it lies, the
+    // training thread copies nothing. Without one, a copy.
+    if (auto image = tier->own_image(*r.boundary + 1)) {
+      sender =
+          std::make_unique<HandoffSender>(hc, plugin, std::move(image), state_bytes(), collective_timeout());
+    } else {
+      items.save();
+      sender = std::make_unique<HandoffSender>(hc, plugin, state, collective_timeout());
+    }
     notice_sent = false;
   }
   streaming = r;

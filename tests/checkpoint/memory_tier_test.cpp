@@ -4,11 +4,15 @@
 // killed peer leaves the replicas that had arrived, never a partial one.
 #include "../parallel/ranks.hpp"
 
+#include <sigma/hal.hpp>
+#include <sigma/memory_tier.hpp>
 #include <sigma/replica_placement.hpp>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <vector>
 
 #include <fstream>
 #include <sstream>
@@ -53,6 +57,37 @@ TEST(MemoryTier, ReplicasPlacedAcrossNodesArriveAtTheirHoldersAndAnyHolderHandsO
   }
   EXPECT_EQ(text_of(dir + "/handed-2"), "ok\n");
   EXPECT_EQ(text_of(dir + "/handed-3"), "ok\n");
+}
+
+// A snapshot lent out (contained recovery's donor streams it) keeps its
+// bytes while the tier takes, drops and reuses snapshots around it.
+TEST(MemoryTier, ALentSnapshotIsNeverWrittenAgain) {
+  auto plugin = hal::Plugin::load("cpu");
+  hal_comm_create_args_t ca{};
+  ca.struct_size = sizeof(ca);
+  ca.world_size = 1;
+  hal::Communicator comm(plugin, ca);
+  checkpoint::MemoryTier tier({.keep = 1});
+  std::vector<uint32_t> state(1 << 16);
+  const std::vector<checkpoint::TensorView> views{
+      checkpoint::TensorView("state", HAL_DTYPE_I32, {static_cast<int64_t>(state.size())}, state.data())};
+  std::fill(state.begin(), state.end(), 1u);
+  tier.snapshot(1, views, comm, 0, 1);
+  const auto image = tier.own_image(1);
+  ASSERT_NE(image, nullptr);
+  ASSERT_GE(image->size(), state.size() * 4);
+  for (uint32_t i = 2; i <= 5; ++i) {  // keep 1: each snapshot drops the one before, whose buffer is reused
+    std::fill(state.begin(), state.end(), i);
+    tier.snapshot(i, views, comm, 0, 1);
+  }
+  EXPECT_EQ(tier.own_indices(), std::vector<uint64_t>{5});
+  EXPECT_EQ(tier.own_image(1), nullptr);
+  const auto* lent = static_cast<const uint32_t*>(image->data());
+  EXPECT_TRUE(std::all_of(lent, lent + state.size(), [](uint32_t x) { return x == 1u; }));
+  std::fill(state.begin(), state.end(), 0u);
+  ASSERT_TRUE(tier.restore_own(5, views));
+  EXPECT_EQ(state.front(), 5u);
+  EXPECT_EQ(state.back(), 5u);
 }
 
 TEST(MemoryTier, AnExchangeCutByAKilledPeerIsNotCountedAsAReplica) {
