@@ -25,6 +25,22 @@
 
 namespace sigma::runtime {
 
+// A piece of the state's image as it travels: bytes [at, at + bytes), and
+// the view that holds all of it at `offset` (-1: a piece of a run of small
+// views).
+struct HandoffPiece {
+  uint64_t at = 0;
+  uint64_t bytes = 0;
+  int64_t view = -1;
+  uint64_t offset = 0;
+};
+
+// How the image of `views` is cut, from their sizes alone, so both sides
+// cut alike: a view of 1 MiB or more travels in pieces of its own of at
+// most 16 MiB (a receiver lands them in the view itself); runs of smaller
+// views travel together in pieces of at most 16 MiB. Pure.
+std::vector<HandoffPiece> handoff_pieces(const std::vector<checkpoint::TensorView>& views);
+
 // One record's header, as it travels.
 struct StreamHeader {
   enum Kind : uint64_t { exchange = 0, rejoin = 1 };
@@ -45,12 +61,14 @@ class HandoffSender {
   // Returns once the copy is whole: the views may change from then on.
   HandoffSender(std::shared_ptr<hal::Communicator> comm, hal::PluginPtr plugin,
                 const std::vector<checkpoint::TensorView>& views, std::chrono::nanoseconds timeout);
-  // Sends the first `bytes` of `image`, a copy of the state already in the
-  // plugin's host-addressable memory (the memory tier's snapshot of the
-  // boundary step: MemoryTier::own_image), without copying it again; no
-  // one may write into it meanwhile. Returns at once.
+  // Sends `image`, a copy of the state of `views` (their layout; their
+  // bytes are not read) already in the plugin's host-addressable memory (the
+  // memory tier's snapshot of the boundary step: MemoryTier::own_image),
+  // without copying it again; no one may write into it meanwhile. Returns
+  // at once.
   HandoffSender(std::shared_ptr<hal::Communicator> comm, hal::PluginPtr plugin,
-                std::shared_ptr<const hal::Buffer> image, uint64_t bytes, std::chrono::nanoseconds timeout);
+                std::shared_ptr<const hal::Buffer> image, const std::vector<checkpoint::TensorView>& views,
+                std::chrono::nanoseconds timeout);
   // Aborts the stream if it still runs (a hand-off made void) and joins.
   ~HandoffSender();
   HandoffSender(const HandoffSender&) = delete;
@@ -78,6 +96,7 @@ class HandoffSender {
   hal::PluginPtr plugin_;
   hal::HostStaging staging_;
   std::chrono::nanoseconds timeout_;
+  std::vector<HandoffPiece> pieces_;  // the state's cut
   uint64_t state_bytes_ = 0;
   uint64_t copied_ = 0;  // guarded by mu_: bytes of the image copied so far (sent as they are)
   std::shared_ptr<const hal::Buffer> image_;  // the state's copy in the plugin's memory (host-addressable)
@@ -97,8 +116,11 @@ class HandoffReceiver {
  public:
   HandoffReceiver(std::shared_ptr<hal::Communicator> comm, hal::PluginPtr plugin,
                   std::chrono::nanoseconds timeout);
-  // The donor's state into `views` (the donor's layout), each piece copied
-  // in while the next ones arrive. Blocks until it has arrived.
+  // The donor's state into `views` (the donor's layout). Where the plugin's
+  // memory is host-addressable every piece is posted at once, a view's own
+  // pieces landing in the view itself (host memory) and the runs of small
+  // views in one scratch buffer, copied out as each arrives; elsewhere
+  // each piece is staged in turn. Blocks until it has arrived.
   void state(const std::vector<checkpoint::TensorView>& views);
   // The next record's header; blocks until the donor sends it.
   StreamHeader next();

@@ -377,8 +377,7 @@ void Session::Impl::start_handoff(const protocol::Reform& r, uint64_t reforms_be
     // step (items saved), is the state as it is: sent as it lies, the
     // training thread copies nothing. Without one, a copy.
     if (auto image = tier->own_image(*r.boundary + 1)) {
-      sender =
-          std::make_unique<HandoffSender>(hc, plugin, std::move(image), state_bytes(), collective_timeout());
+      sender = std::make_unique<HandoffSender>(hc, plugin, std::move(image), state, collective_timeout());
     } else {
       items.save();
       sender = std::make_unique<HandoffSender>(hc, plugin, state, collective_timeout());

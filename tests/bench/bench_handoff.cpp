@@ -2,8 +2,8 @@
 // one run: a donor (rank 1 here) streams its ~768 MiB of AdamW state
 // (adamw_state.hpp) to a rejoining rank (rank 0) through the session's
 // HandoffSender / HandoffReceiver (the copy of the state, the sender's
-// thread, 16 MiB pieces staged through the HAL, the copy into the
-// receiver's tensors), against the raw transfer of the same bytes over the
+// thread, pieces of at most 16 MiB, landing in the receiver's tensors
+// themselves), against the raw transfer of the same bytes over the
 // same communicator: one broadcast from one buffer into one buffer, and the
 // same in 16 MiB pieces (the faster of the two is the limit). Two
 // processes on the HAL `cpu` vendor (the program starts its own peer).
@@ -96,7 +96,7 @@ void BM_HandoffFromSnapshot(benchmark::State& state) {
     barrier();
     const auto t0 = Clock::now();
     if (g_rank == 1) {
-      sigma::runtime::HandoffSender sender(g_comm, g_plugin, tier.own_image(index), md.bytes(), kTimeout);
+      sigma::runtime::HandoffSender sender(g_comm, g_plugin, tier.own_image(index), md.views(), kTimeout);
       sender.finish();
     } else {
       sigma::runtime::HandoffReceiver receiver(g_comm, g_plugin, kTimeout);
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
     const double wire = std::fmin(f("Raw/broadcast"), f("Raw/broadcast_pieces"));
     std::printf(
         "\nstate: %.0f MiB, 2 ranks on loopback (medians of 3)\n"
-        "hand-off stream (copy, sender thread, staged pieces, into the tensors): %.3f s (%.2f GB/s)\n"
+        "hand-off stream (copy on the donor, sender thread, landing in the tensors): %.3f s (%.2f GB/s)\n"
         "raw broadcast of the same bytes over the same communicator: %.3f s (one message %.3f s, 16 MiB "
         "pieces %.3f s)\n"
         "the stream moves the state at %.2f of the wire's rate\n"

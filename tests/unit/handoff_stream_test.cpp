@@ -25,20 +25,76 @@ namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(60);
 
-// Two tensors that do not line up with the stream's 16 MiB pieces.
+// Views that do not line up with the stream's 16 MiB pieces: one large
+// enough for pieces of its own (two of them), small ones around it that
+// travel together, and one of exactly 1 MiB (pieces of its own).
 struct State {
+  std::vector<int32_t> head = std::vector<int32_t>(1021);
   std::vector<float> a = std::vector<float>((5u << 20) + 3);
   std::vector<int32_t> b = std::vector<int32_t>(1021);
+  std::vector<uint8_t> c = std::vector<uint8_t>(7);
+  std::vector<uint8_t> d = std::vector<uint8_t>(1u << 20);
   void fill(int32_t seed) {
+    std::iota(head.begin(), head.end(), 3 * seed);
     std::iota(a.begin(), a.end(), static_cast<float>(seed));
     std::iota(b.begin(), b.end(), -seed);
+    std::iota(c.begin(), c.end(), static_cast<uint8_t>(seed));
+    std::iota(d.begin(), d.end(), static_cast<uint8_t>(seed + 1));
   }
-  uint64_t bytes() const { return a.size() * sizeof(float) + b.size() * sizeof(int32_t); }
+  uint64_t bytes() const {
+    return (head.size() + b.size()) * sizeof(int32_t) + a.size() * sizeof(float) + c.size() + d.size();
+  }
   std::vector<checkpoint::TensorView> views() {
-    return {checkpoint::TensorView("a", HAL_DTYPE_F32, {static_cast<int64_t>(a.size())}, a.data()),
-            checkpoint::TensorView("b", HAL_DTYPE_I32, {static_cast<int64_t>(b.size())}, b.data())};
+    return {checkpoint::TensorView("head", HAL_DTYPE_I32, {static_cast<int64_t>(head.size())}, head.data()),
+            checkpoint::TensorView("a", HAL_DTYPE_F32, {static_cast<int64_t>(a.size())}, a.data()),
+            checkpoint::TensorView("b", HAL_DTYPE_I32, {static_cast<int64_t>(b.size())}, b.data()),
+            checkpoint::TensorView("c", HAL_DTYPE_U8, {static_cast<int64_t>(c.size())}, c.data()),
+            checkpoint::TensorView("d", HAL_DTYPE_U8, {static_cast<int64_t>(d.size())}, d.data())};
   }
 };
+
+// The cut tiles the image in order; a large view's pieces lie in it alone.
+TEST(HandoffPieces, TileTheImageAndGiveLargeViewsPiecesOfTheirOwn) {
+  State s;
+  const auto views = s.views();
+  const auto pieces = handoff_pieces(views);
+  const uint64_t head = s.head.size() * 4, a = s.a.size() * 4, small = s.b.size() * 4 + s.c.size();
+  ASSERT_EQ(pieces.size(), 5u);
+  const std::vector<std::pair<uint64_t, uint64_t>> want{{0, head},
+                                                        {head, 16u << 20},
+                                                        {head + (16u << 20), a - (16u << 20)},
+                                                        {head + a, small},
+                                                        {head + a + small, 1u << 20}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(pieces[i].at, want[i].first) << i;
+    EXPECT_EQ(pieces[i].bytes, want[i].second) << i;
+  }
+  EXPECT_EQ(pieces[1].view, 1);
+  EXPECT_EQ(pieces[1].offset, 0u);
+  EXPECT_EQ(pieces[2].view, 1);
+  EXPECT_EQ(pieces[2].offset, 16u << 20);
+  EXPECT_EQ(pieces[0].view, -1);
+  EXPECT_EQ(pieces[3].view, -1);
+  EXPECT_EQ(pieces[4].view, 4);
+}
+
+// Many small views: runs cut at 16 MiB, never a piece larger.
+TEST(HandoffPieces, RunsOfSmallViewsAreCutAt16MiB) {
+  std::vector<std::vector<uint8_t>> bufs(40, std::vector<uint8_t>((1u << 20) - 1));
+  std::vector<checkpoint::TensorView> views;
+  for (auto& b : bufs)
+    views.emplace_back("v", HAL_DTYPE_U8, std::vector<int64_t>{static_cast<int64_t>(b.size())}, b.data());
+  const auto pieces = handoff_pieces(views);
+  uint64_t at = 0;
+  for (const auto& p : pieces) {
+    EXPECT_EQ(p.at, at);
+    EXPECT_LE(p.bytes, 16u << 20);
+    EXPECT_EQ(p.view, -1);
+    at += p.bytes;
+  }
+  EXPECT_EQ(at, 40u * ((1u << 20) - 1));
+  EXPECT_EQ(handoff_pieces({}).size(), 0u);
+}
 
 std::shared_ptr<hal::Communicator> comm(hal::PluginPtr plugin, uint32_t rank, bootstrap::HalBootstrap& boot) {
   hal_comm_create_args_t ca{};
@@ -87,7 +143,7 @@ class HandoffStream : public ::testing::TestWithParam<bool> {
     tier.snapshot(4, state.views(), *one, 0, 1);  // the boundary's snapshot, as a step takes it
     std::unique_ptr<HandoffSender> sender;
     if (from_snapshot)
-      sender = std::make_unique<HandoffSender>(c, plugin, tier.own_image(4), state.bytes(), kTimeout);
+      sender = std::make_unique<HandoffSender>(c, plugin, tier.own_image(4), state.views(), kTimeout);
     else
       sender = std::make_unique<HandoffSender>(c, plugin, state.views(), kTimeout);
     state.fill(99);                               // the donor steps on: what was taken is what travels
@@ -141,8 +197,10 @@ TEST_P(HandoffStream, TheDonorsStateAndItsLaterRecordsArriveWhole) {
 
   State want;
   want.fill(7);
-  EXPECT_EQ(got.a, want.a);
-  EXPECT_EQ(got.b, want.b);
+  EXPECT_TRUE(got.head == want.head);  // a run of small views, through the scratch
+  EXPECT_TRUE(got.a == want.a);        // pieces of its own, landed in place
+  EXPECT_TRUE(got.b == want.b && got.c == want.c);
+  EXPECT_TRUE(got.d == want.d);
 }
 
 INSTANTIATE_TEST_SUITE_P(CopyOrSnapshot, HandoffStream, ::testing::Bool(),
