@@ -272,7 +272,8 @@ typedef const char* hal_get_last_error_fn(void);
 
 typedef uint32_t hal_memory_kind_t;
 enum hal_memory_kind_e {
-  HAL_MEMORY_HOST = 0,  /* device pointers are ordinary host pointers */
+  HAL_MEMORY_HOST = 0,  /* device pointers are ordinary host pointers, and any host
+                           pointer may be given where device memory is taken */
   HAL_MEMORY_DEVICE = 1 /* device pointers are not host-addressable */
 };
 

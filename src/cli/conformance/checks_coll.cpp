@@ -401,6 +401,30 @@ void check_pipelined(Context& ctx, Communicator& comm) {
   }
 }
 
+// A device whose memory is host memory takes any host memory where device
+// memory is taken: libsigma passes its own buffers (a hand-off lands in the
+// trainer's tensors, the MoE dispatcher's counts are on the host). A
+// broadcast into and an all-reduce over plain host vectors, at odd offsets.
+void check_host_memory(Context& ctx, Communicator& comm) {
+  if (!ctx.plugin()->host_addressable(0)) throw Skip{"device 0's memory is not host memory"};
+  std::vector<uint8_t> bytes(4099, 0);
+  uint8_t* at = bytes.data() + 3;
+  if (ctx.rank() == 0)
+    for (size_t i = 0; i < 4093; ++i) at[i] = static_cast<uint8_t>(i * 7 + 1);
+  hal_coll_args_t b = base_args({HAL_COLL_BROADCAST, HAL_DTYPE_U8, HAL_REDUCE_SUM, 4093, true, 0});
+  b.sendbuf = b.recvbuf = at;
+  expect(comm.post(b).wait(ctx.opts().op_timeout), "a broadcast into host memory did not finish");
+  for (size_t i = 0; i < 4093; ++i)
+    expect(at[i] == static_cast<uint8_t>(i * 7 + 1), "a broadcast into host memory gave a wrong byte");
+  expect(bytes[0] == 0 && bytes[4098] == 0, "a broadcast into host memory wrote outside its range");
+  std::vector<float> sum(1001, 1.0f);
+  hal_coll_args_t r = base_args({HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, HAL_REDUCE_SUM, 1000, true, 0});
+  r.sendbuf = r.recvbuf = sum.data() + 1;
+  expect(comm.post(r).wait(ctx.opts().op_timeout), "an all-reduce over host memory did not finish");
+  expect(sum[1000] == static_cast<float>(ctx.world()) && sum[0] == 1.0f,
+         "an all-reduce over host memory gave a wrong sum");
+}
+
 // The blocking run of ABI 1.1: every op through it, and its place in the
 // posting order (a run waits for what was posted before it).
 void check_run(Context& ctx, Communicator& comm) {
@@ -627,6 +651,11 @@ void run_coll_checks(Context& ctx) {
   ctx.run("coll.pipelined", [&] {
     need_comm(ctx);
     check_pipelined(ctx, *comm);
+  });
+
+  ctx.run("coll.host_memory", [&] {
+    need_comm(ctx);
+    check_host_memory(ctx, *comm);
   });
 
   ctx.run("coll.run", [&] {
