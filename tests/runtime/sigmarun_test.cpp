@@ -402,13 +402,13 @@ TEST_F(Sigmarun, AWholeDeclaredNodeLostAtOnceIsRestoredFromTheReplicasInAnotherN
     ASSERT_GE(r->report["incidents"].size(), 1u) << logs(*r);
     for (const auto& inc : r->report["incidents"]) EXPECT_EQ(inc.value("restore", ""), "memory") << logs(*r);
     // Every hand-off comes from node 0's ranks to node 1's. Two processes
-    // killed at the start of one step die in one round; the second lost
-    // device may be aborted before its own fault fires, and lose itself in
-    // the next generation's probe -- still restored from node 0, where the
-    // ring would have had only its fresh replacement.
+    // killed at the start of one step mostly die in one round; but the
+    // second may be aborted before its own fault fires and lose itself in
+    // the next generation (its probe, or the step once more when that round
+    // was quick) -- still restored from node 0, where the ring would have
+    // had only its fresh replacement.
     std::set<uint32_t> holders, receivers;
     const json* last = nullptr;
-    size_t most = 0;
     for (const auto& j : r->journal) {
       if (j.value("event", "") != "assigned" || j.value("restore", "") != "memory") continue;
       EXPECT_EQ(j["replicas_across"], "node") << logs(*r);
@@ -416,16 +416,12 @@ TEST_F(Sigmarun, AWholeDeclaredNodeLostAtOnceIsRestoredFromTheReplicasInAnotherN
         holders.insert(h[0].get<uint32_t>());
         receivers.insert(h[1].get<uint32_t>());
       }
-      most = std::max(most, j["handoff"].size());
       last = &j;
     }
     ASSERT_NE(last, nullptr) << logs(*r);
     const std::set<uint32_t> node0{0, 1};
     EXPECT_TRUE(std::includes(node0.begin(), node0.end(), holders.begin(), holders.end())) << logs(*r);
     EXPECT_EQ(receivers, (std::set<uint32_t>{2, 3})) << logs(*r);
-    if (r == &killed) {
-      EXPECT_EQ(most, 2u) << "both ranks of node 1 in one round: " << logs(*r);
-    }
     EXPECT_EQ((*last)["domains"], json({0, 0, 2, 2})) << "ranks 2 and 3 now on the spares' node";
     EXPECT_EQ(finals(*r, 4), finals(clean, 4)) << logs(*r);
   }
