@@ -254,6 +254,9 @@ class SIGMA_EXPORT Guardrails {
   // rank that calls it with the same figures reaches the same answer.
   // Throws Error(invalid_argument) when `step` had no mismatch.
   std::vector<int> attribute_rerun(uint64_t step, uint64_t rerun_fingerprint, const std::string& device);
+  // A fingerprint vote the caller exchanged itself (vote_replicas): kept
+  // as the last check's and journalled. Not collective.
+  void note_fingerprints(const FingerprintResult& result);
   // Called for every attributed fault (the health monitor's entry).
   void on_fault(std::function<void(const FaultReport&)> sink);
 
@@ -274,5 +277,28 @@ class SIGMA_EXPORT Guardrails {
 
 // xxh3 over the bytes of every buffer, in order: a replica's fingerprint.
 SIGMA_EXPORT uint64_t fingerprint(const std::vector<BufferView>& params);
+
+// One rank's fingerprints in a world of data-parallel replicas: of what
+// every rank holds alike (the replicated parameters) and of all it holds
+// (what its counterparts, the same position in the other replicas, hold
+// alike). `present`: false for the ranks of a replica that is out.
+struct RankPrints {
+  uint64_t shared = 0, whole = 0;
+  bool present = false;
+};
+
+// The vote over such a world: `prints` by rank, rank = replica x `size` +
+// position. The agreed value of a set of prints is its strict majority's,
+// or else that of its one largest group of two or more equal prints (two
+// ranks that computed the same bytes: a corruption does not give two
+// hashes alike). A rank is odd when its shared print differs from the
+// present ranks' agreed one, or its whole print from its counterparts'.
+// Where counterparts agree on nothing (two replicas) their disagreement is
+// settled when the ranks not already odd agree; otherwise the counterparts
+// are unsettled and rerun_needed is set.
+// fingerprints: the whole prints by rank (0 for absent ones). Pure. Throws
+// Error(invalid_argument) when `prints` is not whole replicas of `size`.
+SIGMA_EXPORT FingerprintResult vote_replicas(uint64_t step, uint32_t size,
+                                             const std::vector<RankPrints>& prints);
 
 }  // namespace sigma::guardrails

@@ -253,6 +253,8 @@ class Trainer {
   // same) and the autotuner's move, if any.
   std::pair<gr::Decision, std::optional<par::Rebalance>> step(uint64_t step, uint64_t b) {
     const double t0 = now_s();
+    json fp;  // the fingerprint vote, when one ran
+    if (replicated_ && o_.guardrails_on && guard_->fingerprint_due(step)) fp = check_replicas(step);
     model_.dense_grad.zero_();
     model_.expert_grad.zero_();
     moe::MoeStats stats;
@@ -280,6 +282,16 @@ class Trainer {
     const double t_sample = now_s();
     const gr::Decision d = decide(step, experts_finite ? ce_mean : std::nan(""), sample);
     const double t_decide = now_s();
+    // The replica's ranks saw different finite exchanged gradients: a silent
+    // error in its exchange or memory. Skipping (the guardrails' answer)
+    // would keep it apart from the other replicas, which applied the step:
+    // it leaves and takes their state instead. (A non-finite value anywhere
+    // reaches every replica as a non-finite loss: all skip alike.)
+    if (replicated_ && !d.mismatch_ranks.empty() && d.non_finite == 0 && std::isfinite(d.loss))
+      throw sigma::Error(sigma::Code::data_loss,
+                         "replica " + std::to_string(s_.replicas().index) + ", step " + std::to_string(step) +
+                             ": its ranks' exchanged gradients differ (silent corruption in its exchange or "
+                             "memory); it takes its counterparts' state");
     if (d.action == gr::Action::apply) {
       const double lr = learning_rate(o_, step);
       model_.dense_grad.mul_(d.grad_multiplier);
@@ -287,8 +299,8 @@ class Trainer {
       dense_opt_.update(model_.dense, model_.dense_grad, lr, o_.weight_decay, step + 1);
       expert_opt_.update(model_.expert, model_.expert_grad, lr, o_.weight_decay, step + 1);
     }
-    json fp;
-    if (d.check_fingerprint) {  // replicas' parameters compared: silent corruption named by rank
+    if (d.check_fingerprint &&
+        !replicated_) {  // replicas' parameters compared: silent corruption named by rank
       const auto r = guard_->check_fingerprint(
           step, {{model_.dense.data_ptr(), static_cast<uint64_t>(model_.dense.numel()), HAL_DTYPE_F32}});
       fp = {{"match", r.match}, {"odd_ranks", r.odd_ranks}};
@@ -458,6 +470,50 @@ class Trainer {
     double figures[2] = {ce_sum, finite ? 0.0 : 1.0};
     s_.data_parallel_all_reduce(figures, 2, HAL_DTYPE_F64);
     return figures[1] > 0 ? std::nan("") : figures[0] / s_.replicas().count;
+  }
+
+  // With replica groups, at a fingerprint interval and before the step
+  // computes anything: every live rank's prints of the parameters entering
+  // the step (the dense ones, which every rank holds alike; dense and
+  // experts, which its counterparts in the other replicas hold alike), one
+  // slot each, summed over the data-parallel group and then over the
+  // replica. The slots are disjoint, so the sums are exact and every live
+  // rank votes on the same figures. A replica with an odd rank leaves
+  // (Error data_loss): contained recovery gives it its counterparts' live
+  // state, and the others run the step again without it.
+  json check_replicas(uint64_t step) {
+    const auto view = [](const torch::Tensor& t) {
+      return gr::BufferView{t.data_ptr(), static_cast<uint64_t>(t.numel()), HAL_DTYPE_F32};
+    };
+    const sigma::runtime::ReplicaLayout& layout = s_.replicas();
+    const uint64_t mine[2] = {gr::fingerprint({view(model_.dense)}),
+                              gr::fingerprint({view(model_.dense), view(model_.expert)})};
+    constexpr size_t kSlot = 5;  // two prints in 32-bit halves (exact in a double), present
+    std::vector<double> slots(kSlot * world_, 0.0);
+    double* slot = slots.data() + kSlot * (layout.index * layout.size + layout.position);
+    for (int i = 0; i < 2; ++i) {
+      slot[2 * i] = static_cast<double>(mine[i] >> 32);
+      slot[2 * i + 1] = static_cast<double>(mine[i] & 0xffffffffu);
+    }
+    slot[4] = 1;
+    s_.data_parallel_all_reduce(slots.data(), slots.size(), HAL_DTYPE_F64);
+    staging_.all_reduce(s_.replica_comm(), slots.data(), slots.size(), HAL_DTYPE_F64, HAL_REDUCE_SUM,
+                        std::chrono::seconds(60));
+    const auto joined = [&](size_t at) {
+      return (static_cast<uint64_t>(slots[at]) << 32) | static_cast<uint64_t>(slots[at + 1]);
+    };
+    std::vector<gr::RankPrints> prints(world_);
+    for (size_t r = 0; r < prints.size(); ++r)
+      prints[r] = {joined(kSlot * r), joined(kSlot * r + 2), slots[kSlot * r + 4] > 0};
+    const gr::FingerprintResult r = gr::vote_replicas(step, layout.size, prints);
+    guard_->note_fingerprints(r);
+    for (const int odd : r.odd_ranks)
+      if (static_cast<uint32_t>(odd) / layout.size == layout.index)
+        throw sigma::Error(sigma::Code::data_loss, "silent corruption at step " + std::to_string(step) +
+                                                       ": " + r.reason + "; replica " +
+                                                       std::to_string(layout.index) +
+                                                       " takes its counterparts' state");
+    return {{"match", r.match}, {"odd_ranks", r.odd_ranks}, {"rerun_needed", r.rerun_needed}};
   }
 
   uint64_t tokens() const { return static_cast<uint64_t>(o_.batch * o_.model.seq) * world_; }

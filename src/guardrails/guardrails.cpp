@@ -3,6 +3,7 @@
 #include <sigma/kernels.hpp>
 
 #include "impl.hpp"
+#include "vote.hpp"
 
 #include <tbb/parallel_for.h>
 #include <xxhash.h>
@@ -10,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <set>
 
 namespace sigma::guardrails {
@@ -375,31 +375,32 @@ FingerprintResult Guardrails::check_fingerprint(uint64_t step, const std::vector
   r.step = step;
   r.fingerprints.resize(static_cast<size_t>(m.exchange.world()));
   std::memcpy(r.fingerprints.data(), bytes.data(), bytes.size());
-  std::map<uint64_t, int> votes;
-  for (uint64_t f : r.fingerprints) ++votes[f];
-  r.match = votes.size() == 1;
+  const std::set<uint64_t> distinct(r.fingerprints.begin(), r.fingerprints.end());
+  r.match = distinct.size() == 1;
   if (r.match) {
     r.reason = "all " + std::to_string(r.fingerprints.size()) + " replicas agree";
+  } else if (const auto major = detail::strict_majority(r.fingerprints)) {
+    r.rerun_needed = true;
+    for (size_t i = 0; i < r.fingerprints.size(); ++i)
+      if (r.fingerprints[i] != *major) r.odd_ranks.push_back(static_cast<int>(i));
+    std::string odd;
+    for (int i : r.odd_ranks) odd += (odd.empty() ? "" : ",") + std::to_string(i);
+    r.reason = "replicas disagree: rank(s) " + odd + " differ from the majority of " +
+               std::to_string(r.fingerprints.size() - r.odd_ranks.size()) +
+               "; re-run the step on another device to attribute it";
   } else {
     r.rerun_needed = true;
-    const auto top = std::max_element(votes.begin(), votes.end(),
-                                      [](const auto& a, const auto& b) { return a.second < b.second; });
-    if (2 * static_cast<size_t>(top->second) > r.fingerprints.size()) {
-      for (size_t i = 0; i < r.fingerprints.size(); ++i)
-        if (r.fingerprints[i] != top->first) r.odd_ranks.push_back(static_cast<int>(i));
-      std::string odd;
-      for (int i : r.odd_ranks) odd += (odd.empty() ? "" : ",") + std::to_string(i);
-      r.reason = "replicas disagree: rank(s) " + odd + " differ from the majority of " +
-                 std::to_string(top->second) + "; re-run the step on another device to attribute it";
-    } else {
-      r.reason = std::to_string(votes.size()) + " different fingerprints over " +
-                 std::to_string(r.fingerprints.size()) +
-                 " replicas, no majority; re-run the step on another device";
-    }
+    r.reason = std::to_string(distinct.size()) + " different fingerprints over " +
+               std::to_string(r.fingerprints.size()) +
+               " replicas, no majority; re-run the step on another device";
   }
-  m.last_fp = r;
-  m.journal.fingerprint(r);
+  note_fingerprints(r);
   return r;
+}
+
+void Guardrails::note_fingerprints(const FingerprintResult& result) {
+  impl_->last_fp = result;
+  impl_->journal.fingerprint(result);
 }
 
 std::vector<int> Guardrails::attribute_rerun(uint64_t step, uint64_t rerun_fingerprint,

@@ -318,6 +318,17 @@ std::map<uint64_t, double> step_losses(const std::string& dir) {
   return out;
 }
 
+// rank 0's guardrails journal: the fingerprint votes, in order.
+std::vector<json> fingerprint_votes(const std::string& dir) {
+  std::vector<json> out;
+  std::istringstream lines(read_file(dir + "/guardrails.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    json j = json::parse(line);
+    if (j.value("event", "") == "fingerprint") out.push_back(std::move(j));
+  }
+  return out;
+}
+
 // Contained recovery: two data-parallel replicas of one expert group of two
 // ranks (sigmarun's replica groups are the trainer's expert groups). A rank
 // killed at step 15 stops its replica alone: the other steps on with both
@@ -371,6 +382,42 @@ TEST(MoeTrainer, UnderContainedRecoveryAKilledRankStopsOnlyItsReplicaAndTheRunEn
   const std::string nan_dense = read_file(nan + "/final-rank-0.bin");
   for (int r = 1; r < 4; ++r)
     EXPECT_TRUE(read_file(nan + "/final-rank-" + std::to_string(r) + ".bin") == nan_dense) << "rank " << r;
+
+  // The replicas' fingerprints are voted across them every 25 steps (the
+  // dense parameters over all four ranks, everything over counterparts).
+  const auto votes = fingerprint_votes(clean);
+  ASSERT_EQ(votes.size(), 3u) << "steps 0, 25 and 50";
+  for (const json& v : votes) {
+    EXPECT_TRUE(v["match"].get<bool>()) << v.dump();
+    ASSERT_EQ(v["fingerprints"].size(), 4u) << v.dump();
+    EXPECT_EQ(v["fingerprints"][0], v["fingerprints"][2]) << "counterparts hold the same bytes: " << v.dump();
+  }
+  // A flipped bit in one rank's data-parallel result (device 2's 301st
+  // operation: the dense gradients' all-reduce of step 9, replica 1): its
+  // replica's guardrails see its two ranks' gradients differ. Replica 1
+  // leaves and takes replica 0's state (which applied the step) instead of
+  // skipping it; nothing is skipped and every rank ends alike.
+  const std::string sdc = fx.job("contained-sdc",
+                                 std::string(kHeader) +
+                                     "faults:\n"
+                                     "  - {kind: silent_corruption, device: 2, at_op: 301, count: 1, "
+                                     "op: all_reduce}\n",
+                                 {"--replicas", "2"}, agent);
+  const json sdc_report = json::parse(read_file(sdc + "/report.json"));
+  const json& si = sdc_report["contained"]["incidents"];
+  ASSERT_EQ(si.size(), 1u) << "did operation 301 stop being the dense all-reduce? " << sdc_report.dump(1);
+  EXPECT_EQ(si[0]["replica"], 1);
+  EXPECT_EQ(si[0]["end"], "rejoined");
+  EXPECT_NE(si[0]["cause"].get<std::string>().find("exchanged gradients differ"), std::string::npos) << si[0];
+  EXPECT_EQ(summary(sdc)["skipped_steps"], 0);
+  EXPECT_EQ(summary(sdc)["lost_s"]["restart"], 0.0);
+  const std::string sdc_dense = read_file(sdc + "/final-rank-0.bin");
+  for (int r = 1; r < 4; ++r)
+    EXPECT_TRUE(read_file(sdc + "/final-rank-" + std::to_string(r) + ".bin") == sdc_dense) << "rank " << r;
+  const auto sdc_losses = step_losses(sdc);
+  ASSERT_EQ(sdc_losses.size(), 60u);
+  EXPECT_LE(std::abs(sdc_losses.at(59) - want.at(59)), 0.01 * std::abs(want.at(59)));
+  for (const json& v : fingerprint_votes(sdc)) EXPECT_TRUE(v["match"].get<bool>()) << v.dump();
 }
 
 }  // namespace

@@ -228,6 +228,77 @@ TEST(Guardrails, OneReplicaAlwaysMatchesItsOwnFingerprint) {
   EXPECT_NE(before, fingerprint({{p.data(), p.size(), HAL_DTYPE_F32}}));
 }
 
+// Two replicas of two ranks (0,1 | 2,3) and three (0,1 | 2,3 | 4,5): the
+// shared prints are voted over every present rank, the whole ones over the
+// counterparts (ranks of one position).
+std::vector<RankPrints> prints(size_t ranks) {
+  std::vector<RankPrints> p(ranks);
+  for (size_t r = 0; r < ranks; ++r) p[r] = {7, 100 + r % 2, true};
+  return p;
+}
+
+TEST(ReplicaVote, AgreeingReplicasMatch) {
+  const FingerprintResult r = vote_replicas(25, 2, prints(4));
+  EXPECT_TRUE(r.match) << r.reason;
+  EXPECT_TRUE(r.odd_ranks.empty());
+  EXPECT_FALSE(r.rerun_needed);
+  EXPECT_EQ(r.fingerprints, (std::vector<uint64_t>{100, 101, 100, 101}));
+}
+
+TEST(ReplicaVote, AnOddSharedPrintNamesItsRankEvenWithTwoReplicas) {
+  auto p = prints(4);
+  p[2].shared = 8;  // its replicated parameters differ from the three others'
+  p[2].whole = 99;  // ... and so does all it holds, from its one counterpart's
+  const FingerprintResult r = vote_replicas(25, 2, p);
+  EXPECT_FALSE(r.match);
+  EXPECT_EQ(r.odd_ranks, std::vector<int>{2}) << r.reason;
+  EXPECT_FALSE(r.rerun_needed) << "rank 0, its counterpart, agrees with everyone: settled";
+  EXPECT_NE(r.reason.find("rank(s) 2 differ"), std::string::npos) << r.reason;
+}
+
+TEST(ReplicaVote, AReplicaWhoseRanksEachWentTheirOwnWayIsOddAsAWhole) {
+  // A corrupt exchange result of rank 2 reached rank 3 through the
+  // replica's guardrails (another clip): 0 and 1 agree, 2 and 3 agree with
+  // no one. Two of four is no majority, but the only pair that agrees.
+  auto p = prints(4);
+  p[2] = {8, 98, true};
+  p[3] = {9, 99, true};
+  const FingerprintResult r = vote_replicas(25, 2, p);
+  EXPECT_EQ(r.odd_ranks, (std::vector<int>{2, 3})) << r.reason;
+  EXPECT_FALSE(r.rerun_needed);
+  // Two pairs apart (each replica agrees with itself): nothing to go by.
+  p[3] = {8, 99, true};
+  const FingerprintResult tie = vote_replicas(25, 2, p);
+  EXPECT_TRUE(tie.odd_ranks.empty()) << tie.reason;
+  EXPECT_TRUE(tie.rerun_needed);
+}
+
+TEST(ReplicaVote, TwoCounterpartsApartWithNothingElseOddAreUnsettled) {
+  auto p = prints(4);
+  p[3].whole = 99;  // an expert of rank 3 differs from rank 1's copy; nothing else does
+  const FingerprintResult r = vote_replicas(25, 2, p);
+  EXPECT_FALSE(r.match);
+  EXPECT_TRUE(r.odd_ranks.empty()) << "two copies, no majority: " << r.reason;
+  EXPECT_TRUE(r.rerun_needed);
+  EXPECT_NE(r.reason.find("no majority among the counterparts 1,3"), std::string::npos) << r.reason;
+}
+
+TEST(ReplicaVote, ThreeReplicasNameTheOddCounterpartAndAbsentOnesAreLeftOut) {
+  auto p = prints(6);
+  p[5].whole = 99;
+  FingerprintResult r = vote_replicas(50, 2, p);
+  EXPECT_EQ(r.odd_ranks, std::vector<int>{5}) << r.reason;
+  EXPECT_FALSE(r.rerun_needed);
+  // Replica 2 out: whatever its slots hold is not voted.
+  p[4] = {1, 2, false};
+  p[5] = {3, 4, false};
+  r = vote_replicas(50, 2, p);
+  EXPECT_TRUE(r.match) << r.reason;
+  EXPECT_EQ(r.fingerprints[4], 0u);
+  EXPECT_THROW(vote_replicas(50, 4, p), Error) << "6 ranks are not replicas of 4";
+  EXPECT_THROW(vote_replicas(50, 0, p), Error);
+}
+
 TEST(Guardrails, EveryDecisionIsJournalledWithItsReasonAndFigures) {
   const std::string path =
       ::testing::TempDir() + "guardrails-journal-" + std::to_string(::getpid()) + ".jsonl";
