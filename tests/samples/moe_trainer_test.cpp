@@ -418,6 +418,26 @@ TEST(MoeTrainer, UnderContainedRecoveryAKilledRankStopsOnlyItsReplicaAndTheRunEn
   ASSERT_EQ(sdc_losses.size(), 60u);
   EXPECT_LE(std::abs(sdc_losses.at(59) - want.at(59)), 0.01 * std::abs(want.at(59)));
   for (const json& v : fingerprint_votes(sdc)) EXPECT_TRUE(v["match"].get<bool>()) << v.dump();
+
+  // A flipped bit in device 2's replica-wide sum of the dense gradients
+  // (operation 316, step 10) reaches rank 0 through the data-parallel sum:
+  // both replicas' ranks disagree and both leave. The last one out finds no
+  // healthy replica and the exact round runs; its assignment holds every
+  // replica (it once held only the healthy ones: the job ended
+  // unrecoverable, the stopped replica's ranks unable to join). Every rank
+  // ends alike.
+  const std::string both = fx.job("contained-sdc-both",
+                                  std::string(kHeader) +
+                                      "faults:\n"
+                                      "  - {kind: silent_corruption, device: 2, at_op: 316, count: 1, "
+                                      "op: all_reduce}\n",
+                                  {"--replicas", "2"}, agent);
+  EXPECT_EQ(step_losses(both).size(), 60u);
+  EXPECT_EQ(summary(both)["skipped_steps"], 0);
+  EXPECT_NE(read_file(both + "/report.json").find("exchanged gradients differ"), std::string::npos);
+  const std::string both_dense = read_file(both + "/final-rank-0.bin");
+  for (int r = 1; r < 4; ++r)
+    EXPECT_TRUE(read_file(both + "/final-rank-" + std::to_string(r) + ".bin") == both_dense) << "rank " << r;
 }
 
 }  // namespace

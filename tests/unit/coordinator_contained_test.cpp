@@ -129,6 +129,32 @@ TEST(CoordinatorContained, TheLastHealthyReplicaFailingRunsTheExactRound) {
   EXPECT_TRUE(j.c.contained()->exact());
 }
 
+// Both replicas' ranks report a failure (a corruption in both replicas'
+// exchanges). Replica 1 stops and, stopped by reports alone, is handed
+// replica 0's state; then replica 0's ranks report: no healthy replica is
+// left. The exact round aborts them all, replica 1's ranks report again
+// (their hand-off lost its donor), and the assignment makes every replica
+// live again.
+TEST(CoordinatorContained, WhenReportsStopEveryReplicaTheExactRoundAssignsThemAllLive) {
+  Job j = contained_job();
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 5);
+  for (uint32_t d : {2u, 3u}) j.report(d, {5}, {5}, sigma::Code::data_loss);
+  EXPECT_EQ(j.records("recovery_started").size(), 0u) << "replica 1 stops alone";
+  j.clear();
+  for (uint32_t d : {0u, 1u}) j.report(d, {5}, {5}, sigma::Code::data_loss);
+  EXPECT_EQ(j.records("contained_fallback").size(), 1u);
+  ASSERT_TRUE(j.c.contained()->exact());
+  for (uint32_t d : {2u, 3u}) j.report(d, {5}, {5});
+  j.at(j.t + 0.1);
+  for (uint32_t d : {0u, 1u, 2u, 3u}) {
+    EXPECT_FALSE(j.killed(d)) << "device " << d << " reported: not a rank that does not answer";
+    const auto a = j.sent<protocol::Assign>(d);
+    ASSERT_EQ(a.size(), 1u) << "device " << d;
+    EXPECT_EQ(a[0].live, (V{0, 1})) << "device " << d << ": the exact round's world holds every replica";
+  }
+}
+
 TEST(CoordinatorContained, AReplicaOutIsNotWaitedForAtTheEnd) {
   AgentOptions o = options(4, 0);  // no spare: replica 1 stays out
   Job j = contained_job(o);

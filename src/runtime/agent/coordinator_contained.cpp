@@ -15,16 +15,20 @@ bool Coordinator::parked(const Slot& s) const {
   return contained_->stage(static_cast<uint32_t>(s.rank) / replica_size_) != contained::Stage::healthy;
 }
 
+// The replica of every rank and the live set; the exact round's world
+// holds every replica (the stopped ones too).
 void Coordinator::contained_fields(protocol::Assign& a) const {
   if (replica_size_ == 0) return;
   for (uint32_t r = 0; r < world_; ++r) a.replica_of.push_back(r / replica_size_);
   if (contained_) {
     a.epoch = contained_->epoch();
-    a.live = contained_->live();
     a.contained = true;
-    return;
+    if (!contained_->exact()) {
+      a.live = contained_->live();
+      return;
+    }
   }
-  for (uint32_t q = 0; q < world_ / replica_size_; ++q) a.live.push_back(q);  // the layout alone: all live
+  for (uint32_t q = 0; q < world_ / replica_size_; ++q) a.live.push_back(q);
 }
 
 // A fault of an active rank outside an exact round: its replica stops and
