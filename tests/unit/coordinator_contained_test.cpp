@@ -155,6 +155,24 @@ TEST(CoordinatorContained, WhenReportsStopEveryReplicaTheExactRoundAssignsThemAl
   }
 }
 
+// Rank 2's report stops replica 1 (rank 3 is still leaving its
+// collective); then rank 0's report finds no healthy replica left. Rank 2
+// waits in its recovery and reports no more: the exact round takes the
+// report it made rather than killing it for not answering the abort.
+TEST(CoordinatorContained, ARankWhoseReplicaStoppedIsNotKilledForWaitingInTheExactRound) {
+  Job j = contained_job();
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 5);
+  j.report(2, {5}, {5}, sigma::Code::data_loss);
+  j.report(0, {5}, {5}, sigma::Code::data_loss);
+  ASSERT_TRUE(j.c.contained()->exact());
+  j.clear();
+  for (uint32_t d : {1u, 3u}) j.report(d, {5}, {5});
+  j.at(j.t + 0.1);  // the assignment goes out now, not after the abort's grace
+  for (uint32_t d : {0u, 1u, 2u, 3u}) EXPECT_EQ(j.sent<protocol::Assign>(d).size(), 1u) << "device " << d;
+  EXPECT_FALSE(j.killed(2));
+}
+
 TEST(CoordinatorContained, AReplicaOutIsNotWaitedForAtTheEnd) {
   AgentOptions o = options(4, 0);  // no spare: replica 1 stays out
   Job j = contained_job(o);

@@ -261,6 +261,9 @@ class Coordinator {
   void contained_tick();
   void contained_step(const Slot& s, uint64_t step);
   bool parked(const Slot& s) const;  // its replica is out: it waits, it does not step
+  // Its replica was stopped and it has reported: it waits in its recovery
+  // for an assignment, exact round or not, and does not report again.
+  bool waits_stopped(const Slot& s) const;
   void contained_fields(protocol::Assign& a) const;
 
   AgentOptions o_;

@@ -15,6 +15,11 @@ bool Coordinator::parked(const Slot& s) const {
   return contained_->stage(static_cast<uint32_t>(s.rank) / replica_size_) != contained::Stage::healthy;
 }
 
+bool Coordinator::waits_stopped(const Slot& s) const {
+  if (!contained_ || s.rank < 0 || !s.reported) return false;
+  return contained_->stage(static_cast<uint32_t>(s.rank) / replica_size_) != contained::Stage::healthy;
+}
+
 // The replica of every rank and the live set; the exact round's world
 // holds every replica (the stopped ones too).
 void Coordinator::contained_fields(protocol::Assign& a) const {

@@ -25,7 +25,7 @@ void Coordinator::start_round(const std::string& cause, double fault_s, bool fro
       m->reported = false;
     }
     if (m->phase == Phase::active) {
-      if (reset_reports) m->reported = false;
+      if (reset_reports && !waits_stopped(*m)) m->reported = false;
       m->abort_sent = !m->reported;
       send(*m, protocol::Abort{cause});
     }
