@@ -74,6 +74,8 @@ class SIGMA_EXPORT MemoryTier {
   // them); then replicas of ranks this placement no longer gives this rank
   // are dropped. Operations posted on `comm` after this one queue behind
   // it; `comm` must outlive the exchange (or be aborted, then abandon()).
+  // Throws the communicator's errors (a peer gone while the exchange is
+  // posted or run); the own copy is kept all the same.
   void snapshot(uint64_t index, const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank,
                 const ReplicaPlacement& placement);
   // The same on the ring (ReplicaPlacement::ring(world)).

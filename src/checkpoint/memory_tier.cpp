@@ -245,14 +245,23 @@ void MemoryTier::snapshot(uint64_t index, const std::vector<TensorView>& views, 
       std::move(m.sources_);  // kept one more snapshot: their new holders may not have them yet
   m.sources_.clear();
   for (uint32_t j = 0; j < placement.replicas(); ++j) m.sources_.insert(placement.source(rank, j));
-  if (placement.replicas() > 0 && mine.dev)
-    m.post_exchange(index, mine, comm, rank, placement);  // sends from `mine`, which stays in own_ meanwhile
-  else if (placement.replicas() > 0)
-    m.exchange_now(index, mine, comm, rank, placement);  // host memory, staged through one device buffer
-  auto old = m.own_.find(index);
-  if (old != m.own_.end()) m.give_back(std::move(old->second));
-  m.own_[index] = std::move(mine);
-  m.trim(m.own_);
+  const auto keep_own = [&] {
+    auto old = m.own_.find(index);
+    if (old != m.own_.end()) m.give_back(std::move(old->second));
+    m.own_[index] = std::move(mine);
+    m.trim(m.own_);
+  };
+  try {
+    if (placement.replicas() > 0 && mine.dev)
+      m.post_exchange(index, mine, comm, rank,
+                      placement);  // sends from `mine`, which stays in own_ meanwhile
+    else if (placement.replicas() > 0)
+      m.exchange_now(index, mine, comm, rank, placement);  // host memory, staged through one device buffer
+  } catch (const Error&) {
+    keep_own();  // whole whatever became of the exchange (a peer gone while posting): kept, then the error
+    throw;
+  }
+  keep_own();
 }
 
 // Each replica's exchange in turn; within one, a rank sends first or
