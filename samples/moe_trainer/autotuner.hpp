@@ -3,9 +3,10 @@
 // (HAL telemetry); the group gathers them (riding on the guardrails'
 // exchange, or in one of their own) and sigma::parallel::ExpertBalancer
 // decides, the same on every rank, whether experts move off a slow link or
-// back. move_experts carries each moving expert's parameters and AdamW
-// moments through the HAL into a free slot of its new rank. Results do not
-// change: an expert sees the same rows wherever it runs.
+// back (with replicas of the group, the same in every replica: below).
+// move_experts carries each moving expert's parameters and AdamW moments
+// through the HAL into a free slot of its new rank. Results do not change:
+// an expert sees the same rows wherever it runs.
 #pragma once
 
 #include "adamw.hpp"
@@ -68,8 +69,38 @@ class Autotuner {
     return {model.take_exchange_seconds(), retry_rate(plugin)};
   }
 
+  // With data-parallel replicas of the expert group (sigmarun's replica
+  // groups) every replica keeps one placement: their expert gradients are
+  // summed slot by slot, and a rejoining replica takes a donor's slots. So
+  // every replica decides on the same samples: each position's, the worst
+  // of its live counterparts' (the largest exchange time, the largest retry
+  // rate; the replicas step together, at the slowest one's pace). They
+  // travel in the step's data-parallel figures, one slot per replica: put()
+  // fills this replica's, and after the sum (the slots are disjoint, so it
+  // is exact) worst() reads the live ones. A replica out of the step leaves
+  // its slot empty; a rejoining one replaying the stream reads what the
+  // live replicas read.
+  static constexpr size_t kSlot = 3;  // exchange seconds, retry rate, present
+  static size_t slots_size(uint32_t replicas) { return kSlot * replicas; }
+  static void put(const std::vector<double>& mine, double* slots, uint32_t replica) {
+    TORCH_CHECK(mine.size() + 1 == kSlot, "autotuner: a sample of ", mine.size(), " figures");
+    double* slot = slots + kSlot * replica;
+    std::copy(mine.begin(), mine.end(), slot);
+    slot[kSlot - 1] = 1;
+  }
+  static std::vector<double> worst(const double* slots, uint32_t replicas) {
+    std::vector<double> out(kSlot - 1, 0.0);
+    for (uint32_t r = 0; r < replicas; ++r) {
+      const double* slot = slots + kSlot * r;
+      if (slot[kSlot - 1] <= 0) continue;
+      for (size_t i = 0; i < out.size(); ++i) out[i] = std::max(out[i], slot[i]);
+    }
+    return out;
+  }
+
   // Collective over the session's communicator (the expert group is the
-  // world where the autotuner runs): every rank's sample, rank after rank.
+  // world where the autotuner runs without replicas): every rank's sample,
+  // rank after rank.
   static std::vector<double> gather(const std::vector<double>& mine, sigma::runtime::Session& s,
                                     uint32_t ep_size) {
     std::vector<double> all(mine.size() * ep_size);

@@ -143,8 +143,6 @@ class Trainer {
         dense_opt_(model_.dense),
         expert_opt_(model_.expert),
         tuner_(static_cast<uint32_t>(o.model.experts), plan_.layout.ep, slots_),
-        // With expert-data replicas every expert group would have to agree on one placement.
-        tuning_(o.autotune_on && plan_.layout.ep == world_),
         gcfg_(guardrails_config(o)),
         store_(sigma::bootstrap::open_store(so.store)),
         staging_(s.plugin()),
@@ -197,6 +195,10 @@ class Trainer {
     }
     staging_.release();  // the old groups' buffer
     replicated_ = replica_groups();
+    // The expert group is the world, or sigmarun's replica groups are the
+    // expert groups (every replica then decides alike: Autotuner). Expert
+    // groups of the trainer's own (par::Groups) keep their placement.
+    tuning_ = o_.autotune_on && (layout.ep == world_ || replicated_);
     if (layout.ep < world_ && !replicated_) {
       auto g = std::make_unique<par::Groups>(s_.plugin(), store_,
                                              "groups-" + std::to_string(s_.generation()) + "/", 0, s_.rank(),
@@ -272,13 +274,16 @@ class Trainer {
       stats.dropped += st.dropped;
       stats.aux = st.aux;
     }
-    const double ce_mean = exchange(ce_sum);
+    // The autotuner's sample, riding on the guardrails' exchange (with
+    // replica groups, first the worst of its counterparts': exchange()).
+    const double t_fb = now_s();
+    std::vector<double> sample;
+    if (tuning_) sample = tuner_.sample(model_, s_.plugin());
+    const double sample_s = now_s() - t_fb;
+    const double ce_mean = exchange(ce_sum, sample);
     // The guardrails see the replicated gradients; a non-finite expert
     // gradient (this rank's alone) reaches them as a non-finite loss.
     const bool experts_finite = torch::isfinite(model_.expert_grad).all().item<bool>();
-    std::vector<double> sample;  // the autotuner's, riding on the guardrails' exchange
-    const double t_grads = now_s();
-    if (tuning_) sample = tuner_.sample(model_, s_.plugin());
     const double t_sample = now_s();
     const gr::Decision d = decide(step, experts_finite ? ce_mean : std::nan(""), sample);
     const double t_decide = now_s();
@@ -308,8 +313,9 @@ class Trainer {
     const double t_fp = now_s();
     std::optional<par::Rebalance> moved;
     if (tuning_ && d.action != gr::Action::rollback) {  // experts off a slow link, or back
-      const auto all = o_.guardrails_on ? d.riders : moe::Autotuner::gather(sample, s_, world_);
-      moved = tuner_.step(step, all, model_, expert_opt_, *dispatcher_, s_.comm(), s_.rank());
+      const uint32_t ep_rank = replicated_ ? s_.replicas().position : s_.rank();
+      moved = tuner_.step(step, o_.guardrails_on ? d.riders : gather_samples(sample), model_, expert_opt_,
+                          *dispatcher_, replicated_ ? s_.replica_comm() : s_.comm(), ep_rank);
     }
     const bool snapshot_due = (step + 1) % so_.snapshot_every == 0;
     if (snapshot_due && d.action != gr::Action::rollback) guard_->note_snapshot(step);  // step_end takes it
@@ -326,8 +332,8 @@ class Trainer {
                    {"lr", learning_rate(o_, step)},
                    {"step_s", dt},
                    {"phases_s",  // where the step's time went
-                    {{"forward_backward_allreduce", t_grads - t0},
-                     {"autotune_sample", t_sample - t_grads},
+                    {{"forward_backward_allreduce", t_sample - t0 - sample_s},
+                     {"autotune_sample", sample_s},
                      {"guardrails", t_decide - t_sample},
                      {"optimizer_fingerprint", t_fp - t_decide},
                      {"autotune_bookkeeping", now_s() - t_fp}}},
@@ -446,8 +452,9 @@ class Trainer {
   // this rank's guardrails see. With replica groups it goes over the live
   // replicas (a replica going out voids the step: the session throws and
   // runs it again) and carries the loss, so every replica's guardrails see
-  // the same figures.
-  double exchange(double ce_sum) {
+  // the same figures, and the autotuner's `sample` (replaced by the worst
+  // of every live replica's at this position: Autotuner::put).
+  double exchange(double ce_sum, std::vector<double>& sample) {
     if (!replicated_) {
       s_.all_reduce(model_.dense_grad.data_ptr(), model_.dense_grad.numel(), HAL_DTYPE_F32);
       if (groups_ && groups_->size_of(par::GroupKind::expert_data) > 1)
@@ -467,9 +474,26 @@ class Trainer {
     // guardrails see a non-finite loss and all skip the step alike.
     const bool finite = torch::isfinite(model_.dense_grad).all().item<bool>() &&
                         torch::isfinite(model_.expert_grad).all().item<bool>();
-    double figures[2] = {ce_sum, finite ? 0.0 : 1.0};
-    s_.data_parallel_all_reduce(figures, 2, HAL_DTYPE_F64);
-    return figures[1] > 0 ? std::nan("") : figures[0] / s_.replicas().count;
+    const uint32_t replicas = s_.replicas().count;
+    std::vector<double> figures(2 + (sample.empty() ? 0 : moe::Autotuner::slots_size(replicas)), 0.0);
+    figures[0] = ce_sum;
+    figures[1] = finite ? 0.0 : 1.0;
+    if (!sample.empty()) moe::Autotuner::put(sample, figures.data() + 2, s_.replicas().index);
+    s_.data_parallel_all_reduce(figures.data(), figures.size(), HAL_DTYPE_F64);
+    if (!sample.empty()) sample = moe::Autotuner::worst(figures.data() + 2, replicas);
+    return figures[1] > 0 ? std::nan("") : figures[0] / replicas;
+  }
+
+  // Without the guardrails' exchange to ride on: every rank's sample of
+  // the expert group (the world, or this rank's replica).
+  std::vector<double> gather_samples(const std::vector<double>& mine) {
+    if (!replicated_) return moe::Autotuner::gather(mine, s_, world_);
+    const sigma::runtime::ReplicaLayout& r = s_.replicas();
+    std::vector<double> all(mine.size() * r.size);
+    std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(mine.size() * r.position));
+    staging_.all_gather(s_.replica_comm(), all.data(), mine.size(), HAL_DTYPE_F64, r.position, r.size,
+                        std::chrono::seconds(60));
+    return all;
   }
 
   // With replica groups, at a fingerprint interval and before the step
@@ -545,7 +569,7 @@ class Trainer {
   moe::Model model_;
   moe::AdamW dense_opt_, expert_opt_;
   moe::Autotuner tuner_;
-  const bool tuning_;
+  bool tuning_ = false;      // the autotuner runs (setup)
   bool replicated_ = false;  // sigmarun's replica groups are the expert groups (setup)
   std::string policy_;       // the guardrails' policy the state restored, for setup()
   const gr::Config gcfg_;

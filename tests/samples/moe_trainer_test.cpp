@@ -318,6 +318,16 @@ std::map<uint64_t, double> step_losses(const std::string& dir) {
   return out;
 }
 
+// Every rank of a run with replicas ends with rank 0's dense state
+// (parameters and moments).
+void expect_ranks_alike(const std::string& dir) {
+  const std::string dense = read_file(dir + "/final-rank-0.bin");
+  EXPECT_FALSE(dense.empty()) << dir;
+  for (int r = 1; r < 4; ++r)
+    EXPECT_TRUE(read_file(dir + "/final-rank-" + std::to_string(r) + ".bin") == dense)
+        << dir << ": rank " << r;
+}
+
 // rank 0's guardrails journal: the fingerprint votes, in order.
 std::vector<json> fingerprint_votes(const std::string& dir) {
   std::vector<json> out;
@@ -354,9 +364,7 @@ TEST(MoeTrainer, UnderContainedRecoveryAKilledRankStopsOnlyItsReplicaAndTheRunEn
   EXPECT_EQ(summary(killed)["lost_s"]["restart"], 0.0) << "no exact round restarted the world";
   // Every rank of both replicas ends with the same dense state, and each
   // expert's two copies agree (finals() compares them).
-  const std::string dense = read_file(killed + "/final-rank-0.bin");
-  for (int r = 1; r < 4; ++r)
-    EXPECT_TRUE(read_file(killed + "/final-rank-" + std::to_string(r) + ".bin") == dense) << "rank " << r;
+  expect_ranks_alike(killed);
   EXPECT_FALSE(finals(killed).empty());
   // Every step committed once, on the same data: the losses side by side.
   const auto got = step_losses(killed), want = step_losses(clean);
@@ -370,6 +378,33 @@ TEST(MoeTrainer, UnderContainedRecoveryAKilledRankStopsOnlyItsReplicaAndTheRunEn
   std::printf("%llu steps degraded; per-step loss, contained run vs fault-free:\n%s",
               static_cast<unsigned long long>(c["degraded_steps"].get<uint64_t>()), side.c_str());
 
+  // A slow link in replica 1 (device 2, its first rank): the autotuner
+  // moves that position's experts in both replicas alike (each decides on
+  // the worst of the counterparts' samples), so their expert gradients
+  // still sum slot by slot. Then device 3 is killed: replica 0 samples
+  // alone while replica 1 is out, and replica 1 rejoins with replica 0's
+  // placement. Every rank ends alike and every vote finds the counterparts'
+  // whole state equal.
+  const std::string slow = fx.job("contained-slow",
+                                  std::string(kHeader) +
+                                      "faults:\n"
+                                      "  - {kind: slow_bandwidth, device: 2, at_s: 1, factor: 2, gbps: 5}\n",
+                                  {"--replicas", "2", "--kill-at", "30", "--kill-device", "3"}, agent);
+  EXPECT_TRUE(has_incident(summary(slow), "slow link")) << summary(slow).dump(1);
+  size_t moves = 0;
+  std::istringstream slow_steps(read_file(slow + "/trainer.jsonl"));
+  for (std::string line; std::getline(slow_steps, line);)
+    moves += json::parse(line).value("rebalance", json()).is_object() ? 1 : 0;
+  EXPECT_GE(moves, 1u) << "rank 0 (replica 0, whose links are fast) moved no expert";
+  EXPECT_EQ(json::parse(read_file(slow + "/report.json"))["contained"]["incidents"].size(), 1u);
+  EXPECT_EQ(summary(slow)["skipped_steps"], 0);
+  expect_ranks_alike(slow);
+  EXPECT_FALSE(finals(slow).empty());
+  for (const json& v : fingerprint_votes(slow)) EXPECT_TRUE(v["match"].get<bool>()) << v.dump();
+  const auto slow_losses = step_losses(slow);
+  ASSERT_EQ(slow_losses.size(), 60u);
+  EXPECT_LE(std::abs(slow_losses.at(59) - want.at(59)), 0.01 * std::abs(want.at(59)));
+
   // NaN in one replica's exchange results (device 2, replica 1): every
   // replica skips the step alike, and they never diverge.
   const std::string nan = fx.job("contained-nan",
@@ -379,9 +414,7 @@ TEST(MoeTrainer, UnderContainedRecoveryAKilledRankStopsOnlyItsReplicaAndTheRunEn
                                      "op: all_reduce}\n",
                                  {"--replicas", "2"}, agent);
   EXPECT_GE(summary(nan)["skipped_steps"].get<int>(), 1) << summary(nan).dump(1);
-  const std::string nan_dense = read_file(nan + "/final-rank-0.bin");
-  for (int r = 1; r < 4; ++r)
-    EXPECT_TRUE(read_file(nan + "/final-rank-" + std::to_string(r) + ".bin") == nan_dense) << "rank " << r;
+  expect_ranks_alike(nan);
 
   // The replicas' fingerprints are voted across them every 25 steps (the
   // dense parameters over all four ranks, everything over counterparts).
@@ -411,9 +444,7 @@ TEST(MoeTrainer, UnderContainedRecoveryAKilledRankStopsOnlyItsReplicaAndTheRunEn
   EXPECT_NE(si[0]["cause"].get<std::string>().find("exchanged gradients differ"), std::string::npos) << si[0];
   EXPECT_EQ(summary(sdc)["skipped_steps"], 0);
   EXPECT_EQ(summary(sdc)["lost_s"]["restart"], 0.0);
-  const std::string sdc_dense = read_file(sdc + "/final-rank-0.bin");
-  for (int r = 1; r < 4; ++r)
-    EXPECT_TRUE(read_file(sdc + "/final-rank-" + std::to_string(r) + ".bin") == sdc_dense) << "rank " << r;
+  expect_ranks_alike(sdc);
   const auto sdc_losses = step_losses(sdc);
   ASSERT_EQ(sdc_losses.size(), 60u);
   EXPECT_LE(std::abs(sdc_losses.at(59) - want.at(59)), 0.01 * std::abs(want.at(59)));
@@ -435,9 +466,7 @@ TEST(MoeTrainer, UnderContainedRecoveryAKilledRankStopsOnlyItsReplicaAndTheRunEn
   EXPECT_EQ(step_losses(both).size(), 60u);
   EXPECT_EQ(summary(both)["skipped_steps"], 0);
   EXPECT_NE(read_file(both + "/report.json").find("exchanged gradients differ"), std::string::npos);
-  const std::string both_dense = read_file(both + "/final-rank-0.bin");
-  for (int r = 1; r < 4; ++r)
-    EXPECT_TRUE(read_file(both + "/final-rank-" + std::to_string(r) + ".bin") == both_dense) << "rank " << r;
+  expect_ranks_alike(both);
 }
 
 }  // namespace
