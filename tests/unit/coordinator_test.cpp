@@ -371,6 +371,76 @@ TEST(Coordinator, WithNoSpareLeftTheJobPausesAndSaysWhatARerunResumesFrom) {
   EXPECT_EQ(j.sent<protocol::Goodbye>(0).size(), 1u);
 }
 
+// A crashed device readmitted for validation (--readmit-crashed) is the
+// spare a paused round waits for: the job does not end a moment before it
+// is back.
+TEST(Coordinator, WithNoSpareLeftTheRoundWaitsForAReadmittedDeviceStillValidating) {
+  AgentOptions o = options(2, 0);
+  o.readmit_crashed = 1;
+  Job j(o);
+  j.start();
+  j.steps({0, 1}, 0, 4);
+  j.clear();
+  j.exit(1);
+  ASSERT_EQ(j.records("readmit").size(), 1u);
+  j.report(0, {4}, {4});
+  const double reported = j.t;
+  for (double t = reported + 0.5; t < reported + 5; t += 0.5) {
+    j.beat({0}, 4, false);
+    j.at(t);
+  }
+  EXPECT_FALSE(j.c.finished()) << j.c.reason();
+  EXPECT_TRUE(j.sent<protocol::Assign>(0).empty()) << "no device for rank 1 yet";
+  protocol::Hello h;
+  h.device = 1;
+  h.self_test_passed = true;
+  j.take(j.c.hello(h, j.t));
+  ASSERT_EQ(j.records("scheduler").back().value("action", ""), "resume");
+  j.at(j.t + 0.01);
+  const auto a = j.sent<protocol::Assign>(1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].rank, 1u);
+  EXPECT_STREQ(name(a[0].restore), "memory") << "rank 0 holds rank 1's snapshot";
+  EXPECT_EQ(a[0].index, 4u);
+  j.join(0, j.sent<protocol::Assign>(0).at(0));
+  j.join(1, a[0]);
+  j.steps({0, 1}, 4, 6);
+  EXPECT_FALSE(j.c.recovering());
+  EXPECT_FALSE(j.c.finished());
+}
+
+TEST(Coordinator, APausedRoundEndsWhenTheDeviceItWaitsForFailsOrStaysSilent) {
+  for (const bool silent : {false, true}) {
+    AgentOptions o = options(2, 0);
+    o.readmit_crashed = 1;
+    o.validate_timeout_s = 10;
+    Job j(o);
+    j.start();
+    j.steps({0, 1}, 0, 4);
+    j.exit(1);
+    j.report(0, {4}, {4});
+    const double paused = j.t;
+    if (!silent) {
+      protocol::Hello h;
+      h.device = 1;
+      h.self_test_passed = false;
+      h.self_test_detail = "gemm rel err 1.0";
+      j.take(j.c.hello(h, j.t));
+      j.at(j.t + 0.01);
+      EXPECT_TRUE(j.c.finished()) << "failed its self-test: nothing to wait for";
+    } else {
+      for (double t = paused + 0.5; !j.c.finished() && t < paused + 20; t += 0.5) {
+        j.beat({0}, 4, false);
+        j.at(t);
+      }
+      EXPECT_GE(j.t - paused, 10.0) << "waited the validation timeout";
+      EXPECT_LE(j.t - paused, 10.5);
+    }
+    EXPECT_EQ(j.c.status(), "paused");
+    EXPECT_EQ(j.c.exit_code(), 3);
+  }
+}
+
 TEST(Coordinator, AJobAllowedToShrinkGoesOnWithFewerRanksButNotBelowItsFloor) {
   auto o = options(3, 0);
   o.allow_shrink = true;
@@ -495,6 +565,29 @@ TEST(Coordinator, SurvivorsLateWithNoSpareToBlameAreAbortedAndAskedAgainNotKille
   EXPECT_TRUE(j.killed(0));
   EXPECT_FALSE(j.killed(2));
   EXPECT_EQ(j.c.status(), "paused");
+}
+
+// Survivors that do not answer the abort go together: one kill each, at
+// the grace, not one grace after another.
+TEST(Coordinator, EverySurvivorThatDoesNotAnswerTheAbortIsKilledAtTheSameGrace) {
+  Job j(options(3, 3));
+  j.start();
+  j.steps({0, 1, 2}, 0, 4);
+  j.clear();
+  j.exit(1);
+  const double fault = j.t;
+  for (double t = fault + 0.5; t < fault + 12; t += 0.5) {
+    j.beat({0, 2, 3, 4, 5}, 4, false);  // the survivors and the spares
+    j.at(t);
+  }
+  ASSERT_TRUE(j.killed(0));
+  ASSERT_TRUE(j.killed(2));
+  EXPECT_EQ(j.kill_t.at(0), j.kill_t.at(2));
+  EXPECT_LE(j.kill_t.at(0) - fault, 5.5);
+  const auto f = j.records("fault");
+  ASSERT_EQ(f.size(), 3u);
+  for (size_t i : {1u, 2u})
+    EXPECT_NE(f[i]["cause"].get<std::string>().find("did not answer the abort"), std::string::npos) << f[i];
 }
 
 TEST(Coordinator, WhenNoRankCanJoinTheRecoveryPausesWithTheReasonAfterThreeTries) {

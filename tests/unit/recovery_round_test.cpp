@@ -1,7 +1,8 @@
 // A recovery round's own state (pure logic: read from src/): a second
 // fault joins the round short of its rejoin and voids its assignment, a
 // round first seen as a survivor's report takes the fault's name, the third
-// failed assignment pauses, a rejoin charges what the round cost, and every
+// failed assignment pauses (the scheduler's pause lifts with its resume),
+// a rejoin charges what the round cost, and every
 // round leaves its incident record, closed or not.
 #include "runtime/agent/recovery_round.hpp"
 
@@ -55,6 +56,21 @@ TEST(RecoveryRound, TheThirdFailedAssignmentPausesTheRound) {
   r.recovered(3);
   r.fault("y", 4, false, 4, 3);
   EXPECT_FALSE(r.paused());
+}
+
+TEST(RecoveryRound, TheSchedulersPauseIsLiftedByItsResumeButAGiveUpIsNot) {
+  RecoveryRound r;
+  r.fault("x", 0, false, 0, 3);
+  r.pause("no spare left", 1.5);
+  EXPECT_TRUE(r.paused());
+  EXPECT_DOUBLE_EQ(r.paused_s(), 1.5);
+  r.resume();  // a readmitted device passed validation and took the rank
+  EXPECT_FALSE(r.paused());
+  for (uint32_t i = 0; i < RecoveryRound::kMaxFailedAssignments; ++i) r.assignment_failed("no rank joined");
+  r.resume();
+  EXPECT_TRUE(r.paused());
+  r.pause("no spare left", 9);
+  EXPECT_NE(r.pause_reason().find("recovery failed 3 times"), std::string::npos) << r.pause_reason();
 }
 
 TEST(RecoveryRound, ARejoinChargesDetectionRestartRestoreAndRecomputation) {

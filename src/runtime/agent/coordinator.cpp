@@ -115,8 +115,15 @@ void Coordinator::spawn(Slot& s) {
   out_.push_back(SpawnWorker{s.device});
 }
 
+// The scheduler's decisions are journaled; the round keeps its pause (no
+// device left for a rank) until the scheduler resumes it (a device passed
+// validation and took the rank).
 void Coordinator::act(const std::vector<scheduler::Action>& actions) {
-  for (const auto& a : actions) record(record_of(a));
+  for (const auto& a : actions) {
+    record(record_of(a));
+    if (a.kind == scheduler::Action::Kind::pause) round_.pause(a.reason, t_);
+    if (a.kind == scheduler::Action::Kind::resume) round_.resume();
+  }
 }
 
 Commands Coordinator::start(double t) {
@@ -327,10 +334,7 @@ void Coordinator::fault(Slot& s, const Fault& f, double fault_s) {
       "device " + std::to_string(s.device) + " (rank " + std::to_string(rank) + "): " + cause;
   if (contained_takes(s, f, words)) return maybe_readmit(s, f);
   start_round(words, fault_s);
-  for (const auto& a : scheduler_.on_fault(s.device, cause, holder_alive, t_)) {
-    record(record_of(a));
-    if (a.kind == scheduler::Action::Kind::pause) round_.pause(a.reason);
-  }
+  act(scheduler_.on_fault(s.device, cause, holder_alive, t_));
   maybe_readmit(s, f);
 }
 

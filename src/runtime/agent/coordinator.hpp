@@ -222,6 +222,7 @@ class Coordinator {
   void readmit(Slot& s);
   void advance_round();
   void assign_generation();
+  bool awaits_validation() const;
   void assignment_overdue();
   void rejoined();
   void fail_assignment(const std::string& why);

@@ -44,6 +44,18 @@ void Coordinator::fail_assignment(const std::string& why) {
   start_round(why, round_.fault_s());
 }
 
+// Paused for want of a device while a device is validating (a crashed
+// device's fresh worker, readmitted: --readmit-crashed): the round waits
+// for its verdict, up to the validation timeout, rather than end the job
+// a moment before a spare is back.
+bool Coordinator::awaits_validation() const {
+  if (t_ - round_.paused_s() >= o_.validate_timeout_s) return false;
+  for (const Slot& s : slots_)
+    if (s.phase == Phase::starting && scheduler_.state(s.device) == scheduler::DeviceState::validating)
+      return true;
+  return false;
+}
+
 // Where the memory tier keeps the replicas of the world as assigned now.
 FailureDomains::Placement Coordinator::placement() {
   std::vector<uint32_t> devices;
@@ -91,17 +103,20 @@ void Coordinator::advance_round() {
   if (!round_.active()) return;
   if (!round_.assigned()) {
     auto ms = members();
-    for (Slot* m : ms) {
-      if (m->phase == Phase::active && !m->reported && round_.abort_overdue(t_, o_.abort_grace_s)) {
-        // A survivor that cannot leave its collective is as good as hung.
-        kill(*m);
-        fault(*m,
-              {Fault::Kind::abort_unanswered,
-               "did not answer the abort within " + std::to_string(o_.abort_grace_s) + " s"},
-              t_);
-        return;
-      }
+    // A survivor that cannot leave its collective is as good as hung. Every
+    // one overdue goes at once: each one's fault would restart the grace.
+    std::vector<Slot*> overdue;
+    for (Slot* m : ms)
+      if (m->phase == Phase::active && !m->reported && round_.abort_overdue(t_, o_.abort_grace_s))
+        overdue.push_back(m);
+    for (Slot* m : overdue) {
+      kill(*m);
+      fault(*m,
+            {Fault::Kind::abort_unanswered,
+             "did not answer the abort within " + std::to_string(o_.abort_grace_s) + " s"},
+            t_);
     }
+    if (!overdue.empty()) return;
     for (Slot* m : ms) {
       if (m->phase == Phase::active && !m->reported) return;
       if (m->phase == Phase::starting) return;
@@ -124,6 +139,7 @@ void Coordinator::advance_round() {
 }
 
 void Coordinator::assign_generation() {
+  if (round_.paused() && awaits_validation()) return;
   if (round_.paused()) {
     end("paused", round_.pause_reason() + "; " + resume_hint("when a device is repaired"), job_exit::paused,
         journal::Event::paused);

@@ -54,14 +54,21 @@ void RecoveryRound::migration(const std::string& cause, double t, uint64_t reach
                {"reached_step", reached}, {"proactive", true}, {"warning", warning}};
 }
 
-void RecoveryRound::pause(std::string reason) {
+void RecoveryRound::pause(std::string reason, double t) {
+  if (gave_up_) return;
   paused_ = true;
+  paused_s_ = t;
   pause_reason_ = std::move(reason);
 }
 
+void RecoveryRound::resume() {
+  if (!gave_up_) paused_ = false;
+}
+
 void RecoveryRound::assignment_failed(const std::string& why) {
-  if (++failed_assignments_ >= kMaxFailedAssignments)
-    pause("recovery failed " + std::to_string(failed_assignments_) + " times; the last: " + why);
+  if (++failed_assignments_ < kMaxFailedAssignments) return;
+  paused_ = gave_up_ = true;
+  pause_reason_ = "recovery failed " + std::to_string(failed_assignments_) + " times; the last: " + why;
 }
 
 void RecoveryRound::assigned(double t, uint64_t index, RestoreTier tier) {

@@ -49,8 +49,14 @@ class RecoveryRound {
   bool fault(const std::string& cause, double fault_s, bool from_report, double t, uint64_t reached);
   // A proactive migration at t: every rank stops after step boundary + 1.
   void migration(const std::string& cause, double t, uint64_t reached, const nlohmann::json& warning);
-  // The scheduler has no device left: the round ends the job when it would assign.
-  void pause(std::string reason);
+  // The scheduler has no device left at t: the round ends the job when it
+  // would assign, unless a device still validating comes first (the
+  // Coordinator waits for it) and the scheduler resumes the round.
+  void pause(std::string reason, double t);
+  // The scheduler found every rank a device (one that passed validation
+  // while the round was paused). A round paused for its failed assignments
+  // stays paused.
+  void resume();
   // An assignment no rank could carry out; the Coordinator starts over with
   // a fault of `why`. The kMaxFailedAssignments-th pauses the round.
   void assignment_failed(const std::string& why);
@@ -67,6 +73,7 @@ class RecoveryRound {
   bool assigned() const { return assigned_; }
   bool rejoined() const { return rejoined_; }
   bool paused() const { return paused_; }
+  double paused_s() const { return paused_s_; }  // when the scheduler paused it
   const std::string& pause_reason() const { return pause_reason_; }
   const std::string& cause() const { return cause_; }
   uint64_t reached() const { return reached_; }  // the step to get back to
@@ -84,6 +91,8 @@ class RecoveryRound {
   void begin(const std::string& cause, double fault_s, double t, uint64_t reached);
 
   bool active_ = false, assigned_ = false, rejoined_ = false, paused_ = false;
+  bool gave_up_ = false;  // paused after kMaxFailedAssignments
+  double paused_s_ = 0;
   std::string cause_, pause_reason_;
   bool cause_is_report_ = false;  // first seen as a rank's report (a fault may name it better)
   double fault_s_ = 0, detected_s_ = 0, abort_s_ = 0, assigned_s_ = 0;
