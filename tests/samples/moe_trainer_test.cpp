@@ -467,6 +467,47 @@ TEST(MoeTrainer, UnderContainedRecoveryAKilledRankStopsOnlyItsReplicaAndTheRunEn
   EXPECT_EQ(summary(both)["skipped_steps"], 0);
   EXPECT_NE(read_file(both + "/report.json").find("exchanged gradients differ"), std::string::npos);
   expect_ranks_alike(both);
+
+  // A second fault while a replica is out: device 3 crashes in step 15
+  // and replica 1 stops; the spare takes its rank and the hand-off from
+  // replica 0 is under way when device 0 crashes too. No healthy replica
+  // is left, so the exact round runs. Replica 1's ranks, waiting for a
+  // donor that is gone, answer its abort (they once sat in the store for
+  // 30 s, were killed after the grace and took the state with them: the
+  // job ended unrecoverable). No spare is left, so the round waits for
+  // device 3, readmitted and validating, and goes on with it (it once
+  // ended the job paused). Every rank ends alike.
+  const std::string second = fx.job("contained-second-fault",
+                                    std::string(kHeader) +
+                                        "faults:\n"
+                                        "  - {kind: crash, device: 3, at_op: 450}\n"
+                                        "  - {kind: crash, device: 0, at_op: 520}\n",
+                                    {"--replicas", "2"}, agent);
+  EXPECT_EQ(json::parse(read_file(second + "/report.json"))["status"], "done");
+  const json second_c = json::parse(read_file(second + "/report.json"))["contained"];
+  ASSERT_EQ(second_c["incidents"].size(), 1u) << second_c.dump(1);
+  EXPECT_EQ(second_c["incidents"][0]["end"], "exact round");
+  const std::string journal = read_file(second + "/incidents.jsonl");
+  const auto handoff = journal.find("\"event\":\"handoff\""), fallback = journal.find("contained_fallback");
+  ASSERT_NE(fallback, std::string::npos);
+  EXPECT_LT(handoff, fallback) << "the second fault came before replica 1's hand-off began";
+  EXPECT_NE(journal.find("\"action\":\"resume\""), std::string::npos) << "no spare was left to wait for";
+  EXPECT_EQ(journal.find("did not answer the abort"), std::string::npos);
+  EXPECT_EQ(step_losses(second).size(), 60u);
+  expect_ranks_alike(second);
+  EXPECT_FALSE(finals(second).empty());
+
+  // A guardrails rollback under contained recovery: a poisoned batch's loss
+  // spike reaches every replica alike (the loss is global), so all of them
+  // roll back to the same snapshot and skip the same window.
+  const std::string rolled =
+      fx.job("contained-rollback", "", {"--replicas", "2", "--poison-batches", "35"}, agent);
+  EXPECT_TRUE(has_incident(summary(rolled), "loss spike")) << summary(rolled).dump(1);
+  EXPECT_GE(summary(rolled)["rolled_back_steps"].get<int>(), 1);
+  EXPECT_TRUE(json::parse(read_file(rolled + "/report.json"))["contained"]["incidents"].empty());
+  expect_ranks_alike(rolled);
+  EXPECT_FALSE(finals(rolled).empty());
+  for (const json& v : fingerprint_votes(rolled)) EXPECT_TRUE(v["match"].get<bool>()) << v.dump();
 }
 
 }  // namespace

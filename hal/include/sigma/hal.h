@@ -527,7 +527,10 @@ typedef struct hal_bootstrap_t {
                          uint64_t timeout_ns);
   /* A URI naming the store ("file:///dir" or "redis://host:port/prefix"), for
    * plugins whose transport library has its own client for that store. The
-   * callbacks above always work; the URI is a hint. May be "". */
+   * callbacks above always work; the URI is a hint. May be "". A plugin
+   * that waits through its own client still asks kv_get now and then: the
+   * host cancels a creation it gave up on (an abort) by having kv_get answer
+   * ABORTED, and the creation should then end within about a second. */
   const char* store_uri;
   /* A prefix unique to this communicator in that store; the callbacks already
    * apply it. */
