@@ -4,6 +4,7 @@
 #include "suite.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
 #include <thread>
 
@@ -600,6 +601,36 @@ void check_run_timeout_abort(Context& ctx) {
   expect(failure.empty(), failure);
 }
 
+// Creation with a peer that never comes (a world one larger than the
+// suite's) ends soon after the host cancels the bootstrap, as sigmarun
+// does when it aborts a recovery round: hal.h's store_uri note. Every
+// rank waits for the missing one; another thread cancels after 300 ms.
+void check_create_cancel(Context& ctx) {
+  if (!ctx.has_device()) throw Skip{"no device"};
+  if (!(ctx.plugin()->api().capabilities & HAL_CAP_MULTI_RANK)) throw Skip{"no HAL_CAP_MULTI_RANK"};
+  auto bs = ctx.next_bootstrap();
+  hal_comm_create_args_t args{};
+  args.struct_size = sizeof(args);
+  args.rank = ctx.rank();
+  args.world_size = ctx.world() + 1;
+  args.bootstrap = bs->table();
+  args.timeout_ns = 60'000'000'000ull;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    bs->cancel();
+  });
+  hal_comm_t h = nullptr;
+  const hal_status_t st = ctx.plugin()->coll_api().comm_create(&args, &h);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  canceller.join();
+  if (st == HAL_OK) ctx.plugin()->coll_api().comm_destroy(h);
+  ctx.store_barrier("create_cancel_done");
+  expect(st != HAL_OK, "comm_create with a rank missing returned OK");
+  expect(s < 5.0, "comm_create went on " + std::to_string(s - 0.3) +
+                      " s after the host cancelled its bootstrap (" + hal_status_name(st) + ")");
+}
+
 void check_new_comm_after_abort(Context& ctx) {
   need_comm(ctx);
   auto nbs = ctx.next_bootstrap();
@@ -672,6 +703,8 @@ void run_coll_checks(Context& ctx) {
   ctx.run("coll.run_timeout_abort", [&] { check_run_timeout_abort(ctx); });
 
   ctx.run("coll.new_comm_after_abort", [&] { check_new_comm_after_abort(ctx); });
+
+  ctx.run("coll.create_cancel", [&] { check_create_cancel(ctx); });
 }
 
 }  // namespace sigma::conformance
