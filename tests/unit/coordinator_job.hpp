@@ -74,13 +74,16 @@ class Job {
     t = when;
     take(c.tick(t));
   }
+  // Device d's fresh worker greets with its self-test's verdict.
+  void hello(uint32_t d, bool passed = true, const std::string& detail = "") {
+    protocol::Hello h;
+    h.device = d;
+    h.self_test_passed = passed;
+    h.self_test_detail = detail;
+    take(c.hello(h, t));
+  }
   void hello_all() {
-    for (uint32_t d = 0; d < c.devices(); ++d) {
-      protocol::Hello h;
-      h.device = d;
-      h.self_test_passed = true;
-      take(c.hello(h, t));
-    }
+    for (uint32_t d = 0; d < c.devices(); ++d) hello(d);
   }
   void msg(uint32_t d, protocol::WorkerMessage m) { take(c.message(d, m, t)); }
   void exit(uint32_t d, protocol::ProcessEnd how = sigkill()) { take(c.exited(d, how, t)); }

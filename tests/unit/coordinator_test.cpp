@@ -85,10 +85,7 @@ TEST(Coordinator, ACrashedDeviceIsValidatedAgainAndWaitsAsASpareWhenAllowed) {
   j.at(j.t + 0.01);
   EXPECT_FALSE(j.c.recovering());
   // It passes its self-test and is the spare now.
-  protocol::Hello h;
-  h.device = 1;
-  h.self_test_passed = true;
-  j.take(j.c.hello(h, j.t));
+  j.hello(1);
   EXPECT_EQ(j.c.phase(1), Phase::spare);
   EXPECT_EQ(j.c.spares(), 1u);
   // A second crash of the same device is not readmitted (once allowed).
@@ -391,10 +388,7 @@ TEST(Coordinator, WithNoSpareLeftTheRoundWaitsForAReadmittedDeviceStillValidatin
   }
   EXPECT_FALSE(j.c.finished()) << j.c.reason();
   EXPECT_TRUE(j.sent<protocol::Assign>(0).empty()) << "no device for rank 1 yet";
-  protocol::Hello h;
-  h.device = 1;
-  h.self_test_passed = true;
-  j.take(j.c.hello(h, j.t));
+  j.hello(1);
   ASSERT_EQ(j.records("scheduler").back().value("action", ""), "resume");
   j.at(j.t + 0.01);
   const auto a = j.sent<protocol::Assign>(1);
@@ -421,11 +415,7 @@ TEST(Coordinator, APausedRoundEndsWhenTheDeviceItWaitsForFailsOrStaysSilent) {
     j.report(0, {4}, {4});
     const double paused = j.t;
     if (!silent) {
-      protocol::Hello h;
-      h.device = 1;
-      h.self_test_passed = false;
-      h.self_test_detail = "gemm rel err 1.0";
-      j.take(j.c.hello(h, j.t));
+      j.hello(1, false, "gemm rel err 1.0");
       j.at(j.t + 0.01);
       EXPECT_TRUE(j.c.finished()) << "failed its self-test: nothing to wait for";
     } else {
