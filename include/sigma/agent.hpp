@@ -70,6 +70,11 @@ struct AgentOptions {
   // Device-time seconds per wall second, for the health monitor's windows
   // (a simulated device that compresses time); see health::time_scaled.
   double health_time_scale = 1;
+  // Steps the health monitor's straggler rule waits to see before it warns
+  // of a device (health::Config::straggler_min_steps). Fewer steps act on
+  // less evidence: worth it where a migration costs little (contained
+  // recovery moves a replica, the others step on).
+  uint32_t straggler_min_steps = 20;
   std::string job_dir;  // required, absolute
   std::string store;    // empty: a file store in the job folder
   // The per-job secret (sigmarun: --secret-file or SIGMA_JOB_SECRET; at

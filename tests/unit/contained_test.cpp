@@ -2,7 +2,8 @@
 // of incident produces the actions it must -- a crash, a hang, a lost
 // device, faults in two replicas, a fault in a replica already out, the
 // last healthy replica failing (the exact round), a spare dying during the
-// hand-off, the donor dying during it -- and the micro-batches of a step
+// hand-off, the donor dying during it, the coordinator's own exact round
+// -- and the micro-batches of a step
 // are each computed once whichever replicas are live.
 #include "runtime/agent/contained.hpp"
 
@@ -236,6 +237,24 @@ TEST(Contained, TheLastHealthyReplicaFailingRunsTheExactRound) {
   EXPECT_FALSE(m.exact());
   EXPECT_EQ(m.live(), (V{0, 1}));
   EXPECT_GT(m.epoch(), before);
+}
+
+// The coordinator's own exact round (a stalled step) while replica 1 takes
+// its hand-off: the hand-off's incident ends in it, and the round ends as
+// a fall-back does.
+TEST(Contained, AnExactRoundOfTheCoordinatorsOwnTakesTheReplicaThatIsOut) {
+  Machine m(replicas_of_two(2), {});
+  stop_and_replace(m, 1, 1);
+  ASSERT_EQ(m.stage(1), Stage::handing);
+  const auto a = m.exact_round("every rank stalled in step 10", 5);
+  EXPECT_EQ(only<ExactRound>(a).cause, "every rank stalled in step 10");
+  EXPECT_TRUE(m.exact());
+  EXPECT_TRUE(m.exact_round("again", 6).empty()) << "one round at a time";
+  ASSERT_EQ(m.incidents().size(), 1u);
+  EXPECT_EQ(m.incidents()[0]["end"], "exact round");
+  m.exact_done(10);
+  EXPECT_EQ(m.live(), (V{0, 1}));
+  EXPECT_EQ(m.stage(1), Stage::healthy);
 }
 
 TEST(Contained, WithOneReplicaEveryFaultIsTheExactRounds) {

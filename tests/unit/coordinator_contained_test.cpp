@@ -209,6 +209,46 @@ TEST(CoordinatorContained, TheStepWatchdogLeavesAStoppedReplicaAlone) {
   EXPECT_EQ(j.records("stalled").size(), 1u) << "the live replica's ranks all stalled at one place";
 }
 
+// An exact round of the coordinator's own -- here the step watchdog's: the
+// live replica stalls in its step while replica 1 waits for its hand-off
+// -- takes every replica: the assignment names them all live (a rank of
+// replica 1 could not join one without it), and once the job is back
+// every replica steps again.
+TEST(CoordinatorContained, AStallWhileAReplicaIsOutTakesEveryReplicaIntoTheExactRound) {
+  AgentOptions o = options(4, 2);
+  o.step_timeout_s = 2;
+  Job j = contained_job(o);
+  j.start();
+  j.steps({0, 1, 2, 3}, 0, 3);
+  j.exit(3);
+  j.report(2, {2}, {2});
+  j.steps({0, 1}, 3, 10);
+  ASSERT_EQ(j.c.contained()->stage(1), contained::Stage::handing);
+  j.clear();
+  for (int i = 0; i < 6; ++i) {
+    j.beat({0, 1}, 10, false);
+    j.beat({2, 4}, 2, true);
+    j.at(j.t + 0.5);
+  }
+  ASSERT_EQ(j.records("stalled").size(), 1u);
+  EXPECT_TRUE(j.c.contained()->exact()) << "the machine knows the world stopped";
+  j.report(0, {2}, {2});
+  j.report(1, {2}, {2});
+  j.report(2, {2}, {2});  // replica 1's ranks wait in the hand-off; rank 3's spare holds nothing
+  j.report(4, {}, {});
+  j.at(j.t + 0.1);
+  for (uint32_t d : {0u, 1u, 2u, 4u}) {
+    const auto a = j.sent<protocol::Assign>(d);
+    ASSERT_FALSE(a.empty()) << "device " << d;
+    EXPECT_EQ(a.back().live, (V{0, 1})) << "device " << d;
+  }
+  for (uint32_t d : {0u, 1u, 2u, 4u}) j.join(d, j.sent<protocol::Assign>(d).back());
+  j.steps({0, 1, 2, 4}, 2, 12);
+  EXPECT_FALSE(j.c.recovering());
+  EXPECT_FALSE(j.c.contained()->exact());
+  EXPECT_EQ(j.c.contained()->stage(1), contained::Stage::healthy);
+}
+
 TEST(CoordinatorContained, AStoppedRankThatDoesNotLeaveItsCollectiveIsKilledAndReplaced) {
   Job j = contained_job();
   j.start();
@@ -246,6 +286,9 @@ TEST(CoordinatorContained, ASuspectDeviceMovesByItsReplicasHandOffNotByStoppingT
   j.steps({0, 1, 2, 3}, 0, 5);
   j.clear();
   heat_device_3(j, 5);
+  EXPECT_TRUE(j.records("migration_started").empty()) << "it waits for the live replicas to finish a step";
+  EXPECT_FALSE(j.killed(3));
+  j.steps({0, 1, 2, 3}, 5, 6);
   ASSERT_EQ(j.records("migration_started").size(), 1u);
   EXPECT_TRUE(j.records("recovery_started").empty()) << "no round stops the world";
   EXPECT_TRUE(j.sent<protocol::StopAfter>(0).empty());

@@ -62,6 +62,18 @@ TEST(Coordinator, ACrashedRankIsReplacedByTheSpareFromItsNeighboursReplica) {
   EXPECT_FALSE(j.killed(0));
 }
 
+// --straggler-steps: the monitor's straggler rule waits for that many
+// steps, the other health settings as before.
+TEST(Coordinator, TheStragglerRuleWaitsForTheStepsTheOptionsSay) {
+  AgentOptions o = options(2, 1);
+  EXPECT_EQ(Job(o).c.monitor().config().straggler_min_steps, sigma::health::Config{}.straggler_min_steps);
+  o.straggler_min_steps = 5;
+  o.heartbeat_timeout_s = 7;
+  Job j(o);
+  EXPECT_EQ(j.c.monitor().config().straggler_min_steps, 5u);
+  EXPECT_EQ(j.c.monitor().config().heartbeat_timeout_s, 7);
+}
+
 TEST(Coordinator, ACrashedDeviceIsValidatedAgainAndWaitsAsASpareWhenAllowed) {
   AgentOptions o = options(2, 1);
   o.readmit_crashed = 1;

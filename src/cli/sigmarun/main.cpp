@@ -101,6 +101,10 @@ void add_recovery_flags(CLI::App& app, Cli& c) {
   app.add_option("--step-timeout", c.o.step_timeout_s,
                  "no step completed for this long while workers still beat: a stuck collective (0: off)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--straggler-steps", c.o.straggler_min_steps,
+                 "steps of a device's times the straggler rule sees before it warns (fewer: sooner, on less "
+                 "evidence)")
+      ->check(CLI::Range(2u, 50u));
   app.add_option("--abort-grace", c.o.abort_grace_s,
                  "survivors must report within this after a recovery's abort, or are replaced as hung")
       ->check(CLI::PositiveNumber);

@@ -168,9 +168,8 @@ void Machine::reform_now() {
 
 void Machine::maybe_waiting(uint32_t replica) {
   Group& g = groups_[replica];
-  if (g.stage != Stage::stopping) return;
-  for (uint32_t r : g.ranks)
-    if (!g.out.contains(r)) return;
+  // `out` holds only the group's own ranks.
+  if (g.stage != Stage::stopping || g.out.size() < g.ranks.size()) return;
   g.stage = Stage::waiting;
   g.incident["stopped_s"] = t_;
 }
@@ -252,6 +251,7 @@ Actions Machine::replayed(uint32_t rank, uint64_t step, double t) {
   if (exact_ || g.stage != Stage::handing || g.rejoin_epoch != 0 || step <= g.boundary) return take();
   uint64_t& mine = g.replayed[rank];
   mine = std::max(mine, step);
+  if (g.replayed.size() < g.ranks.size()) return take();  // a rank still waits for the state
   uint64_t slowest = UINT64_MAX;
   for (uint32_t r : g.ranks) {
     const auto it = g.replayed.find(r);
@@ -327,6 +327,12 @@ void Machine::fall_back(const std::string& cause) {
   }
   out_.push_back(ExactRound{cause});
   note({{"event", "contained_fallback"}, {"cause", cause}});
+}
+
+Actions Machine::exact_round(const std::string& cause, double t) {
+  t_ = t;
+  if (!exact_) fall_back(cause);
+  return take();
 }
 
 Actions Machine::exact_done(double t) {

@@ -151,6 +151,10 @@ class Machine {
   // Every rank of the live set and of the rejoining replicas is in epoch
   // `epoch` at t: the hand-off is over (or a removal took effect).
   Actions reformed(uint64_t epoch, double t);
+  // The coordinator runs the exact round for a cause of its own (a stalled
+  // step, a failed assignment): every open incident ends in it, every
+  // replica is in it, and exact_done() ends it as after a fall-back.
+  Actions exact_round(const std::string& cause, double t);
   // The exact round that contained fell back to is over: every replica is
   // healthy again, in a new epoch.
   Actions exact_done(double t);

@@ -18,6 +18,7 @@ namespace {
 health::Config monitor_config(const AgentOptions& o) {
   health::Config c;
   c.heartbeat_timeout_s = o.heartbeat_timeout_s;
+  c.straggler_min_steps = o.straggler_min_steps;
   return health::time_scaled(c, o.health_time_scale);
 }
 

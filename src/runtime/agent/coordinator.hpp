@@ -291,6 +291,10 @@ class Coordinator {
   std::optional<contained::Machine> contained_;  // contained recovery's decisions
   // Contained: the ranks that must carry out each epoch's Reform.
   std::map<uint64_t, std::vector<uint32_t>> reform_ranks_;
+  // Contained: the steps every live rank has finished, and whether the last
+  // message finished one more (the moment a migration stops its replica).
+  uint64_t live_done_ = 0;
+  bool step_edge_ = false;
 };
 
 }  // namespace sigma::runtime::agent

@@ -7,6 +7,7 @@
 #include "runtime/agent/coordinator.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace sigma::runtime::agent {
 
@@ -186,10 +187,18 @@ void Coordinator::reformed_check() {
 // A step done: the live set's progress, or a handing replica's replay.
 void Coordinator::contained_step(const Slot& s, uint64_t step) {
   if (!contained_) return;
-  if (s.rank >= 0 && parked(s))
+  if (s.rank >= 0 && parked(s)) {
     apply(contained_->replayed(static_cast<uint32_t>(s.rank), step, t_));
-  else
-    apply(contained_->step_done(reached(), t_));
+    return;
+  }
+  apply(contained_->step_done(reached(), t_));
+  int64_t slowest = INT64_MAX;
+  for (const Slot& m : slots_)
+    if (m.rank >= 0 && m.phase == Phase::active && !parked(m)) slowest = std::min(slowest, m.last_step);
+  if (slowest == INT64_MAX) return;
+  const auto done = static_cast<uint64_t>(slowest + 1);  // lower after a rollback or with a newcomer
+  if (done > live_done_) step_edge_ = true;
+  live_done_ = done;
 }
 
 // Spares that are ready for a waiting replica's lost ranks, and the

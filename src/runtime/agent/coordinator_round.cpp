@@ -13,6 +13,11 @@ namespace sigma::runtime::agent {
 // report of what it holds now, and it will not send another: resetting it
 // would have the agent kill a healthy rank for waiting.
 void Coordinator::start_round(const std::string& cause, double fault_s, bool from_report) {
+  // Contained: a round of the coordinator's own (a stalled step, a failed
+  // assignment) takes every replica, a stopped one too; the machine knows.
+  if (contained_ && !contained_->exact())
+    for (const auto& a : contained_->exact_round(cause, t_))
+      if (const auto* n = std::get_if<contained::Note>(&a)) record(n->entry);
   const bool reset_reports = round_.fault(cause, fault_s, from_report, t_, reached());
   std::vector<Slot*> gone;
   for (Slot* m : members()) {

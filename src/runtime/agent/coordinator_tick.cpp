@@ -3,6 +3,7 @@
 #include "runtime/agent/coordinator.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace sigma::runtime::agent {
 
@@ -124,6 +125,7 @@ void Coordinator::health_tick() {
 }
 
 void Coordinator::maybe_migrate() {
+  const bool edge = std::exchange(step_edge_, false);
   if (round_.active() || !started_) return;
   for (Slot& s : slots_) {
     if (s.phase != Phase::active || !scheduler_.pending_migration(s.device)) continue;
@@ -131,7 +133,10 @@ void Coordinator::maybe_migrate() {
     const std::string cause = "migration of device " + std::to_string(s.device) + " (rank " +
                               std::to_string(s.rank) + ") before it fails";
     if (contained_ && contained_->replicas() > 1) {
-      // Contained: the suspect's replica alone stops, when it can.
+      // Contained: the suspect's replica alone stops, when it can, as the
+      // live replicas finish a step: the one they begin next is what they
+      // run again over the re-formed groups, and it has barely begun.
+      if (!edge) continue;
       if (contained_migrates(s, warnings.empty() ? cause : cause + ": " + warnings.front().message)) return;
       continue;
     }
