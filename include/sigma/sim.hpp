@@ -100,9 +100,24 @@ struct Policy {
   double restart_s = 600;       // full restart: reschedule, start, rendezvous
   double replace_s = 30;        // one rank swapped for a warm spare, communicators re-formed
   bool migrate_on_warning = false;
-  double migrate_s = 10;      // state handed to a spare at a step boundary
+  double migrate_s = 10;  // state handed to a spare at a step boundary
+  // Steps the health monitor's straggler rule sees before it warns
+  // (sigmarun's --straggler-steps; the Monitor's default 20).
+  uint32_t straggler_min_steps = 20;
   bool allow_shrink = false;  // no spare left: go on with fewer ranks ...
   uint32_t min_world = 1;     // ... but never fewer than this
+  // Contained recovery (the runtime's contained::Machine decides): the
+  // world is data-parallel replicas of `replica_size` consecutive ranks
+  // (0: every fault takes the exact round). A fault stops its replica; the
+  // others step on, each data-parallel group re-formed over the live
+  // replicas; the replica's lost ranks get spares (or wait for one, the job
+  // degraded) and take live state from a healthy replica at a step
+  // boundary. The costs, each a stated assumption (docs/sim.md):
+  uint32_t replica_size = 0;
+  double comm_fixed_s = 1;            // creating a communicator: fixed + per member x members
+  double comm_per_member_s = 4.6e-4;  // ... 60 s for a world of 131,072
+  double handoff_s = 0.4;             // one rank's live state moved from its donor, all ranks at once
+  double spare_ready_s = 5;           // a replacement process up and connected
 };
 
 // "reactive" (torchrun-like), "sigma-paper" (SIGMA's published stack) and
@@ -162,6 +177,7 @@ struct SIGMA_EXPORT Ledger {
   double checkpoint = 0;  // training blocked by disk checkpoints and snapshots
   double migration = 0;   // training blocked by proactive migrations
   double paused = 0;      // job ranks idle for want of a device
+  double degraded = 0;    // a stopped replica's ranks idle while the others step on (contained)
   double slow = 0;        // training time lost to a degraded pace (stragglers, slow links)
   double spare = 0;       // healthy spares waiting
   double repair = 0;      // accelerators out of service (failed, in repair, validating)
@@ -180,6 +196,10 @@ struct PolicyResult {
   std::string policy;
   uint32_t spares = 0;
   uint32_t world = 0;
+  // The chance, under the failure model, that the pool runs out in some
+  // repair window: the job pauses, or under contained recovery a replica
+  // waits degraded for a device.
+  double spare_risk = 0;
   Ledger ledger;
   double utilization = 0;  // productive / (accelerators x duration)
   double ettr = 0;         // the job's productive time / duration
@@ -192,6 +212,10 @@ struct PolicyResult {
   uint64_t pauses = 0;
   uint64_t degradations = 0;        // stragglers and slow links that began on a job's device
   uint64_t degradations_moved = 0;  // ... whose rank the policy moved away before they cleared
+  // Contained recovery: faults a replica took alone, rounds that fell back
+  // to the exact one, and hand-offs of live state that ended in a rejoin.
+  uint64_t contained = 0, exact_fallbacks = 0, rejoins = 0;
+  uint64_t events = 0;  // discrete events processed (queue, internal and the contained machine's calls)
   std::vector<std::pair<std::string, uint64_t>> by_category;  // failures per category
   std::vector<Decision> decisions;                            // Scenario::record_decisions
 };
@@ -224,6 +248,23 @@ struct SweepAxes {
   std::vector<Degradation> degradation{{2e-4, 1.2}, {1e-3, 1.5}, {5e-3, 2.0}};
 };
 SIGMA_EXPORT std::vector<Result> sweep(const Scenario& base, const SweepAxes& axes);
+
+// ---- Sensitivity to the cost model ----------------------------------------
+//
+// `p` with every cost scaled by `factor`: detection, restarts, restores,
+// checkpoint and snapshot stalls, migrations, communicator creation, the
+// hand-off and a replacement's start.
+SIGMA_EXPORT Policy scale_costs(Policy p, double factor);
+
+// The scenario under the cost variants docs/sim.md reports, each run as
+// run() would (in parallel): every cost x0.5, x1 and x4, and every
+// data-parallel re-form at the world communicator's 60 s ("world re-form").
+struct CostVariant {
+  std::string name;
+  Result result;
+};
+SIGMA_EXPORT std::vector<CostVariant> sensitivity(const Scenario& scenario);
+SIGMA_EXPORT std::string to_json(const std::vector<CostVariant>& variants);
 
 // The result as JSON (scenario, per-policy ledger and figures) and as a
 // fixed-width table, one row per policy.

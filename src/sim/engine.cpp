@@ -1,5 +1,6 @@
 #include "engine.hpp"
 
+#include "contained_job.hpp"
 #include "draws.hpp"
 #include "tiers.hpp"
 
@@ -31,13 +32,13 @@ struct Event {
     precursor,
     sample,
     repaired,
-    boundary,
     sdc_found,
     warning,
     calm,
     degrade,         // a straggler (category 0) or slow link (1) begins
     degrade_sample,  // the degraded device's next step or telemetry, for its Monitor
     clear,           // the degradation that began at `progress` ends
+    contained,       // a timer of contained recovery's (category: Timer::Kind, device: its id)
   } kind;
   double t = 0;
   uint64_t seq = 0;
@@ -45,6 +46,7 @@ struct Event {
   uint32_t incarnation = 0;
   size_t category = 0;
   double progress = 0;  // sdc_found: the job's progress when the corruption began
+  uint64_t tag = 0;     // contained: the timer's tag
 };
 
 struct Later {
@@ -97,7 +99,11 @@ class PolicySim {
   void apply(const std::vector<Action>& actions);
   void refresh(uint32_t device);
   void advance(double t);
-  bool running() const { return stalls_.empty() && !sched_.paused(); }
+  bool running() const { return stalls_.empty() && !job_paused(); }
+  // The scheduler's pause stops the job, unless contained recovery goes on
+  // without the replica that waits for a device.
+  bool job_paused() const { return sched_.paused() && !(contained_ && !contained_->exact()); }
+  double pace() const { return contained_ ? contained_->pace() : 1.0; }
   double next_internal() const;
   void internal();
   void checkpoint_due();
@@ -114,6 +120,13 @@ class PolicySim {
   void on_degrade(const Event& e);
   void on_degrade_sample(const Event& e);
   void update_slowdown();
+  // Contained recovery (the runtime's machine, contained_job.hpp).
+  bool contained_fault(const std::vector<uint32_t>& ranks, bool hung, bool device_gone,
+                       const std::string& cause, double detect_s);
+  void take(const Effects& e);
+  void redo_step();
+  void contained_due();
+  void contained_moves();
   uint64_t step_of(double progress) const { return static_cast<uint64_t>(std::floor(progress / s_.step_s)); }
 
   const Scenario& s_;
@@ -146,6 +159,10 @@ class PolicySim {
   double slow_ = 1;             // the job's pace: its slowest degraded device's factor
   double snapshot_every_;       // the policy's, or Young and Daly's from the model
   std::vector<uint64_t> per_category_;
+  std::optional<ContainedJob> contained_;  // the policy's replicas, when it contains faults
+  bool exact_open_ = false;                // an exact round contained recovery fell back to
+  double boundary_due_ = kInf;             // progress at the boundary a pending migration waits for
+  std::map<uint32_t, std::string> moves_;  // contained: warned devices whose replica cannot stop yet, and why
 };
 
 scheduler::Config sched_config(const Scenario& s, const Policy& p) {
@@ -161,9 +178,22 @@ scheduler::Config sched_config(const Scenario& s, const Policy& p) {
 // Young and Daly: the interval that balances the stall of taking a
 // snapshot against the work a failure throws away, sqrt(2 x stall x MTBF),
 // with the job's MTBF at the model's constant-rate equivalent.
+// Under contained recovery only a rollback restores a snapshot: the
+// failures that need one are the silent corruptions (the rare exact
+// fallback left out).
 double snapshot_interval(const Scenario& s, const Policy& p) {
   if (!p.snapshot_from_model) return p.snapshot_every_s;
-  const double per_s = s.accelerators * s.failures.per_accelerator_day * s.failures.rate_multiplier / 86400.0;
+  double share = 1;
+  if (p.replica_size > 0) {
+    double all = 0, silent = 0;
+    for (const Category& c : s.failures.categories) {
+      all += c.weight;
+      if (c.scope == Scope::silent) silent += c.weight;
+    }
+    share = all > 0 ? silent / all : 0;
+  }
+  const double per_s =
+      share * s.accelerators * s.failures.per_accelerator_day * s.failures.rate_multiplier / 86400.0;
   if (!(per_s > 0) || !(p.snapshot_stall_s > 0)) return p.snapshot_every_s;
   const double steps = std::round(std::sqrt(2 * p.snapshot_stall_s / per_s) / s.step_s);
   return std::max(1.0, steps) * s.step_s;
@@ -186,6 +216,10 @@ PolicySim::PolicySim(const Scenario& s, const Policy& p)
   r_.policy = p.name;
   r_.world = sched_.world_size();
   r_.spares = n - r_.world;
+  r_.spare_risk = spare_shortfall_risk(s, p, r_.spares);
+  if (p.replica_size > 0)
+    contained_.emplace(r_.world, p.replica_size,
+                       ContainedCosts{p.comm_fixed_s, p.comm_per_member_s, p.handoff_s, p.spare_ready_s});
 }
 
 void PolicySim::push(Event e) {
@@ -225,6 +259,9 @@ void PolicySim::apply(const std::vector<Action>& actions) {
     refresh(a.device);
     refresh(a.to_device);
     note_move(a);
+    const bool moved = a.kind == Action::Kind::replace || a.kind == Action::Kind::assign;
+    if (moved && contained_ && a.rank < r_.world && contained_->out(a.rank))
+      take(contained_->replaced(a.rank, now_));
     if (a.kind == Action::Kind::migrate) {
       ++r_.migrations;
       if (degraded_.count(a.device)) ++r_.degradations_moved;
@@ -237,10 +274,18 @@ void PolicySim::apply(const std::vector<Action>& actions) {
   if (!degraded_.empty()) update_slowdown();
 }
 
+// The job's pace is its slowest stepping device's: a degraded device in a
+// replica that is out (contained recovery) does not slow the live ones.
 void PolicySim::update_slowdown() {
   slow_ = 1;
-  for (const auto& [d, g] : degraded_)
-    if (bucket_of(state_[d]) == Bucket::job) slow_ = std::max(slow_, g.factor);
+  for (const auto& [d, g] : degraded_) {
+    if (bucket_of(state_[d]) != Bucket::job) continue;
+    if (contained_) {
+      const auto rank = sched_.rank_of(d);
+      if (rank && *rank < r_.world && contained_->out(*rank)) continue;
+    }
+    slow_ = std::max(slow_, g.factor);
+  }
 }
 
 // A cordoned device leaves service: to repair, or, moved away only for a
@@ -268,7 +313,7 @@ void PolicySim::advance(double t) {
   if (dt <= 0) return;
   Ledger& l = r_.ledger;
   const double job = static_cast<double>(n_job_) * dt;
-  if (sched_.paused()) {
+  if (job_paused()) {
     l.paused += job;
   } else if (!stalls_.empty()) {
     Stall& st = stalls_.front();
@@ -280,9 +325,11 @@ void PolicySim::advance(double t) {
     *b += job;
     st.left_s -= dt;
   } else {
-    l.productive += job / slow_;
-    l.slow += job * (1 - 1 / slow_);
-    progress_ += dt / slow_;
+    const double kept = pace();  // contained: the live replicas' share
+    l.productive += job * kept / slow_;
+    l.slow += job * kept * (1 - 1 / slow_);
+    l.degraded += job * (1 - kept);
+    progress_ += dt * kept / slow_;
   }
   l.spare += static_cast<double>(n_spare_) * dt;
   l.repair += static_cast<double>(n_out_) * dt;
@@ -290,17 +337,33 @@ void PolicySim::advance(double t) {
 }
 
 double PolicySim::next_internal() const {
-  if (sched_.paused()) return kInf;
+  if (job_paused()) return kInf;
   if (!stalls_.empty()) return now_ + std::max(0.0, stalls_.front().left_s);
-  return now_ + std::max(0.0, (std::min(next_snapshot_, next_disk_) - progress_) * slow_);
+  double next = std::min({next_snapshot_, next_disk_, boundary_due_});
+  if (contained_)
+    if (const auto step = contained_->next_step())
+      next = std::min(next, static_cast<double>(*step) * s_.step_s);
+  return now_ + std::max(0.0, (next - progress_) * slow_ / pace());
 }
 
 void PolicySim::internal() {
   if (!stalls_.empty()) {
     stalls_.pop_front();
+    if (stalls_.empty() && exact_open_) {  // the exact round is over: every replica steps again
+      exact_open_ = false;
+      contained_->exact_done(now_);
+    }
     return;
   }
   checkpoint_due();
+  if (progress_ + kEps >= boundary_due_) {
+    boundary_due_ = kInf;
+    if (contained_ && contained_->replicas() > 1)
+      contained_moves();
+    else
+      apply(sched_.at_step_boundary(step_of(progress_ + kEps), now_));
+  }
+  contained_due();
 }
 
 void PolicySim::checkpoint_due() {
@@ -344,9 +407,6 @@ void PolicySim::on_event(const Event& e) {
           sched_.validation_done(e.device, true, e.category == 0 ? "repaired" : "degradation cleared", now_));
       draw_next(e.device);
       break;
-    case Event::Kind::boundary:
-      apply(sched_.at_step_boundary(step_of(progress_), now_));
-      break;
     case Event::Kind::warning:
       if (!in_repair_[e.device]) on_warning(e.device, "replayed warning");
       break;
@@ -364,6 +424,10 @@ void PolicySim::on_event(const Event& e) {
         degraded_.erase(it);
         update_slowdown();
       }
+      break;
+    case Event::Kind::contained:
+      take(contained_->timer({e.t, static_cast<Timer::Kind>(e.category), e.device, e.tag}, step_of(progress_),
+                             now_));
       break;
     case Event::Kind::sdc_found: {
       // The guardrails (or, without them, the loss curve) show the
@@ -408,7 +472,10 @@ void PolicySim::on_failure(const Event& e) {
       if (in_job) {
         std::vector<uint32_t> rank;
         if (auto r = sched_.rank_of(d)) rank.push_back(*r);
-        job_fault(rank, p_.full_restart, c.scope == Scope::hang ? p_.hang_detect_s : p_.crash_detect_s, -1);
+        const bool hang = c.scope == Scope::hang;
+        const double detect_s = hang ? p_.hang_detect_s : p_.crash_detect_s;
+        if (!contained_fault(rank, hang, false, c.name, detect_s))
+          job_fault(rank, p_.full_restart, detect_s, -1);
       }
       break;
     case Scope::silent:
@@ -427,11 +494,67 @@ void PolicySim::hardware_fault(const std::vector<uint32_t>& devices, const std::
     if (auto r = sched_.rank_of(d)) ranks.push_back(*r);
   std::sort(ranks.begin(), ranks.end());
   const bool job_hit = !ranks.empty();
+  // Contained: the state comes from a live peer, nothing from memory or disk.
   const bool memory_ok =
-      job_hit && job_fault(ranks, p_.full_restart, p_.crash_detect_s, -1) == runtime::RestoreTier::memory;
+      job_hit && (contained_fault(ranks, false, true, reason, p_.crash_detect_s) ||
+                  job_fault(ranks, p_.full_restart, p_.crash_detect_s, -1) == runtime::RestoreTier::memory);
   for (uint32_t d : devices) {
     if (!in_repair_[d]) apply(sched_.on_fault(d, reason, memory_ok, now_));  // cordons: repair starts
   }
+}
+
+// A fault of `ranks` under contained recovery: their replica stops, the
+// others step on (or the machine falls back to the exact round). False
+// when the policy does not contain faults or an exact round runs: the
+// caller takes the exact path, which a fault during the round joins.
+bool PolicySim::contained_fault(const std::vector<uint32_t>& ranks, bool hung, bool device_gone,
+                                const std::string& cause, double detect_s) {
+  if (!contained_ || contained_->exact() || ranks.empty()) return false;
+  take(contained_->fault(ranks, hung, device_gone, cause, detect_s, step_of(progress_), now_));
+  return true;
+}
+
+// What the contained machine's actions cost the job.
+void PolicySim::take(const Effects& e) {
+  r_.contained += e.contained;
+  r_.rejoins += e.rejoins;
+  for (const Timer& t : e.timers)
+    push({Event::Kind::contained, t.at_s, 0, t.id, 0, static_cast<size_t>(t.kind), 0, t.tag});
+  if (e.exact) {
+    ++r_.exact_fallbacks;
+    std::vector<uint32_t> ranks = e.exact_ranks;
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    job_fault(ranks, false, e.detect_s, -1);
+    exact_open_ = true;
+    return;
+  }
+  if (e.redo_step) redo_step();
+  if (e.detect_s > 0) stalls_.push_back({Phase::detection, e.detect_s});
+  if (e.reform_s > 0) stalls_.push_back({Phase::restart, e.reform_s});
+  if (!degraded_.empty()) update_slowdown();  // a replica out or back
+}
+
+// The live set's step in flight broke with the replica that left: it runs
+// again over the re-formed groups.
+void PolicySim::redo_step() {
+  const double back_to =
+      std::floor(progress_ / s_.step_s + 1e-6) * s_.step_s;  // at a boundary: nothing in flight
+  const double lost = progress_ - back_to;
+  if (!(lost > 0)) return;
+  r_.ledger.productive -= lost * sched_.world_size();
+  r_.ledger.lost_work += lost * sched_.world_size();
+  progress_ = back_to;
+  std::erase_if(snapshots_, [&](double x) { return x > back_to + kEps; });
+  std::erase_if(disk_, [&](double x) { return x > back_to + kEps; });
+}
+
+// The live set reached a step boundary the contained machine waits for.
+void PolicySim::contained_due() {
+  if (!contained_) return;
+  const auto step = contained_->next_step();
+  if (!step || progress_ + kEps < static_cast<double>(*step) * s_.step_s) return;
+  take(contained_->at_step(*step, now_));
 }
 
 // Where the memory tier keeps each rank's replicas now: as the runtime
@@ -496,6 +619,7 @@ std::optional<runtime::RestoreTier> PolicySim::job_fault(const std::vector<uint3
   r_.ledger.productive -= lost * sched_.world_size();
   r_.ledger.lost_work += lost * sched_.world_size();
   progress_ = back_to;
+  if (boundary_due_ < kInf) boundary_due_ = back_to + s_.step_s;
   std::erase_if(snapshots_, [&](double x) { return x > back_to + kEps; });
   std::erase_if(disk_, [&](double x) { return x > back_to + kEps; });
   next_snapshot_ = p_.memory_tier ? back_to + snapshot_every_ : kInf;
@@ -563,7 +687,9 @@ void PolicySim::on_degrade(const Event& e) {
   push(
       {Event::Kind::clear, now_ + (link ? f.slow_link_hours : f.straggler_hours) * 3600.0, 0, d, 0, 0, now_});
   if (!p_.migrate_on_warning) return;
-  g.monitor = std::make_unique<health::Monitor>();
+  health::Config watch;
+  watch.straggler_min_steps = p_.straggler_min_steps;
+  g.monitor = std::make_unique<health::Monitor>(watch);
   g.monitor->add_device(d);
   for (uint32_t k = 1; k <= 4; ++k) g.monitor->add_device(s_.accelerators + k);  // healthy peers
   push({Event::Kind::degrade_sample, now_, 0, d, 0, e.category, now_});
@@ -604,11 +730,39 @@ void PolicySim::on_degrade_sample(const Event& e) {
 
 void PolicySim::on_warning(uint32_t d, const std::string& why) {
   apply(sched_.on_warning(d, why, now_));
-  if (sched_.pending_migration(d)) {
-    // The next step boundary of the running job.
-    const double to_boundary = (s_.step_s - std::fmod(progress_, s_.step_s)) * slow_;
-    push({Event::Kind::boundary, now_ + to_boundary, 0, d, incarnation_[d], 0, 0});
+  if (!sched_.pending_migration(d)) return;
+  if (contained_ && contained_->replicas() > 1) moves_[d] = why;
+  // The next step boundary the running job reaches (stalls and its pace
+  // decide when).
+  boundary_due_ = std::min(boundary_due_, (std::floor(progress_ / s_.step_s + 1e-6) + 1) * s_.step_s);
+}
+
+// As the agent migrates under contained recovery, as the live replicas
+// finish a step: the warned device's replica alone stops, its spare takes
+// the rank and the replica rejoins from a live peer while the others step
+// on. It waits while that cannot be (its replica is out, or no other one
+// steps), to the next step: no stop of the world for a device that works.
+void PolicySim::contained_moves() {
+  for (auto it = moves_.begin(); it != moves_.end();) {
+    const uint32_t d = it->first;
+    const auto rank = sched_.rank_of(d);
+    if (!rank || in_repair_[d] || !sched_.pending_migration(d)) {
+      it = moves_.erase(it);
+      continue;
+    }
+    if (!contained_->contains(*rank)) {
+      ++it;
+      continue;
+    }
+    const std::string cause = "migration before it fails: " + it->second;
+    it = moves_.erase(it);
+    ++r_.migrations;
+    if (degraded_.count(d)) ++r_.degradations_moved;
+    migrated_[d] = true;
+    contained_fault({*rank}, false, true, cause, 0);
+    apply(sched_.on_fault(d, cause, true, now_));
   }
+  if (!moves_.empty()) boundary_due_ = (std::floor(progress_ / s_.step_s + 1e-6) + 1) * s_.step_s;
 }
 
 PolicyResult PolicySim::run() {
@@ -645,6 +799,7 @@ PolicyResult PolicySim::run() {
     const double t = std::min(t_ext, t_int);
     advance(t);
     if (t >= horizon_) break;
+    ++r_.events;
     if (t_int <= t_ext) {
       internal();
     } else {
@@ -657,108 +812,13 @@ PolicyResult PolicySim::run() {
   r_.utilization = std::max(0.0, r_.ledger.productive) / total;
   r_.ettr = progress_ / horizon_;
   r_.mtti_h = r_.incidents ? horizon_ / 3600.0 / static_cast<double>(r_.incidents) : 0;
+  if (contained_) r_.events += contained_->calls();
   for (size_t i = 0; i < per_category_.size(); ++i)
     r_.by_category.emplace_back(s_.failures.categories[i].name, per_category_[i]);
   return r_;
 }
 
-// log(k!) through lgamma_r: std::lgamma writes the global signgam, a data
-// race between a sweep's threads.
-double log_factorial(double k) {
-  int sign = 0;
-  return ::lgamma_r(k + 1.0, &sign);
-}
-
-// Poisson(m) probabilities for 0..n (log space: exp(-m) underflows for large m).
-std::vector<double> poisson_pmf(double m, size_t n) {
-  std::vector<double> p(n + 1, 0.0);
-  for (size_t k = 0; k <= n; ++k)
-    p[k] = m > 0 ? std::exp(-m + static_cast<double>(k) * std::log(m) - log_factorial(static_cast<double>(k)))
-                 : (k == 0 ? 1.0 : 0.0);
-  return p;
-}
-
-// P(exactly x accelerators out of service) for x < the returned size, in
-// one repair window where `events` failures are expected: D + per_node x N
-// accelerators, D and N Poisson (device and node failures). Truncated ten
-// standard deviations past the mean.
-std::vector<double> out_of_service(double events, double dev_share, double node_share, double extra,
-                                   uint32_t per_node, size_t n) {
-  const double mu_d = events * dev_share + extra, mu_n = events * node_share;
-  const double mean = mu_d + per_node * mu_n, sd = std::sqrt(mu_d + double(per_node) * per_node * mu_n);
-  const size_t len = std::min<size_t>(n + 1, static_cast<size_t>(mean + 10 * sd + 2.0 * per_node + 16));
-  const auto pd = poisson_pmf(mu_d, len), pn = poisson_pmf(mu_n, len / per_node + 1);
-  std::vector<double> out(len, 0.0);
-  for (size_t j = 0; j < pn.size() && j * per_node < len; ++j)
-    for (size_t i = 0; i + j * per_node < len; ++i) out[i + j * per_node] += pd[i] * pn[j];
-  return out;
-}
-
-// The smallest pool that runs out with at most `risk` over the job: the
-// job is cut into repair windows, each with the failures the Weibull hazard
-// puts there (infant mortality: many in the first, fewer later), and a
-// window runs out when more accelerators are out at once than the pool
-// holds. The scheduler's size_spares assumes single-device failures at a
-// constant rate; a node failure's block of eight and early-life hazard both
-// break that, so the simulator sizes with the model it draws from. A
-// policy that migrates on warnings also sends stragglers and slow links to
-// repair: they count as device outages too.
-uint32_t model_spares(const Scenario& s, const Policy& p, double risk) {
-  const FailureModel& f = s.failures;
-  double dev = 0, node = 0, all = 0;
-  for (const Category& c : f.categories) {
-    all += c.weight;
-    if (c.scope == Scope::device) dev += c.weight;
-    if (c.scope == Scope::node) node += c.weight;
-  }
-  if (all <= 0) return 0;
-  const double horizon = s.days * 86400.0, window = f.repair_hours * 3600.0;
-  const double per_device = f.per_accelerator_day * f.rate_multiplier / 86400.0 * horizon;  // H(horizon)
-  auto hazard = [&](double t) {
-    return per_device * std::pow(std::min(t, horizon) / horizon, f.weibull_shape);
-  };
-  std::vector<std::vector<double>> cdfs;
-  size_t len = 1;
-  // Devices moved away from a degradation are out until it clears: on
-  // average rate x duration of them at once.
-  const double degraded_out = p.migrate_on_warning
-                                  ? s.accelerators *
-                                        (f.straggler_per_accelerator_day * f.straggler_hours +
-                                         f.slow_link_per_accelerator_day * f.slow_link_hours) /
-                                        24.0
-                                  : 0;
-  for (double t0 = 0; t0 < horizon; t0 += window) {
-    const double events = s.accelerators * (hazard(t0 + window) - hazard(t0));
-    auto pmf = out_of_service(events, dev / all, node / all, degraded_out, s.per_node, s.accelerators);
-    for (size_t x = 1; x < pmf.size(); ++x) pmf[x] += pmf[x - 1];
-    len = std::max(len, pmf.size());
-    cdfs.push_back(std::move(pmf));
-  }
-  for (size_t k = 0; k < len; ++k) {
-    double fine = 1;  // no window runs out with k spares
-    for (const auto& c : cdfs) fine *= k < c.size() ? std::min(1.0, c[k]) : 1.0;
-    if (1.0 - fine <= risk) return static_cast<uint32_t>(k);
-  }
-  return static_cast<uint32_t>(std::min<size_t>(len, s.accelerators));
-}
-
 }  // namespace
-
-uint32_t spares_for(const Scenario& s, const Policy& p) {
-  const uint32_t n = s.accelerators;
-  uint32_t k = 0;
-  if (p.spares == SpareRule::count) {
-    k = p.spare_count;
-  } else if (p.spares == SpareRule::fraction) {
-    k = static_cast<uint32_t>(std::ceil(p.spare_fraction * n));
-  } else if (p.spares == SpareRule::model) {
-    k = model_spares(s, p, p.spare_risk);
-  }
-  if (k >= n)
-    throw Error(Code::invalid_argument, "policy '" + p.name + "' keeps " + std::to_string(k) + " spares of " +
-                                            std::to_string(n) + " accelerators");
-  return k;
-}
 
 PolicyResult simulate(const Scenario& s, const Policy& p) { return PolicySim(s, p).run(); }
 

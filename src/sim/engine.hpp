@@ -9,8 +9,12 @@
 
 namespace sigma::sim::detail {
 
-// The number of spares `p` keeps on `s`'s cluster.
+// The number of spares `p` keeps on `s`'s cluster (spares.cpp).
 uint32_t spares_for(const Scenario& s, const Policy& p);
+// The chance, under the failure model, that `spares` run out in some repair
+// window of the job (a pause, or under contained recovery a replica that
+// waits degraded).
+double spare_shortfall_risk(const Scenario& s, const Policy& p, uint32_t spares);
 
 PolicyResult simulate(const Scenario& s, const Policy& p);
 

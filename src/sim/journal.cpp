@@ -29,6 +29,7 @@ T in_range(const std::string& name, size_t line, const char* field, T v, T lo, T
 }
 struct Layout {
   uint32_t nproc = 0, spares = 0, nnodes = 0, per_group = 0, min_world = 1, snapshot_every = 1;
+  uint32_t replica_size = 0;  // contained recovery's replicas (0: exact)
   bool migrate = true, shrink = false;
   uint32_t devices() const { return nnodes * (nproc + spares); }
   uint32_t node_of(uint32_t d) const {  // as sigmarun numbers devices: ranks, then spares
@@ -48,6 +49,11 @@ Layout read_start(const journal::Start& r, const std::string& name, size_t n) {
   o.migrate = r.proactive_migration;
   o.shrink = r.allow_shrink;
   if (o.devices() < 2) fail(name, n, "nproc", "a replay needs at least 2 devices");
+  if (r.recovery == "contained") {
+    o.replica_size = in_range<uint32_t>(name, n, "replica_size", r.replica_size, 1, o.nproc * o.nnodes);
+    if (o.nproc * o.nnodes % o.replica_size != 0)
+      fail(name, n, "replica_size", "does not divide the world of " + std::to_string(o.nproc * o.nnodes));
+  }
   return o;
 }
 
@@ -75,6 +81,8 @@ Scenario scenario_of(const Layout& o, double step_s, double end_s) {
   p.snapshot_stall_s = p.memory_restore_s = p.disk_stall_s = p.disk_restore_s = 0;
   p.disk_every_s = 1e300;  // disk checkpoints do not decide anything here
   p.crash_detect_s = p.hang_detect_s = p.restart_s = p.replace_s = p.migrate_s = 0;
+  p.replica_size = o.replica_size;  // contained: its faults stop a replica, as the agent's machine decides
+  p.comm_fixed_s = p.comm_per_member_s = p.handoff_s = p.spare_ready_s = 0;
   p.full_restart = false;
   p.migrate_on_warning = o.migrate;
   p.allow_shrink = o.shrink;

@@ -196,7 +196,19 @@ std::vector<Policy> standard_policies() {
   ours.restart_s = 600;
   ours.migrate_on_warning = true;
   ours.migrate_s = 10;
-  return {reactive, paper, ours};
+
+  // libsigma with --recovery contained: replicas of 64 accelerators (EP 8
+  // x PP 8); a fault stops its replica, the others step on. The costs are
+  // docs/sim.md's cost model.
+  Policy contained = ours;
+  contained.name = "libsigma-contained";
+  contained.replica_size = 64;
+  contained.comm_fixed_s = 1;
+  contained.comm_per_member_s = 60.0 / 131072;
+  contained.handoff_s = 1.2;
+  contained.spare_ready_s = 5;
+  contained.straggler_min_steps = 5;  // a migration costs a replica's hand-off, not a stop
+  return {reactive, paper, ours, contained};
 }
 
 }  // namespace sigma::sim

@@ -10,10 +10,13 @@ namespace sigma::sim {
 namespace {
 
 nlohmann::json ledger_json(const Ledger& l) {
-  return {{"productive", l.productive}, {"lost_work", l.lost_work}, {"detection", l.detection},
-          {"restart", l.restart},       {"restore", l.restore},     {"checkpoint", l.checkpoint},
-          {"migration", l.migration},   {"paused", l.paused},       {"slow", l.slow},
-          {"spare", l.spare},           {"repair", l.repair},       {"total", l.total()}};
+  return {{"productive", l.productive}, {"lost_work", l.lost_work},
+          {"detection", l.detection},   {"restart", l.restart},
+          {"restore", l.restore},       {"checkpoint", l.checkpoint},
+          {"migration", l.migration},   {"paused", l.paused},
+          {"degraded", l.degraded},     {"slow", l.slow},
+          {"spare", l.spare},           {"repair", l.repair},
+          {"total", l.total()}};
 }
 
 nlohmann::json policy_json(const PolicyResult& p) {
@@ -22,6 +25,7 @@ nlohmann::json policy_json(const PolicyResult& p) {
   return {{"policy", p.policy},
           {"world", p.world},
           {"spares", p.spares},
+          {"spare_shortfall_risk", p.spare_risk},
           {"effective_accelerator_utilization", p.utilization},
           {"effective_training_time_ratio", p.ettr},
           {"failures", p.failures},
@@ -31,6 +35,9 @@ nlohmann::json policy_json(const PolicyResult& p) {
           {"averted", p.averted},
           {"restores", {{"memory", p.restores_memory}, {"disk", p.restores_disk}}},
           {"pauses", p.pauses},
+          {"contained",
+           {{"faults", p.contained}, {"exact_fallbacks", p.exact_fallbacks}, {"rejoins", p.rejoins}}},
+          {"events", p.events},
           {"degradations", {{"on_the_job", p.degradations}, {"moved_away", p.degradations_moved}}},
           {"failures_by_category", cats},
           {"accelerator_seconds", ledger_json(p.ledger)}};
@@ -70,6 +77,16 @@ std::string to_json(const std::vector<Result>& results) {
   return nlohmann::json{{"runs", runs}}.dump(2) + "\n";
 }
 
+std::string to_json(const std::vector<CostVariant>& variants) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const CostVariant& v : variants) {
+    nlohmann::json ps = nlohmann::json::array();
+    for (const PolicyResult& p : v.result.policies) ps.push_back(policy_json(p));
+    out.push_back({{"variant", v.name}, {"scenario", scenario_json(v.result.scenario)}, {"policies", ps}});
+  }
+  return nlohmann::json{{"sensitivity", out}}.dump(2) + "\n";
+}
+
 std::string to_table(const Result& r) {
   std::ostringstream o;
   const FailureModel& f = r.scenario.failures;
@@ -81,21 +98,23 @@ std::string to_table(const Result& r) {
                 f.rate_multiplier, f.weibull_shape, f.precursor_fraction * 100, f.precursor_lead_min,
                 f.repair_hours, f.straggler_slowdown, f.slow_link_slowdown, f.straggler_per_accelerator_day);
   o << line;
-  o << "policy        spares  util    ETTR    fail  incid MTTI h  migr  mem/disk  | lost %: work  detect "
-       "restart restore ckpt  migr  paused slow  spare repair\n";
+  o << "policy               spares  util    ETTR    fail  incid MTTI h  migr  mem/disk  contd | lost %: "
+       "work  "
+       "detect restart restore ckpt  migr  paused degr  slow  spare repair\n";
   for (const PolicyResult& p : r.policies) {
     const double t = p.ledger.total() > 0 ? p.ledger.total() : 1;
     const Ledger& l = p.ledger;
     std::snprintf(
         line, sizeof line,
-        "%-13s %6u  %6.2f%% %6.2f%% %5llu %6llu %6.2f %5llu %4llu/%-4llu |      %5.2f %6.2f %7.2f "
-        "%7.2f %5.2f %5.2f %6.2f %5.2f %5.2f %6.2f\n",
+        "%-20s %6u  %6.2f%% %6.2f%% %5llu %6llu %6.2f %5llu %4llu/%-4llu %5llu |      %5.2f %6.2f %7.2f "
+        "%7.2f %5.2f %5.2f %6.2f %5.2f %5.2f %5.2f %6.2f\n",
         p.policy.c_str(), p.spares, p.utilization * 100, p.ettr * 100,
         static_cast<unsigned long long>(p.failures), static_cast<unsigned long long>(p.incidents), p.mtti_h,
         static_cast<unsigned long long>(p.migrations), static_cast<unsigned long long>(p.restores_memory),
-        static_cast<unsigned long long>(p.restores_disk), 100 * l.lost_work / t, 100 * l.detection / t,
-        100 * l.restart / t, 100 * l.restore / t, 100 * l.checkpoint / t, 100 * l.migration / t,
-        100 * l.paused / t, 100 * l.slow / t, 100 * l.spare / t, 100 * l.repair / t);
+        static_cast<unsigned long long>(p.restores_disk), static_cast<unsigned long long>(p.contained),
+        100 * l.lost_work / t, 100 * l.detection / t, 100 * l.restart / t, 100 * l.restore / t,
+        100 * l.checkpoint / t, 100 * l.migration / t, 100 * l.paused / t, 100 * l.degraded / t,
+        100 * l.slow / t, 100 * l.spare / t, 100 * l.repair / t);
     o << line;
   }
   return o.str();

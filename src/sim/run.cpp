@@ -42,16 +42,23 @@ void check(const Scenario& s) {
     for (const Category& c : s.failures.categories) known = known || c.name == f.category;
     if (!known) bad("scripted failure of unknown category '" + f.category + "'");
   }
-  for (const Policy& p : s.policies)
+  for (const Policy& p : s.policies) {
     if (p.memory_tier && !(p.snapshot_every_s > 0))
       bad("policy '" + p.name + "': a memory tier needs snapshot_every_s");
+    if (p.straggler_min_steps < 2 || p.straggler_min_steps > 50)
+      bad("policy '" + p.name + "': straggler_min_steps must be 2 to 50");
+    if (p.replica_size > 0 && (p.full_restart || p.allow_shrink))
+      bad("policy '" + p.name +
+          "': contained recovery (replica_size) replaces ranks and keeps the world's size: " +
+          "it needs full_restart and allow_shrink off");
+  }
 }
 
 }  // namespace
 
 double Ledger::total() const noexcept {
-  return productive + lost_work + detection + restart + restore + checkpoint + migration + paused + slow +
-         spare + repair;
+  return productive + lost_work + detection + restart + restore + checkpoint + migration + paused + degraded +
+         slow + spare + repair;
 }
 
 Result run(const Scenario& scenario) {
@@ -86,6 +93,34 @@ std::vector<Result> sweep(const Scenario& base, const SweepAxes& axes) {
   std::mutex done;
   tbb::parallel_for(size_t{0}, points.size(), [&](size_t i) {
     out[i] = run(points[i]);
+    std::lock_guard<std::mutex> lk(done);
+  });
+  std::lock_guard<std::mutex> lk(done);
+  return out;
+}
+
+Policy scale_costs(Policy p, double factor) {
+  for (double* c : {&p.disk_stall_s, &p.disk_restore_s, &p.snapshot_stall_s, &p.memory_restore_s,
+                    &p.crash_detect_s, &p.hang_detect_s, &p.sdc_detect_s, &p.restart_s, &p.replace_s,
+                    &p.migrate_s, &p.comm_fixed_s, &p.comm_per_member_s, &p.handoff_s, &p.spare_ready_s})
+    *c *= factor;
+  return p;
+}
+
+std::vector<CostVariant> sensitivity(const Scenario& scenario) {
+  check(scenario);
+  std::vector<CostVariant> out{{"costs x0.5", {}}, {"costs x1", {}}, {"costs x4", {}}, {"world re-form", {}}};
+  std::vector<Scenario> points(out.size(), scenario);
+  const double factors[] = {0.5, 1, 4};
+  for (size_t i = 0; i < 3; ++i)
+    for (Policy& p : points[i].policies) p = scale_costs(p, factors[i]);
+  for (Policy& p : points[3].policies) {
+    p.comm_fixed_s = std::max(p.comm_fixed_s, 60.0);  // as long as the world's communicator takes
+    p.comm_per_member_s = 0;
+  }
+  std::mutex done;  // as in sweep()
+  tbb::parallel_for(size_t{0}, points.size(), [&](size_t i) {
+    out[i].result = run(points[i]);
     std::lock_guard<std::mutex> lk(done);
   });
   std::lock_guard<std::mutex> lk(done);

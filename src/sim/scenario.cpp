@@ -72,7 +72,13 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
                "restart_s",
                "replace_s",
                "migrate_on_warning",
-               "migrate_s"});
+               "migrate_s",
+               "replica_size",
+               "comm_fixed_s",
+               "comm_per_member_s",
+               "handoff_s",
+               "spare_ready_s",
+               "straggler_min_steps"});
   if (!n["name"]) y.fail(n, at + ".name", "missing");
   const std::string name = y.text(n["name"], at + ".name");
   const std::string base = n["base"] ? y.text(n["base"], at + ".base") : name;
@@ -82,7 +88,9 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
     if (s.name == base) p = s, found = true;
   if (!found)
     y.fail(n["base"] ? n["base"] : n["name"], at + (n["base"] ? ".base" : ".name"),
-           "'" + base + "' is not a standard policy (reactive, sigma-paper, libsigma); name one as base");
+           "'" + base +
+               "' is not a standard policy (reactive, sigma-paper, libsigma, libsigma-contained); name one "
+               "as base");
   p.name = name;
   if (n["spares"]) {
     const std::string r = y.text(n["spares"], at + ".spares");
@@ -125,6 +133,18 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
   num("replace_s", p.replace_s, 0, kBig);
   flag("migrate_on_warning", p.migrate_on_warning);
   num("migrate_s", p.migrate_s, 0, kBig);
+  if (n["replica_size"])
+    p.replica_size = static_cast<uint32_t>(y.integer(n["replica_size"], at + ".replica_size", 0, 1u << 24));
+  num("comm_fixed_s", p.comm_fixed_s, 0, kBig);
+  num("comm_per_member_s", p.comm_per_member_s, 0, kBig);
+  num("handoff_s", p.handoff_s, 0, kBig);
+  num("spare_ready_s", p.spare_ready_s, 0, kBig);
+  if (n["straggler_min_steps"])
+    p.straggler_min_steps =
+        static_cast<uint32_t>(y.integer(n["straggler_min_steps"], at + ".straggler_min_steps", 2, 50));
+  if (p.replica_size > 0 && p.full_restart)
+    y.fail(n["replica_size"] ? n["replica_size"] : n, at + ".replica_size",
+           "contained recovery replaces ranks: it needs full_restart: false");
   if (p.memory_tier && p.snapshot_every_s <= 0)
     y.fail(n, at + ".snapshot_every_s", "a memory tier needs a snapshot interval > 0");
   return p;

@@ -3,6 +3,8 @@
 // and workers' logs, and the sim vendor's arguments.
 #pragma once
 
+#include <sigma/sim.hpp>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -132,6 +134,16 @@ inline std::string logs(const JobRun& r) {
     out += "---- " + e.path().filename().string() + "\n" + read_file(e.path().string());
   }
   return out;
+}
+
+// The journal's faults and health changes replayed through the cluster
+// simulator: it must decide as the agent did, decision for decision.
+inline void expect_replayed(const JobRun& r) {
+  const auto replay = sigma::sim::parse_journal(read_file(r.dir + "/incidents.jsonl"), r.dir);
+  ASSERT_GT(replay.faults + replay.health_changes, 0u);
+  ASSERT_FALSE(replay.journalled.empty());
+  const auto sim = sigma::sim::run(replay.scenario);
+  EXPECT_EQ(sigma::sim::compare_decisions(replay.journalled, sim.policies.at(0).decisions), "") << logs(r);
 }
 
 }  // namespace

@@ -206,6 +206,8 @@ TEST_F(SigmarunContained, AKilledRankStopsOnlyItsReplicaTheOtherStepsOnAndItRejo
   }
   EXPECT_GE(replayed, 2u * 10) << logs(r);
   expect_like_clean(r);
+  // The simulator, driving the same contained machine, decides the same.
+  expect_replayed(r);
 }
 
 TEST_F(SigmarunContained, AWholeDeclaredNodeLostAtOnceRejoinsFromTheReplicaInAnotherNodeWithNoDisk) {
@@ -220,6 +222,7 @@ TEST_F(SigmarunContained, AWholeDeclaredNodeLostAtOnceRejoinsFromTheReplicaInAno
   EXPECT_EQ((*event(r, "replica_stopped"))["replica"], 1);
   EXPECT_FALSE(fs::exists(r.dir + "/checkpoints/sigmarun")) << "nothing read from or written to disk";
   expect_like_clean(r);
+  expect_replayed(r);
 }
 
 // A device heating up under contained recovery: the warning moves its
@@ -272,6 +275,7 @@ TEST_F(SigmarunContained, ASuspectDeviceMigratesByAHandOffWhileTheOtherReplicaSt
   // The suspect is killed from outside: the step in flight may hold its
   // sums without its replica's log line (once per migration).
   expect_like_clean(r, c["incidents"].size() == 1, c["incidents"].size());
+  expect_replayed(r);
 }
 
 }  // namespace

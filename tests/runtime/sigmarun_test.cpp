@@ -65,16 +65,6 @@ int connect_agent(const std::string& dir) {
   return fd;
 }
 
-// The journal's faults and health changes replayed through the cluster
-// simulator: it must decide as the agent did, decision for decision.
-void expect_replayed(const JobRun& r) {
-  const auto replay = sigma::sim::parse_journal(read_file(r.dir + "/incidents.jsonl"), r.dir);
-  ASSERT_GT(replay.faults + replay.health_changes, 0u);
-  ASSERT_FALSE(replay.journalled.empty());
-  const auto sim = sigma::sim::run(replay.scenario);
-  EXPECT_EQ(sigma::sim::compare_decisions(replay.journalled, sim.policies.at(0).decisions), "") << logs(r);
-}
-
 std::vector<std::string> finals(const JobRun& r, uint32_t world) {
   std::vector<std::string> out;
   for (uint32_t k = 0; k < world; ++k)

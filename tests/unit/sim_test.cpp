@@ -106,6 +106,94 @@ TEST(ClusterSim, OneFailureWithKnownCostsGivesTheHandComputedLedger) {
   EXPECT_DOUBLE_EQ(r.ettr, kept / 86400);
 }
 
+// Contained recovery with known costs: two replicas of four; a process of
+// replica 1 crashes mid-step at 1005 s. The live replica runs its step
+// again (5 s lost), stalls 1 s to see the fault and 1 s to re-form, then
+// steps at half pace; the crashed process is up again at 1011 s; the
+// hand-off's boundary is step 102 (1047 s), the state is in at 1050 s, the
+// replay at step 103 (1067 s) names the rejoin at step 106 (1127 s), and
+// the groups re-form once more (1 s). Nothing is restored, nothing stops
+// the job, and the replica's idle half is the ledger's `degraded`.
+TEST(ClusterSim, AContainedFaultStopsOnlyItsReplicaAndGivesTheHandComputedLedger) {
+  sim::Scenario s;
+  s.accelerators = 10;
+  s.per_node = 2;
+  s.days = 1728 / 86400.0;
+  s.step_s = 10;
+  s.failures.rate_multiplier = 0;
+  s.failures.straggler_per_accelerator_day = s.failures.slow_link_per_accelerator_day = 0;
+  s.failures.categories = {{"software_bug", sim::Scope::software, 1, false}};
+  s.script = {{1005, 5, "software_bug", false}};
+  sim::Policy p = standard("libsigma-contained");
+  p.spares = sim::SpareRule::count;
+  p.spare_count = 2;
+  p.replica_size = 4;
+  p.memory_tier = false;
+  p.disk_every_s = 1e9;
+  p.crash_detect_s = 1;
+  p.comm_fixed_s = 1;
+  p.comm_per_member_s = 0;
+  p.handoff_s = 2;
+  p.spare_ready_s = 5;
+  p.migrate_on_warning = false;
+  s.policies = {p};
+  const auto r = sim::run(s).policies.at(0);
+  EXPECT_EQ(r.world, 8u);
+  EXPECT_EQ(r.contained, 1u);
+  EXPECT_EQ(r.rejoins, 1u);
+  EXPECT_EQ(r.exact_fallbacks, 0u);
+  EXPECT_EQ(r.incidents, 0u);
+  EXPECT_EQ(r.restores_memory + r.restores_disk, 0u);
+  EXPECT_DOUBLE_EQ(r.ledger.lost_work, 8 * 5.0);
+  EXPECT_DOUBLE_EQ(r.ledger.detection, 8 * 1.0);
+  EXPECT_DOUBLE_EQ(r.ledger.restart, 8 * 2.0);
+  EXPECT_DOUBLE_EQ(r.ledger.degraded, 8 * 0.5 * (1127 - 1007));
+  EXPECT_DOUBLE_EQ(r.ledger.productive, 8 * 1660.0);
+  EXPECT_DOUBLE_EQ(r.ledger.spare, 2 * 1728.0);
+  EXPECT_NEAR(r.ledger.total(), 10 * 1728.0, 1e-6);
+  EXPECT_DOUBLE_EQ(r.ettr, 1660 / 1728.0);
+  EXPECT_GT(r.events, 0u);
+}
+
+// A whole node lost takes both its ranks (replica 1's) to spares: one
+// contained incident, no restore from memory or disk; a fault in each
+// replica at once falls back to the exact round, after which faults are
+// contained again.
+TEST(ClusterSim, ANodeLostIsContainedAndTwoReplicasOutAtOnceTakeTheExactRound) {
+  sim::Scenario s;
+  s.accelerators = 12;
+  s.per_node = 2;
+  s.days = 0.1;
+  s.failures.rate_multiplier = 0;
+  s.failures.straggler_per_accelerator_day = s.failures.slow_link_per_accelerator_day = 0;
+  s.failures.repair_hours = 100;
+  s.failures.categories = {{"psu", sim::Scope::node, 1, false}, {"bug", sim::Scope::software, 1, false}};
+  sim::Policy p = standard("libsigma-contained");
+  p.spares = sim::SpareRule::count;
+  p.spare_count = 4;
+  p.replica_size = 4;
+  p.snapshot_from_model = false;
+  p.migrate_on_warning = false;
+  s.policies = {p};
+  s.script = {{1000, 4, "psu", false}};
+  auto r = sim::run(s).policies.at(0);
+  EXPECT_EQ(r.world, 8u);
+  EXPECT_EQ(r.contained, 1u);
+  EXPECT_EQ(r.rejoins, 1u);
+  EXPECT_EQ(r.incidents, 0u);
+  EXPECT_EQ(r.restores_memory + r.restores_disk, 0u);
+  EXPECT_DOUBLE_EQ(r.ledger.repair, 2 * (s.days * 86400 - 1000));
+
+  s.script = {{1000, 1, "bug", false}, {1001, 6, "bug", false}, {3000, 2, "bug", false}};
+  r = sim::run(s).policies.at(0);
+  EXPECT_EQ(r.exact_fallbacks, 1u);
+  EXPECT_EQ(r.incidents, 1u);
+  EXPECT_EQ(r.restores_memory, 1u);
+  EXPECT_EQ(r.contained, 2u);  // replica 0's first fault, then the one after the exact round
+  EXPECT_EQ(r.rejoins, 1u);
+  EXPECT_NEAR(r.ledger.total(), 12 * s.days * 86400, 1e-3);
+}
+
 // The restore planner decides the tier: a lone device's rank is restored
 // from its ring successor's replica; a node failure takes the successors
 // with it (ranks are consecutive on a node), so the disk it is.
@@ -174,12 +262,23 @@ TEST(ClusterSim, SilentCorruptionRollsBackToStateFromBeforeIt) {
 
 TEST(ClusterSim, TheStandardPoliciesRankAsExpectedOnAnEarlyLifeCluster) {
   const auto r = sim::run(base(2048, 30));
-  ASSERT_EQ(r.policies.size(), 3u);
-  const auto &reactive = r.policies[0], &paper = r.policies[1], &ours = r.policies[2];
+  ASSERT_EQ(r.policies.size(), 4u);
+  const auto &reactive = r.policies[0], &paper = r.policies[1], &ours = r.policies[2],
+             &contained = r.policies[3];
+  EXPECT_GT(contained.ettr, ours.ettr);
   EXPECT_GT(ours.ettr, paper.ettr);
   EXPECT_GT(paper.ettr, reactive.ettr);
   EXPECT_GT(ours.failures, 100u);
   EXPECT_GT(ours.migrations, 0u);
+  EXPECT_GT(contained.migrations, 0u);
+  // Contained: faults stop a replica, not the job; the world is whole
+  // replicas, the pool what is left over, its chance of running out said.
+  EXPECT_GT(contained.contained, 100u);
+  EXPECT_LT(contained.incidents, ours.incidents / 10);
+  EXPECT_EQ(contained.world % standard("libsigma-contained").replica_size, 0u);
+  EXPECT_GE(contained.spare_risk, 0);
+  EXPECT_LE(contained.spare_risk, 1);
+  EXPECT_GT(contained.ledger.degraded, 0);
 }
 
 TEST(ClusterSim, ScenarioFilesAreCheckedKeyByKeyWithFileAndLine) {
@@ -215,6 +314,10 @@ TEST(ClusterSim, ScenarioFilesAreCheckedKeyByKeyWithFileAndLine) {
   refused("script:\n  - {at_s: 1, device: 0, category: gremlins}\n", "script[0].category");
   refused("failures:\n  model: missing.json\n", "bad.yaml:2: failures.model");
   refused("days: [1\n", "(syntax): end of sequence flow not found");
+  refused("policies:\n  - name: mine\n    base: reactive\n    replica_size: 8\n",
+          "bad.yaml:4: policies[0].replica_size: contained recovery replaces ranks");
+  refused("policies:\n  - name: libsigma-contained\n    replica_size: -2\n",
+          "bad.yaml:3: policies[0].replica_size");
 }
 
 TEST(ClusterSim, AFailureModelThatCannotBeReadIsRefusedWithTheField) {

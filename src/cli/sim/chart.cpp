@@ -20,7 +20,7 @@ struct Bucket {
   std::array<int, 3> rgb;
 };
 
-constexpr std::array<Bucket, 11> kBuckets{{
+constexpr std::array<Bucket, 12> kBuckets{{
     {"productive", &sigma::sim::Ledger::productive, {46, 139, 87}},
     {"lost work", &sigma::sim::Ledger::lost_work, {214, 39, 40}},
     {"detection", &sigma::sim::Ledger::detection, {255, 127, 14}},
@@ -29,11 +29,12 @@ constexpr std::array<Bucket, 11> kBuckets{{
     {"checkpoint", &sigma::sim::Ledger::checkpoint, {31, 119, 180}},
     {"migration", &sigma::sim::Ledger::migration, {23, 190, 207}},
     {"paused", &sigma::sim::Ledger::paused, {227, 119, 194}},
+    {"degraded replicas", &sigma::sim::Ledger::degraded, {174, 199, 232}},
     {"slowed", &sigma::sim::Ledger::slow, {255, 187, 120}},
     {"idle spares", &sigma::sim::Ledger::spare, {188, 189, 34}},
     {"in repair", &sigma::sim::Ledger::repair, {127, 127, 127}},
 }};
-constexpr int kInk = 12, kGrid = 13, kPaper = 14;
+constexpr int kInk = 13, kGrid = 14, kPaper = 15;
 
 void palette() {
   plscol0(0, 255, 255, 255);  // background

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   uint32_t accelerators = 0;
   double days = 0;
   uint64_t seed = 0;
-  bool seeded = false, do_sweep = false;
+  bool seeded = false, do_sweep = false, do_sensitivity = false;
   app.add_option("--scenario", scenario_path, "scenario file (YAML, docs/sim.md)")->check(CLI::ExistingFile);
   app.add_option("--failure-model", model_path, "public failure figures (data/failure-model.json)");
   app.add_option("--accelerators", accelerators, "overrides the scenario's cluster size")
@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
     seeded = true;
   });
   app.add_flag("--sweep", do_sweep, "every combination of the failure model's assumed values");
+  app.add_flag("--sensitivity", do_sensitivity,
+               "every policy's costs x0.5, x1, x4, and each data-parallel re-form at the world's 60 s")
+      ->excludes("--sweep");
   app.add_option("--json", json_path, "write every figure here");
   std::string svg_path;
   app.add_option("--svg", svg_path,
@@ -138,6 +141,17 @@ int main(int argc, char** argv) {
     if (accelerators) s.accelerators = accelerators;
     if (days > 0) s.days = days;
     if (seeded) s.seed = seed;
+    if (do_sensitivity) {
+      const auto variants = sigma::sim::sensitivity(s);
+      for (const auto& v : variants)
+        std::cout << "== " << v.name << "\n" << sigma::sim::to_table(v.result) << "\n";
+      if (!json_path.empty()) {
+        std::ofstream out(json_path);
+        out << sigma::sim::to_json(variants);
+        if (!out.flush()) throw sigma::Error(sigma::Code::unavailable, "cannot write " + json_path);
+      }
+      return 0;
+    }
     std::vector<sigma::sim::Result> results;
     if (do_sweep)
       results = sigma::sim::sweep(s, {});

@@ -100,6 +100,9 @@ Start read_start(const Fields& f) {
   r.checkpoint_every = f.whole_or("checkpoint_every", 0);
   r.proactive_migration = f.flag("proactive_migration", true);
   r.allow_shrink = f.flag("allow_shrink", false);
+  r.recovery = f.has("recovery") ? f.text("recovery") : "exact";
+  if (r.recovery != "exact" && r.recovery != "contained") bad("recovery", "neither exact nor contained");
+  r.replica_size = f.whole32_or("replica_size", 0);
   r.vendor = f.text_or("vendor");
   r.store = f.text_or("store");
   r.agent = f.text_or("agent");

@@ -80,6 +80,8 @@ json encode(const Start& r) {
                              {"proactive_migration", r.proactive_migration},
                              {"allow_shrink", r.allow_shrink},
                              {"min_world", r.min_world},
+                             {"recovery", r.recovery},
+                             {"replica_size", r.replica_size},
                              {"vendor", r.vendor},
                              {"store", r.store},
                              {"agent", r.agent},

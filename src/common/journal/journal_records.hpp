@@ -73,6 +73,8 @@ struct Start {
   uint32_t nproc = 0, spares = 0, nnodes = 1, nodes_per_group = 0, min_world = 1;
   uint64_t snapshot_every = 1, checkpoint_every = 0;
   bool proactive_migration = true, allow_shrink = false;
+  std::string recovery = "exact";  // or "contained": a fault stops its replica of replica_size ranks
+  uint32_t replica_size = 0;
   std::string vendor, store, agent, vendor_options;
   nlohmann::json worker = nlohmann::json::array();  // program and arguments
   bool operator==(const Start&) const = default;
