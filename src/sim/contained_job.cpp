@@ -75,10 +75,7 @@ Effects ContainedJob::timer(const Timer& timer, uint64_t step, double t) {
   it->second.transferring = false;
   it->second.transferred = true;
   Effects out;
-  if (step > it->second.boundary) {
-    machine_.step_done(step, t);
-    replay(timer.id, step, t, out);
-  }
+  if (step > it->second.boundary) replay(timer.id, step, t, out);
   return out;
 }
 

@@ -128,10 +128,13 @@ class PolicySim {
   void contained_due();
   void contained_moves();
   uint64_t step_of(double progress) const { return static_cast<uint64_t>(std::floor(progress / s_.step_s)); }
+  // The progress at the last step boundary the job reached (at one: there).
+  double last_boundary() const { return std::floor(progress_ / s_.step_s + 1e-6) * s_.step_s; }
 
   const Scenario& s_;
   const Policy& p_;
   const double horizon_;
+  const SparePool pool_;
   scheduler::Scheduler sched_;
   PolicyResult r_;
   std::priority_queue<Event, std::vector<Event>, Later> queue_;
@@ -165,9 +168,9 @@ class PolicySim {
   std::map<uint32_t, std::string> moves_;  // contained: warned devices whose replica cannot stop yet, and why
 };
 
-scheduler::Config sched_config(const Scenario& s, const Policy& p) {
+scheduler::Config sched_config(const Scenario& s, const Policy& p, uint32_t spares) {
   scheduler::Config c;
-  c.world_size = s.accelerators - spares_for(s, p);
+  c.world_size = s.accelerators - spares;
   c.proactive_migration = p.migrate_on_warning;
   c.groups = s.groups;
   c.allow_shrink = p.allow_shrink;
@@ -183,15 +186,7 @@ scheduler::Config sched_config(const Scenario& s, const Policy& p) {
 // fallback left out).
 double snapshot_interval(const Scenario& s, const Policy& p) {
   if (!p.snapshot_from_model) return p.snapshot_every_s;
-  double share = 1;
-  if (p.replica_size > 0) {
-    double all = 0, silent = 0;
-    for (const Category& c : s.failures.categories) {
-      all += c.weight;
-      if (c.scope == Scope::silent) silent += c.weight;
-    }
-    share = all > 0 ? silent / all : 0;
-  }
+  const double share = p.replica_size > 0 ? scope_share(s.failures, Scope::silent) : 1.0;
   const double per_s =
       share * s.accelerators * s.failures.per_accelerator_day * s.failures.rate_multiplier / 86400.0;
   if (!(per_s > 0) || !(p.snapshot_stall_s > 0)) return p.snapshot_every_s;
@@ -203,7 +198,8 @@ PolicySim::PolicySim(const Scenario& s, const Policy& p)
     : s_(s),
       p_(p),
       horizon_(s.days * 86400.0),
-      sched_(sched_config(s, p)),
+      pool_(spare_pool(s, p)),
+      sched_(sched_config(s, p, pool_.spares)),
       snapshot_every_(snapshot_interval(s, p)) {
   const uint32_t n = s.accelerators;
   incarnation_.assign(n, 0);
@@ -216,7 +212,7 @@ PolicySim::PolicySim(const Scenario& s, const Policy& p)
   r_.policy = p.name;
   r_.world = sched_.world_size();
   r_.spares = n - r_.world;
-  r_.spare_risk = spare_shortfall_risk(s, p, r_.spares);
+  r_.spare_risk = pool_.shortfall_risk;
   if (p.replica_size > 0)
     contained_.emplace(r_.world, p.replica_size,
                        ContainedCosts{p.comm_fixed_s, p.comm_per_member_s, p.handoff_s, p.spare_ready_s});
@@ -538,8 +534,7 @@ void PolicySim::take(const Effects& e) {
 // The live set's step in flight broke with the replica that left: it runs
 // again over the re-formed groups.
 void PolicySim::redo_step() {
-  const double back_to =
-      std::floor(progress_ / s_.step_s + 1e-6) * s_.step_s;  // at a boundary: nothing in flight
+  const double back_to = last_boundary();  // at a boundary: nothing in flight
   const double lost = progress_ - back_to;
   if (!(lost > 0)) return;
   r_.ledger.productive -= lost * sched_.world_size();
@@ -734,7 +729,7 @@ void PolicySim::on_warning(uint32_t d, const std::string& why) {
   if (contained_ && contained_->replicas() > 1) moves_[d] = why;
   // The next step boundary the running job reaches (stalls and its pace
   // decide when).
-  boundary_due_ = std::min(boundary_due_, (std::floor(progress_ / s_.step_s + 1e-6) + 1) * s_.step_s);
+  boundary_due_ = std::min(boundary_due_, last_boundary() + s_.step_s);
 }
 
 // As the agent migrates under contained recovery, as the live replicas
@@ -762,7 +757,7 @@ void PolicySim::contained_moves() {
     contained_fault({*rank}, false, true, cause, 0);
     apply(sched_.on_fault(d, cause, true, now_));
   }
-  if (!moves_.empty()) boundary_due_ = (std::floor(progress_ / s_.step_s + 1e-6) + 1) * s_.step_s;
+  if (!moves_.empty()) boundary_due_ = last_boundary() + s_.step_s;
 }
 
 PolicyResult PolicySim::run() {

@@ -9,12 +9,17 @@
 
 namespace sigma::sim::detail {
 
-// The number of spares `p` keeps on `s`'s cluster (spares.cpp).
-uint32_t spares_for(const Scenario& s, const Policy& p);
-// The chance, under the failure model, that `spares` run out in some repair
-// window of the job (a pause, or under contained recovery a replica that
-// waits degraded).
-double spare_shortfall_risk(const Scenario& s, const Policy& p, uint32_t spares);
+// The spares `p` keeps on `s`'s cluster (spares.cpp), and the chance,
+// under the failure model, that they run out in some repair window of the
+// job (a pause, or under contained recovery a replica that waits degraded).
+struct SparePool {
+  uint32_t spares = 0;
+  double shortfall_risk = 0;
+};
+SparePool spare_pool(const Scenario& s, const Policy& p);
+
+// The share of the failure model's failures whose scope is `scope`.
+double scope_share(const FailureModel& f, Scope scope);
 
 PolicyResult simulate(const Scenario& s, const Policy& p);
 

@@ -51,13 +51,8 @@ std::vector<double> out_of_service(double events, double dev_share, double node_
 // device outages too (on average rate x duration of them at once).
 std::vector<std::vector<double>> windows_out(const Scenario& s, const Policy& p) {
   const FailureModel& f = s.failures;
-  double dev = 0, node = 0, all = 0;
-  for (const Category& c : f.categories) {
-    all += c.weight;
-    if (c.scope == Scope::device) dev += c.weight;
-    if (c.scope == Scope::node) node += c.weight;
-  }
-  if (all <= 0) return {};
+  const double dev = scope_share(f, Scope::device), node = scope_share(f, Scope::node);
+  if (dev + node <= 0) return {};
   const double horizon = s.days * 86400.0, window = f.repair_hours * 3600.0;
   const double per_device = f.per_accelerator_day * f.rate_multiplier / 86400.0 * horizon;  // H(horizon)
   auto hazard = [&](double t) {
@@ -72,7 +67,7 @@ std::vector<std::vector<double>> windows_out(const Scenario& s, const Policy& p)
   std::vector<std::vector<double>> out;
   for (double t0 = 0; t0 < horizon; t0 += window) {
     const double events = s.accelerators * (hazard(t0 + window) - hazard(t0));
-    out.push_back(out_of_service(events, dev / all, node / all, degraded_out, s.per_node, s.accelerators));
+    out.push_back(out_of_service(events, dev, node, degraded_out, s.per_node, s.accelerators));
   }
   return out;
 }
@@ -129,15 +124,24 @@ uint32_t contained_spares(const Scenario& s, const Policy& p,
 
 }  // namespace
 
-uint32_t spares_for(const Scenario& s, const Policy& p) {
+double scope_share(const FailureModel& f, Scope scope) {
+  double all = 0, of = 0;
+  for (const Category& c : f.categories) {
+    all += c.weight;
+    if (c.scope == scope) of += c.weight;
+  }
+  return all > 0 ? of / all : 0;
+}
+
+SparePool spare_pool(const Scenario& s, const Policy& p) {
   const uint32_t n = s.accelerators;
+  const auto windows = windows_out(s, p);
   uint32_t k = 0;
   if (p.spares == SpareRule::count) {
     k = p.spare_count;
   } else if (p.spares == SpareRule::fraction) {
     k = static_cast<uint32_t>(std::ceil(p.spare_fraction * n));
   } else if (p.spares == SpareRule::model) {
-    const auto windows = windows_out(s, p);
     k = p.replica_size > 0 ? contained_spares(s, p, windows) : risk_spares(s, windows, p.spare_risk);
   }
   if (k >= n)
@@ -152,11 +156,7 @@ uint32_t spares_for(const Scenario& s, const Policy& p) {
                                               std::to_string(p.replica_size));
     k = n - world;
   }
-  return k;
-}
-
-double spare_shortfall_risk(const Scenario& s, const Policy& p, uint32_t spares) {
-  return shortfall_risk(cumulative(windows_out(s, p)), spares);
+  return {k, shortfall_risk(cumulative(windows), k)};
 }
 
 }  // namespace sigma::sim::detail

@@ -189,22 +189,34 @@ TEST(CoordinatorContained, AReplicaOutIsNotWaitedForAtTheEnd) {
   EXPECT_EQ(j.sent<protocol::Goodbye>(2).size(), 1u) << "the stopped rank is let go too";
 }
 
-TEST(CoordinatorContained, TheStepWatchdogLeavesAStoppedReplicaAlone) {
-  AgentOptions o = options(4, 0);
-  o.step_timeout_s = 2;
-  Job j = contained_job(o);
+// Device 3's process ends after step 2; rank 2 reports; replica 0 steps
+// on to step 10.
+void replica_1_out(Job& j) {
   j.start();
   j.steps({0, 1, 2, 3}, 0, 3);
   j.exit(3);
   j.report(2, {2}, {2});
   j.steps({0, 1}, 3, 10);
+}
+
+// Replica 0 stalls inside step 10 for 3 s; `waiting` (replica 1's) beat
+// after step 2.
+void stall_in_step_10(Job& j, const std::vector<uint32_t>& waiting) {
   j.clear();
-  // Replica 0 stalls inside step 10; rank 2, stopped, sits after step 2.
   for (int i = 0; i < 6; ++i) {
     j.beat({0, 1}, 10, false);
-    j.beat({2}, 2, true);
+    j.beat(waiting, 2, true);
     j.at(j.t + 0.5);
   }
+}
+
+TEST(CoordinatorContained, TheStepWatchdogLeavesAStoppedReplicaAlone) {
+  AgentOptions o = options(4, 0);
+  o.step_timeout_s = 2;
+  Job j = contained_job(o);
+  replica_1_out(j);
+  // Replica 0 stalls inside step 10; rank 2, stopped, sits after step 2.
+  stall_in_step_10(j, {2});
   EXPECT_FALSE(j.killed(2)) << "a stopped rank is not behind: it does not step";
   EXPECT_EQ(j.records("stalled").size(), 1u) << "the live replica's ranks all stalled at one place";
 }
@@ -218,18 +230,9 @@ TEST(CoordinatorContained, AStallWhileAReplicaIsOutTakesEveryReplicaIntoTheExact
   AgentOptions o = options(4, 2);
   o.step_timeout_s = 2;
   Job j = contained_job(o);
-  j.start();
-  j.steps({0, 1, 2, 3}, 0, 3);
-  j.exit(3);
-  j.report(2, {2}, {2});
-  j.steps({0, 1}, 3, 10);
+  replica_1_out(j);
   ASSERT_EQ(j.c.contained()->stage(1), contained::Stage::handing);
-  j.clear();
-  for (int i = 0; i < 6; ++i) {
-    j.beat({0, 1}, 10, false);
-    j.beat({2, 4}, 2, true);
-    j.at(j.t + 0.5);
-  }
+  stall_in_step_10(j, {2, 4});
   ASSERT_EQ(j.records("stalled").size(), 1u);
   EXPECT_TRUE(j.c.contained()->exact()) << "the machine knows the world stopped";
   j.report(0, {2}, {2});

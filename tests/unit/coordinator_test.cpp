@@ -10,6 +10,14 @@ using namespace sigma::runtime;
 using namespace sigma::runtime::agent;
 using namespace sigma::runtime::agent::testing;
 
+// Devices 0 and 1 run `steps` steps, then device 1's process ends.
+void crash_device_1(Job& j, uint64_t steps) {
+  j.start();
+  j.steps({0, 1}, 0, steps);
+  j.clear();
+  j.exit(1);
+}
+
 TEST(Coordinator, AFaultFreeJobAssignsTheLowestDevicesAndEndsDone) {
   Job j(options(2, 1));
   for (uint32_t d = 0; d < 3; ++d) EXPECT_EQ(j.spawned(d), 1u) << "one spawn per device, device " << d;
@@ -78,10 +86,7 @@ TEST(Coordinator, ACrashedDeviceIsValidatedAgainAndWaitsAsASpareWhenAllowed) {
   AgentOptions o = options(2, 1);
   o.readmit_crashed = 1;
   Job j(o);
-  j.start();
-  j.steps({0, 1}, 0, 6);
-  j.clear();
-  j.exit(1);
+  crash_device_1(j, 6);
   ASSERT_EQ(j.records("readmit").size(), 1u);
   bool respawned = false;
   for (const auto& x : j.log)
@@ -387,10 +392,7 @@ TEST(Coordinator, WithNoSpareLeftTheRoundWaitsForAReadmittedDeviceStillValidatin
   AgentOptions o = options(2, 0);
   o.readmit_crashed = 1;
   Job j(o);
-  j.start();
-  j.steps({0, 1}, 0, 4);
-  j.clear();
-  j.exit(1);
+  crash_device_1(j, 4);
   ASSERT_EQ(j.records("readmit").size(), 1u);
   j.report(0, {4}, {4});
   const double reported = j.t;

@@ -47,4 +47,12 @@ rc=$?
 set -e
 [ "$rc" -eq 2 ] || { echo "exit $rc, expected 2"; exit 1; }
 grep -q "bad.yaml:4: failures.repair_hours" "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
+# --sensitivity draws no chart: asked for one, it says so.
+set +e
+"$sim" --scenario "$dir/ok.yaml" --sensitivity --svg "$dir/s.svg" 2>"$dir/err.txt"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || { echo "exit $rc, expected 2"; exit 1; }
+grep -q -- "--sensitivity writes tables" "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
+[ ! -e "$dir/s.svg" ]
 echo "sim_cli_test: ok"

@@ -141,6 +141,9 @@ int main(int argc, char** argv) {
     if (accelerators) s.accelerators = accelerators;
     if (days > 0) s.days = days;
     if (seeded) s.seed = seed;
+    if (do_sensitivity && !svg_path.empty())
+      throw sigma::Error(sigma::Code::invalid_argument,
+                         "--svg draws one run or a sweep; --sensitivity writes tables and --json only");
     if (do_sensitivity) {
       const auto variants = sigma::sim::sensitivity(s);
       for (const auto& v : variants)
