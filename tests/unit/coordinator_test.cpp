@@ -171,6 +171,49 @@ TEST(Coordinator, ARoundFirstSeenAsASurvivorsReportIsNamedAfterTheFault) {
       "communicator was aborted); then device 2 (rank 1): process killed by signal Killed");
 }
 
+// A second fault just after the rejoin, while the job recomputes up to the
+// step it had reached: a survivor whose collective failed reports before
+// the rank whose device is gone. Its report starts the next round and
+// stands for it: the survivor already waits for an assignment, so it is
+// neither killed for not answering the abort nor left out of the next one.
+TEST(Coordinator, ASurvivorsReportWhileTheJobRecomputesStartsTheNextRoundAndStandsForIt) {
+  Job j(options(3, 2));
+  j.start();
+  j.steps({0, 1, 2}, 0, 6);
+  j.clear();
+  j.exit(2);
+  j.report(0, {5}, {5});
+  j.report(1, {5}, {5});
+  j.at(j.t + 0.01);
+  for (uint32_t d : {0u, 1u, 3u}) {
+    ASSERT_EQ(j.sent<protocol::Assign>(d).size(), 1u) << d;
+    j.join(d, j.sent<protocol::Assign>(d)[0]);
+  }
+  j.at(j.t + 0.01);
+  ASSERT_EQ(j.records("rejoined").size(), 1u);
+  ASSERT_TRUE(j.c.recovering()) << "step 5 runs again before the reached step 6";
+  j.clear();
+  j.report(0, {5}, {5});
+  EXPECT_EQ(j.records("recovery_started").size(), 1u) << "a report after the rejoin is a new fault";
+  j.report(1, {5}, {5}, sigma::Code::device_lost);
+  j.report(3, {5}, {5});
+  j.at(j.t + 0.01);
+  const auto a0 = j.sent<protocol::Assign>(0), a4 = j.sent<protocol::Assign>(4);
+  ASSERT_EQ(a0.size(), 1u) << "the survivor's first report stands";
+  ASSERT_EQ(a4.size(), 1u) << "the second spare takes rank 1";
+  EXPECT_EQ(a4[0].rank, 1u);
+  EXPECT_EQ(a0[0].generation, 3u);
+  for (uint32_t d : {0u, 3u, 4u}) j.join(d, j.sent<protocol::Assign>(d).back());
+  const double assigned = j.t;
+  for (double t = assigned + 0.5; t < assigned + 8; t += 0.5) {
+    j.beat({0, 3, 4}, 5, false);
+    j.at(t);
+  }
+  EXPECT_EQ(j.records("rejoined").size(), 1u);
+  EXPECT_FALSE(j.killed(0));
+  EXPECT_FALSE(j.killed(3));
+}
+
 TEST(Coordinator, ACrashedDeviceStaysCordonedByDefault) {
   Job j(options(2, 1));
   j.start();

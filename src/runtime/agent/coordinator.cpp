@@ -254,7 +254,11 @@ void Coordinator::recover_request(Slot& s, const protocol::RecoverRequest& m) {
   const std::string said =
       "rank " + std::to_string(s.rank) + " reported: " + (m.reason.empty() ? "an error" : m.reason);
   if (contained_reported(s, said)) return;
-  if (!round_.active()) {
+  // Every rank has joined the generation in force (rejoined, recomputing up
+  // to the reached step): a report is a fault of that generation, and the
+  // next round's -- often a survivor's failed collective before the faulty
+  // rank's own word.
+  if (!round_.active() || round_.rejoined()) {
     start_round(said, t_, true);
   } else if (round_.assigned() && !round_.rejoined() && s.joined_gen != generation_) {
     // It could not carry out the assignment (its communicator, probe or
