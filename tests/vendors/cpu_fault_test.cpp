@@ -36,13 +36,15 @@ std::string read_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-pid_t spawn_rank(int rank, int world, const std::string& dir) {
-  std::vector<std::string> args = {SIGMA_RANK_WORKER, std::to_string(rank), std::to_string(world), dir};
+pid_t spawn_rank(int rank, int world, const std::string& dir, const char* program = SIGMA_RANK_WORKER,
+                 const std::string& op = "") {
+  std::vector<std::string> args = {program, std::to_string(rank), std::to_string(world), dir};
+  if (!op.empty()) args.push_back(op);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = -1;
-  EXPECT_EQ(::posix_spawn(&pid, SIGMA_RANK_WORKER, nullptr, nullptr, argv.data(), environ), 0);
+  EXPECT_EQ(::posix_spawn(&pid, program, nullptr, nullptr, argv.data(), environ), 0);
   return pid;
 }
 
@@ -96,5 +98,36 @@ TEST(CpuFault, KilledRankMidAllReduceGivesSurvivorsAnErrorThenTheyCarryOn) {
   }
   std::filesystem::remove_all(dir);
 }
+
+// A peer stopped (SIGSTOP) in the middle of a collective: its sockets
+// stay open and it reads nothing, so the survivor waits -- on a receive, or
+// on a send half written into the peer's full socket, which a failed pair
+// does not wake in Gloo (an all-gather sends 16 MiB whole). The host's
+// abort from another thread ends the operation either way, well within the
+// collective's own bound (60 s).
+class CpuStoppedPeer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CpuStoppedPeer, AnAbortEndsTheCollectiveAtOnce) {
+  const std::string dir = ::testing::TempDir() + "cpu-stop-" + GetParam() + "-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) pids.push_back(spawn_rank(r, 2, dir, SIGMA_ABORT_WORKER, GetParam()));
+  sigma::bootstrap::FileStore store(dir + "/store");
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(store.get("ready/" + std::to_string(r), 60s)) << "rank " << r;
+  ASSERT_EQ(::kill(pids[1], SIGSTOP), 0);
+  std::this_thread::sleep_for(500ms);  // rank 0 is stuck in a collective by now
+  store.set("abort", {1});
+  const int rc = wait_exit(pids[0], 30s);
+  ::kill(pids[1], SIGKILL);
+  ::waitpid(pids[1], nullptr, 0);
+  ASSERT_EQ(rc, 0) << "rank 0 did not leave its collective";
+  auto res = read_result(dir + "/result-0");
+  EXPECT_EQ(res["code"], "aborted") << res["error"];
+  EXPECT_LT(std::stod(res["after_abort_s"]), 2.0) << res["error"];
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, CpuStoppedPeer, ::testing::Values("all_reduce", "all_gather"));
 
 }  // namespace

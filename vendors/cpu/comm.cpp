@@ -414,6 +414,16 @@ class Comm::InFlight {
   Comm& c_;
 };
 
+// Gloo's collectives post their sends on the output buffer or the input:
+// made here, abort() can wake a send in flight. A pair's failure reaches
+// the receives posted on it and the sends not yet matched, not a send
+// being written: that one would wait for Gloo's timeout.
+std::unique_ptr<gloo::transport::UnboundBuffer> Comm::watch(void* p, size_t bytes, Watched& into) {
+  auto b = ctx_->createUnboundBuffer(p, bytes);
+  into.push_back(b.get());
+  return b;
+}
+
 void Comm::abort() {
   const bool first = !aborted_.exchange(true);
   std::deque<Op> dropped;
@@ -426,9 +436,14 @@ void Comm::abort() {
       // instead of waiting for their timeout.
       shutdown_sockets();
     }
-    wake_p2p();
-    // Bounded: the signalled pairs fail the running call at once.
-    idle_cv_.wait_for(lk, std::chrono::seconds(1), [&] { return !running_; });
+    // Bounded: the signalled pairs fail the running call at once. A wake
+    // ends one wait only, and a collective whose wait was ended goes on to
+    // its next (which its failed pair then refuses): woken until it ends.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    do {
+      wake_p2p();
+    } while (!idle_cv_.wait_for(lk, std::chrono::milliseconds(10), [&] { return !running_; }) &&
+             std::chrono::steady_clock::now() < until);
   }
   for (auto& op : dropped) op.req->complete(HAL_ERR_ABORTED, "aborted before it ran");
 }
@@ -479,6 +494,12 @@ void Comm::execute(Op& op) {
       st = aborted_ ? HAL_ERR_ABORTED : HAL_ERR_INTERNAL;
       why = e.what();
     }
+    // Woken by the abort, a collective may run on to its end over waits
+    // that did not finish: what it left in the buffers is not a result.
+    if (st == HAL_OK && aborted_) {
+      st = HAL_ERR_ABORTED;
+      why = "aborted while it ran";
+    }
     // Fired even as the operation ended well: its sockets are shut all
     // the same, so it is a timeout and the communicator goes.
     const bool fired = watched && g_watchdog.remove(*watched);
@@ -514,13 +535,15 @@ void Comm::run(const hal_coll_args_t& a) {
       if (a.count == 0) return;
       gloo::AllreduceOptions o(ctx_);
       o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      Watched bufs;
       with_elem(es, [&](auto* t) {
         using T = std::remove_pointer_t<decltype(t)>;
-        if (a.sendbuf != a.recvbuf) o.setInput(static_cast<T*>(send), a.count);
-        o.setOutput(static_cast<T*>(a.recvbuf), a.count);
+        if (a.sendbuf != a.recvbuf) o.template setInput<T>(watch(send, a.count * es, bufs));
+        o.template setOutput<T>(watch(a.recvbuf, a.count * es, bufs));
       });
       ReduceFn fn = reduce_function(a.dtype, a.reduce_op);
       o.setReduceFunction([fn](void* c, const void* x, const void* y, size_t n) { fn(c, x, y, n); });
+      const InFlight in_flight(*this, std::move(bufs));
       gloo::allreduce(o);
       if (a.reduce_op == HAL_REDUCE_AVG) divide_by(a.dtype, a.recvbuf, a.count, size_);
       return;
@@ -529,11 +552,13 @@ void Comm::run(const hal_coll_args_t& a) {
       if (a.count == 0) return;
       gloo::AllgatherOptions o(ctx_);
       const bool in_place = static_cast<const uint8_t*>(a.recvbuf) + rank_ * a.count * es == a.sendbuf;
+      Watched bufs;
       with_elem(es, [&](auto* t) {
         using T = std::remove_pointer_t<decltype(t)>;
-        if (!in_place) o.setInput(static_cast<T*>(send), a.count);
-        o.setOutput(static_cast<T*>(a.recvbuf), a.count * size_);
+        if (!in_place) o.template setInput<T>(watch(send, a.count * es, bufs));
+        o.template setOutput<T>(watch(a.recvbuf, a.count * size_ * es, bufs));
       });
+      const InFlight in_flight(*this, std::move(bufs));
       gloo::allgather(o);
       return;
     }
@@ -542,11 +567,13 @@ void Comm::run(const hal_coll_args_t& a) {
     case HAL_COLL_ALL_TO_ALL: {
       if (a.count == 0) return;
       gloo::AlltoallOptions o(ctx_);
+      Watched bufs;
       with_elem(es, [&](auto* t) {
         using T = std::remove_pointer_t<decltype(t)>;
-        o.setInput(static_cast<T*>(send), a.count * size_);
-        o.setOutput(static_cast<T*>(a.recvbuf), a.count * size_);
+        o.template setInput<T>(watch(send, a.count * size_ * es, bufs));
+        o.template setOutput<T>(watch(a.recvbuf, a.count * size_ * es, bufs));
       });
+      const InFlight in_flight(*this, std::move(bufs));
       gloo::alltoall(o);
       return;
     }
@@ -556,11 +583,14 @@ void Comm::run(const hal_coll_args_t& a) {
       if (a.count == 0) return;
       gloo::BroadcastOptions o(ctx_);
       o.setRoot(static_cast<int>(a.root));
+      Watched bufs;
       with_elem(es, [&](auto* t) {
         using T = std::remove_pointer_t<decltype(t)>;
-        if (rank_ == a.root && a.sendbuf != a.recvbuf) o.setInput(static_cast<T*>(send), a.count);
-        o.setOutput(static_cast<T*>(a.recvbuf), a.count);
+        if (rank_ == a.root && a.sendbuf != a.recvbuf)
+          o.template setInput<T>(watch(send, a.count * es, bufs));
+        o.template setOutput<T>(watch(a.recvbuf, a.count * es, bufs));
       });
+      const InFlight in_flight(*this, std::move(bufs));
       gloo::broadcast(o);
       return;
     }
@@ -597,11 +627,13 @@ void Comm::run_reduce_scatter(const hal_coll_args_t& a) {
   const size_t es = dtype_bytes(a.dtype);
   scratch_.resize(a.count * size_ * es);
   gloo::AlltoallOptions o(ctx_);
+  Watched bufs;
   with_elem(es, [&](auto* t) {
     using T = std::remove_pointer_t<decltype(t)>;
-    o.setInput(static_cast<T*>(const_cast<void*>(a.sendbuf)), a.count * size_);
-    o.setOutput(reinterpret_cast<T*>(scratch_.data()), a.count * size_);
+    o.template setInput<T>(watch(const_cast<void*>(a.sendbuf), a.count * size_ * es, bufs));
+    o.template setOutput<T>(watch(scratch_.data(), a.count * size_ * es, bufs));
   });
+  const InFlight in_flight(*this, std::move(bufs));
   gloo::alltoall(o);
   reduce_blocks(a.dtype, a.reduce_op, a.recvbuf, scratch_.data(), a.count, size_);
   if (a.reduce_op == HAL_REDUCE_AVG) divide_by(a.dtype, a.recvbuf, a.count, size_);

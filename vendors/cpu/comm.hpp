@@ -81,6 +81,9 @@ class Comm {
   // Registers `bufs` with wake_p2p() until the returned guard goes; throws
   // if the communicator was aborted before.
   class InFlight;
+  using Watched = std::vector<gloo::transport::UnboundBuffer*>;
+  // A buffer for Gloo over [p, p + bytes), added to `into` for an InFlight.
+  std::unique_ptr<gloo::transport::UnboundBuffer> watch(void* p, size_t bytes, Watched& into);
 
   const uint32_t rank_, size_;
   // The buffers of a failed all-to-all(v): transfers still posted on them
@@ -101,9 +104,9 @@ class Comm {
   std::vector<uint8_t> scratch_;               // whoever holds running_
   std::vector<int> sockets_;                   // duplicates of this comm's TCP connections, owned
   // The buffers whose sends or receives are in flight (a point-to-point
-  // operation's one, an all-to-all(v)'s two): abort() wakes their waits (a
-  // send waiting for a dead peer's receive is not woken by the sockets'
-  // shutdown).
+  // operation's one, a collective's input and output): abort() wakes their
+  // waits (a send waiting for a dead peer's receive, or being written when
+  // its pair failed, is not woken by the sockets' shutdown).
   std::mutex p2p_mu_;
   std::vector<gloo::transport::UnboundBuffer*> p2p_;
   std::thread worker_;
