@@ -192,6 +192,12 @@ struct Decision {
   std::string tier;
 };
 
+// How long something took, over `count` of them.
+struct LatencyFigures {
+  uint64_t count = 0;
+  double p50_s = 0, p99_s = 0, max_s = 0;
+};
+
 struct PolicyResult {
   std::string policy;
   uint32_t spares = 0;
@@ -204,8 +210,14 @@ struct PolicyResult {
   double utilization = 0;  // productive / (accelerators x duration)
   double ettr = 0;         // the job's productive time / duration
   uint64_t failures = 0;   // every failure drawn, spares' and repaired devices' included
-  uint64_t incidents = 0;  // failures that stopped the job
-  double mtti_h = 0;       // the job's mean time to interruption: duration / incidents (0: none)
+  // Exact recovery rounds, kept by the agent's RecoveryRound: a failure
+  // that stops the job begins one, or joins the one in progress short of
+  // its rejoin (`joined`); `recovery` is each round's time from its fault
+  // to the job back at the step it had reached.
+  uint64_t incidents = 0;  // rounds: the times the job stopped
+  uint64_t joined = 0;
+  LatencyFigures recovery;
+  double mtti_h = 0;  // the job's mean time to interruption: duration / (incidents + joined) (0: none)
   uint64_t migrations = 0;
   uint64_t averted = 0;  // failures of a device already migrated away from
   uint64_t restores_memory = 0, restores_disk = 0;
@@ -319,11 +331,6 @@ struct ControlPlaneSpec {
   double root_hop_s = 500e-6;      // node agent or group controller <-> the root
   size_t history_samples = 8;      // the Monitor's telemetry history per device
   uint64_t seed = 1;
-};
-
-struct LatencyFigures {
-  uint64_t count = 0;
-  double p50_s = 0, p99_s = 0, max_s = 0;
 };
 
 struct ControlPlaneResult {

@@ -1,5 +1,6 @@
 // The control plane under load: the real decision code's service times,
 // queued at one flat controller or at group controllers under a root.
+#include "engine.hpp"
 #include "runtime/protocol.hpp"
 
 #include <sigma/error.hpp>
@@ -42,20 +43,6 @@ struct Later {
     return a.arrive != b.arrive ? a.arrive > b.arrive : a.seq > b.seq;
   }
 };
-
-LatencyFigures figures(std::vector<double> v) {
-  LatencyFigures f;
-  f.count = v.size();
-  if (v.empty()) return f;
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) {
-    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
-  };
-  f.p50_s = at(0.5);
-  f.p99_s = at(0.99);
-  f.max_s = v.back();
-  return f;
-}
 
 // A heartbeat as a worker sends it: step, and four telemetry fields.
 std::string heartbeat_line() {
@@ -264,13 +251,13 @@ ControlPlaneResult Plane::run() {
   r.mode = tree_ ? "hierarchical" : "flat";
   r.accelerators = s_.accelerators;
   r.controllers = static_cast<uint32_t>(free_at_.size());
-  r.reports = figures(report_lat_);
-  r.faults = figures(fault_lat_);
+  r.reports = detail::latency_figures(report_lat_);
+  r.faults = detail::latency_figures(fault_lat_);
   r.escalations = escalations_;
   r.root_events_per_s = static_cast<double>(arrivals_[0]) / s_.seconds;
   r.root_capacity_per_s = busy_[0] > 0 ? static_cast<double>(arrivals_[0]) / busy_[0] : 0;
   r.busiest_utilisation = *std::max_element(busy_.begin(), busy_.end()) / s_.seconds;
-  r.service_p50_s = figures(report_service_).p50_s;
+  r.service_p50_s = detail::latency_figures(report_service_).p50_s;
   return r;
 }
 

@@ -2,6 +2,7 @@
 
 #include "contained_job.hpp"
 #include "draws.hpp"
+#include "exact_rounds.hpp"
 #include "tiers.hpp"
 
 #include <sigma/error.hpp>
@@ -58,6 +59,7 @@ enum class Phase { detection, restart, restore, checkpoint, migration };
 struct Stall {
   Phase phase;
   double left_s;
+  bool round = false;  // a stage of the exact round (its end moves the round on)
 };
 
 // Where an accelerator's time goes, from its scheduler state.
@@ -113,7 +115,10 @@ class PolicySim {
   checkpoint::ReplicaPlacement placement();
   void note_move(const Action& a);
   std::optional<runtime::RestoreTier> job_fault(const std::vector<uint32_t>& ranks, bool everyone,
-                                                double detect_s, double since_progress);
+                                                const std::string& cause, double detect_s,
+                                                double since_progress);
+  void stall_over(const Stall& st);
+  void back_at_reached_step();
   void to_repair(uint32_t device);
   void on_sample(const Event& e);
   void on_warning(uint32_t device, const std::string& why);
@@ -164,6 +169,13 @@ class PolicySim {
   std::vector<uint64_t> per_category_;
   std::optional<ContainedJob> contained_;  // the policy's replicas, when it contains faults
   bool exact_open_ = false;                // an exact round contained recovery fell back to
+  ExactRounds rounds_;                     // the exact rounds, as the agent keeps them
+  // The round in progress: what its assignment restores, what its stages cost.
+  struct Assignment {
+    uint64_t index = 0;
+    runtime::RestoreTier tier = runtime::RestoreTier::none;
+    double restart_s = 0, restore_s = 0;
+  } assignment_;
   double boundary_due_ = kInf;             // progress at the boundary a pending migration waits for
   std::map<uint32_t, std::string> moves_;  // contained: warned devices whose replica cannot stop yet, and why
 };
@@ -336,6 +348,7 @@ double PolicySim::next_internal() const {
   if (job_paused()) return kInf;
   if (!stalls_.empty()) return now_ + std::max(0.0, stalls_.front().left_s);
   double next = std::min({next_snapshot_, next_disk_, boundary_due_});
+  if (const auto to = rounds_.recomputing_to()) next = std::min(next, static_cast<double>(*to) * s_.step_s);
   if (contained_)
     if (const auto step = contained_->next_step())
       next = std::min(next, static_cast<double>(*step) * s_.step_s);
@@ -344,13 +357,16 @@ double PolicySim::next_internal() const {
 
 void PolicySim::internal() {
   if (!stalls_.empty()) {
+    const Stall st = stalls_.front();
     stalls_.pop_front();
+    stall_over(st);
     if (stalls_.empty() && exact_open_) {  // the exact round is over: every replica steps again
       exact_open_ = false;
       contained_->exact_done(now_);
     }
     return;
   }
+  back_at_reached_step();
   checkpoint_due();
   if (progress_ + kEps >= boundary_due_) {
     boundary_due_ = kInf;
@@ -360,6 +376,23 @@ void PolicySim::internal() {
       apply(sched_.at_step_boundary(step_of(progress_ + kEps), now_));
   }
   contained_due();
+}
+
+// The exact round moves on as its stages end: the abort and re-form (the
+// assignment is out), the restore (every rank has joined).
+void PolicySim::stall_over(const Stall& st) {
+  if (!st.round) return;
+  if (st.phase == Phase::restart) rounds_.assigned(now_, assignment_.index, assignment_.tier);
+  if (st.phase == Phase::restore) {
+    rounds_.rejoined(now_, assignment_.restart_s, assignment_.restore_s);
+    back_at_reached_step();  // nothing to recompute
+  }
+}
+
+void PolicySim::back_at_reached_step() {
+  if (const auto to = rounds_.recomputing_to();
+      to && progress_ + kEps >= static_cast<double>(*to) * s_.step_s)
+    rounds_.back(now_);
 }
 
 void PolicySim::checkpoint_due() {
@@ -430,7 +463,7 @@ void PolicySim::on_event(const Event& e) {
       // corruption: roll back to state from before it.
       std::vector<uint32_t> rank;
       if (auto r = sched_.rank_of(e.device)) rank.push_back(*r);
-      job_fault(rank, p_.full_restart || rank.empty(), 0, e.progress);
+      job_fault(rank, p_.full_restart || rank.empty(), "silent data corruption", 0, e.progress);
       if (!p_.full_restart && bucket_of(state_[e.device]) == Bucket::job)
         apply(sched_.on_fault(e.device, "silent data corruption", true, now_));
       break;
@@ -471,7 +504,7 @@ void PolicySim::on_failure(const Event& e) {
         const bool hang = c.scope == Scope::hang;
         const double detect_s = hang ? p_.hang_detect_s : p_.crash_detect_s;
         if (!contained_fault(rank, hang, false, c.name, detect_s))
-          job_fault(rank, p_.full_restart, detect_s, -1);
+          job_fault(rank, p_.full_restart, c.name, detect_s, -1);
       }
       break;
     case Scope::silent:
@@ -491,9 +524,9 @@ void PolicySim::hardware_fault(const std::vector<uint32_t>& devices, const std::
   std::sort(ranks.begin(), ranks.end());
   const bool job_hit = !ranks.empty();
   // Contained: the state comes from a live peer, nothing from memory or disk.
-  const bool memory_ok =
-      job_hit && (contained_fault(ranks, false, true, reason, p_.crash_detect_s) ||
-                  job_fault(ranks, p_.full_restart, p_.crash_detect_s, -1) == runtime::RestoreTier::memory);
+  const bool memory_ok = job_hit && (contained_fault(ranks, false, true, reason, p_.crash_detect_s) ||
+                                     job_fault(ranks, p_.full_restart, reason, p_.crash_detect_s, -1) ==
+                                         runtime::RestoreTier::memory);
   for (uint32_t d : devices) {
     if (!in_repair_[d]) apply(sched_.on_fault(d, reason, memory_ok, now_));  // cordons: repair starts
   }
@@ -521,7 +554,7 @@ void PolicySim::take(const Effects& e) {
     std::vector<uint32_t> ranks = e.exact_ranks;
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-    job_fault(ranks, false, e.detect_s, -1);
+    job_fault(ranks, false, e.exact_cause, e.detect_s, -1);
     exact_open_ = true;
     return;
   }
@@ -587,8 +620,9 @@ void PolicySim::note_move(const Action& a) {
 // progress is corrupt and may not be restored. Returns the tier restored
 // (nullopt: the state was lost, the job starts over).
 std::optional<runtime::RestoreTier> PolicySim::job_fault(const std::vector<uint32_t>& ranks, bool everyone,
-                                                         double detect_s, double since) {
-  ++r_.incidents;
+                                                         const std::string& cause, double detect_s,
+                                                         double since) {
+  rounds_.fault(cause, now_, detect_s, step_of(progress_));
   const double limit = since >= 0 ? since : progress_;
   std::vector<uint64_t> snaps, disk;
   for (double x : snapshots_)
@@ -619,13 +653,16 @@ std::optional<runtime::RestoreTier> PolicySim::job_fault(const std::vector<uint3
   std::erase_if(disk_, [&](double x) { return x > back_to + kEps; });
   next_snapshot_ = p_.memory_tier ? back_to + snapshot_every_ : kInf;
   next_disk_ = back_to + p_.disk_every_s;
-  stalls_.clear();
-  stalls_.push_back({Phase::detection, detect_s});
-  stalls_.push_back({Phase::restart, everyone ? p_.restart_s : p_.replace_s});
+  // A round already under way starts its stages over with one more casualty.
+  const double restart_s = everyone ? p_.restart_s : p_.replace_s;
   const double restore_s = c.tier == RestoreTier::memory ? p_.memory_restore_s
                            : c.tier == RestoreTier::disk ? p_.disk_restore_s
                                                          : 0;
-  stalls_.push_back({Phase::restore, restore_s});
+  assignment_ = {c.step, c.tier.value_or(RestoreTier::none), restart_s, restore_s};
+  stalls_.clear();
+  stalls_.push_back({Phase::detection, detect_s, true});
+  stalls_.push_back({Phase::restart, restart_s, true});
+  stalls_.push_back({Phase::restore, restore_s, true});
   return c.tier;
 }
 
@@ -806,7 +843,12 @@ PolicyResult PolicySim::run() {
   const double total = static_cast<double>(s_.accelerators) * horizon_;
   r_.utilization = std::max(0.0, r_.ledger.productive) / total;
   r_.ettr = progress_ / horizon_;
-  r_.mtti_h = r_.incidents ? horizon_ / 3600.0 / static_cast<double>(r_.incidents) : 0;
+  r_.incidents = rounds_.rounds();
+  r_.joined = rounds_.joined();
+  r_.recovery = rounds_.recovery();
+  // Every fault that hit the job interrupted it, one that joined a round too.
+  const uint64_t hits = r_.incidents + r_.joined;
+  r_.mtti_h = hits ? horizon_ / 3600.0 / static_cast<double>(hits) : 0;
   if (contained_) r_.events += contained_->calls();
   for (size_t i = 0; i < per_category_.size(); ++i)
     r_.by_category.emplace_back(s_.failures.categories[i].name, per_category_[i]);

@@ -7,6 +7,8 @@
 
 #include <sigma/sim.hpp>
 
+#include <vector>
+
 namespace sigma::sim::detail {
 
 // The spares `p` keeps on `s`'s cluster (spares.cpp), and the chance,
@@ -22,5 +24,8 @@ SparePool spare_pool(const Scenario& s, const Policy& p);
 double scope_share(const FailureModel& f, Scope scope);
 
 PolicyResult simulate(const Scenario& s, const Policy& p);
+
+// Count, median, 99th percentile and maximum of `v` (report.cpp).
+LatencyFigures latency_figures(std::vector<double> v);
 
 }  // namespace sigma::sim::detail

@@ -1,8 +1,11 @@
 // The simulator's results as JSON and as a table.
+#include "engine.hpp"
+
 #include <sigma/sim.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -19,6 +22,10 @@ nlohmann::json ledger_json(const Ledger& l) {
           {"total", l.total()}};
 }
 
+nlohmann::json latency_json(const LatencyFigures& f) {
+  return {{"count", f.count}, {"p50_s", f.p50_s}, {"p99_s", f.p99_s}, {"max_s", f.max_s}};
+}
+
 nlohmann::json policy_json(const PolicyResult& p) {
   nlohmann::json cats = nlohmann::json::object();
   for (const auto& [name, n] : p.by_category) cats[name] = n;
@@ -30,6 +37,8 @@ nlohmann::json policy_json(const PolicyResult& p) {
           {"effective_training_time_ratio", p.ettr},
           {"failures", p.failures},
           {"incidents", p.incidents},
+          {"faults_joining_a_round", p.joined},
+          {"recovery", latency_json(p.recovery)},
           {"mean_time_to_interruption_h", p.mtti_h},
           {"migrations", p.migrations},
           {"averted", p.averted},
@@ -98,18 +107,19 @@ std::string to_table(const Result& r) {
                 f.rate_multiplier, f.weibull_shape, f.precursor_fraction * 100, f.precursor_lead_min,
                 f.repair_hours, f.straggler_slowdown, f.slow_link_slowdown, f.straggler_per_accelerator_day);
   o << line;
-  o << "policy               spares  util    ETTR    fail  incid MTTI h  migr  mem/disk  contd | lost %: "
-       "work  "
-       "detect restart restore ckpt  migr  paused degr  slow  spare repair\n";
+  o << "policy               spares  util    ETTR    fail  incid join MTTI h  back s  migr  mem/disk  contd "
+       "| lost %: work  detect restart restore ckpt  migr  paused degr  slow  spare repair\n";
   for (const PolicyResult& p : r.policies) {
     const double t = p.ledger.total() > 0 ? p.ledger.total() : 1;
     const Ledger& l = p.ledger;
     std::snprintf(
         line, sizeof line,
-        "%-20s %6u  %6.2f%% %6.2f%% %5llu %6llu %6.2f %5llu %4llu/%-4llu %5llu |      %5.2f %6.2f %7.2f "
-        "%7.2f %5.2f %5.2f %6.2f %5.2f %5.2f %5.2f %6.2f\n",
+        "%-20s %6u  %6.2f%% %6.2f%% %5llu %6llu %4llu %6.2f %7.0f %5llu %4llu/%-4llu %5llu |      %5.2f "
+        "%6.2f "
+        "%7.2f %7.2f %5.2f %5.2f %6.2f %5.2f %5.2f %5.2f %6.2f\n",
         p.policy.c_str(), p.spares, p.utilization * 100, p.ettr * 100,
-        static_cast<unsigned long long>(p.failures), static_cast<unsigned long long>(p.incidents), p.mtti_h,
+        static_cast<unsigned long long>(p.failures), static_cast<unsigned long long>(p.incidents),
+        static_cast<unsigned long long>(p.joined), p.mtti_h, p.recovery.p50_s,
         static_cast<unsigned long long>(p.migrations), static_cast<unsigned long long>(p.restores_memory),
         static_cast<unsigned long long>(p.restores_disk), static_cast<unsigned long long>(p.contained),
         100 * l.lost_work / t, 100 * l.detection / t, 100 * l.restart / t, 100 * l.restore / t,
@@ -119,17 +129,6 @@ std::string to_table(const Result& r) {
   }
   return o.str();
 }
-
-}  // namespace sigma::sim
-
-namespace sigma::sim {
-namespace {
-
-nlohmann::json latency_json(const LatencyFigures& f) {
-  return {{"count", f.count}, {"p50_s", f.p50_s}, {"p99_s", f.p99_s}, {"max_s", f.max_s}};
-}
-
-}  // namespace
 
 std::string to_json(const std::vector<ControlPlaneResult>& results) {
   nlohmann::json out = nlohmann::json::array();
@@ -167,3 +166,21 @@ std::string to_table(const std::vector<ControlPlaneResult>& results) {
 }
 
 }  // namespace sigma::sim
+
+namespace sigma::sim::detail {
+
+LatencyFigures latency_figures(std::vector<double> v) {
+  LatencyFigures f;
+  f.count = v.size();
+  if (v.empty()) return f;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+  };
+  f.p50_s = at(0.5);
+  f.p99_s = at(0.99);
+  f.max_s = v.back();
+  return f;
+}
+
+}  // namespace sigma::sim::detail

@@ -104,6 +104,47 @@ TEST(ClusterSim, OneFailureWithKnownCostsGivesTheHandComputedLedger) {
   EXPECT_DOUBLE_EQ(r.ledger.spare, 5000);           // device 3 waited until it replaced device 0
   EXPECT_DOUBLE_EQ(r.ledger.repair, 86400 - 5000);  // device 0 from its failure on
   EXPECT_DOUBLE_EQ(r.ettr, kept / 86400);
+  // The agent's round: from the fault to back at step 500 after recomputing
+  // 1400 s of it from 5160 s.
+  EXPECT_EQ(r.joined, 0u);
+  EXPECT_EQ(r.recovery.count, 1u);
+  EXPECT_DOUBLE_EQ(r.recovery.max_s, 6560 - 5000);
+}
+
+// The same job with two spares; device 1 dies too, at 5050 s, while the
+// round for device 0 re-forms: as in sigmarun, the second fault joins the
+// round (one incident), which starts its stages over -- seen at 5060 s,
+// re-formed at 5160 s, restored at 5210 s -- and is back at step 500 once
+// the 1400 s since the checkpoint have run again.
+TEST(ClusterSim, ASecondFailureDuringTheRoundJoinsItAsTheAgentsRoundDoes) {
+  auto s = base(5, 1);
+  s.per_node = 1;
+  s.failures.rate_multiplier = 0;
+  s.failures.straggler_per_accelerator_day = s.failures.slow_link_per_accelerator_day = 0;
+  s.failures.repair_hours = 48;
+  s.script = {{5000, 0, "faulty_gpu", false}, {5050, 1, "faulty_gpu", false}};
+  sim::Policy p;
+  p.name = "hand";
+  p.spares = sim::SpareRule::fraction;
+  p.spare_fraction = 0.4;
+  p.disk_every_s = 3600;
+  p.disk_stall_s = 0;
+  p.disk_restore_s = 50;
+  p.crash_detect_s = 10;
+  p.full_restart = true;
+  p.restart_s = 100;
+  s.policies = {p};
+  const auto r = sim::run(s).policies.at(0);
+  EXPECT_EQ(r.world, 3u);
+  EXPECT_EQ(r.incidents, 1u);
+  EXPECT_EQ(r.joined, 1u);
+  EXPECT_EQ(r.restores_disk, 2u) << "each fault's plan";
+  EXPECT_DOUBLE_EQ(r.ledger.detection, 3 * (10.0 + 10));
+  EXPECT_DOUBLE_EQ(r.ledger.restart, 3 * (40.0 + 100));  // the first restart cut short at 5050 s
+  EXPECT_DOUBLE_EQ(r.ledger.restore, 3 * 50.0);
+  EXPECT_EQ(r.recovery.count, 1u);
+  EXPECT_DOUBLE_EQ(r.recovery.max_s, 5210 + 1400 - 5000);
+  EXPECT_DOUBLE_EQ(r.ettr, (3600 + (86400 - 5210)) / 86400.0);
 }
 
 // Contained recovery with known costs: two replicas of four; a process of
