@@ -94,11 +94,15 @@ struct Policy {
   double snapshot_stall_s = 0;  // training blocked per snapshot
   double memory_restore_s = 0;  // from a surviving rank's memory or its ring neighbour's replica
   double crash_detect_s = 5;    // a dead process or device
-  double hang_detect_s = 600;   // a hung collective
-  double sdc_detect_s = 7200;   // silent corruption until found
-  bool full_restart = true;     // every fault restarts every rank (else: replace one rank)
-  double restart_s = 600;       // full restart: reschedule, start, rendezvous
-  double replace_s = 30;        // one rank swapped for a warm spare, communicators re-formed
+  double hang_detect_s = 600;   // a hung collective ...
+  // ... or, > 0, as the agent's step watchdog finds it (sigmarun
+  // --step-timeout): when no step has completed for this long, counted
+  // from the job's last step boundary.
+  double step_timeout_s = 0;
+  double sdc_detect_s = 7200;  // silent corruption until found
+  bool full_restart = true;    // every fault restarts every rank (else: replace one rank)
+  double restart_s = 600;      // full restart: reschedule, start, rendezvous
+  double replace_s = 30;       // one rank swapped for a warm spare, communicators re-formed
   bool migrate_on_warning = false;
   double migrate_s = 10;  // state handed to a spare at a step boundary
   // Steps the health monitor's straggler rule sees before it warns

@@ -135,6 +135,7 @@ class PolicySim {
   uint64_t step_of(double progress) const { return static_cast<uint64_t>(std::floor(progress / s_.step_s)); }
   // The progress at the last step boundary the job reached (at one: there).
   double last_boundary() const { return std::floor(progress_ / s_.step_s + 1e-6) * s_.step_s; }
+  double hang_detect_s() const;
 
   const Scenario& s_;
   const Policy& p_;
@@ -378,6 +379,15 @@ void PolicySim::internal() {
   contained_due();
 }
 
+// A hung collective: by the agent's step watchdog's rule (step_watchdog.hpp),
+// found step_timeout_s after the last step completed -- the time the job
+// has spent in its step so far counts -- else after the policy's constant.
+double PolicySim::hang_detect_s() const {
+  if (!(p_.step_timeout_s > 0)) return p_.hang_detect_s;
+  const double in_step_s = (progress_ - last_boundary()) * slow_ / pace();
+  return std::max(0.0, p_.step_timeout_s - in_step_s);
+}
+
 // The exact round moves on as its stages end: the abort and re-form (the
 // assignment is out), the restore (every rank has joined).
 void PolicySim::stall_over(const Stall& st) {
@@ -502,7 +512,7 @@ void PolicySim::on_failure(const Event& e) {
         std::vector<uint32_t> rank;
         if (auto r = sched_.rank_of(d)) rank.push_back(*r);
         const bool hang = c.scope == Scope::hang;
-        const double detect_s = hang ? p_.hang_detect_s : p_.crash_detect_s;
+        const double detect_s = hang ? hang_detect_s() : p_.crash_detect_s;
         if (!contained_fault(rank, hang, false, c.name, detect_s))
           job_fault(rank, p_.full_restart, c.name, detect_s, -1);
       }

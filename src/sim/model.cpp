@@ -189,7 +189,10 @@ std::vector<Policy> standard_policies() {
   ours.snapshot_stall_s = 1;
   ours.memory_restore_s = 5;
   ours.crash_detect_s = 1;
-  ours.hang_detect_s = 5;
+  // A hung collective while every process still beats: the step
+  // watchdog, with sigmarun --step-timeout 20 (two 10-s steps; its default
+  // is 60 s).
+  ours.step_timeout_s = 20;
   ours.sdc_detect_s = 20;  // the guardrails' cross-rank check, two steps
   ours.full_restart = false;
   ours.replace_s = 60;

@@ -100,9 +100,10 @@ std::vector<Result> sweep(const Scenario& base, const SweepAxes& axes) {
 }
 
 Policy scale_costs(Policy p, double factor) {
-  for (double* c : {&p.disk_stall_s, &p.disk_restore_s, &p.snapshot_stall_s, &p.memory_restore_s,
-                    &p.crash_detect_s, &p.hang_detect_s, &p.sdc_detect_s, &p.restart_s, &p.replace_s,
-                    &p.migrate_s, &p.comm_fixed_s, &p.comm_per_member_s, &p.handoff_s, &p.spare_ready_s})
+  for (double* c :
+       {&p.disk_stall_s, &p.disk_restore_s, &p.snapshot_stall_s, &p.memory_restore_s, &p.crash_detect_s,
+        &p.hang_detect_s, &p.step_timeout_s, &p.sdc_detect_s, &p.restart_s, &p.replace_s, &p.migrate_s,
+        &p.comm_fixed_s, &p.comm_per_member_s, &p.handoff_s, &p.spare_ready_s})
     *c *= factor;
   return p;
 }

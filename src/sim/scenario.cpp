@@ -67,6 +67,7 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
                "memory_restore_s",
                "crash_detect_s",
                "hang_detect_s",
+               "step_timeout_s",
                "sdc_detect_s",
                "full_restart",
                "restart_s",
@@ -127,6 +128,7 @@ Policy read_policy(const yaml::Reader& y, const YAML::Node& n, size_t i) {
   num("memory_restore_s", p.memory_restore_s, 0, kBig);
   num("crash_detect_s", p.crash_detect_s, 0, kBig);
   num("hang_detect_s", p.hang_detect_s, 0, kBig);
+  num("step_timeout_s", p.step_timeout_s, 0, kBig);
   num("sdc_detect_s", p.sdc_detect_s, 0, kBig);
   flag("full_restart", p.full_restart);
   num("restart_s", p.restart_s, 0, kBig);

@@ -33,6 +33,32 @@ const sim::Policy& standard(const std::string& name) {
   throw std::runtime_error("no policy " + name);
 }
 
+// A day on `accelerators` of one node each with only the scripted
+// failures, repairs outlasting it, under the hand policy: a `spare_fraction`
+// of spares, disk checkpoints every 3600 s of progress (free), detection
+// 10 s, a full restart 100 s, a restore 50 s.
+sim::Scenario hand_job(uint32_t accelerators, double spare_fraction,
+                       std::vector<sim::ScriptedFailure> script) {
+  auto s = base(accelerators, 1);
+  s.per_node = 1;
+  s.failures.rate_multiplier = 0;
+  s.failures.straggler_per_accelerator_day = s.failures.slow_link_per_accelerator_day = 0;
+  s.failures.repair_hours = 48;
+  s.script = std::move(script);
+  sim::Policy p;
+  p.name = "hand";
+  p.spares = sim::SpareRule::fraction;
+  p.spare_fraction = spare_fraction;
+  p.disk_every_s = 3600;
+  p.disk_stall_s = 0;
+  p.disk_restore_s = 50;
+  p.crash_detect_s = 10;
+  p.full_restart = true;
+  p.restart_s = 100;
+  s.policies = {p};
+  return s;
+}
+
 std::string write(const std::string& name, const std::string& text) {
   const auto dir = std::filesystem::temp_directory_path() / ("sigma_sim_test." + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
@@ -73,24 +99,7 @@ TEST(ClusterSim, EveryAcceleratorSecondIsBookedOnce) {
 // at t = 5000 s. Disk checkpoints every 3600 s of progress (free), detection
 // 10 s, a full restart 100 s, a restore 50 s; the repair outlasts the day.
 TEST(ClusterSim, OneFailureWithKnownCostsGivesTheHandComputedLedger) {
-  auto s = base(4, 1);
-  s.per_node = 1;
-  s.failures.rate_multiplier = 0;  // the scripted failure only
-  s.failures.straggler_per_accelerator_day = s.failures.slow_link_per_accelerator_day = 0;
-  s.failures.repair_hours = 48;
-  s.script = {{5000, 0, "faulty_gpu", false}};
-  sim::Policy p;
-  p.name = "hand";
-  p.spares = sim::SpareRule::fraction;
-  p.spare_fraction = 0.25;
-  p.disk_every_s = 3600;
-  p.disk_stall_s = 0;
-  p.disk_restore_s = 50;
-  p.crash_detect_s = 10;
-  p.full_restart = true;
-  p.restart_s = 100;
-  s.policies = {p};
-  const auto r = sim::run(s).policies.at(0);
+  const auto r = sim::run(hand_job(4, 0.25, {{5000, 0, "faulty_gpu", false}})).policies.at(0);
   const double kept = 3600 + (86400 - 5160);  // progress: the checkpoint, then after the stall
   EXPECT_EQ(r.world, 3u);
   EXPECT_EQ(r.spares, 1u);
@@ -111,30 +120,29 @@ TEST(ClusterSim, OneFailureWithKnownCostsGivesTheHandComputedLedger) {
   EXPECT_DOUBLE_EQ(r.recovery.max_s, 6560 - 5000);
 }
 
+// A collective of the same job hangs at 5005 s, half-way through step
+// 500, while every process still beats: the agent's step watchdog
+// (--step-timeout 20) fires 20 s after step 499 completed, 15 s after the
+// hang; then the full restart and the restore as above, and the job is
+// back at step 500 when the 1400 s since the checkpoint have run again.
+TEST(ClusterSim, AHungCollectiveIsFoundByTheStepWatchdogFromTheLastCompletedStep) {
+  auto s = hand_job(4, 0.25, {{5005, 0, "nccl_watchdog_timeout", false}});
+  s.policies[0].hang_detect_s = 600;  // not used: the watchdog decides
+  s.policies[0].step_timeout_s = 20;
+  const auto r = sim::run(s).policies.at(0);
+  EXPECT_EQ(r.incidents, 1u);
+  EXPECT_DOUBLE_EQ(r.ledger.detection, 3 * 15.0);
+  EXPECT_DOUBLE_EQ(r.recovery.max_s, 15 + 100 + 50 + 1400.0) << "back at step 500 once 3600-5000 s ran again";
+}
+
 // The same job with two spares; device 1 dies too, at 5050 s, while the
 // round for device 0 re-forms: as in sigmarun, the second fault joins the
 // round (one incident), which starts its stages over -- seen at 5060 s,
 // re-formed at 5160 s, restored at 5210 s -- and is back at step 500 once
 // the 1400 s since the checkpoint have run again.
 TEST(ClusterSim, ASecondFailureDuringTheRoundJoinsItAsTheAgentsRoundDoes) {
-  auto s = base(5, 1);
-  s.per_node = 1;
-  s.failures.rate_multiplier = 0;
-  s.failures.straggler_per_accelerator_day = s.failures.slow_link_per_accelerator_day = 0;
-  s.failures.repair_hours = 48;
-  s.script = {{5000, 0, "faulty_gpu", false}, {5050, 1, "faulty_gpu", false}};
-  sim::Policy p;
-  p.name = "hand";
-  p.spares = sim::SpareRule::fraction;
-  p.spare_fraction = 0.4;
-  p.disk_every_s = 3600;
-  p.disk_stall_s = 0;
-  p.disk_restore_s = 50;
-  p.crash_detect_s = 10;
-  p.full_restart = true;
-  p.restart_s = 100;
-  s.policies = {p};
-  const auto r = sim::run(s).policies.at(0);
+  const auto r = sim::run(hand_job(5, 0.4, {{5000, 0, "faulty_gpu", false}, {5050, 1, "faulty_gpu", false}}))
+                     .policies.at(0);
   EXPECT_EQ(r.world, 3u);
   EXPECT_EQ(r.incidents, 1u);
   EXPECT_EQ(r.joined, 1u);
