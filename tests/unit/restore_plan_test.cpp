@@ -63,6 +63,20 @@ TEST(RestorePlan, StateThatExistsNowhereIsLostNotRestartedFromZero) {
   EXPECT_FALSE(plan_restore({}, 0).has_value());
 }
 
+// When nothing can be planned, the words say what memory held: the steps
+// the survivors have in common, and each replaced rank's replicas.
+TEST(RestorePlan, WhatMemoryHeldIsSaidWhenNothingCanBeRestored) {
+  const std::vector<RankHoldings> ranks{survivor({40, 41}, {{2, {40}}}), survivor({40, 41}, {{3, {41}}}),
+                                        replaced(), survivor({41}, {})};
+  EXPECT_FALSE(plan_restore(ranks, 42).has_value());
+  EXPECT_EQ(describe_memory(ranks),
+            "the survivors' own snapshots in common: steps 41; rank 2 replaced: steps 40 on rank 0");
+  EXPECT_EQ(
+      describe_memory({survivor({50}, {}), replaced(), replaced()}),
+      "the survivors' own snapshots in common: steps 50; rank 1 replaced: no survivor keeps a replica of "
+      "it; rank 2 replaced: no survivor keeps a replica of it");
+}
+
 TEST(RestorePlan, AWorldOfOneRestoresItsOwnSnapshotOrDisk) {
   auto p = plan_restore({survivor({7}, {})}, 8);
   ASSERT_TRUE(p.has_value());

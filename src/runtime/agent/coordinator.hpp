@@ -226,7 +226,7 @@ class Coordinator {
   void assignment_overdue();
   void rejoined();
   void fail_assignment(const std::string& why);
-  std::optional<recovery::RestorePlan> plan_restore();
+  std::vector<recovery::RankHoldings> holdings();
   FailureDomains::Placement placement();
   protocol::Assign assignment(uint32_t rank, uint64_t generation, RestoreTier tier, uint64_t index,
                               const std::vector<std::pair<uint32_t, uint32_t>>& handoff,

@@ -81,11 +81,12 @@ protocol::Assign Coordinator::assignment(uint32_t rank, uint64_t generation, Res
   return a;
 }
 
-std::optional<recovery::RestorePlan> Coordinator::plan_restore() {
+// What every rank holds, by rank (empty when a rank has no device).
+std::vector<recovery::RankHoldings> Coordinator::holdings() {
   std::vector<recovery::RankHoldings> ranks(scheduler_.world_size());
   for (uint32_t r = 0; r < ranks.size(); ++r) {
     const Slot* s = slot_of_rank(r);
-    if (s == nullptr) return std::nullopt;
+    if (s == nullptr) return {};
     // Only a rank that has joined a generation holds a state of its own; a
     // spare whose hand-off failed is still waiting for its neighbour's.
     ranks[r].survived = s->phase == Phase::active && s->joined_gen > 0;
@@ -95,7 +96,7 @@ std::optional<recovery::RestorePlan> Coordinator::plan_restore() {
     }
     if (auto d = disk_.find(r); d != disk_.end()) ranks[r].disk = d->second;
   }
-  return recovery::plan_restore(ranks, reached());
+  return ranks;
 }
 
 // Every rank discards its checkpoints after the step the job goes back to
@@ -150,10 +151,12 @@ void Coordinator::assign_generation() {
         journal::Event::paused);
     return;
   }
-  const auto plan = plan_restore();
+  const auto ranks = holdings();
+  const auto plan = ranks.empty() ? std::nullopt : recovery::plan_restore(ranks, reached());
   if (!plan) {
-    end("unrecoverable",
-        "no state to restore: the memory replicas of the lost ranks died with them and " + no_disk_why(),
+    // What the memory tier held, so that the journal says which state was lost.
+    const std::string memory = ranks.empty() ? "a rank has no device" : recovery::describe_memory(ranks);
+    end("unrecoverable", "no state to restore: in memory, " + memory + "; and " + no_disk_why(),
         job_exit::unrecoverable, journal::Event::unrecoverable);
     return;
   }

@@ -53,7 +53,35 @@ std::optional<RestorePlan> from_disk(const std::vector<RankHoldings>& ranks) {
   return RestorePlan{RestoreTier::disk, *all.rbegin(), {}};
 }
 
+std::string steps(const std::set<uint64_t>& s) {
+  if (s.empty()) return "none";
+  std::string out;
+  for (uint64_t k : s) out += (out.empty() ? "" : ", ") + std::to_string(k);
+  return out;
+}
+
 }  // namespace
+
+std::string describe_memory(const std::vector<RankHoldings>& ranks) {
+  std::optional<std::set<uint64_t>> own;
+  for (const RankHoldings& h : ranks)
+    if (h.survived) own = own ? common(*own, h.own) : h.own;
+  std::string out =
+      "the survivors' own snapshots in common: steps " + steps(own.value_or(std::set<uint64_t>{}));
+  for (uint32_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].survived) continue;
+    std::string kept;
+    for (uint32_t h = 0; h < ranks.size(); ++h) {
+      auto it = ranks[h].replicas.find(r);
+      if (h == r || !ranks[h].survived || it == ranks[h].replicas.end() || it->second.empty()) continue;
+      kept += (kept.empty() ? "" : "; ") + std::string("steps ") + steps(it->second) + " on rank " +
+              std::to_string(h);
+    }
+    out += "; rank " + std::to_string(r) +
+           " replaced: " + (kept.empty() ? "no survivor keeps a replica of it" : kept);
+  }
+  return out;
+}
 
 std::optional<RestorePlan> plan_restore(const std::vector<RankHoldings>& ranks, uint64_t steps_done) {
   if (ranks.empty()) return std::nullopt;

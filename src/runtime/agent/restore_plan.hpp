@@ -45,4 +45,10 @@ struct RestorePlan {
 // nullopt when none of these exists: the state is lost.
 std::optional<RestorePlan> plan_restore(const std::vector<RankHoldings>& ranks, uint64_t steps_done);
 
+// What the memory tier offers, in words, for a plan that found nothing:
+// the steps every survivor holds itself, and for each replaced rank the
+// steps of it the survivors keep and where ("rank 2: steps 40, 41 on rank
+// 0"), or that none does.
+std::string describe_memory(const std::vector<RankHoldings>& ranks);
+
 }  // namespace sigma::runtime::recovery
