@@ -44,10 +44,13 @@ struct MemoryTierPolicy {
   size_t keep = 2;
 };
 
-// One replica moved in a hand-off: `holder` sends its replica of `source`'s
-// snapshot to `receiver`, which takes it as its own.
+// One snapshot moved in a hand-off: `holder` sends its replica of
+// `source`'s snapshot (its own snapshot when it is the source) to
+// `receiver`, which takes it as its own -- or, a refresh, keeps it as its
+// replica of the source (a holder that lacked it).
 struct ReplicaHandoff {
   uint32_t holder = 0, source = 0, receiver = 0;
+  bool refresh = false;
 };
 
 class SIGMA_EXPORT MemoryTier {
@@ -115,10 +118,10 @@ class SIGMA_EXPORT MemoryTier {
   bool restore_own(uint64_t index, const std::vector<TensorView>& views) const;
 
   // Collective over a new communicator: for each move, the holder sends its
-  // replica of the source's snapshot `index` and the receiver restores it
-  // into `views` and keeps it as its own. Moves are processed in the given
-  // order by every rank. Throws Error(data_loss) when a holder lacks the
-  // replica.
+  // replica of the source's snapshot `index` (or its own) and the receiver
+  // restores it into `views` and keeps it as its own -- or, a refresh,
+  // keeps it as a replica. Moves are processed in the given order by every
+  // rank. Throws Error(data_loss) when a holder lacks the snapshot.
   void handoff(uint64_t index, const std::vector<ReplicaHandoff>& moves, const std::vector<TensorView>& views,
                hal::Communicator& comm, uint32_t rank);
 

@@ -414,23 +414,29 @@ void MemoryTier::handoff(uint64_t index, const std::vector<ReplicaHandoff>& move
                          const std::vector<TensorView>& views, hal::Communicator& comm, uint32_t rank) {
   auto& m = *impl_;
   m.finish();
+  uint64_t state = 0;
+  for (const auto& v : views) state += v.bytes();
   for (const ReplicaHandoff& h : moves) {
     if (rank == h.holder) {
-      auto held = m.replicas_.find(h.source);
-      const Snap* snap = nullptr;
-      if (held != m.replicas_.end()) {
-        auto it = held->second.find(index);
-        if (it != held->second.end()) snap = &it->second;
+      const bool own = h.holder == h.source;  // a refresh: its own snapshot
+      const std::map<uint64_t, Snap>* from = &m.own_;
+      if (!own) {
+        auto held = m.replicas_.find(h.source);
+        from = held == m.replicas_.end() ? nullptr : &held->second;
       }
+      const Snap* snap = nullptr;
+      if (from != nullptr)
+        if (auto it = from->find(index); it != from->end()) snap = &it->second;
       if (snap == nullptr) {
-        throw Error(Code::data_loss, "memory tier: rank " + std::to_string(rank) +
-                                         " holds no replica of rank " + std::to_string(h.source) +
-                                         "'s snapshot " + std::to_string(index));
+        throw Error(Code::data_loss,
+                    "memory tier: rank " + std::to_string(rank) + " holds no " +
+                        (own ? std::string() : "replica of rank " + std::to_string(h.source) + "'s ") +
+                        "snapshot " + std::to_string(index));
       }
       m.send(comm, h.receiver, *snap);
+    } else if (rank == h.receiver && h.refresh) {
+      m.keep_replica(h.source, index, m.recv(comm, h.holder, state));  // a refresh: kept, not restored
     } else if (rank == h.receiver) {
-      uint64_t state = 0;
-      for (const auto& v : views) state += v.bytes();
       Snap s = m.recv(comm, h.holder, state, [&](const Snap& part, uint64_t at, uint64_t len) {
         copy_out_range(part.data(), at, len, views);  // while the next pieces arrive
       });

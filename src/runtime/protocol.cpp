@@ -316,6 +316,11 @@ json encode(const AgentMessage& m) {
                                     {"domains", a.domains},
                                     {"replicas", a.replicas},
                                     {"host_ranks", a.host_ranks}};
+                          if (!a.refresh.empty()) {
+                            json r = json::array();
+                            for (auto [source, holder] : a.refresh) r.push_back({source, holder});
+                            j["refresh"] = r;
+                          }
                           if (!a.replica_of.empty()) {
                             j["replica_of"] = a.replica_of;
                             j["epoch"] = a.epoch;
@@ -538,6 +543,17 @@ AgentMessage decode_agent(const json& j) {
       if (!p.is_array() || p.size() != 2) bad(f.where("handoff"), "expected [holder, receiver] pairs");
       a.handoff.emplace_back(Fields::integer_of<uint32_t>(p[0], f.where("handoff")),
                              Fields::integer_of<uint32_t>(p[1], f.where("handoff")));
+    }
+    if (f.has("refresh")) {
+      for (const json& p : f.array("refresh")) {
+        if (!p.is_array() || p.size() != 2) bad(f.where("refresh"), "expected [source, holder] pairs");
+        const auto source = Fields::integer_of<uint32_t>(p[0], f.where("refresh"));
+        const auto holder = Fields::integer_of<uint32_t>(p[1], f.where("refresh"));
+        if (source >= a.world || holder >= a.world || source == holder)
+          bad(f.where("refresh"), "[" + std::to_string(source) + ", " + std::to_string(holder) +
+                                      "] in a world of " + std::to_string(a.world) + " ranks");
+        a.refresh.emplace_back(source, holder);
+      }
     }
     if (f.has("domains")) a.domains = f.integers<uint32_t>("domains");
     if (!a.domains.empty() && a.domains.size() != a.world)

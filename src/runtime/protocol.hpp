@@ -164,6 +164,11 @@ struct Assign {
   RestoreTier restore = RestoreTier::none;
   uint64_t index = 0;
   std::vector<std::pair<uint32_t, uint32_t>> handoff;
+  // memory: (source, holder) for each survivor whose holder under this
+  // assignment's placement lacks its snapshot `index` (a replacement, or
+  // one whose exchange the fault cut): the source sends it while the
+  // replaced ranks' states are handed over (absent: none).
+  std::vector<std::pair<uint32_t, uint32_t>> refresh{};
   std::vector<uint32_t> domains{};
   uint32_t replicas = 1;
   uint32_t host_ranks = 0;

@@ -443,7 +443,10 @@ struct Session::Impl {
       tier->snapshot(0, state, *comm, rank, placement);
     } else if (how == RestoreTier::memory) {
       // A replaced rank keeps its number: the holder sends its replica of it.
+      // First each survivor's snapshot of `index` a surviving holder lacks
+      // (restore_plan.hpp, refresh_moves), then the replaced ranks' states.
       std::vector<checkpoint::ReplicaHandoff> moves;
+      for (auto [source, holder] : a.refresh) moves.push_back({source, source, holder, true});
       bool receiver = false;
       for (auto [h, r] : a.handoff) {
         moves.push_back({h, r, r});
@@ -457,7 +460,8 @@ struct Session::Impl {
       items.restore(false);
       tier->drop_after(index);
       discard_disk_after(index);
-      // A replacement holds no replica of the ranks it holds for: the first
+      // The refresh gave every surviving holder the restored snapshot. A
+      // replacement holds no replica of the ranks it holds for: the first
       // step snapshots, so that a second fault soon after still finds every
       // rank's state in a peer. Not here: a rank that hangs in the exchange
       // must not keep the others from joining, so that the agent can name it.

@@ -61,6 +61,18 @@ TEST(MemoryTier, ReplicasPlacedAcrossNodesArriveAtTheirHoldersAndAnyHolderHandsO
 
 // A snapshot lent out (contained recovery's donor streams it) keeps its
 // bytes while the tier takes, drops and reuses snapshots around it.
+// A fault cut the exchange of snapshot 3: every rank holds its own 3, no
+// holder has it. The refresh of a memory restore sends each to its holder,
+// which keeps it as a replica (the bytes checked by handing one off).
+TEST(MemoryTier, ARefreshGivesEachHolderTheSnapshotItLacked) {
+  const std::string dir = run_ranks(SIGMA_MEMORY_TIER_WORKER, "refresh", 3);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(text_of(dir + "/before-" + std::to_string(r)), "own 2 3\nreplica 1 2\n") << "rank " << r;
+    EXPECT_EQ(text_of(dir + "/held-" + std::to_string(r)), "own 2 3\nreplica 2 3\n") << "rank " << r;
+  }
+  EXPECT_EQ(text_of(dir + "/handed-2"), "ok\n");
+}
+
 TEST(MemoryTier, ALentSnapshotIsNeverWrittenAgain) {
   auto plugin = hal::Plugin::load("cpu");
   hal_comm_create_args_t ca{};

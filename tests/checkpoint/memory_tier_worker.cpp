@@ -8,6 +8,10 @@
 //    were lost, rank 2's state comes from its second holder and rank 3's
 //    from its first, each received by the rank itself; each rank writes
 //    the replicas it holds, by whose they are.
+//  - refresh: world 3 on the ring; snapshots 1..2 exchanged, then 3 taken
+//    with no exchange (as if a fault had cut it); a refresh sends each
+//    rank's 3 to its successor, which keeps it as a replica; then rank 1
+//    hands rank 0's 3 to rank 2, which checks the bytes.
 //  - kill: world 2; both snapshot 1 and settle it; at snapshot 2 rank 1
 //    SIGKILLs itself as soon as the exchange is posted; rank 0 aborts,
 //    abandons, and writes what it holds.
@@ -114,6 +118,20 @@ int main(int argc, char** argv) {
       if (rank == 2 || rank == 3)
         std::ofstream(dir + "/handed-" + std::to_string(rank))
             << (holds(small, rank, 3) ? "ok" : "wrong") << "\n";
+    } else if (name == "refresh") {
+      for (uint64_t i = 1; i <= 2; ++i) {
+        fill(state, rank, i);
+        tier.snapshot(i, views, *comm, rank, world);
+      }
+      tier.flush();
+      fill(state, rank, 3);
+      tier.snapshot(3, views, *comm, rank, checkpoint::ReplicaPlacement::ring(1));  // kept here only
+      write_held(dir + "/before-" + std::to_string(rank), tier);
+      tier.handoff(3, {{0, 0, 1, true}, {1, 1, 2, true}, {2, 2, 0, true}}, views, *comm, rank);
+      write_held(dir + "/held-" + std::to_string(rank), tier);
+      std::vector<float> theirs(kFloats);
+      tier.handoff(3, {{1, 0, 2}}, views_of(theirs), *comm, rank);
+      if (rank == 2) std::ofstream(dir + "/handed-2") << (holds(theirs, 0, 3) ? "ok" : "wrong") << "\n";
     } else if (name == "kill") {
       fill(state, rank, 1);
       tier.snapshot(1, views, *comm, rank, world);

@@ -61,6 +61,8 @@ TEST(Coordinator, ACrashedRankIsReplacedByTheSpareFromItsNeighboursReplica) {
   EXPECT_EQ(a2[0].index, 6u);
   ASSERT_EQ(a2[0].handoff.size(), 1u);
   EXPECT_EQ(a2[0].handoff[0], (std::pair<uint32_t, uint32_t>{0, 1}));
+  // Rank 0's holder is the replacement: its first step's snapshot serves it.
+  EXPECT_TRUE(a2[0].refresh.empty());
   j.join(0, a0[0]);
   j.join(2, a2[0]);
   j.at(j.t + 0.01);
@@ -68,6 +70,26 @@ TEST(Coordinator, ACrashedRankIsReplacedByTheSpareFromItsNeighboursReplica) {
   EXPECT_EQ(j.records("recovered").size(), 1u) << "nothing to recompute: back at the reached step";
   EXPECT_FALSE(j.c.recovering());
   EXPECT_FALSE(j.killed(0));
+}
+
+// Rank 2 crashes while snapshot 6 is being exchanged; rank 0's copy to its
+// holder, rank 1, was cut (rank 1 reports rank 0's replica at 5 only).
+// Restoring 6, rank 0 sends its 6 to rank 1 before rank 2's state goes to
+// the spare: a second fault just after the rejoin still finds it.
+TEST(Coordinator, ARestoreSendsASurvivorsSnapshotToAHolderWhoseExchangeTheFaultCut) {
+  Job j(options(3, 1));
+  j.start();
+  j.steps({0, 1, 2}, 0, 6);
+  j.clear();
+  j.exit(2);
+  j.report(0, {5, 6}, {5, 6});
+  j.report(1, {5, 6}, {5});
+  j.at(j.t + 0.01);
+  const auto a = j.sent<protocol::Assign>(3);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].index, 6u);
+  EXPECT_EQ(a[0].handoff, (std::vector<std::pair<uint32_t, uint32_t>>{{0, 2}}));
+  EXPECT_EQ(a[0].refresh, (std::vector<std::pair<uint32_t, uint32_t>>{{0, 1}}));
 }
 
 // --straggler-steps: the monitor's straggler rule waits for that many

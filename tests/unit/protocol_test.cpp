@@ -249,6 +249,14 @@ TEST(Protocol, EveryAgentNodeAndRootMessageRoundTrips) {
   EXPECT_STREQ(name(a.restore), "memory");
   EXPECT_EQ(a.index, 60u);
   EXPECT_EQ(a.handoff, (std::vector<std::pair<uint32_t, uint32_t>>{{2, 1}, {0, 2}}));
+  EXPECT_TRUE(a.refresh.empty());
+  EXPECT_FALSE(encode(AgentMessage{a}).contains("refresh")) << "absent when there is none";
+  Assign r = a;
+  r.refresh = {{0, 1}, {2, 0}};
+  EXPECT_EQ(std::get<Assign>(decode_agent(encode(AgentMessage{r}))).refresh, r.refresh);
+  json bad = encode(AgentMessage{r});
+  bad["refresh"] = json::array({json::array({1, 1})});
+  expect_refused(decode_agent, bad, {"assign.refresh", "[1, 1] in a world of 3 ranks"});
   EXPECT_EQ(std::get<Abort>(decode_agent(encode(AgentMessage{Abort{"rank 1 died"}}))).reason, "rank 1 died");
   EXPECT_EQ(std::get<Retire>(decode_agent(encode(AgentMessage{Retire{"cordoned"}}))).reason, "cordoned");
   EXPECT_EQ(std::get<StopAfter>(decode_agent(encode(AgentMessage{StopAfter{12}}))).step, 12);

@@ -77,6 +77,25 @@ TEST(RestorePlan, WhatMemoryHeldIsSaidWhenNothingCanBeRestored) {
       "it; rank 2 replaced: no survivor keeps a replica of it");
 }
 
+// Ranks 0,1 | 2,3 in two nodes, each rank's replica two places on. Rank 3
+// was lost; a fault cut rank 2's exchange of step 40 to rank 0. Restoring
+// 40, rank 2 sends its 40 to rank 0; rank 1's holder is the replacement,
+// which the first step's snapshot serves; rank 0's holder has its 40.
+TEST(RestorePlan, ARestoreRefreshesEveryHolderThatLacksTheStep) {
+  const auto where = checkpoint::ReplicaPlacement::across({0, 0, 1, 2}, 1);
+  const std::vector<RankHoldings> ranks{survivor({39, 40}, {{2, {38, 39}}}),
+                                        survivor({39, 40}, {{3, {39, 40}}}),
+                                        survivor({39, 40}, {{0, {39, 40}}}), replaced()};
+  const auto p = plan_restore(ranks, 41);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->index, 40u);
+  EXPECT_EQ(refresh_moves(ranks, 40, where), (Pairs{{2, 0}}));
+  EXPECT_TRUE(refresh_moves({survivor({7}, {{1, {7}}}), survivor({7}, {{0, {7}}})}, 7,
+                            checkpoint::ReplicaPlacement::ring(2))
+                  .empty())
+      << "every holder has it";
+}
+
 TEST(RestorePlan, AWorldOfOneRestoresItsOwnSnapshotOrDisk) {
   auto p = plan_restore({survivor({7}, {})}, 8);
   ASSERT_TRUE(p.has_value());

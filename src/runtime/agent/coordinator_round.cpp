@@ -176,8 +176,19 @@ void Coordinator::assign_generation() {
     devices.push_back(s->device);
   }
   const auto where = placement();
-  for (uint32_t r = 0; r < scheduler_.world_size(); ++r)
-    send(*slot_of_rank(r), assignment(r, generation_, plan->tier, plan->index, plan->handoff, where));
+  // Every rank's restored snapshot in its holder before the rejoin, as the
+  // sessions place replicas (session_impl.hpp, apply).
+  std::vector<std::pair<uint32_t, uint32_t>> refresh;
+  if (plan->tier == RestoreTier::memory) {
+    const auto p = where.domains.empty() ? checkpoint::ReplicaPlacement::ring(scheduler_.world_size())
+                                         : checkpoint::ReplicaPlacement::across(where.domains, o_.replicas);
+    refresh = recovery::refresh_moves(ranks, plan->index, p);
+  }
+  for (uint32_t r = 0; r < scheduler_.world_size(); ++r) {
+    auto a = assignment(r, generation_, plan->tier, plan->index, plan->handoff, where);
+    a.refresh = refresh;
+    send(*slot_of_rank(r), a);
+  }
   for (Slot& s : slots_) {
     if (s.phase == Phase::retiring) send(s, protocol::Retire{"moved off a suspect device"});
   }

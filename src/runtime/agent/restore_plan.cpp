@@ -62,6 +62,22 @@ std::string steps(const std::set<uint64_t>& s) {
 
 }  // namespace
 
+std::vector<std::pair<uint32_t, uint32_t>> refresh_moves(const std::vector<RankHoldings>& ranks,
+                                                         uint64_t index,
+                                                         const checkpoint::ReplicaPlacement& placement) {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  for (uint32_t s = 0; s < ranks.size(); ++s) {
+    if (!ranks[s].survived) continue;
+    for (uint32_t j = 0; j < placement.replicas(); ++j) {
+      const uint32_t h = placement.holder(s, j);
+      if (h == s || h >= ranks.size() || !ranks[h].survived) continue;
+      const auto it = ranks[h].replicas.find(s);
+      if (it == ranks[h].replicas.end() || it->second.count(index) == 0) out.emplace_back(s, h);
+    }
+  }
+  return out;
+}
+
 std::string describe_memory(const std::vector<RankHoldings>& ranks) {
   std::optional<std::set<uint64_t>> own;
   for (const RankHoldings& h : ranks)

@@ -5,6 +5,8 @@
 
 #include "runtime/restore_tier.hpp"
 
+#include <sigma/replica_placement.hpp>
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -44,6 +46,18 @@ struct RestorePlan {
 //     the restore.
 // nullopt when none of these exists: the state is lost.
 std::optional<RestorePlan> plan_restore(const std::vector<RankHoldings>& ranks, uint64_t steps_done);
+
+// A memory restore of `index`: each survivor's snapshot of it that a
+// surviving holder under `placement` (the next generation's) lacks -- a
+// fault may have cut the exchange that was bringing it -- as (source,
+// holder) pairs, sent before the replaced ranks' states are handed over,
+// so that a second fault just after the rejoin still finds those states in
+// a peer. Pairs with a replacement are left to the first step's snapshot:
+// a replacement that hangs then keeps only its donor from joining, and the
+// agent can tell it from the survivors.
+std::vector<std::pair<uint32_t, uint32_t>> refresh_moves(const std::vector<RankHoldings>& ranks,
+                                                         uint64_t index,
+                                                         const checkpoint::ReplicaPlacement& placement);
 
 // What the memory tier offers, in words, for a plan that found nothing:
 // the steps every survivor holds itself, and for each replaced rank the
