@@ -328,6 +328,7 @@ class SIGMA_EXPORT Session {
 
  private:
   struct Impl;
+  void take_snapshot(uint64_t index);  // step_end's memory snapshot
   std::unique_ptr<Impl> impl_;
 };
 

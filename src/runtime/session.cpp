@@ -234,21 +234,14 @@ bool Session::should_migrate() const noexcept { return impl_->stop_after.load() 
 
 void Session::step_end(uint64_t step) { step_end(step, StepReport{}); }
 
-void Session::step_end(uint64_t step, const StepReport& report) {
+// This rank's snapshot of step `index`, its exchange posted to run on
+// behind (contained recovery with a replica out: kept here).
+void Session::take_snapshot(uint64_t index) {
   Impl& m = *impl_;
-  const double seconds = seconds_since(m.step_t0);
-  m.in_step_end = true;
-  m.ch->send(protocol::encode(protocol::StepDone{step, seconds, report.loss, report.tokens, report.flops,
-                                                 report.peak_flops, report.note}));
-  const uint64_t index = step + 1;
-  m.tier->settle();  // the last snapshot's exchange, if it has arrived
-  const bool snapshot = index % m.o.snapshot_every == 0 || std::exchange(m.resnapshot, false);
-  if (snapshot || should_checkpoint(step)) m.items.save();  // the items' bytes, only when taken
-  if (snapshot && m.contained && m.layout.degraded()) {
+  if (m.contained && m.layout.degraded()) {
     // A replica is out: the world is not whole, the snapshot stays here.
     m.tier->snapshot(index, m.state, replica_comm(), 0, checkpoint::ReplicaPlacement::ring(1));
-    m.ch->send(protocol::encode(protocol::Snapshotted{index}));
-  } else if (snapshot) {
+  } else {
     try {
       m.tier->snapshot(index, m.state, comm(), m.rank, m.placement);  // the exchange runs on behind
     } catch (const Error&) {
@@ -258,34 +251,58 @@ void Session::step_end(uint64_t step, const StepReport& report) {
       if (!m.contained || !m.take_reform(index, m.collective_timeout())) throw;
       m.tier->snapshot(index, m.state, replica_comm(), 0, checkpoint::ReplicaPlacement::ring(1));
     }
-    m.ch->send(protocol::encode(protocol::Snapshotted{index}));
+  }
+  m.ch->send(protocol::encode(protocol::Snapshotted{index}));
+}
+
+void Session::step_end(uint64_t step, const StepReport& report) {
+  Impl& m = *impl_;
+  const double seconds = seconds_since(m.step_t0);
+  m.in_step_end = true;
+  m.ch->send(protocol::encode(protocol::StepDone{step, seconds, report.loss, report.tokens, report.flops,
+                                                 report.peak_flops, report.note}));
+  const uint64_t index = step + 1;
+  const bool snapshot = index % m.o.snapshot_every == 0 || std::exchange(m.resnapshot, false);
+  if (snapshot || should_checkpoint(step)) m.items.save();  // the items' bytes, only when taken
+  // The step is done on this rank whatever becomes of the snapshot's
+  // exchange: a peer lost while it is posted cuts the exchange, not the
+  // disk checkpoint, which is written before the failure goes on.
+  std::exception_ptr cut;
+  try {
+    m.tier->settle();  // the last snapshot's exchange, if it has arrived
+    if (snapshot) take_snapshot(index);
+  } catch (const Error&) {
+    cut = std::current_exception();
   }
   m.settle_disk(false);  // background saves that became durable since the last step
-  if (should_checkpoint(step)) {
-    checkpoint::Metadata meta;
-    meta.step = index;
-    try {
-      if (m.o.checkpoint_async) {
-        // Copied now, written by the engine's thread while training goes on
-        // (back-pressure when the last one is not done yet).
-        m.disk().save_async(m.state, meta);
-        m.pending_disk.push_back(index);
-      } else {
-        m.disk().save(m.state, meta);
-        m.ch->send(protocol::encode(protocol::Checkpointed{index}));
-      }
-    } catch (const Error& e) {
-      // The disk failed, not the device: the memory tier still holds the
-      // state, so training goes on and the agent is told. The engine is
-      // made again at the next checkpoint (the folder may come back).
-      m.engine.reset();
-      m.ch->send(protocol::encode(protocol::StorageFailed{index, e.what()}));
-    }
-  }
+  if (should_checkpoint(step)) m.checkpoint(index);
+  if (cut) std::rethrow_exception(cut);
   m.maybe_hand_off(step);  // contained recovery: a replica rejoins at the end of this step
   const int64_t stop = m.stop_after.load();
   if (stop >= 0 && static_cast<int64_t>(step) >= stop) {
     throw Error(Code::aborted, "runtime: the agent stops the job after step " + std::to_string(stop));
+  }
+}
+
+// This rank's shard of step `index` on disk: written now, or copied now and
+// written by the engine's thread (back-pressure when the last one is not
+// done yet). A failed disk is told, not thrown: the memory tier still holds
+// the state; the engine is made again at the next checkpoint (the folder
+// may come back).
+void Session::Impl::checkpoint(uint64_t index) {
+  checkpoint::Metadata meta;
+  meta.step = index;
+  try {
+    if (o.checkpoint_async) {
+      disk().save_async(state, meta);
+      pending_disk.push_back(index);
+    } else {
+      disk().save(state, meta);
+      ch->send(protocol::encode(protocol::Checkpointed{index}));
+    }
+  } catch (const Error& e) {
+    engine.reset();
+    ch->send(protocol::encode(protocol::StorageFailed{index, e.what()}));
   }
 }
 

@@ -295,6 +295,7 @@ struct Session::Impl {
   bool reform_now(uint64_t step);
   bool take_reform(uint64_t step, std::chrono::nanoseconds wait);
   void maybe_hand_off(uint64_t step);
+  void checkpoint(uint64_t index);
   void take_boundaries();
   void start_handoff(const protocol::Reform& r, uint64_t reforms_before);
   void finish_rejoin(const protocol::Reform& r, uint64_t reforms_before);

@@ -329,6 +329,31 @@ TEST_F(Sigmarun, ASurvivorSlowToWriteItsShardStillRestoresTheStepItsLostPeersWro
   expect_exact(r);
 }
 
+// The same with a memory snapshot every step and asynchronous checkpoints:
+// rank 0's half of step 40's snapshot exchange (op 203, the second size
+// swap) hangs after its peers have theirs, so they post the exchange, save
+// their shards and lose their devices in step 40's all-reduce while rank
+// 0 still waits. The abort ends rank 0's exchange; its step is done all
+// the same, so it saves its shard of step 40 before it reports, and step
+// 40 is restored.
+TEST_F(Sigmarun, ASurvivorWhoseSnapshotExchangeFailsStillSavesTheStepItFinished) {
+  const std::vector<std::string> agent{"--nproc",           "3", "--spares", "2", "--checkpoint-every", "20",
+                                       "--checkpoint-async"};
+  JobRun r = sigmarun("lost2-exchange",
+                      agent + on_sim(scenario_file("lost2-exchange",
+                                                   "  - {kind: hang, device: 0, at_op: 203}\n"
+                                                   "  - {kind: device_lost, device: 1, at_op: 206}\n"
+                                                   "  - {kind: device_lost, device: 2, at_op: 206}\n")),
+                      {"--steps", std::to_string(kSteps)});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  const json& inc = r.report["incidents"].back();
+  EXPECT_EQ(inc["restore"], "disk") << logs(r);
+  EXPECT_EQ(inc["index"], 40) << logs(r);
+  EXPECT_EQ(find_event(r, "storage_failed"), nullptr) << logs(r);
+  expect_exact(r);
+}
+
 // Rank 2 dies before writing its shard of step 40, rank 1 just after
 // writing its own (no memory snapshot since step 0, so neither lost rank's
 // state is in a peer's memory): step 20 is the newest every rank holds, and
