@@ -38,9 +38,12 @@
 namespace sigma::checkpoint {
 
 struct MemoryTierPolicy {
-  // Snapshots kept of this rank's own state, and of each peer's it holds a
-  // replica of (the newest ones; older ones are dropped and their memory
-  // reused). Each costs the state's size in memory.
+  // Snapshots kept of each peer's state this rank holds a replica of, and
+  // of its own: the same number and the newest, whose replicas are only
+  // known to have arrived at the next snapshot (so that a fault cutting
+  // that exchange still finds the step before in every survivor's memory
+  // and its holders'). Older ones are dropped and their memory reused.
+  // Each costs the state's size in memory (footprint()).
   size_t keep = 2;
 };
 
@@ -62,8 +65,8 @@ class SIGMA_EXPORT MemoryTier {
   MemoryTier& operator=(const MemoryTier&) = delete;
 
   // The memory one rank's tier holds in steady state for a `bytes` state:
-  // `keep` own snapshots and `keep` of each of `replicas` peers', one more
-  // own while the oldest is replaced, and the replicas arriving. Pure.
+  // `keep` + 1 own snapshots, `keep` of each of `replicas` peers', and the
+  // replicas arriving. Pure.
   static uint64_t footprint(uint64_t bytes, size_t keep, uint32_t replicas);
 
   // Collective over `comm` (every rank, same order, same placement): copies

@@ -77,7 +77,7 @@ struct MemoryTier::Impl {
   void keep_replica(uint32_t source, uint64_t index, Snap theirs);
   void forget_other_sources();  // replicas of ranks this rank no longer holds for
   void finish();                // waits for the exchange in flight and keeps its replicas; throws its error
-  void trim(std::map<uint64_t, Snap>& m);
+  void trim(std::map<uint64_t, Snap>& m, size_t limit);
   void drop_replicas();
 };
 
@@ -88,8 +88,8 @@ MemoryTier::MemoryTier(MemoryTierPolicy policy) : impl_(std::make_unique<Impl>()
 MemoryTier::~MemoryTier() = default;
 
 uint64_t MemoryTier::footprint(uint64_t bytes, size_t keep, uint32_t replicas) {
-  // Own and replicas kept, one more own snapshot while the oldest is
-  // replaced, and the replicas arriving.
+  // Own (one more than keep: the newest's exchange runs behind) and
+  // replicas kept, and the replicas arriving.
   return bytes * (keep * (1 + uint64_t{replicas}) + 1 + replicas);
 }
 
@@ -221,8 +221,8 @@ void MemoryTier::clear() {
   m.own_.clear();
 }
 
-void MemoryTier::Impl::trim(std::map<uint64_t, Snap>& m) {
-  while (m.size() > keep_) {
+void MemoryTier::Impl::trim(std::map<uint64_t, Snap>& m, size_t limit) {
+  while (m.size() > limit) {
     give_back(std::move(m.begin()->second));
     m.erase(m.begin());
   }
@@ -237,6 +237,12 @@ void MemoryTier::snapshot(uint64_t index, const std::vector<TensorView>& views, 
                           uint32_t rank, const ReplicaPlacement& placement) {
   auto& m = *impl_;
   m.finish();  // the previous snapshot's exchange, if still in flight
+  // Own snapshots: the keep newest whose exchange is done, and this one,
+  // whose replicas count only once its exchange is (the next snapshot).
+  // A fault that cuts this exchange leaves the holders a step behind the
+  // source; the step before is still here for every survivor to restore
+  // in common. The oldest's buffer is released first, for the new copy.
+  m.trim(m.own_, m.keep_);
   uint64_t total = 0;
   for (const auto& v : views) total += v.bytes();
   Snap mine = m.take(comm, total);
@@ -249,7 +255,7 @@ void MemoryTier::snapshot(uint64_t index, const std::vector<TensorView>& views, 
     auto old = m.own_.find(index);
     if (old != m.own_.end()) m.give_back(std::move(old->second));
     m.own_[index] = std::move(mine);
-    m.trim(m.own_);
+    m.trim(m.own_, m.keep_ + 1);
   };
   try {
     if (placement.replicas() > 0 && mine.dev)
@@ -324,7 +330,7 @@ void MemoryTier::Impl::keep_replica(uint32_t source, uint64_t index, Snap theirs
   auto old = held.find(index);
   if (old != held.end()) give_back(std::move(old->second));
   held[index] = std::move(theirs);
-  trim(held);
+  trim(held, keep_);
 }
 
 void MemoryTier::Impl::forget_other_sources() {

@@ -33,9 +33,9 @@ std::optional<std::string> tier_unfit(uint64_t state_bytes, size_t keep, uint32_
   const uint64_t copies = per_rank / (state_bytes == 0 ? 1 : state_bytes);
   return "the memory tier does not fit this host: its " + std::to_string(host_ranks) + " rank(s) need " +
          std::to_string(host_ranks) + " x " + std::to_string(copies) + " x " + mib(state_bytes) + " = " +
-         mib(need) + " (" + std::to_string(keep) + " own snapshots and " + std::to_string(keep) +
-         " of each of " + std::to_string(replicas) + " replica(s) kept, one being replaced, " +
-         std::to_string(replicas) + " arriving), and " + source + " is " + mib(available) +
+         mib(need) + " (" + std::to_string(keep + 1) + " own snapshots and " + std::to_string(keep) +
+         " of each of " + std::to_string(replicas) + " replica(s) kept, " + std::to_string(replicas) +
+         " arriving), and " + source + " is " + mib(available) +
          "; lower --snapshot-keep or --replicas, or run fewer ranks per host";
 }
 

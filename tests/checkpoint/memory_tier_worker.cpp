@@ -15,6 +15,7 @@
 //  - kill: world 2; both snapshot 1 and settle it; at snapshot 2 rank 1
 //    SIGKILLs itself as soon as the exchange is posted; rank 0 aborts,
 //    abandons, and writes what it holds.
+//  - kill-next: the same, and rank 0 takes snapshot 3 after the abort.
 #include <sigma/bootstrap.hpp>
 #include <sigma/memory_tier.hpp>
 
@@ -132,7 +133,7 @@ int main(int argc, char** argv) {
       std::vector<float> theirs(kFloats);
       tier.handoff(3, {{1, 0, 2}}, views_of(theirs), *comm, rank);
       if (rank == 2) std::ofstream(dir + "/handed-2") << (holds(theirs, 0, 3) ? "ok" : "wrong") << "\n";
-    } else if (name == "kill") {
+    } else if (name == "kill" || name == "kill-next") {
       fill(state, rank, 1);
       tier.snapshot(1, views, *comm, rank, world);
       tier.drop_after(1);  // waits for the exchange of 1: both ranks hold each other's
@@ -163,6 +164,22 @@ int main(int argc, char** argv) {
       }
       tier.settle();  // never blocks, whatever state the exchange is in
       comm->abort();  // what a session does when a peer is gone
+      if (name == "kill-next") {
+        // As a rank that went on to its next snapshot before it saw the
+        // cut (its own exchange with another peer was fine): snapshot 3 is
+        // kept, its exchange fails at once on the aborted communicator.
+        try {
+          tier.flush();  // the cut exchange of 2 seen and dropped, as settle() drops one
+        } catch (const Error& e) {
+          std::cerr << "rank 0: snapshot 2's exchange failed: " << e.what() << "\n";
+        }
+        fill(state, rank, 3);
+        try {
+          tier.snapshot(3, views, *comm, rank, world);
+        } catch (const Error& e) {
+          std::cerr << "rank 0: snapshot 3's exchange failed: " << e.what() << "\n";
+        }
+      }
       tier.abandon();
       write_held(dir + "/held-" + std::to_string(rank), tier);
     } else {
