@@ -124,7 +124,9 @@ void expect_named(const std::string& name, const std::string& scenario, const st
       });
   ASSERT_EQ(st.size(), 4u);
   for (uint32_t r : {0u, 1u, 3u}) {
-    EXPECT_TRUE(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 1) << name << " rank " << r << " status " << st[r];
+    EXPECT_TRUE(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 1)
+        << name << " rank " << r << " status " << st[r] << "; its stderr:\n"
+        << read_text(dir + "/stderr-" + std::to_string(r));
     std::ifstream in(dir + "/error-" + std::to_string(r));
     std::string text, secs;
     std::getline(in, text);

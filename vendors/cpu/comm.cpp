@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <optional>
 #include <set>
@@ -389,10 +390,17 @@ void Comm::wake_p2p() {
   }
 }
 
-// The buffers of one operation, visible to wake_p2p() while it runs.
+// The buffers of one operation, visible to wake_p2p() while it runs. When
+// the operation fails (the guard goes while an exception unwinds), other
+// transfers of it may still be posted on Gloo's pairs, whose event loop
+// would go on receiving into the caller's memory (and failing the buffers)
+// after the operation returned: the pairs are closed first, under their
+// own locks, and the buffers, declared before the guard, go after them.
+// The communicator is finished after a failure anyway.
 class Comm::InFlight {
  public:
-  InFlight(Comm& c, std::vector<gloo::transport::UnboundBuffer*> bufs) : c_(c) {
+  InFlight(Comm& c, std::vector<gloo::transport::UnboundBuffer*> bufs)
+      : c_(c), unwinding_(std::uncaught_exceptions()) {
     {
       std::lock_guard lk(c_.p2p_mu_);
       c_.p2p_ = std::move(bufs);
@@ -402,7 +410,10 @@ class Comm::InFlight {
       throw gloo::IoException("aborted");
     }
   }
-  ~InFlight() { clear(); }
+  ~InFlight() {
+    clear();
+    if (std::uncaught_exceptions() > unwinding_) c_.close_pairs();
+  }
   InFlight(const InFlight&) = delete;
   InFlight& operator=(const InFlight&) = delete;
 
@@ -412,7 +423,16 @@ class Comm::InFlight {
     c_.p2p_.clear();
   }
   Comm& c_;
+  const int unwinding_;
 };
+
+void Comm::close_pairs() noexcept {
+  try {
+    if (ctx_) ctx_->closeConnections();
+  } catch (const std::exception&) {
+    // A pair that cannot close is already failed; its loop is done with it.
+  }
+}
 
 // Gloo's collectives post their sends on the output buffer or the input:
 // made here, abort() can wake a send in flight. A pair's failure reaches
@@ -678,18 +698,10 @@ void Comm::run_all_to_allv(const hal_coll_args_t& a) {
     }
   }
   const auto timeout = ctx_->getTimeout();
-  try {
-    for (int k = 0; k < sends; ++k)
-      if (!send->waitSend(timeout)) throw gloo::IoException("all_to_allv: send aborted");
-    for (int k = 0; k < recvs; ++k)
-      if (!recv->waitRecv(timeout)) throw gloo::IoException("all_to_allv: receive aborted");
-  } catch (...) {
-    // Other transfers of this operation may still be posted on the pairs:
-    // the buffers must outlive them (the communicator is finished anyway).
-    failed_buffers_.push_back(std::move(send));
-    failed_buffers_.push_back(std::move(recv));
-    throw;
-  }
+  for (int k = 0; k < sends; ++k)
+    if (!send->waitSend(timeout)) throw gloo::IoException("all_to_allv: send aborted");
+  for (int k = 0; k < recvs; ++k)
+    if (!recv->waitRecv(timeout)) throw gloo::IoException("all_to_allv: receive aborted");
 }
 
 // Matched in posting order per peer: the k-th send to a peer meets that

@@ -77,7 +77,8 @@ class Comm {
   void run_p2p(const hal_coll_args_t& a);
   void set_async_error(hal_status_t st);
   void shutdown_sockets();
-  void wake_p2p();  // fails the sends and receives in flight, if any
+  void wake_p2p();              // fails the sends and receives in flight, if any
+  void close_pairs() noexcept;  // every pair closed: Gloo's loop touches none of its buffers again
   // Registers `bufs` with wake_p2p() until the returned guard goes; throws
   // if the communicator was aborted before.
   class InFlight;
@@ -86,11 +87,6 @@ class Comm {
   std::unique_ptr<gloo::transport::UnboundBuffer> watch(void* p, size_t bytes, Watched& into);
 
   const uint32_t rank_, size_;
-  // The buffers of a failed all-to-all(v): transfers still posted on them
-  // may be touched by Gloo's event loop until its pairs are gone, so they
-  // live as long as the context (declared before ctx_, destroyed after it).
-  // Whoever holds running_.
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> failed_buffers_;
   std::shared_ptr<gloo::Context> ctx_;  // null for a world of one
   std::mutex mu_;                       // guards queue_, stop_, running_
   std::condition_variable work_cv_;     // the worker: queued work or stop
