@@ -195,6 +195,7 @@ bool Channel::fill() {
       closed_ = true;
       return false;
     }
+    bytes_read_ += static_cast<uint64_t>(n);
     buffer_.append(buf, static_cast<size_t>(n));
     if (buffer_.size() > kMaxMessage && buffer_.find('\n') == std::string::npos) {
       // Control messages are small; a line this long is a broken or hostile

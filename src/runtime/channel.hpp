@@ -42,6 +42,8 @@ class Channel {
   bool oversized() const { return oversized_; }
   static constexpr size_t kMaxMessage = size_t{1} << 20;
   int fd() const { return fd_; }
+  // Bytes read off the socket so far (the agent's inbound load).
+  uint64_t bytes_read() const { return bytes_read_; }
   // Shuts the socket down so a blocked receive() returns (closed()).
   void shutdown();
 
@@ -72,6 +74,7 @@ class Channel {
   bool client_ = false;
   std::string nonce_;  // the connection's; the server learns it from the first line
   uint64_t sent_ = 0, received_ = 0;
+  uint64_t bytes_read_ = 0;
   bool forged_ = false;
   std::string refusal_;
 };

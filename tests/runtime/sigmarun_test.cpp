@@ -164,6 +164,17 @@ TEST_F(Sigmarun, AFaultFreeRunReportsDoneWithNoIncidents) {
   EXPECT_EQ(r.report["generations"], 1);
   EXPECT_GT(r.report["ledger"]["idle_spares_device_s"].get<double>(), 0);
   EXPECT_NE(r.report["spare_advice"]["rule"].get<std::string>().find("Poisson"), std::string::npos);
+  // What the agent read: every rank's step figures, heartbeats every 0.1 s
+  // from each of the four workers (the spare too) for most of the run, and
+  // the rates over the run's wall time.
+  const json& in = r.report["control_plane"]["inbound"];
+  EXPECT_GE(in["by_type"]["step"].get<uint64_t>(), 3 * kSteps) << in.dump(1);
+  EXPECT_GE(in["by_type"]["hello"].get<uint64_t>(), 4u) << in.dump(1);
+  const double wall = in["wall_s"].get<double>();
+  EXPECT_GE(in["by_type"]["heartbeat"].get<double>(), 4 * 0.5 * wall / 0.1) << in.dump(1);
+  EXPECT_EQ(in["by_source"]["workers"]["messages"], in["messages"]) << in.dump(1);  // one host
+  EXPECT_GT(in["bytes"].get<uint64_t>(), 50 * in["messages"].get<uint64_t>()) << in.dump(1);
+  EXPECT_NEAR(in["messages_per_s"].get<double>(), in["messages"].get<double>() / wall, 1e-6);
   expect_exact(r);
 }
 
@@ -1028,6 +1039,12 @@ TEST(SigmarunNodes, TwoAgentsFormOneJobAndASpareOnOneHostReplacesAWorkerOnTheOth
   JobRun clean = two_nodes("nodes-clean", port, {"--steps", "120"});
   ASSERT_EQ(clean.exit_code, 0) << logs(clean);
   EXPECT_EQ(clean.report["world"], 4);
+  // The root reads the follower's launches and every worker's messages,
+  // those of host 1's workers included: the layout is flat.
+  const json& in = clean.report["control_plane"]["inbound"];
+  EXPECT_EQ(in["by_type"]["node"], 1) << in.dump(1);
+  EXPECT_GE(in["by_source"]["node_agents"]["messages"].get<uint64_t>(), 4u) << in.dump(1);  // its 3 launches
+  EXPECT_GE(in["by_type"]["step"].get<uint64_t>(), 4 * 120u) << in.dump(1);
   // Device 3 is rank 3 on node 1; the first spare, device 4, is on node 0.
   JobRun r = two_nodes("nodes-kill", port, {"--steps", "120", "--kill-at", "40", "--kill-device", "3"});
   ASSERT_EQ(r.exit_code, 0) << logs(r);

@@ -211,6 +211,7 @@ void Agent::Impl::finish() {
   // reading, so that a worker's own stamps can be set beside them.
   report["clock_origin_monotonic_s"] = t0;
   report["series"] = series.to_json();
+  report["control_plane"] = {{"inbound", inbound.to_json(wall)}};
   write_json_file(o.job_dir + "/report.json", report);
   const auto& storage = report["storage"];
   if (storage["failed_saves"].get<uint64_t>() > 0)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "runtime/agent/coordinator.hpp"
+#include "runtime/agent/inbound.hpp"
 #include "runtime/agent/journal.hpp"
 #include "runtime/agent/metrics.hpp"
 #include "runtime/agent/series.hpp"
@@ -43,6 +44,7 @@ struct Agent::Impl {
   int stop_seen = 0;
   double last_progress = 0;
   agent::Series series;
+  agent::Inbound inbound;                       // what this agent reads, for the report
   std::optional<protocol::StepDone> last_step;  // rank 0's latest, for the progress line
   double tokens_per_s = 0;
 
