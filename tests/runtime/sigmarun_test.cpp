@@ -143,6 +143,17 @@ class Sigmarun : public ::testing::Test {
     for (uint32_t k = 0; k < 3; ++k)
       EXPECT_TRUE(f[k] == (*baseline_)[k]) << "rank " << k << " differs from the fault-free run";
   }
+  // The job ended well, its last incident restored step `index` from disk
+  // with nothing refused by the disk, and its end is the fault-free one's.
+  static void expect_restored_from_disk(const JobRun& r, uint64_t index) {
+    ASSERT_EQ(r.exit_code, 0) << logs(r);
+    ASSERT_GE(r.report["incidents"].size(), 1u) << logs(r);
+    const json& inc = r.report["incidents"].back();
+    EXPECT_EQ(inc["restore"], "disk") << logs(r);
+    EXPECT_EQ(inc["index"], index) << logs(r);
+    EXPECT_EQ(find_event(r, "storage_failed"), nullptr) << logs(r);
+    expect_exact(r);
+  }
   static std::vector<std::string>* baseline_;
   static double baseline_wall_s_;  // the fault-free run's wall time, agent start to end
 
@@ -302,16 +313,10 @@ TEST_F(Sigmarun, NeighboursLostInTheSameCollectiveRestoreTheNewestCompleteDiskCh
                                                     "  - {kind: device_lost, device: 1, at_op: 206}\n"
                                                     "  - {kind: device_lost, device: 2, at_op: 206}\n")),
                         {"--steps", std::to_string(kSteps)});
-    ASSERT_EQ(r.exit_code, 0) << logs(r);
-    ASSERT_GE(r.report["incidents"].size(), 1u) << logs(r);
-    const json& inc = r.report["incidents"].back();
-    EXPECT_EQ(inc["restore"], "disk") << logs(r);
     // Every rank's shard of step 40 was written before its all-reduce
     // (asynchronous: made durable before a rank reports), so step 40 is
     // the newest one every rank holds, and saved again after the restore.
-    EXPECT_EQ(inc["index"], 40) << logs(r);
-    EXPECT_EQ(find_event(r, "storage_failed"), nullptr) << logs(r);
-    expect_exact(r);
+    expect_restored_from_disk(r, 40);
   }
 }
 
@@ -331,13 +336,8 @@ TEST_F(Sigmarun, ASurvivorSlowToWriteItsShardStillRestoresTheStepItsLostPeersWro
                                                    "  - {kind: device_lost, device: 2, at_op: 46}\n")),
                       {"--steps", std::to_string(kSteps), "--kill-at", "39", "--kill-device", "0",
                        "--kill-after-reduce", "--kill-delay-ms", "2000", "--kill-signal", "NONE"});
-  ASSERT_EQ(r.exit_code, 0) << logs(r);
-  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
-  const json& inc = r.report["incidents"].back();
-  EXPECT_EQ(inc["restore"], "disk") << logs(r);
-  EXPECT_EQ(inc["index"], 40) << logs(r);
-  EXPECT_EQ(find_event(r, "storage_failed"), nullptr) << logs(r);
-  expect_exact(r);
+  EXPECT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  expect_restored_from_disk(r, 40);
 }
 
 // The same with a memory snapshot every step and asynchronous checkpoints:
@@ -356,13 +356,8 @@ TEST_F(Sigmarun, ASurvivorWhoseSnapshotExchangeFailsStillSavesTheStepItFinished)
                                                    "  - {kind: device_lost, device: 1, at_op: 206}\n"
                                                    "  - {kind: device_lost, device: 2, at_op: 206}\n")),
                       {"--steps", std::to_string(kSteps)});
-  ASSERT_EQ(r.exit_code, 0) << logs(r);
-  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
-  const json& inc = r.report["incidents"].back();
-  EXPECT_EQ(inc["restore"], "disk") << logs(r);
-  EXPECT_EQ(inc["index"], 40) << logs(r);
-  EXPECT_EQ(find_event(r, "storage_failed"), nullptr) << logs(r);
-  expect_exact(r);
+  EXPECT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  expect_restored_from_disk(r, 40);
 }
 
 // Rank 2 dies before writing its shard of step 40, rank 1 just after
