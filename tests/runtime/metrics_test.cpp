@@ -121,6 +121,12 @@ TEST(Metrics, PromtoolAcceptsALiveJobsExposition) {
   EXPECT_NE(body.find("sigma_device_lifecycle_state{device=\"2\",state=\"available\"} 1"), std::string::npos)
       << body;
   EXPECT_NE(body.find("sigma_goodput_lost_seconds_total{cause=\"detection\"}"), std::string::npos) << body;
+  // The agent's inbound load, as the report counts it.
+  for (const char* m : {"sigma_agent_inbound_messages_total{source=\"workers\"}",
+                        "sigma_agent_inbound_bytes_total{source=\"workers\"}",
+                        "sigma_agent_inbound_messages_by_type_total{type=\"heartbeat\"}",
+                        "sigma_agent_inbound_messages_by_type_total{type=\"step\"}"})
+    EXPECT_NE(body.find(m), std::string::npos) << m << "\n" << body;
   // Telemetry under DCGM's names, one series per device.
   for (const char* m : {"DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"}", "DCGM_FI_DEV_FB_USED{gpu=\"1\"}"})
     EXPECT_NE(body.find(m), std::string::npos) << m << "\n" << body;

@@ -137,7 +137,8 @@ void Agent::Impl::progress_tick() {
   const double t = now();
   if (t - last_progress < 1.0) return;
   last_progress = t;
-  const MetricsSnapshot snap = core->metrics(t);
+  MetricsSnapshot snap = core->metrics(t);
+  snap.inbound = inbound;
   series.devices(t, snap);
   if (metrics) metrics->publish(snap);
   if (!o.progress) return;
@@ -235,7 +236,11 @@ void Agent::Impl::finish() {
                      : -1.0);
   }
   journal->write(journal::encode(journal::End{core->status(), why, {}}));
-  if (metrics) metrics->publish(core->metrics(wall));
+  if (metrics) {
+    MetricsSnapshot last = core->metrics(wall);
+    last.inbound = inbound;
+    metrics->publish(last);
+  }
   ::close(listen_fd);
   if (tcp_fd >= 0) ::close(tcp_fd);
   ::unlink((o.job_dir + "/agent.sock").c_str());

@@ -1,16 +1,21 @@
 #include "runtime/agent/inbound.hpp"
 
+#include <set>
+
 namespace sigma::runtime::agent {
 
 namespace {
-const char* source_name(Inbound::Source s) {
-  return s == Inbound::Source::worker ? "workers" : "node_agents";
-}
+// What workers and node agents send (runtime/protocol.hpp).
+const std::set<std::string, std::less<>> kInboundTypes = {
+    "hello", "heartbeat",      "joined",  "step",     "snapshot", "checkpoint", "recover",
+    "done",  "storage_failed", "refused", "reformed", "node",     "launched",   "exit"};
 }  // namespace
+
+const char* Inbound::source_name(Source s) { return s == Source::worker ? "workers" : "node_agents"; }
 
 void Inbound::message(Source from, const std::string& type) {
   ++by_source_[from].messages;
-  ++by_type_[type.empty() ? "?" : type];
+  ++by_type_[kInboundTypes.count(type) ? type : "other"];
 }
 
 void Inbound::bytes(Source from, uint64_t bytes) { by_source_[from].bytes += bytes; }

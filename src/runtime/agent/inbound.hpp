@@ -18,12 +18,19 @@ class Inbound {
  public:
   enum class Source { worker, node_agent };
 
-  // One message of type `type` (its "type" field; "?" when it has none).
+  // One message of type `type` (its "type" field): one a worker or a node
+  // agent sends, or else "other" (a peer's words never grow the tally).
   void message(Source from, const std::string& type);
   // `bytes` more read off connections from `from`.
   void bytes(Source from, uint64_t bytes);
 
+  struct Tally {
+    uint64_t messages = 0, bytes = 0;
+  };
+  static const char* source_name(Source s);  // "workers", "node_agents"
   uint64_t messages() const;
+  const std::map<Source, Tally>& by_source() const { return by_source_; }
+  const std::map<std::string, uint64_t>& by_type() const { return by_type_; }
   // {"messages", "bytes", "messages_per_s", "bytes_per_s", "wall_s",
   //  "by_source": {"workers"|"node_agents": {"messages", "bytes"}},
   //  "by_type": {TYPE: messages}}; rates over `wall_s` (0 when it is not
@@ -31,9 +38,6 @@ class Inbound {
   nlohmann::json to_json(double wall_s) const;
 
  private:
-  struct Tally {
-    uint64_t messages = 0, bytes = 0;
-  };
   std::map<Source, Tally> by_source_;
   std::map<std::string, uint64_t> by_type_;
 };

@@ -110,6 +110,23 @@ void render_devices(std::ostringstream& o, const MetricsSnapshot& s) {
   }
 }
 
+// What the agent read: by source, and by message type (types a peer
+// sends, or "other": label values never come from a peer's words).
+void render_inbound(std::ostringstream& o, const Inbound& in) {
+  family(o, "sigma_agent_inbound_messages_total", "counter", "Messages this agent read, by sender.");
+  for (const auto& [src, t] : in.by_source())
+    sample(o, "sigma_agent_inbound_messages_total",
+           std::string("source=\"") + Inbound::source_name(src) + "\"", static_cast<double>(t.messages));
+  family(o, "sigma_agent_inbound_bytes_total", "counter",
+         "Bytes this agent read off its connections, by sender.");
+  for (const auto& [src, t] : in.by_source())
+    sample(o, "sigma_agent_inbound_bytes_total", std::string("source=\"") + Inbound::source_name(src) + "\"",
+           static_cast<double>(t.bytes));
+  family(o, "sigma_agent_inbound_messages_by_type_total", "counter", "Messages this agent read, by type.");
+  for (const auto& [type, n] : in.by_type())
+    sample(o, "sigma_agent_inbound_messages_by_type_total", "type=\"" + type + "\"", static_cast<double>(n));
+}
+
 }  // namespace
 
 std::string render_metrics(const MetricsSnapshot& s) {
@@ -124,6 +141,7 @@ std::string render_metrics(const MetricsSnapshot& s) {
   family(o, "sigma_spares_available", "gauge", "Validated devices waiting as spares.");
   sample(o, "sigma_spares_available", "", static_cast<double>(s.spares));
   render_devices(o, s);
+  render_inbound(o, s.inbound);
   const nlohmann::json l = s.ledger.to_json(s.wall_s);
   family(o, "sigma_goodput_lost_seconds_total", "counter", "Wall time lost, by cause.");
   for (auto& [cause, v] : l["lost_s"].items())

@@ -7,6 +7,7 @@
 #include <sigma/scheduler.hpp>
 
 #include "journal_records.hpp"
+#include "runtime/agent/inbound.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -45,6 +46,7 @@ struct MetricsSnapshot {
     std::vector<hal_telemetry_sample_t> telemetry{};
   };
   std::vector<Device> devices;
+  Inbound inbound;  // what the agent read (its host fills it in)
 };
 
 // The journal line of a scheduler action / a health event.
