@@ -301,6 +301,11 @@ json encode(const WorkerMessage& m) {
       m);
 }
 
+checkpoint::ReplicaPlacement replica_placement(const Assign& a) {
+  return a.domains.empty() ? checkpoint::ReplicaPlacement::ring(a.world)
+                           : checkpoint::ReplicaPlacement::across(a.domains, a.replicas);
+}
+
 json encode(const AgentMessage& m) {
   return std::visit(Overloaded{
                         [](const Assign& a) -> json {

@@ -19,6 +19,7 @@
 
 #include <sigma/hal.h>
 #include <sigma/error.hpp>
+#include <sigma/replica_placement.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -164,10 +165,10 @@ struct Assign {
   RestoreTier restore = RestoreTier::none;
   uint64_t index = 0;
   std::vector<std::pair<uint32_t, uint32_t>> handoff;
-  // memory: (source, holder) for each survivor whose holder under this
-  // assignment's placement lacks its snapshot `index` (a replacement, or
-  // one whose exchange the fault cut): the source sends it while the
-  // replaced ranks' states are handed over (absent: none).
+  // memory: (source, holder) for each survivor whose surviving holder
+  // under this assignment's placement lacks its snapshot `index` (the
+  // fault cut the exchange that was bringing it): the source sends it
+  // before the replaced ranks' states are handed over (absent: none).
   std::vector<std::pair<uint32_t, uint32_t>> refresh{};
   std::vector<uint32_t> domains{};
   uint32_t replicas = 1;
@@ -177,6 +178,11 @@ struct Assign {
   std::vector<uint32_t> live{};
   bool contained = false;  // the agent contains faults to their replica (absent: false)
 };
+
+// Where the sessions of an assignment keep their replicas: across its
+// domains, or on the ring when it declares none. The agent plans refreshes
+// with the same placement.
+checkpoint::ReplicaPlacement replica_placement(const Assign& a);
 
 // Abort the communicator now (a peer failed).
 struct Abort {

@@ -396,8 +396,7 @@ struct Session::Impl {
   uint64_t apply(const protocol::Assign& a, uint64_t aborts_before) {
     const auto t0 = Clock::now();
     const uint32_t old_rank = rank, old_world = world;
-    placement = a.domains.empty() ? checkpoint::ReplicaPlacement::ring(a.world)
-                                  : checkpoint::ReplicaPlacement::across(a.domains, a.replicas);
+    placement = protocol::replica_placement(a);
     tier_replicas = a.replicas;
     set_layout(a);
     if (a.restore == RestoreTier::peer) return join_replica(a, aborts_before);

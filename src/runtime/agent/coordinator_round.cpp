@@ -176,19 +176,16 @@ void Coordinator::assign_generation() {
     devices.push_back(s->device);
   }
   const auto where = placement();
-  // Every rank's restored snapshot in its holder before the rejoin, as the
-  // sessions place replicas (session_impl.hpp, apply).
-  std::vector<std::pair<uint32_t, uint32_t>> refresh;
+  std::vector<protocol::Assign> assigns;
+  for (uint32_t r = 0; r < scheduler_.world_size(); ++r)
+    assigns.push_back(assignment(r, generation_, plan->tier, plan->index, plan->handoff, where));
+  // Every survivor's restored snapshot in its holder before the rejoin,
+  // under the placement the sessions take from their assignment.
   if (plan->tier == RestoreTier::memory) {
-    const auto p = where.domains.empty() ? checkpoint::ReplicaPlacement::ring(scheduler_.world_size())
-                                         : checkpoint::ReplicaPlacement::across(where.domains, o_.replicas);
-    refresh = recovery::refresh_moves(ranks, plan->index, p);
+    const auto refresh = recovery::refresh_moves(ranks, plan->index, protocol::replica_placement(assigns[0]));
+    for (auto& a : assigns) a.refresh = refresh;
   }
-  for (uint32_t r = 0; r < scheduler_.world_size(); ++r) {
-    auto a = assignment(r, generation_, plan->tier, plan->index, plan->handoff, where);
-    a.refresh = refresh;
-    send(*slot_of_rank(r), a);
-  }
+  for (uint32_t r = 0; r < scheduler_.world_size(); ++r) send(*slot_of_rank(r), assigns[r]);
   for (Slot& s : slots_) {
     if (s.phase == Phase::retiring) send(s, protocol::Retire{"moved off a suspect device"});
   }

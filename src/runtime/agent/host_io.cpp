@@ -30,6 +30,20 @@ std::string type_of(const json& m) {
   return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// The next message ready on `ch`, tallied in `in` as `from`'s load (a
+// greeting, `from` unknown yet: a node agent's when it is one, else a
+// worker's).
+std::optional<json> receive_counted(Channel& ch, std::optional<Inbound::Source> from, Inbound& in) {
+  const uint64_t before = ch.bytes_read();
+  auto m = ch.receive_ready();
+  const std::string type = m ? type_of(*m) : std::string();
+  const Inbound::Source source =
+      from.value_or(type == "node" ? Inbound::Source::node_agent : Inbound::Source::worker);
+  in.bytes(source, ch.bytes_read() - before);
+  if (m) in.message(source, type);
+  return m;
+}
+
 // Every run's rendezvous keys live apart (a job folder or a Redis is used
 // again by a resumed run, or by other jobs): stale keys never mix in.
 std::string store_for_run(const AgentOptions& o, const std::string& run_id) {
@@ -84,11 +98,8 @@ void Agent::Impl::greeted(std::unique_ptr<Channel> ch, const json& first) {
 
 void Agent::Impl::read_messages(uint32_t device) {
   while (workers[device]) {
-    const uint64_t before = workers[device]->bytes_read();
-    auto m = workers[device]->receive_ready();
-    inbound.bytes(Inbound::Source::worker, workers[device]->bytes_read() - before);
+    auto m = receive_counted(*workers[device], Inbound::Source::worker, inbound);
     if (!m) break;
-    inbound.message(Inbound::Source::worker, type_of(*m));
     try {
       const protocol::WorkerMessage message = protocol::decode_worker(*m);
       if (const auto* s = std::get_if<protocol::StepDone>(&message); s && core->rank(device) == 0)
@@ -104,11 +115,8 @@ void Agent::Impl::read_messages(uint32_t device) {
 void Agent::Impl::node_messages(uint32_t n) {
   auto& ch = nodes[n];
   while (ch) {
-    const uint64_t before = ch->bytes_read();
-    auto m = ch->receive_ready();
-    inbound.bytes(Inbound::Source::node_agent, ch->bytes_read() - before);
+    auto m = receive_counted(*ch, Inbound::Source::node_agent, inbound);
     if (!m) break;
-    inbound.message(Inbound::Source::node_agent, type_of(*m));
     try {
       const protocol::NodeMessage msg = protocol::decode_node(*m);
       if (const auto* l = std::get_if<protocol::Launched>(&msg)) {
@@ -213,13 +221,7 @@ void Agent::Impl::poll_once(int wake_fd) {
   }
   // Greetings: the first message names the device.
   for (auto it = pending.begin(); it != pending.end();) {
-    const uint64_t before = (*it)->bytes_read();
-    auto m = (*it)->receive_ready();
-    inbound.bytes(Inbound::Source::worker, (*it)->bytes_read() - before);
-    if (m) {
-      const std::string type = type_of(*m);
-      inbound.message(type == "node" ? Inbound::Source::node_agent : Inbound::Source::worker, type);
-    }
+    auto m = receive_counted(**it, std::nullopt, inbound);
     if ((*it)->closed()) {
       if ((*it)->oversized())
         journal->write(
