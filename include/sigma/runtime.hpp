@@ -203,6 +203,21 @@ class SIGMA_EXPORT Session {
   // returns the next step to run. Throws Error(aborted) when the agent ends
   // the job before this device is needed (a spare never used).
   uint64_t join();
+  // For a program that must know its rank before it can say what its state
+  // is (torch.distributed's init_process_group comes before the model):
+  // blocks until the agent assigns a rank, then returns; join() carries out
+  // the rest. At the job's fresh start the communicator is built and probed
+  // here, so the program's own collectives may run on comm() before join()
+  // (every rank starts alike). Any other worker (a replacement, a spare,
+  // a resume from disk) has its communicator built by join(): its peers are
+  // in their recovery, restore_pending() is true, and nothing may run on
+  // comm() until join(). State items may still be added until join().
+  // Throws as join() does; Error(invalid_argument) after join or a second
+  // time.
+  void wait_for_rank();
+  // True between wait_for_rank() and join() when the communicator waits for
+  // join() (see wait_for_rank). Training thread.
+  bool restore_pending() const noexcept;
 
   uint32_t rank() const noexcept;
   uint32_t world_size() const noexcept;

@@ -166,7 +166,7 @@ void Session::set_state(std::vector<checkpoint::TensorView> views) {
 }
 
 void Session::add_state_item(StateItem item) {
-  if (impl_->generation != 0)
+  if (impl_->generation != 0 && !impl_->pending)
     throw Error(Code::invalid_argument,
                 "runtime: state item '" + item.name + "' added after join (the snapshots' layout is fixed)");
   impl_->items.add(std::move(item));
@@ -206,10 +206,20 @@ void Session::on_abort(std::function<void()> hook) {
   impl_->on_abort = std::move(hook);
 }
 
-uint64_t Session::join() { return impl_->wait_and_apply(); }
+uint64_t Session::join() { return impl_->join(); }
 
-uint32_t Session::rank() const noexcept { return impl_->rank; }
-uint32_t Session::world_size() const noexcept { return impl_->world; }
+void Session::wait_for_rank() { impl_->wait_for_rank(); }
+
+bool Session::restore_pending() const noexcept { return impl_->pending && !impl_->pending->connected; }
+
+// Between wait_for_rank and join a restoring worker's communicator is not
+// built yet: its assignment says the rank.
+uint32_t Session::rank() const noexcept {
+  return restore_pending() ? impl_->pending->assign.rank : impl_->rank;
+}
+uint32_t Session::world_size() const noexcept {
+  return restore_pending() ? impl_->pending->assign.world : impl_->world;
+}
 uint64_t Session::generation() const noexcept { return impl_->generation; }
 const hal::PluginPtr& Session::plugin() const noexcept { return impl_->plugin; }
 

@@ -392,28 +392,64 @@ struct Session::Impl {
     }
   }
 
+  // A built communicator: when its building began and ended, the probe's
+  // time, and the rank and world before it (a renumbering drops replicas).
+  struct Connected {
+    Clock::time_point t0, ready;
+    double probe_s = 0;
+    uint32_t old_rank = 0, old_world = 0;
+  };
+
+  // An assignment taken before the state was known (Session::wait_for_rank):
+  // join() carries out the rest. A fresh start's communicator is built
+  // already (the program's own collectives may run on it first).
+  struct Pending {
+    protocol::Assign assign;
+    uint64_t aborts_before = 0;
+    std::optional<Connected> connected;
+  };
+  std::optional<Pending> pending;
+
   // Carries out an assignment: communicator, then the agreed state.
   uint64_t apply(const protocol::Assign& a, uint64_t aborts_before) {
-    const auto t0 = Clock::now();
-    const uint32_t old_rank = rank, old_world = world;
+    adopt_layout(a);
+    if (a.restore == RestoreTier::peer) return join_replica(a, aborts_before);
+    if (auto refused = refuse_if_unfit(a)) return *refused;
+    const Connected c = connect(a, aborts_before);
+    return apply_state(a, aborts_before, c);
+  }
+
+  // The layout and the tier's placement of an assignment.
+  void adopt_layout(const protocol::Assign& a) {
     placement = protocol::replica_placement(a);
     tier_replicas = a.replicas;
     set_layout(a);
-    if (a.restore == RestoreTier::peer) return join_replica(a, aborts_before);
-    if (a.generation == 1) {
-      if (auto why = tier_does_not_fit(a.host_ranks)) {
-        ch->send(protocol::encode(protocol::Refused{*why}));
-        return wait_and_apply();  // the goodbye
-      }
-    }
+  }
+
+  // At the job's start, a host whose memory cannot hold its ranks' tiers
+  // refuses the assignment: the agent's goodbye follows.
+  std::optional<uint64_t> refuse_if_unfit(const protocol::Assign& a) {
+    if (a.generation != 1) return std::nullopt;
+    auto why = tier_does_not_fit(a.host_ranks);
+    if (!why) return std::nullopt;
+    ch->send(protocol::encode(protocol::Refused{*why}));
+    return wait_and_apply();  // the goodbye
+  }
+
+  // The assignment's communicator, checked by the collective probe.
+  Connected connect(const protocol::Assign& a, uint64_t aborts_before) {
+    Connected c;
+    c.t0 = Clock::now();
+    c.old_rank = rank;
+    c.old_world = world;
     build_comm(a, aborts_before);
-    if (engine && (old_rank != rank || old_world != world)) {
+    if (engine && (c.old_rank != rank || c.old_world != world)) {
       settle_disk(true);
       engine.reset();
     }
     // Renumbered ranks (the world shrank): the replicas held are of ranks
     // that are other ranks now.
-    if (old_world != 0 && (old_rank != rank || old_world != world)) tier->drop_replicas();
+    if (c.old_world != 0 && (c.old_rank != rank || c.old_world != world)) tier->drop_replicas();
     // The collective probe: a one-element all-reduce over the new world
     // must give the world size before anything else runs on it.
     const auto tp = Clock::now();
@@ -430,7 +466,14 @@ struct Session::Impl {
                                          " over " + std::to_string(world) + " ranks");
       }
     }
-    const double probe_s = seconds_since(tp);
+    c.probe_s = seconds_since(tp);
+    c.ready = Clock::now();
+    return c;
+  }
+
+  // The agreed state on the built communicator: a fresh start's first
+  // snapshot, or the restore from memory or disk.
+  uint64_t apply_state(const protocol::Assign& a, uint64_t aborts_before, const Connected& c) {
     const RestoreTier how = a.restore;
     const uint64_t index = a.index;
     const auto t1 = Clock::now();
@@ -487,8 +530,8 @@ struct Session::Impl {
     assigned_aborts = aborts_before;
     current_step = static_cast<int64_t>(index);
     ch->send(protocol::encode(protocol::Joined{generation, rank, index, how,
-                                               std::chrono::duration<double>(t1 - t0).count(), probe_s,
-                                               seconds_since(t1)}));
+                                               std::chrono::duration<double>(c.ready - c.t0).count(),
+                                               c.probe_s, seconds_since(t1)}));
     return index;
   }
 
@@ -527,6 +570,38 @@ struct Session::Impl {
   uint64_t wait_and_apply() {
     Command c = next_command();
     if (const auto* a = std::get_if<protocol::Assign>(&c.message)) return apply(*a, c.aborts_before);
+    end_by(c);
+  }
+
+  // Session::wait_for_rank: the assignment, before the state is known.
+  void wait_for_rank() {
+    if (generation != 0 || pending)
+      throw Error(Code::invalid_argument, "runtime: wait_for_rank after join, or twice");
+    Command c = next_command();
+    const auto* a = std::get_if<protocol::Assign>(&c.message);
+    if (!a) end_by(c);
+    adopt_layout(*a);
+    Pending p{*a, c.aborts_before, std::nullopt};
+    // Only the job's first start has every rank here at once; a worker that
+    // joins later (a spare, a fresh start after an early fault) finds its
+    // peers in their recovery.
+    if (a->generation == 1 && a->restore == RestoreTier::none) p.connected = connect(*a, c.aborts_before);
+    pending = std::move(p);
+  }
+
+  // Session::join: the assignment taken by wait_for_rank carried out, or
+  // the next one.
+  uint64_t join() {
+    if (!pending) return wait_and_apply();
+    const Pending p = std::move(*pending);
+    pending.reset();
+    if (!p.connected) return apply(p.assign, p.aborts_before);
+    if (auto refused = refuse_if_unfit(p.assign)) return *refused;
+    return apply_state(p.assign, p.aborts_before, *p.connected);
+  }
+
+  // The agent's retirement of this worker or end of the job, thrown.
+  [[noreturn]] void end_by(const Command& c) {
     ended = true;
     const auto* retire = std::get_if<protocol::Retire>(&c.message);
     const std::string reason = retire ? retire->reason : std::get<protocol::Goodbye>(c.message).reason;

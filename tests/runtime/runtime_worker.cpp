@@ -8,7 +8,7 @@
 //                  [--kill-at STEP --kill-device D [--kill-signal KILL|STOP|NONE]
 //                   [--kill-after-reduce] [--kill-delay-ms MS]]...
 //                  [--rollback-at STEP --rollback-to INDEX]
-//                  [--log PREFIX] [--start-delay-ms MS]
+//                  [--log PREFIX] [--start-delay-ms MS] [--wait-for-rank]
 //
 // The gradient depends on the step's data batch (Session::batch_of: the
 // step itself until a rollback skips a window). --rollback-at: every rank
@@ -27,7 +27,10 @@
 // At the end each rank writes JOB_DIR/final-rank-R.bin (parameters then
 // momentum). --log: each process appends "step N T" after each step and
 // "kill T" before signalling itself to PREFIX.dDEVICE (T: CLOCK_MONOTONIC
-// seconds), for the recovery benchmark.
+// seconds), for the recovery benchmark. --wait-for-rank: the rank asked
+// before the state is set (Session::wait_for_rank, as torch.distributed's
+// init_process_group needs it); on a fresh start a one-element all-reduce
+// runs before join and must give the world size.
 #include <sigma/runtime.hpp>
 
 #include <time.h>
@@ -40,6 +43,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +58,19 @@ struct Kill {
   double delay_ms = 0;        // ... and this long after
 };
 
+// --wait-for-rank: the rank before the state; a fresh start's communicator
+// already works, a restoring worker's peers are in the restore.
+void rank_before_state(sigma::runtime::Session& s) {
+  s.wait_for_rank();
+  std::fprintf(stderr, "runtime_worker: rank %u of %u before join, restore %s\n", s.rank(), s.world_size(),
+               s.restore_pending() ? "pending" : "none");
+  if (s.restore_pending()) return;
+  float one = 1.0f;
+  s.all_reduce(&one, 1, HAL_DTYPE_F32);
+  if (one != static_cast<float>(s.world_size()))
+    throw std::runtime_error("the all-reduce before join gave " + std::to_string(one));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,6 +80,7 @@ int main(int argc, char** argv) {
   std::string log_prefix;
   int64_t rollback_at = -1;
   uint64_t rollback_to = 0;
+  bool wait_for_rank = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -86,6 +104,8 @@ int main(int argc, char** argv) {
       rollback_to = std::stoull(next());
     else if (a == "--start-delay-ms")
       start_delay_ms = std::stod(next());
+    else if (a == "--wait-for-rank")
+      wait_for_rank = true;
     else if (a == "--kill-at")
       kills.push_back({std::stoull(next()), 0, SIGKILL});
     else if (a == "--kill-device" && !kills.empty())
@@ -106,6 +126,7 @@ int main(int argc, char** argv) {
     if (start_delay_ms > 0)  // lets a test's stranger reach the agent first
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(start_delay_ms));
     sigma::runtime::Session s;
+    if (wait_for_rank) rank_before_state(s);
     const uint32_t device = static_cast<uint32_t>(std::atoi(std::getenv("SIGMA_DEVICE")));
     std::vector<float> params(size), momentum(size, 0.0f), grad(size);
     for (uint64_t i = 0; i < size; ++i) params[i] = 0.5f * std::sin(0.001f * static_cast<float>(i));

@@ -219,6 +219,27 @@ TEST_F(Sigmarun, AKilledWorkerIsReplacedByASpareFromTheMemoryTierWithinFiveSecon
   expect_replayed(r);
 }
 
+// Session::wait_for_rank, as a torch.distributed program uses it: the rank
+// before the state, a collective on a fresh start's communicator before
+// join; the spare that replaces a killed rank learns its rank with the
+// restore still pending, and the job ends exact.
+TEST_F(Sigmarun, AWorkerThatAsksItsRankBeforeItsStateIsReplacedFromMemoryBitExactly) {
+  const std::string dir = job_dir("rankfirst");
+  JobRun r =
+      run_in(dir, {"--nproc", "3", "--spares", "1"},
+             {"--steps", std::to_string(kSteps), "--wait-for-rank", "--kill-at", "60", "--kill-device", "1"});
+  ASSERT_EQ(r.exit_code, 0) << logs(r);
+  ASSERT_EQ(r.report["incidents"].size(), 1u) << logs(r);
+  EXPECT_EQ(r.report["incidents"][0]["restore"], "memory") << logs(r);
+  EXPECT_NE(read_file(dir + "/logs/device-0.log").find("rank 0 of 3 before join, restore none"),
+            std::string::npos)
+      << logs(r);
+  EXPECT_NE(read_file(dir + "/logs/device-3.log").find("rank 1 of 3 before join, restore pending"),
+            std::string::npos)
+      << logs(r);
+  expect_exact(r);
+}
+
 // Session::run carries out a rollback the step decides: every rank goes
 // back to its own snapshot and the window's data is never trained on again
 // (the result differs from the fault-free run's), the items kept on
