@@ -125,6 +125,7 @@ void Agent::Impl::spawn(uint32_t device) {
 void Agent::Impl::step_done(const protocol::StepDone& s) {
   const double t = now();
   series.step(t, s);
+  tokens_total += s.tokens;
   if (s.tokens && s.seconds > 0) tokens_per_s = static_cast<double>(s.tokens) / s.seconds;
   last_step = s;
   if (!s.note.empty()) {
@@ -139,6 +140,7 @@ void Agent::Impl::progress_tick() {
   last_progress = t;
   MetricsSnapshot snap = core->metrics(t);
   snap.inbound = inbound;
+  snap.tokens = tokens_total;
   series.devices(t, snap);
   if (metrics) metrics->publish(snap);
   if (!o.progress) return;
@@ -239,6 +241,7 @@ void Agent::Impl::finish() {
   if (metrics) {
     MetricsSnapshot last = core->metrics(wall);
     last.inbound = inbound;
+    last.tokens = tokens_total;
     metrics->publish(last);
   }
   ::close(listen_fd);

@@ -47,6 +47,7 @@ struct Agent::Impl {
   agent::Inbound inbound;                       // what this agent reads, for the report
   std::optional<protocol::StepDone> last_step;  // rank 0's latest, for the progress line
   double tokens_per_s = 0;
+  uint64_t tokens_total = 0;  // rank 0's StepDone.tokens summed, for /metrics
 
   double now() const { return health::monotonic_s() - t0; }
   int run();

@@ -134,6 +134,8 @@ std::string render_metrics(const MetricsSnapshot& s) {
   o.precision(15);
   family(o, "sigma_steps_total", "counter", "Steps the job has reached.");
   sample(o, "sigma_steps_total", "", static_cast<double>(s.steps));
+  family(o, "sigma_tokens_total", "counter", "Tokens rank 0 reported trained on, recomputed steps again.");
+  sample(o, "sigma_tokens_total", "", static_cast<double>(s.tokens));
   family(o, "sigma_step_rate", "gauge", "Steps per second since the start.");
   sample(o, "sigma_step_rate", "", s.wall_s > 0 ? static_cast<double>(s.steps) / s.wall_s : 0.0);
   family(o, "sigma_incidents_total", "counter", "Faults and migrations handled.");

@@ -32,6 +32,9 @@ struct Ledger {
 
 struct MetricsSnapshot {
   uint64_t steps = 0;
+  // Tokens rank 0 reported (StepDone.tokens) over the steps it finished,
+  // recomputed steps again: the work done, for a rate (its host fills it in).
+  uint64_t tokens = 0;
   double wall_s = 0;
   size_t incidents = 0;
   size_t spares = 0;
