@@ -48,8 +48,15 @@ class Stubs(unittest.TestCase):
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
         functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-        self.assertEqual(functions, {"plan"})
-        self.assertTrue(callable(sigma.plan))
+        self.assertEqual(functions, {"plan", "init_process_group", "run"})
+        for name in functions:
+            self.assertTrue(callable(getattr(sigma, name)), name)
+
+    def test_the_process_group_stub_names_what_sigma_adds_to_torchs(self):
+        # Its base class is torch's: the stub names the members sigma's
+        # class defines or overrides, and nothing else.
+        own = {n for n in vars(sigma.ProcessGroup) if not n.startswith("_")} | {"failure"}
+        self.assertEqual(stub_classes()["ProcessGroup"], own)
 
     def test_every_error_class_is_exported_and_a_sigma_error(self):
         for name in sigma.errors.__all__:

@@ -1,5 +1,7 @@
 """libsigma for PyTorch scripts.
 
+- :func:`init_process_group`, :func:`run`: ``torch.distributed`` (DDP) on the
+  job's communicator, surviving faults (:mod:`sigma.distributed`).
 - :class:`Session`: a worker's side of ``sigmarun`` (heartbeats, memory-tier
   snapshots, restore after a failure, the HAL's collectives on tensors).
 - :class:`Guardrails`: skip, clip, loss scale, roll back, escalate, around
@@ -17,6 +19,7 @@ from . import errors
 from .errors import *  # noqa: F401,F403
 from . import _sigma
 from .checkpointer import Checkpointer, Loaded
+from .distributed import ProcessGroup, init_process_group, run
 from .guardrails import Guardrails
 from .health import HealthMonitor
 from .planner import plan
@@ -26,4 +29,4 @@ Decision = _sigma.Decision
 SaveResult = _sigma.SaveResult
 FingerprintResult = _sigma.FingerprintResult
 
-__all__ = ["Session", "Replicas", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult", "FingerprintResult", "plan", "HealthMonitor"] + errors.__all__
+__all__ = ["init_process_group", "run", "ProcessGroup", "Session", "Replicas", "Guardrails", "Checkpointer", "Loaded", "Decision", "SaveResult", "FingerprintResult", "plan", "HealthMonitor"] + errors.__all__

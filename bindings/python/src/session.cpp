@@ -161,6 +161,9 @@ void bind_session(py::module_& m) {
            py::arg("on_generation") = py::none())
       .def(
           "join", [](PySession& p) { return p.s().join(); }, release())
+      .def(
+          "wait_for_rank", [](PySession& p) { p.s().wait_for_rank(); }, release())
+      .def_property_readonly("restore_pending", [](PySession& p) { return p.s().restore_pending(); })
       .def_property_readonly("rank", [](PySession& p) { return p.s().rank(); })
       .def_property_readonly("world_size", [](PySession& p) { return p.s().world_size(); })
       .def_property_readonly("generation", [](PySession& p) { return p.s().generation(); })
