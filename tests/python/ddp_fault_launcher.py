@@ -3,7 +3,7 @@ device sends itself a real signal when it begins one step: a SIGKILL (a
 crash) or a SIGSTOP (a hang: the process frozen, its heartbeats stopped).
 Once per job: a marker file says the signal was sent, so a worker started
 again on that device steps on. With --progress P, each worker appends
-"step N T" when it ends a step and "kill T" before its signal (T:
+"step N T" when it ends a step that counts and "kill T" before its signal (T:
 CLOCK_MONOTONIC seconds) to P.dD (D: its device), as the recovery
 benchmark's workers do.
 
@@ -16,6 +16,7 @@ import sys
 import time
 
 import sigma
+import torch.distributed as dist
 
 args = sys.argv[1:]
 progress = None
@@ -41,7 +42,12 @@ def run(total_steps, step_fn, *args, **kwargs):
             note("kill")
             os.kill(os.getpid(), sig)
         step_fn(k)
-        note(f"step {k}")
+        # A step counts once its all-reduces are done without a failure
+        # (sigma.run voids it otherwise, after this returns).
+        group = dist.distributed_c10d._get_default_group()
+        group._collectives.drain()
+        if group.failure is None:
+            note(f"step {k}")
 
     return real_run(total_steps, step, *args, **kwargs)
 

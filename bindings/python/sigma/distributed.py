@@ -24,13 +24,15 @@ What this relies on in torch (1.13, Debian's ``python3-torch``):
 """
 
 import datetime
+import queue
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
 from torch.distributed.utils import _sync_module_states as _broadcast_module_states
 
-from .errors import AbortedError, Error, NotSupportedError
+from .errors import AbortedError, NotSupportedError
 from .session import Session
 
 BACKEND = "sigma"
@@ -41,39 +43,50 @@ _session = None  # the process's Session, made by init_process_group
 class ProcessGroup(dist.ProcessGroup):
     """A ``torch.distributed`` process group whose collectives run on a
     :class:`Session`'s communicator (CPU tensors staged through the device,
-    CUDA tensors on the ``cuda`` vendor's as they are). Each op blocks until
-    done and returns completed work; a libsigma failure (a peer lost, the
-    agent's abort) raises its ``sigma`` exception, kept in :attr:`failure`
-    until the session's recovery takes it (torch may rethrow it wrapped).
-    On a worker that restores before :meth:`Session.join` (a replacement
-    building its model), collectives are answered from this rank alone:
-    its state comes from the restore, and its peers are in it."""
+    CUDA tensors on the ``cuda`` vendor's as they are). All-reduces run on
+    the group's own thread (:class:`_Collectives`), so that DDP's backward
+    computes on while a bucket is reduced, as with torch's own backends;
+    the other ops wait for those before them and run at once (torch calls
+    some of them with the GIL held and waits). A libsigma failure (a peer
+    lost, the agent's abort) is kept until the session's recovery takes it:
+    an op on the calling thread raises its ``sigma`` exception (torch may
+    rethrow it wrapped); one on the group's thread leaves its tensors as
+    they were, and the next op or :func:`run` at the step's end raises it. On a worker whose peers are in their recovery (a replacement
+    building its model before :meth:`Session.join`), collectives are
+    answered from this rank alone: its state comes from the restore."""
 
     def __init__(self, session, rank, size, timeout_s=60.0):
         super().__init__(rank, size)
         self._session = session
         self._timeout_s = timeout_s
-        self.failure = None
+        self._collectives = _Collectives()
 
     def getBackendName(self):  # noqa: N802 (torch's name)
         return BACKEND
+
+    @property
+    def failure(self):
+        """The failure an op met since the last recovery, or None."""
+        return self._collectives.failure
 
     # ---- the ops DDP calls ----------------------------------------------
 
     def allreduce(self, tensors, opts=None):
         op = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-        return self._run(lambda: [self._session.all_reduce(t, op, self._timeout_s) for t in tensors], tensors)
+        timeout = self._timeout_s
+        return self._run(lambda s: [s.all_reduce(t, op, timeout) for t in tensors], tensors, background=True)
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
-        return self._run(lambda: [self._session.broadcast(t, root, self._timeout_s) for t in tensors], tensors)
+        timeout = self._timeout_s
+        return self._run(lambda s: [s.broadcast(t, root, timeout) for t in tensors], tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        def gather():
+        def gather(s):
             for outs, t in zip(output_tensors, input_tensors):
                 if len(outs) != self.size():
                     raise NotSupportedError(f"allgather: {len(outs)} outputs for a world of {self.size()}")
-                every = self._session.all_gather(t, self._timeout_s)
+                every = s.all_gather(t, self._timeout_s)
                 for r, out in enumerate(outs):
                     out.copy_(every[r])
 
@@ -81,17 +94,17 @@ class ProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         one = torch.ones(1)
-        return self._run(lambda: self._session.all_reduce(one, "sum", self._timeout_s), [one])
+        return self._run(lambda s: s.all_reduce(one, "sum", self._timeout_s), [one])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         """An all-reduce of every rank's inputs, this rank keeping its part:
         the HAL has no reduce-scatter, so this moves world times the bytes."""
         op = _reduce_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
 
-        def reduce_scatter():
+        def reduce_scatter(s):
             for out, ins in zip(output_tensors, input_tensors):
                 flat = torch.cat([t.reshape(-1) for t in ins])
-                self._session.all_reduce(flat, op, self._timeout_s)
+                s.all_reduce(flat, op, self._timeout_s)
                 n = out.numel()
                 out.copy_(flat[self.rank() * n : (self.rank() + 1) * n].view_as(out))
 
@@ -105,34 +118,87 @@ class ProcessGroup(dist.ProcessGroup):
 
     # ---- one op ------------------------------------------------------------
 
-    def _run(self, op, results):
-        if self._session._native.restore_pending:
-            self._answer_alone(op)
-        else:
-            try:
-                op()
-            except Error as e:
-                self.failure = e
-                raise
+    def _run(self, op, results, background=False):
+        """``op(session)`` as Work: answered alone while this worker's peers
+        are in their recovery, else in issue order on the group's thread
+        (``background``: returned at once) or after the ops before it."""
         fut = torch.futures.Future()
-        fut.set_result(results)
+        if self._session._native.restore_pending:
+            op(_Alone(self._session.rank, self._session.world_size))
+            fut.set_result(results)
+        else:
+            if background:
+                self._collectives.submit(lambda: op(self._session), fut, results)
+                return torch._C._distributed_c10d._create_work_from_future(fut)
+            self._collectives.drain()
+            self._collectives.run_here(lambda: op(self._session))
+            fut.set_result(results)
         return torch._C._distributed_c10d._create_work_from_future(fut)
 
-    def _answer_alone(self, op):
-        """Before a restoring worker's join: every rank is taken to hold
-        this rank's tensors (DDP's shape check passes, its broadcast of the
-        state is the restore's job)."""
-        alone = _Alone(self._session.rank, self._session.world_size)
-        real, self._session = self._session, alone
-        try:
-            op()
-        finally:
-            self._session = real
+    def take_failure(self):
+        """The libsigma failure an op raised since the last call, or None;
+        every op issued before runs (or fails) first."""
+        self._collectives.drain()
+        return self._collectives.take_failure()
+
+
+class _Collectives:
+    """One thread that runs a group's ops in the order they were issued
+    (every rank issues the same order). After a failure the ops queued
+    behind it are not run, and every op issued raises it, until the failure
+    is taken: the communicator they would run on is the failed
+    generation's."""
+
+    def __init__(self):
+        self._queue = queue.SimpleQueue()
+        self._idle = threading.Condition()
+        self._queued = 0
+        self.failure = None
+        threading.Thread(target=self._serve, name="sigma-collectives", daemon=True).start()
+
+    def submit(self, op, fut, results):
+        if self.failure is not None:
+            raise self.failure
+        with self._idle:
+            self._queued += 1
+        self._queue.put((op, fut, results))
+
+    def drain(self):
+        with self._idle:
+            self._idle.wait_for(lambda: self._queued == 0)
 
     def take_failure(self):
-        """The libsigma failure an op raised since the last call, or None."""
         f, self.failure = self.failure, None
         return f
+
+    def run_here(self, op):
+        """``op()`` on the calling thread, once the queue is drained; its
+        failure is raised and kept as a queued op's is."""
+        if self.failure is not None:
+            raise self.failure
+        try:
+            op()
+        except Exception as e:
+            self.failure = e
+            raise
+
+    def _serve(self):
+        while True:
+            op, fut, results = self._queue.get()
+            try:
+                if self.failure is None:
+                    op()
+            except Exception as e:  # raised to the caller by the next op or take_failure
+                self.failure = e
+            # Completed even after a failure: torch 1.13 crashes in DDP's
+            # backward on a future failed from another thread. The tensors
+            # are left as they were; the failure is raised by the next op on
+            # the calling thread and by sigma.run at the step's end, before
+            # the step counts.
+            fut.set_result(results)
+            with self._idle:
+                self._queued -= 1
+                self._idle.notify_all()
 
 
 class _Alone:
@@ -270,6 +336,11 @@ def run(total_steps, step_fn, model=None, optimizer=None):
             if failure is not None and failure is not e:
                 raise failure from e
             raise
+        # Nothing in flight while the step's snapshot is taken, and an
+        # all-reduce that failed on the group's thread voids the step.
+        failure = group.take_failure() if isinstance(group, ProcessGroup) else None
+        if failure is not None:
+            raise failure
 
     def on_generation(next_step):
         if isinstance(group, ProcessGroup):
