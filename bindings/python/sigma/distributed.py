@@ -229,9 +229,8 @@ class _Store(dist.Store):
     alone by a restoring worker, whose peers are in the restore). Other
     keys are this process's own."""
 
-    def __init__(self, session):
+    def __init__(self):
         super().__init__()
-        self._session = session
         self._values = {}
 
     def set(self, key, value):
@@ -244,11 +243,11 @@ class _Store(dist.Store):
 
     def add(self, key, amount):
         if key.startswith(dist.distributed_c10d.STORE_BASED_BARRIER_PREFIX) and amount > 0:
+            # On the default group (torch sets it before this barrier): in
+            # order after its queued all-reduces, alone where it answers alone.
             count = torch.ones(1, dtype=torch.int64)
-            if self._session._native.restore_pending:
-                count.fill_(self._session.world_size)
-            else:
-                self._session.all_reduce(count, "sum")
+            group = dist.distributed_c10d._get_default_group()
+            group._run(lambda s: s.all_reduce(count, "sum", group._timeout_s), [count])
             amount = int(count.item())
         self._values[key] = int(self._values.get(key, 0)) + amount
         return self._values[key]
@@ -299,7 +298,7 @@ def init_process_group(timeout_s=60.0):
     dist.Backend.register_backend(BACKEND, _create)
     dist.init_process_group(
         BACKEND,
-        store=_Store(_session),
+        store=_Store(),
         rank=_session.rank,
         world_size=_session.world_size,
         timeout=datetime.timedelta(seconds=timeout_s),
