@@ -9,8 +9,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 
+import sigma
 import torch
 
 from test_session import sigmarun, summary
@@ -65,6 +67,40 @@ class Collectives(unittest.TestCase):
             with open(os.path.join(mine, "called-rank-0.json"), encoding="utf-8") as f:
                 called = set(json.load(f))
             self.assertEqual(called, {"allreduce", "broadcast", "allgather", "barrier"})
+
+
+class GroupThread(unittest.TestCase):
+    """The group's own thread (sigma.distributed._Collectives), alone."""
+
+    def test_ops_run_in_issue_order_and_a_failure_stops_those_behind_it_until_taken(self):
+        from sigma.distributed import _Collectives
+
+        q, ran = _Collectives(), []
+        gate = threading.Event()
+        futs = [torch.futures.Future() for _ in range(4)]
+        q.submit(lambda: (gate.wait(), ran.append(0)), futs[0], [0])
+        q.submit(lambda: ran.append(1), futs[1], [1])
+        gate.set()
+        q.drain()
+        self.assertEqual(ran, [0, 1])
+        self.assertEqual([f.value() for f in futs[:2]], [[0], [1]])
+
+        def lost():
+            raise sigma.AbortedError("a peer was lost")
+
+        q.submit(lost, futs[2], ["kept"])
+        q.drain()
+        # Completed (a failed future crashes DDP's backward in torch 1.13),
+        # the failure kept and raised by the next op on the caller.
+        self.assertEqual(futs[2].value(), ["kept"])
+        with self.assertRaises(sigma.AbortedError):
+            q.submit(lambda: ran.append(3), futs[3], [3])
+        with self.assertRaises(sigma.AbortedError):
+            q.run_here(lambda: ran.append(3))
+        self.assertEqual(ran, [0, 1])
+        self.assertIsInstance(q.take_failure(), sigma.AbortedError)
+        q.run_here(lambda: ran.append(4))
+        self.assertEqual(ran, [0, 1, 4])
 
 
 class Training(unittest.TestCase):
