@@ -401,8 +401,8 @@ struct Session::Impl {
   };
 
   // An assignment taken before the state was known (Session::wait_for_rank):
-  // join() carries out the rest. A fresh start's communicator is built
-  // already (the program's own collectives may run on it first).
+  // join() carries out the rest. At the job's first start the communicator
+  // is built already (the program's own collectives may run on it first).
   struct Pending {
     protocol::Assign assign;
     uint64_t aborts_before = 0;

@@ -20,7 +20,8 @@ What this relies on in torch (1.13, Debian's ``python3-torch``):
   (as DDP's own ``__setstate__`` does), so that every rank (survivors and
   the replacement) starts the same bucket layout and the same bucket
   rebuild; ``torch.distributed.utils._sync_module_states`` broadcasts rank
-  0's module state after each recovery, as DDP's constructor does.
+  0's module state after a recovery that starts afresh, as DDP's
+  constructor does.
 """
 
 import datetime
@@ -51,9 +52,10 @@ class ProcessGroup(dist.ProcessGroup):
     lost, the agent's abort) is kept until the session's recovery takes it:
     an op on the calling thread raises its ``sigma`` exception (torch may
     rethrow it wrapped); one on the group's thread leaves its tensors as
-    they were, and the next op or :func:`run` at the step's end raises it. On a worker whose peers are in their recovery (a replacement
-    building its model before :meth:`Session.join`), collectives are
-    answered from this rank alone: its state comes from the restore."""
+    they were, and the next op or :func:`run` at the step's end raises it.
+    On a worker whose peers are in their recovery (a replacement building
+    its model before :meth:`Session.join`), collectives are answered from
+    this rank alone: its state comes from the restore."""
 
     def __init__(self, session, rank, size, timeout_s=60.0):
         super().__init__(rank, size)
@@ -126,10 +128,9 @@ class ProcessGroup(dist.ProcessGroup):
         if self._session._native.restore_pending:
             op(_Alone(self._session.rank, self._session.world_size))
             fut.set_result(results)
+        elif background:
+            self._collectives.submit(lambda: op(self._session), fut, results)
         else:
-            if background:
-                self._collectives.submit(lambda: op(self._session), fut, results)
-                return torch._C._distributed_c10d._create_work_from_future(fut)
             self._collectives.drain()
             self._collectives.run_here(lambda: op(self._session))
             fut.set_result(results)
@@ -325,28 +326,31 @@ def run(total_steps, step_fn, model=None, optimizer=None):
         )
     session.register(_unwrapped(model), optimizer)
     group = dist.distributed_c10d._get_default_group()
+    take_failure = group.take_failure if isinstance(group, ProcessGroup) else lambda: None
     wrappers = [model] if isinstance(model, torch.nn.parallel.DistributedDataParallel) else []
 
     def step(k):
         try:
             step_fn(k)
         except Exception as e:
-            failure = group.take_failure() if isinstance(group, ProcessGroup) else None
+            failure = take_failure()
             if failure is not None and failure is not e:
                 raise failure from e
             raise
         # Nothing in flight while the step's snapshot is taken, and an
         # all-reduce that failed on the group's thread voids the step.
-        failure = group.take_failure() if isinstance(group, ProcessGroup) else None
+        failure = take_failure()
         if failure is not None:
             raise failure
 
     def on_generation(next_step):
-        if isinstance(group, ProcessGroup):
-            group.take_failure()
+        take_failure()
         for ddp in wrappers:
             _reset_reducer(ddp)
-            _sync_module_states(ddp)
+            # A restore gives every rank the same module state; a later
+            # generation that starts afresh has none to give.
+            if next_step == 0 and session.generation > 1:
+                _sync_module_states(ddp)
 
     done = session._native.run(total_steps, lambda k, batch: session._step(step, k), on_generation)
     if done is None:
@@ -363,8 +367,8 @@ def _unwrapped(model):
 def _sync_module_states(ddp):
     """Rank 0's parameters and buffers on every rank, as DDP's constructor
     broadcasts them: a worker that built its model while its peers were in
-    their recovery (answered alone) holds rank 0's state after this, also
-    where the job started afresh with nothing restored."""
+    their recovery (answered alone) holds rank 0's state after this where
+    the job started afresh with nothing restored."""
     _broadcast_module_states(ddp.module, ddp.process_group, ddp.broadcast_bucket_size, 0, ddp.parameters_to_ignore)
 
 
