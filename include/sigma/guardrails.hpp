@@ -72,10 +72,12 @@ struct SpikeConfig {
 };
 
 // Per-layer precision: a layer is escalated to fp32 when, over its last
-// `window` steps, at least max_overflow_rate * window of them had a
-// non-finite gradient on some rank, or when the headroom of its unscaled
-// amax below its low-precision dtype's largest value falls under
-// min_headroom_bits. It steps back down after calm_steps steps with no
+// `window` steps, at least max_overflow_rate * window of them overflowed on
+// some rank (a non-finite gradient, or an activation beyond its
+// low-precision dtype's largest value), or when the headroom below that
+// largest value falls under min_headroom_bits: of its unscaled gradients'
+// amax, or of its activations' amax where the caller reports them
+// (Guardrails::step). It steps back down after calm_steps steps with no
 // overflow and at least min_headroom_bits + 1 of headroom.
 struct PrecisionConfig {
   bool enabled = true;
@@ -181,9 +183,10 @@ struct Decision {
   std::vector<int> non_finite_ranks;  // ranks that had any: suspects
   std::vector<int> mismatch_ranks;    // replicated layout: ranks whose figures differ from the majority's
   uint64_t rollback_to_step = 0;      // rollback: the snapshot to restore
-  uint64_t skip_data_begin = 0, skip_data_end = 0;  // rollback: batches [begin, end) to skip
-  std::vector<std::string> escalate;                // layers to run in fp32 from now on
-  std::vector<std::string> deescalate;              // layers back to their low precision
+  uint64_t skip_data_begin = 0, skip_data_end = 0;        // rollback: batches [begin, end) to skip
+  std::vector<std::string> escalate;                      // layers to run in fp32 from now on
+  std::vector<std::string> deescalate;                    // layers back to their low precision
+  std::vector<std::string> escalate_why, deescalate_why;  // the reason for each, in the same order
   // Call check_fingerprint() after this step: its interval came, or the
   // replicated gradients disagreed. A mismatch there asks for the step to be
   // re-run on another device (FingerprintResult::rerun_needed).
@@ -232,10 +235,18 @@ class SIGMA_EXPORT Guardrails {
   // exchange instead of a collective of their own (an autotuner's samples,
   // load statistics); every rank's come back in Decision::riders. Every
   // rank passes the same number of them.
+  // `activation_amax`: empty, or one figure per layer: the largest |value|
+  // this rank's forward pass computed in that layer before rounding it to
+  // the layer's compute dtype (an escalated layer's f32 values too; +inf or
+  // NaN for a value that was not finite). Every rank passes them or none
+  // does. The largest over ranks is judged against the dtype's range with
+  // the gradients' amax: a forward pass that would overflow the format
+  // escalates its layer before a gradient shows it.
   // Throws Error(invalid_argument) for a wrong layer count, a NULL buffer or
-  // another dtype; timeout / aborted / remote_error from the exchange.
+  // another dtype, or activation figures for the wrong number of layers;
+  // timeout / aborted / remote_error from the exchange.
   Decision step(uint64_t step, double loss, const std::vector<std::vector<BufferView>>& grads,
-                const std::vector<double>& riders = {});
+                const std::vector<double>& riders = {}, const std::vector<double>& activation_amax = {});
 
   // A snapshot of the state after `step` now exists (memory tier or disk):
   // a candidate for rollback.

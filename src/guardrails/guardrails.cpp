@@ -37,6 +37,11 @@ constexpr uint64_t kPieceElems = uint64_t{1} << 20;
 // Device buffers are hashed through host pieces of this size.
 constexpr uint64_t kFingerprintPiece = uint64_t{16} << 20;
 
+// A rank's figures in the exchange: the loss, then per layer its gradients'
+// non-finite count, sum of squares and amax, and its activations' amax.
+constexpr size_t kPerLayer = 4;
+size_t exchange_width(size_t layers) { return 1 + kPerLayer * layers; }
+
 struct Piece {
   size_t layer;
   const uint8_t* data;
@@ -45,15 +50,16 @@ struct Piece {
   kernels::Place where;
 };
 
-// Replicated layout: the ranks whose figures (per layer: non-finite count
-// and amax exactly, sum of squares to 1e-9 relative, which absorbs another
-// ISA's summation order) differ from those of a strict majority. Empty
-// when all agree or when no majority exists.
+// Replicated layout: the ranks whose gradient figures (per layer:
+// non-finite count and amax exactly, sum of squares to 1e-9 relative, which
+// absorbs another ISA's summation order) differ from those of a strict
+// majority; activations are each rank's own and not compared. Empty when
+// all agree or when no majority exists.
 std::vector<int> odd_replicas(const std::vector<double>& all, size_t width, int world) {
   auto same = [&](int a, int b) {
     const double* x = all.data() + static_cast<size_t>(a) * width;
     const double* y = all.data() + static_cast<size_t>(b) * width;
-    for (size_t i = 1; i < width; i += 3) {
+    for (size_t i = 1; i < width; i += kPerLayer) {
       if (x[i] != y[i] || x[i + 2] != y[i + 2]) return false;
       if (std::fabs(x[i + 1] - y[i + 1]) > 1e-9 * std::max(std::fabs(x[i + 1]), std::fabs(y[i + 1])))
         return false;
@@ -105,11 +111,16 @@ Guardrails::Guardrails(Config config, std::vector<LayerInfo> layers, Group group
 Guardrails::~Guardrails() = default;
 
 Decision Guardrails::step(uint64_t step, double loss, const std::vector<std::vector<BufferView>>& grads,
-                          const std::vector<double>& riders) {
+                          const std::vector<double>& riders, const std::vector<double>& activation_amax) {
   auto& m = *impl_;
   if (grads.size() != m.layers.size())
     throw Error(Code::invalid_argument, "guardrails: step " + std::to_string(step) + " has gradients for " +
                                             std::to_string(grads.size()) + " layers, " +
+                                            std::to_string(m.layers.size()) + " are registered");
+  if (!activation_amax.empty() && activation_amax.size() != m.layers.size())
+    throw Error(Code::invalid_argument, "guardrails: step " + std::to_string(step) +
+                                            " has activation figures for " +
+                                            std::to_string(activation_amax.size()) + " layers, " +
                                             std::to_string(m.layers.size()) + " are registered");
   if (step < m.min_next_step)
     throw Error(Code::invalid_argument, "guardrails: step " + std::to_string(step) + " comes after step " +
@@ -133,13 +144,16 @@ Decision Guardrails::step(uint64_t step, double loss, const std::vector<std::vec
   tbb::parallel_for(size_t{0}, pieces.size(), [&](size_t i) {
     found[i] = kernels::grad_scan(pieces[i].where, pieces[i].data, pieces[i].count, pieces[i].dtype);
   });
-  // [loss, then per layer: non-finite count, sum of squares, amax; riders]
-  const size_t width = 1 + 3 * m.layers.size();
+  // [loss, then per layer: non-finite count, sum of squares, amax,
+  // activation amax; riders]
+  const size_t width = exchange_width(m.layers.size());
   std::vector<double> mine(width + riders.size());
   mine[0] = loss;
   std::copy(riders.begin(), riders.end(), mine.begin() + static_cast<std::ptrdiff_t>(width));
+  for (size_t l = 0; l < activation_amax.size(); ++l)  // NaN as +inf: max() keeps it
+    mine[1 + kPerLayer * l + 3] = std::isnan(activation_amax[l]) ? INFINITY : std::fabs(activation_amax[l]);
   for (size_t i = 0; i < pieces.size(); ++i) {
-    double* at = mine.data() + 1 + 3 * pieces[i].layer;
+    double* at = mine.data() + 1 + kPerLayer * pieces[i].layer;
     at[0] += static_cast<double>(found[i].non_finite);
     at[1] += found[i].sum_squares;
     at[2] = std::max(at[2], found[i].amax);
@@ -169,6 +183,7 @@ void Guardrails::Impl::escalate_all(Decision& d, const std::string& why,
     if (layers[l].dtype == HAL_DTYPE_F32 || precision[l].escalated()) continue;
     precision[l].force_escalate();
     d.escalate.push_back(layers[l].name);
+    d.escalate_why.push_back(why);
     esc.emplace_back(layers[l].name, why);
   }
 }
@@ -177,8 +192,8 @@ void Guardrails::Impl::escalate_all(Decision& d, const std::string& why,
 // doubles): the loss, non-finite counts, the global norm, each layer's
 // non-finite count and amax.
 void Guardrails::Impl::reduce(Decision& d, const std::vector<double>& all, std::vector<double>& layer_nf,
-                              std::vector<double>& layer_amax) {
-  const size_t width = 1 + 3 * layers.size();
+                              std::vector<double>& layer_amax, std::vector<double>& layer_act) {
+  const size_t width = exchange_width(layers.size());
   const int world = exchange.world();
   double loss_sum = 0, ssq = 0;
   for (int r = 0; r < world; ++r) {
@@ -186,10 +201,12 @@ void Guardrails::Impl::reduce(Decision& d, const std::vector<double>& all, std::
     loss_sum += v[0];
     double rank_nf = 0;
     for (size_t l = 0; l < layers.size(); ++l) {
-      layer_nf[l] += v[1 + 3 * l];
-      rank_nf += v[1 + 3 * l];
-      ssq += v[2 + 3 * l];
-      layer_amax[l] = std::max(layer_amax[l], v[3 + 3 * l]);
+      const double* f = v + 1 + kPerLayer * l;
+      layer_nf[l] += f[0];
+      rank_nf += f[0];
+      ssq += f[1];
+      layer_amax[l] = std::max(layer_amax[l], f[2]);
+      layer_act[l] = std::max(layer_act[l], f[3]);
     }
     if (rank_nf > 0) d.non_finite_ranks.push_back(r);
     d.non_finite += static_cast<uint64_t>(rank_nf);
@@ -206,14 +223,17 @@ void Guardrails::Impl::reduce(Decision& d, const std::vector<double>& all, std::
 
 // Per-layer precision sees every step, skipped ones included.
 void Guardrails::Impl::precision_changes(Decision& d, const std::vector<double>& layer_nf,
-                                         const std::vector<double>& layer_amax, Changes& esc, Changes& desc) {
+                                         const std::vector<double>& layer_amax,
+                                         const std::vector<double>& layer_act, Changes& esc, Changes& desc) {
   for (size_t l = 0; l < layers.size(); ++l) {
-    const auto v = precision[l].observe(layer_nf[l] > 0, layer_amax[l] / d.loss_scale);
+    const auto v = precision[l].observe(layer_nf[l] > 0, layer_amax[l] / d.loss_scale, layer_act[l]);
     if (v.change == detail::LayerPrecision::Change::escalate) {
       d.escalate.push_back(layers[l].name);
+      d.escalate_why.push_back(v.why);
       esc.emplace_back(layers[l].name, v.why);
     } else if (v.change == detail::LayerPrecision::Change::deescalate) {
       d.deescalate.push_back(layers[l].name);
+      d.deescalate_why.push_back(v.why);
       desc.emplace_back(layers[l].name, v.why);
     }
   }
@@ -306,11 +326,11 @@ Decision Guardrails::Impl::decide(uint64_t step, const std::vector<double>& all,
                                   double exchange_ms) {
   Decision d;
   d.step = step;
-  std::vector<double> layer_nf(layers.size()), layer_amax(layers.size());
-  reduce(d, all, layer_nf, layer_amax);
+  std::vector<double> layer_nf(layers.size()), layer_amax(layers.size()), layer_act(layers.size());
+  reduce(d, all, layer_nf, layer_amax, layer_act);
   const bool overflow = d.non_finite > 0 || !std::isfinite(d.loss);
   Changes esc, desc;
-  precision_changes(d, layer_nf, layer_amax, esc, desc);
+  precision_changes(d, layer_nf, layer_amax, layer_act, esc, desc);
   detail::SpikeDetector::Verdict spike;
   if (overflow) {
     on_overflow(d, step, layer_nf);

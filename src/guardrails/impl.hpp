@@ -45,9 +45,10 @@ struct Guardrails::Impl {
 
   Decision decide(uint64_t step, const std::vector<double>& all, double scan_ms, double exchange_ms);
   void reduce(Decision& d, const std::vector<double>& all, std::vector<double>& layer_nf,
-              std::vector<double>& layer_amax);
+              std::vector<double>& layer_amax, std::vector<double>& layer_act);
   void precision_changes(Decision& d, const std::vector<double>& layer_nf,
-                         const std::vector<double>& layer_amax, Changes& esc, Changes& desc);
+                         const std::vector<double>& layer_amax, const std::vector<double>& layer_act,
+                         Changes& esc, Changes& desc);
   void on_overflow(Decision& d, uint64_t step, const std::vector<double>& layer_nf);
   void on_mismatch(Decision& d, uint64_t step);
   void on_spike(Decision& d, uint64_t step, const detail::SpikeDetector::Verdict& spike, Changes& esc);

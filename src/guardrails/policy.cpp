@@ -64,19 +64,25 @@ bool SpikeDetector::record_spike(uint64_t step) {
   return true;
 }
 
+double LayerPrecision::top() const { return low_ == HAL_DTYPE_F16 ? 65504.0 : 3.3895313892515355e38; }
+
 double LayerPrecision::headroom_bits(double amax) const {
-  const double top = low_ == HAL_DTYPE_F16 ? 65504.0 : 3.3895313892515355e38;
-  return amax > 0 ? std::log2(top / amax) : INFINITY;
+  if (!std::isfinite(amax)) return -INFINITY;
+  return amax > 0 ? std::log2(top() / amax) : INFINITY;
 }
 
-LayerPrecision::Verdict LayerPrecision::observe(bool overflow, double amax) {
+LayerPrecision::Verdict LayerPrecision::observe(bool overflow, double amax, double activation_amax) {
   Verdict v;
+  // An activation past the format's range became inf where it was rounded.
+  overflow = overflow || !(activation_amax <= top());
   window_.push_back(overflow);
   overflows_ += overflow;
   while (window_.size() > c_.window) overflows_ -= window_.front(), window_.pop_front();
   if (!c_.enabled || low_ == HAL_DTYPE_F32) return v;
-  const double headroom = headroom_bits(amax);
-  char buf[192];
+  const double grad_room = headroom_bits(amax), act_room = headroom_bits(activation_amax);
+  const bool by_activation = act_room < grad_room;
+  const double headroom = std::min(grad_room, act_room);
+  char buf[224];
   if (!escalated_) {
     const auto limit =
         std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(c_.max_overflow_rate * c_.window)));
@@ -85,8 +91,10 @@ LayerPrecision::Verdict LayerPrecision::observe(bool overflow, double amax) {
                     static_cast<unsigned long long>(overflows_), window_.size(),
                     static_cast<unsigned long long>(limit));
     } else if (headroom < c_.min_headroom_bits) {
-      std::snprintf(buf, sizeof buf, "unscaled amax %.4g leaves %.2f bits of headroom (minimum %.2f)", amax,
-                    headroom, c_.min_headroom_bits);
+      std::snprintf(
+          buf, sizeof buf, "%s amax %.4g leaves %.2f bits of headroom below %s's %.6g (minimum %.2f)",
+          by_activation ? "activation" : "unscaled gradient", by_activation ? activation_amax : amax,
+          headroom, low_ == HAL_DTYPE_F16 ? "f16" : "bf16", top(), c_.min_headroom_bits);
     } else {
       return v;
     }

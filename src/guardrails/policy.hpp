@@ -67,14 +67,19 @@ class LayerPrecision {
     Change change = Change::none;
     std::string why;
   };
-  // One step: did any rank see a non-finite gradient in this layer, and the
-  // largest |g| over ranks after unscaling (finite values).
-  Verdict observe(bool overflow, double unscaled_amax);
+  // One step: did any rank see a non-finite gradient in this layer, the
+  // largest |g| over ranks after unscaling (finite values), and the largest
+  // |activation| over ranks (0 when the caller reports none; beyond the
+  // dtype's range it is an overflow too).
+  Verdict observe(bool overflow, double unscaled_amax, double activation_amax = 0);
   // Escalated from outside (repeated spikes).
   void force_escalate();
   bool escalated() const { return escalated_; }
-  // Headroom in bits of `amax` below the low dtype's largest finite value.
+  // Headroom in bits of `amax` below the low dtype's largest finite value
+  // (-inf for a value that is not finite).
   double headroom_bits(double amax) const;
+  // The low dtype's largest finite value.
+  double top() const;
 
   struct State {
     bool escalated = false;

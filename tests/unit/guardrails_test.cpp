@@ -186,6 +186,49 @@ TEST(Guardrails, AnF16LayerNearItsRangeIsEscalatedOnHeadroom) {
   EXPECT_EQ(d.escalate, std::vector<std::string>{"a"});
 }
 
+TEST(Guardrails, ActivationsNearTheF16RangeEscalateBeforeAnOverflowAndStepBackWhenCalm) {
+  Config c = quiet();
+  c.precision.enabled = true;
+  c.precision.min_headroom_bits = 4;
+  c.precision.calm_steps = 3;
+  Guardrails g(c, kLayers);
+  Grads x;
+  uint64_t s = 1;
+  EXPECT_TRUE(g.step(s++, 1.0, x.views(), {}, {1000.0, 1000.0}).escalate.empty());  // 6 bits of room
+  // 5000: 3.7 bits below f16's 65504; bf16 (layer b) has f32's range.
+  Decision d = g.step(s++, 1.0, x.views(), {}, {5000.0, 5000.0});
+  EXPECT_EQ(d.action, Action::apply) << "nothing overflowed yet";
+  ASSERT_EQ(d.escalate, std::vector<std::string>{"a"});
+  EXPECT_FALSE(g.escalated("b"));
+  // In f32 it reaches 1e5 (f16 would have overflowed), then falls to 3000
+  // (4.4 bits: not the 5 a return asks for), then to 1000 for three steps.
+  EXPECT_TRUE(g.step(s++, 1.0, x.views(), {}, {1e5, 1e5}).deescalate.empty());
+  EXPECT_TRUE(g.step(s++, 1.0, x.views(), {}, {3000.0, 1.0}).deescalate.empty());
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(g.step(s++, 1.0, x.views(), {}, {1000.0, 1.0}).deescalate.empty());
+  d = g.step(s++, 1.0, x.views(), {}, {1000.0, 1.0});
+  EXPECT_EQ(d.deescalate, std::vector<std::string>{"a"});
+  EXPECT_FALSE(g.escalated("a"));
+}
+
+TEST(Guardrails, AnActivationThatOverflowedEscalatesItsLayerAtOnceAndKeepsItThere) {
+  Config c = quiet();
+  c.precision.enabled = true;
+  c.precision.min_headroom_bits = 0;
+  c.precision.calm_steps = 2;
+  Guardrails g(c, kLayers);
+  Grads x;
+  Decision d = g.step(1, 1.0, x.views(), {}, {INFINITY, 1.0});
+  ASSERT_EQ(d.escalate, std::vector<std::string>{"a"});
+  // A NaN is not finite either: no calm step while it lasts.
+  for (uint64_t s = 2; s < 6; ++s)
+    EXPECT_TRUE(g.step(s, 1.0, x.views(), {}, {std::nan(""), 1.0}).deescalate.empty());
+  EXPECT_TRUE(g.escalated("a"));
+  g.step(6, 1.0, x.views(), {}, {1.0, 1.0});
+  d = g.step(7, 1.0, x.views(), {}, {1.0, 1.0});
+  EXPECT_EQ(d.deescalate, std::vector<std::string>{"a"});
+  EXPECT_THROW(g.step(8, 1.0, x.views(), {}, {1.0}), Error) << "one figure for two layers";
+}
+
 TEST(Guardrails, StateRoundTripsAndForeignStateIsRefused) {
   Config c = spiky();
   c.precision.enabled = true;
