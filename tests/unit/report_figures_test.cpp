@@ -93,9 +93,45 @@ TEST(ReportFigures, AJobWithoutFiguresSaysNotAvailableAndStillDrawsEveryChart) {
   EXPECT_LT(f.tokens_per_s, 0);
   EXPECT_NE(sigma_report::summary(f).find("MFU n/a"), std::string::npos);
   const std::string page = sigma_report::html(f);
-  for (const char* id : {"loss", "step-time", "temperature", "timeline", "goodput"})
+  for (const char* id : {"loss", "step-time", "temperature", "timeline", "goodput", "precision"})
     EXPECT_NE(page.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
   EXPECT_EQ(page.find("<script"), std::string::npos) << "self-contained, no script";
+}
+
+// Precision notes: an incident each, never a skipped step; the steps each
+// layer ran in f32 as spans (one still open at the end runs to the last
+// step); another run's loss drawn by its label.
+TEST(ReportFigures, EscalationsAreIncidentsAndSpansAndACompareRunIsDrawn) {
+  json r = report();
+  r["series"]["notes"] = json::array(
+      {{{"t", 3.0}, {"step", 4}, {"note", "escalated b1.attn to f32: activation amax 5000 leaves 3.7 bits"}},
+       {{"t", 5.0},
+        {"step", 8},
+        {"note",
+         "skipped: the loss is not finite: step skipped; escalated b0.experts to f32: 1 overflowing "
+         "steps; returned b1.attn to f16: calm for 3 steps, headroom 9 bits"}}});
+  const json other = report();
+  const Figures f = sigma_report::compute(r, {}, nullptr, {{"escalation off", other}});
+  std::vector<std::string> kinds;
+  for (const auto& i : f.incidents) kinds.push_back(i.kind);
+  EXPECT_EQ(kinds, (std::vector<std::string>{"precision escalated", "crash", "skipped step",
+                                             "precision escalated", "precision returned"}));
+  EXPECT_EQ(f.skipped_steps, 1u) << "a precision change skips nothing";
+  ASSERT_EQ(f.f32_spans.size(), 2u);
+  EXPECT_EQ(f.f32_spans[0].layer, "b1.attn");
+  EXPECT_EQ(f.f32_spans[0].from, 5);
+  EXPECT_EQ(f.f32_spans[0].to, 9);
+  EXPECT_EQ(f.f32_spans[1].layer, "b0.experts");
+  EXPECT_EQ(f.f32_spans[1].to, 20) << "open to the end";
+  ASSERT_EQ(f.compare_loss.size(), 1u);
+  EXPECT_EQ(f.compare_loss[0].second.x.size(), 23u);
+  const std::string page = sigma_report::html(f);
+  EXPECT_EQ(page.find("no layer left its low precision"), std::string::npos);
+  const auto loss = page.find("id=\"loss\"");
+  const std::string loss_chart = page.substr(loss, page.find("</figure>", loss) - loss);
+  EXPECT_NE(loss_chart.find("#9467BD"), std::string::npos) << "the compared run's line, in the fifth colour";
+  EXPECT_THROW(sigma_report::parse_compare("no-equals"), std::invalid_argument);
+  EXPECT_EQ(sigma_report::parse_compare("a=b=c"), (std::pair<std::string, std::string>{"a", "b=c"}));
 }
 
 }  // namespace

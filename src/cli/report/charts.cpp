@@ -139,18 +139,24 @@ std::string loss_chart(const Figures& f, const std::string& scratch) {
     x.fit(f.reference_loss.x);
     y.fit(f.loss.y);
     y.fit(f.reference_loss.y);
+    for (const auto& [label, t] : f.compare_loss) x.fit(t.x), y.fit(t.y);
     // Spikes the guardrails threw away would flatten the curve: clip the axis.
     if (!f.reference_loss.y.empty())
       y.hi = std::min(y.hi, 1.5 * *std::max_element(f.reference_loss.y.begin(), f.reference_loss.y.end()));
     y.pad();
     frame(x, y, "step", "loss", "Training loss: this run against the fault-free reference");
     line(f.reference_loss, colour(3), 5);  // a wide halo: where the runs agree, this run lies on it
+    for (size_t i = 0; i < f.compare_loss.size(); ++i) line(f.compare_loss[i].second, colour(4 + i), 1.5);
     line(f.loss, colour(0), 1.5);
     std::vector<std::string> names{"this run"};
     std::vector<PLINT> cs{colour(0)};
     if (!f.reference_loss.x.empty()) {
       names.push_back("fault-free reference");
       cs.push_back(colour(3));
+    }
+    for (size_t i = 0; i < f.compare_loss.size(); ++i) {
+      names.push_back(f.compare_loss[i].first);
+      cs.push_back(colour(4 + i));
     }
     legend(names, cs);
   });
@@ -297,6 +303,40 @@ std::string goodput_chart(const Figures& f, const std::string& scratch) {
              static_cast<PLINT>(n), opt.data(), 0.5, 0.7, 2.0, 0.0, ink.data(), text.data(), cs.data(),
              styles.data(), scales.data(), widths.data(), nullptr, nullptr, nullptr, nullptr, nullptr,
              nullptr, nullptr);
+  });
+}
+
+std::string precision_chart(const Figures& f, const std::string& scratch) {
+  if (f.f32_spans.empty()) return no_data("Precision per layer", "no layer left its low precision");
+  std::vector<std::string> layers;
+  for (const auto& sp : f.f32_spans)
+    if (std::find(layers.begin(), layers.end(), sp.layer) == layers.end()) layers.push_back(sp.layer);
+  const int height = 130 + 30 * static_cast<int>(layers.size());
+  return draw(scratch, 900, height, [&] {
+    Range x;
+    x.fit(f.loss.x);
+    for (const auto& sp : f.f32_spans) x.fit({sp.from, sp.to});
+    x.lo = 0;
+    x.pad();
+    const double n = static_cast<double>(layers.size());
+    plvpor(0.2, 0.97, 0.3, 0.78);
+    plwind(x.lo, x.hi, -0.5, n - 0.5);
+    plcol0(kGrid);
+    plbox("g", 0, 0, "", 0, 0);
+    plcol0(kInk);
+    plbox("bcnst", 0, 0, "bc", 0, 0);
+    pllab("step", "", "Precision per layer: the steps each layer ran in f32 (escalated); f16 elsewhere");
+    for (size_t k = 0; k < layers.size(); ++k) {
+      const double yk = n - 1 - static_cast<double>(k);
+      plcol0(kInk);
+      plmtex("lv", 1.0, (yk + 0.5) / n, 1.0, layers[k].c_str());
+      for (const auto& sp : f.f32_spans) {
+        if (sp.layer != layers[k]) continue;
+        PLFLT xs[4] = {sp.from, sp.from, sp.to, sp.to}, ys[4] = {yk - 0.3, yk + 0.3, yk + 0.3, yk - 0.3};
+        plcol0(colour(1));
+        plfill(4, xs, ys);
+      }
+    }
   });
 }
 

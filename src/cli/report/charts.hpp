@@ -14,5 +14,6 @@ std::string step_time_chart(const Figures& f, const std::string& scratch);
 std::string temperature_chart(const Figures& f, const std::string& scratch);
 std::string timeline_chart(const Figures& f, const std::string& scratch);
 std::string goodput_chart(const Figures& f, const std::string& scratch);
+std::string precision_chart(const Figures& f, const std::string& scratch);
 
 }  // namespace sigma_report

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 namespace sigma_report {
 
@@ -93,12 +94,43 @@ std::vector<std::string> parts_of(const std::string& note) {
   size_t from = 0;
   for (;;) {
     size_t cut = std::string::npos;
-    for (const char* key : {"; skipped: ", "; rolled back: ", "; rebalanced: "})
+    for (const char* key :
+         {"; skipped: ", "; rolled back: ", "; rebalanced: ", "; escalated ", "; returned "})
       cut = std::min(cut, note.find(key, from));
     out.push_back(note.substr(from, cut == std::string::npos ? std::string::npos : cut - from));
     if (cut == std::string::npos) return out;
     from = cut + 2;
   }
+}
+
+// "escalated L to f32: why" / "returned L to f16: why": the layer's name,
+// and whether it went up; nullopt for another decision.
+std::optional<std::pair<std::string, bool>> precision_change(const std::string& part) {
+  for (const auto& [head, up] : {std::pair{"escalated ", true}, std::pair{"returned ", false}}) {
+    if (part.rfind(head, 0) != 0) continue;
+    const auto to = part.find(" to f", std::string(head).size());
+    if (to == std::string::npos) return std::nullopt;
+    return std::pair{part.substr(std::string(head).size(), to - std::string(head).size()), up};
+  }
+  return std::nullopt;
+}
+
+// The steps each layer ran in f32: escalated at step s, it runs in f32 from
+// s + 1; returned at step s, in its low precision from s + 1. A span still
+// open ends with the job's last step.
+void precision_spans(const std::vector<std::pair<uint64_t, std::pair<std::string, bool>>>& changes,
+                     double end, Figures& f) {
+  std::map<std::string, double> open;
+  for (const auto& [step, change] : changes) {
+    const auto& [layer, up] = change;
+    const double at = static_cast<double>(step + 1);
+    if (up && !open.count(layer)) open[layer] = at;
+    if (!up && open.count(layer)) {
+      f.f32_spans.push_back({layer, open[layer], at});
+      open.erase(layer);
+    }
+  }
+  for (const auto& [layer, from] : open) f.f32_spans.push_back({layer, from, std::max(end, from)});
 }
 
 // One numerics or autotuner decision a worker reported.
@@ -116,6 +148,12 @@ Incident decision(const std::string& part, double t, uint64_t step, uint64_t rea
            : sdc       ? "silent corruption"
            : nan       ? "NaN burst"
                        : "skipped step";
+  if (const auto change = precision_change(part)) {
+    i.kind = change->second ? "precision escalated" : "precision returned";
+    i.handled = change->second ? change->first + " runs its GEMMs in f32 from the next step"
+                               : change->first + " runs in its low precision again from the next step";
+    return i;
+  }
   const int64_t rank = rank_named(part);
   const int64_t dev = rank >= 0 ? where.device_of(rank, t) : -1;
   if (dev >= 0) i.device = "device " + std::to_string(dev);
@@ -140,6 +178,7 @@ Incident decision(const std::string& part, double t, uint64_t step, uint64_t rea
 void numerics(const json& report, const Placement& where, Figures& f) {
   const json series = report.value("series", json::object());
   const json steps = series.value("steps", json::array());
+  std::vector<std::pair<uint64_t, std::pair<std::string, bool>>> changes;
   for (const json& n : series.value("notes", json::array())) {
     const double t = num(n, "t");
     const uint64_t step = n.value("step", uint64_t{0});
@@ -147,9 +186,14 @@ void numerics(const json& report, const Placement& where, Figures& f) {
     uint64_t reached = 0;
     for (const json& p : steps)
       if (num(p, "t") < t) reached = std::max(reached, p.value("step", uint64_t{0}) + 1);
-    for (const std::string& part : parts_of(str(n, "note")))
+    for (const std::string& part : parts_of(str(n, "note"))) {
       f.incidents.push_back(decision(part, t, step, reached, where, f));
+      if (const auto change = precision_change(part)) changes.emplace_back(step, *change);
+    }
   }
+  double last = 0;
+  for (const json& p : steps) last = std::max(last, num(p, "step") + 1);
+  precision_spans(changes, last, f);
 }
 
 void warnings(const std::vector<sigma::journal::Line>& journal, Figures& f) {
@@ -167,6 +211,17 @@ void warnings(const std::vector<sigma::journal::Line>& journal, Figures& f) {
       f.incidents.push_back({l.t, "storage", "", s->reason, "training went on with the memory tier", 0});
     }
   }
+}
+
+Trace losses(const json& report) {
+  Trace t;
+  for (const json& p : report.value("series", json::object()).value("steps", json::array())) {
+    if (p.contains("loss") && p["loss"].is_number()) {
+      t.x.push_back(num(p, "step"));
+      t.y.push_back(p["loss"].get<double>());
+    }
+  }
+  return t;
 }
 
 void series(const json& report, const json* reference, const std::vector<sigma::journal::Line>& journal,
@@ -195,14 +250,7 @@ void series(const json& report, const json* reference, const std::vector<sigma::
     const double held = f.world > 0 ? static_cast<double>(f.world + f.spares) / f.world : 1;
     f.fleet_mfu = flops * kept / (f.wall_s * peak * held);
   }
-  if (reference) {
-    for (const json& p : reference->value("series", json::object()).value("steps", json::array())) {
-      if (p.contains("loss") && p["loss"].is_number()) {
-        f.reference_loss.x.push_back(num(p, "step"));
-        f.reference_loss.y.push_back(p["loss"].get<double>());
-      }
-    }
-  }
+  if (reference) f.reference_loss = losses(*reference);
   std::map<uint32_t, DeviceTrace> devices;
   for (const json& p : s.value("devices", json::array())) {
     const auto d = p.value("device", 0u);
@@ -223,8 +271,10 @@ void series(const json& report, const json* reference, const std::vector<sigma::
 
 }  // namespace
 
-Figures compute(const json& report, const std::vector<json>& journal, const json* reference) {
+Figures compute(const json& report, const std::vector<json>& journal, const json* reference,
+                const std::vector<std::pair<std::string, json>>& compare) {
   Figures f;
+  for (const auto& [label, other] : compare) f.compare_loss.emplace_back(label, losses(other));
   f.status = str(report, "status");
   f.reason = str(report, "reason");
   f.steps = report.value("steps", uint64_t{0});

@@ -31,6 +31,12 @@ struct DeviceTrace {
   std::vector<std::pair<double, std::string>> health;  // (t, new state) at each change
 };
 
+// Steps [from, to) a layer ran in f32, escalated from its low precision.
+struct Span {
+  std::string layer;
+  double from = 0, to = 0;
+};
+
 struct Figures {
   std::string status, reason;
   uint64_t steps = 0;
@@ -47,15 +53,19 @@ struct Figures {
   uint64_t skipped_steps = 0, rolled_back_steps = 0;
   std::vector<std::pair<std::string, double>> lost_s;  // cause -> seconds, the ledger plus numerics
   std::vector<Incident> incidents;
-  Trace loss, reference_loss, step_time;  // loss by step; step time by wall time
+  Trace loss, reference_loss, step_time;                    // loss by step; step time by wall time
+  std::vector<std::pair<std::string, Trace>> compare_loss;  // other runs' loss by step, by label
+  std::vector<Span> f32_spans;                              // escalated layers, in the order they ended
   std::vector<DeviceTrace> devices;
   uint64_t unread_journal_lines = 0;  // lines the journal's records could not be read from
 };
 
 // `journal`: the journal's lines in order. `reference`: a fault-free run's
-// report.json, or null.
+// report.json, or null. `compare`: other runs' report.json, by the label
+// their loss is drawn with.
 Figures compute(const nlohmann::json& report, const std::vector<nlohmann::json>& journal,
-                const nlohmann::json* reference);
+                const nlohmann::json* reference,
+                const std::vector<std::pair<std::string, nlohmann::json>>& compare = {});
 nlohmann::json to_json(const Figures& f);
 
 // The terminal summary: a few lines of figures, then one line per incident.
@@ -64,9 +74,15 @@ std::string summary(const Figures& f);
 std::string html(const Figures& f);
 
 // Reads JOB_DIR/report.json and JOB_DIR/incidents.jsonl (and a reference
-// job's report.json when given), writes the summary into report.json and
-// report.html beside it, and returns the summary. Throws std::runtime_error
-// naming the file that is missing or malformed.
-std::string write_report(const std::string& job_dir, const std::string& reference_dir = {});
+// job's report.json when given, and each compared job's by its label),
+// writes the summary into report.json and report.html beside it, and
+// returns the summary. Throws std::runtime_error naming the file that is
+// missing or malformed.
+std::string write_report(const std::string& job_dir, const std::string& reference_dir = {},
+                         const std::vector<std::pair<std::string, std::string>>& compare = {});
+
+// "LABEL=DIR" (--report-compare) as (label, dir); throws
+// std::invalid_argument naming the text when either part is empty.
+std::pair<std::string, std::string> parse_compare(const std::string& text);
 
 }  // namespace sigma_report

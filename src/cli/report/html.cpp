@@ -137,6 +137,7 @@ std::string html(const Figures& f) {
       {"temperature", temperature_chart(f, scratch)},
       {"timeline", timeline_chart(f, scratch)},
       {"goodput", goodput_chart(f, scratch)},
+      {"precision", precision_chart(f, scratch)},
   };
   for (const auto& [id, svg] : charts)
     o << "<figure class=\"chart\" id=\"" << id << "\">" << svg << "</figure>\n";
@@ -159,12 +160,22 @@ std::string html(const Figures& f) {
   return o.str();
 }
 
-std::string write_report(const std::string& job_dir, const std::string& reference_dir) {
+std::pair<std::string, std::string> parse_compare(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    throw std::invalid_argument("'" + text + "': expected LABEL=JOB_DIR");
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+std::string write_report(const std::string& job_dir, const std::string& reference_dir,
+                         const std::vector<std::pair<std::string, std::string>>& compare) {
   json report = read_json(job_dir + "/report.json");
   const std::vector<json> journal = read_lines(job_dir + "/incidents.jsonl");
   json reference;
   if (!reference_dir.empty()) reference = read_json(reference_dir + "/report.json");
-  const Figures f = compute(report, journal, reference_dir.empty() ? nullptr : &reference);
+  std::vector<std::pair<std::string, json>> others;
+  for (const auto& [label, dir] : compare) others.emplace_back(label, read_json(dir + "/report.json"));
+  const Figures f = compute(report, journal, reference_dir.empty() ? nullptr : &reference, others);
   report["summary"] = to_json(f);
   const auto write = [](const std::string& path, const std::string& text) {
     const std::string tmp = path + ".tmp";

@@ -3,7 +3,7 @@
 // end of every job; this is for a job folder copied elsewhere, or to draw
 // another reference run beside it.
 //
-//   sigma-report JOB_DIR [--reference FAULT_FREE_JOB_DIR]
+//   sigma-report JOB_DIR [--reference FAULT_FREE_JOB_DIR] [--compare LABEL=JOB_DIR ...]
 #include "report/figures.hpp"
 
 #include <CLI/CLI.hpp>
@@ -16,9 +16,14 @@ int main(int argc, char** argv) {
   app.add_option("job_dir", job, "the job folder sigmarun wrote")->required()->check(CLI::ExistingDirectory);
   app.add_option("--reference", reference, "a fault-free run's job folder, for the loss chart")
       ->check(CLI::ExistingDirectory);
+  std::vector<std::string> compare;
+  app.add_option("--compare", compare, "LABEL=JOB_DIR: another run's loss beside this one's (repeatable)")
+      ->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
   try {
-    std::cout << sigma_report::write_report(job, reference) << "report: " << job << "/report.html\n";
+    std::vector<std::pair<std::string, std::string>> others;
+    for (const auto& c : compare) others.push_back(sigma_report::parse_compare(c));
+    std::cout << sigma_report::write_report(job, reference, others) << "report: " << job << "/report.html\n";
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "sigma-report: " << e.what() << "\n";

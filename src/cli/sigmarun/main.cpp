@@ -38,6 +38,7 @@ struct Cli {
   double tier_memory_mib = 0;
   std::string secret_file;
   std::string reference;
+  std::vector<std::pair<std::string, std::string>> compare;  // --report-compare
   bool report = true;
   bool slurm = true;
 };
@@ -174,6 +175,19 @@ void add_report_flags(CLI::App& app, Cli& c) {
   app.add_option("--report-reference", c.reference,
                  "a fault-free run's job folder: report.html draws its loss beside this job's")
       ->check(CLI::ExistingDirectory);
+  app.add_option_function<std::vector<std::string>>(
+         "--report-compare",
+         [&c](const std::vector<std::string>& v) {
+           for (const auto& text : v) {
+             try {
+               c.compare.push_back(sigma_report::parse_compare(text));
+             } catch (const std::invalid_argument& e) {
+               throw CLI::ValidationError("--report-compare", e.what());
+             }
+           }
+         },
+         "LABEL=JOB_DIR: another run's loss drawn beside this job's (repeatable)")
+      ->allow_extra_args(false);  // one value per flag: the command after it is not swallowed
   app.add_flag("!--no-report", c.report, "no report.html and no summary at the end");
   app.add_flag("!--no-slurm", c.slurm,
                "ignore Slurm's environment (by default, under srun, each task is one agent and takes "
@@ -250,7 +264,7 @@ int run(Cli& c) {
     const int status = agent.run();
     if (c.report) {
       try {
-        std::cerr << sigma_report::write_report(c.o.job_dir, c.reference)
+        std::cerr << sigma_report::write_report(c.o.job_dir, c.reference, c.compare)
                   << "sigmarun: report: " << c.o.job_dir << "/report.html\n";
       } catch (const std::exception& e) {  // the job's outcome stands; only the page is missing
         std::cerr << "sigmarun: no report.html: " << e.what() << "\n";
