@@ -5,9 +5,13 @@
 # worker restored from the memory tier, a NaN burst skipped, a corrupt data
 # batch's loss spike rolled back, a silently wrong all-reduce caught and its
 # device named, a slow link, and a device heating toward failure migrated
-# before it dies. A fault-free reference run of the same job comes first
-# (kept for later runs while nothing it depends on changed), so the report
-# can draw both losses. Ends with the summary and report.html.
+# before it dies. The GEMMs run in f16 with dynamic loss scaling, and layer
+# 2's attention logits grow toward f16's range and back (steps 150-270):
+# the guardrails escalate that layer to f32 before it overflows and return
+# it to f16 when it is calm. Two fault-free runs of the same job come first
+# (kept for later runs while nothing they depend on changed): the
+# reference, and one with escalation off, so the report can draw all three
+# losses. Ends with the summary and report.html.
 # Exits non-zero when the job does not finish.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 sigma_ensure_packages
@@ -24,30 +28,41 @@ gemm=$("$bin/moe_trainer" --measure-gemm)
 model=$("$bin/moe_trainer" --measure-model)
 steps=${SIGMA_DEMO_STEPS:-450}
 trainer=("$bin/moe_trainer" --data "$PWD/$demo/kjv.txt" --steps "$steps" --gemm-gflops "$gemm" --model-gflops "$model"
-         --guardrails "$PWD/samples/moe_trainer/guardrails.yaml")
+         --precision f16 --logit-growth 2:150:270:1e6)
+guardrails=$PWD/samples/moe_trainer/guardrails.yaml
+# The same guardrails with per-layer escalation off.
+sed 's/^precision: {enabled: true/precision: {enabled: false/' "$guardrails" > "$demo/guardrails-no-escalation.yaml"
 run=(--nproc 4 --spares 1 --snapshot-keep 4 --readmit-crashed 1 --checkpoint-every 50 --checkpoint-async)
 
-# The fault-free reference: the same job on the cpu vendor, no faults.
+# A fault-free run on the cpu vendor, kept while the trainer, its
+# guardrails and the step count are those it ran with.
+fault_free() {  # N FOLDER GUARDRAILS WHAT
+  local key
+  key=$(cat "$bin/moe_trainer" "$3" | sha256sum | cut -c1-16)-$steps
+  if [ "$(cat "$2/key" 2>/dev/null)" != "$key" ] || [ ! -s "$2/report.json" ]; then
+    echo "== $1/3: $4 ($steps steps; kept for the next runs)"
+    rm -rf "$2"
+    "$bin/sigmarun" "${run[@]}" --job-dir "$2" --no-report -- "${trainer[@]}" --guardrails "$3"
+    echo "$key" > "$2/key"
+  else
+    echo "== $1/3: $4: kept from an earlier run ($2)"
+  fi
+}
 reference=$demo/reference
-key=$(cat "$bin/moe_trainer" samples/moe_trainer/guardrails.yaml | sha256sum | cut -c1-16)-$steps
-if [ "$(cat "$reference/key" 2>/dev/null)" != "$key" ] || [ ! -s "$reference/report.json" ]; then
-  echo "== 1/2: the fault-free reference run ($steps steps; kept for the next runs)"
-  rm -rf "$reference"
-  "$bin/sigmarun" "${run[@]}" --job-dir "$reference" --no-report -- "${trainer[@]}"
-  echo "$key" > "$reference/key"
-else
-  echo "== 1/2: the fault-free reference run: kept from an earlier run ($reference)"
-fi
+fault_free 1 "$reference" "$guardrails" "the fault-free reference run"
+echo
+no_escalation=$demo/no-escalation
+fault_free 2 "$no_escalation" "$demo/guardrails-no-escalation.yaml" "the fault-free run with escalation off"
 
 echo
-echo "== 2/2: the same job through an early-life cluster (samples/scenarios/early_life.yaml)"
+echo "== 3/3: the same job through an early-life cluster (samples/scenarios/early_life.yaml)"
 job=$demo/early-life
 rm -rf "$job"
 status=0
 "$bin/sigmarun" "${run[@]}" --vendor sim \
   --vendor-options "scenario=$PWD/samples/scenarios/early_life.yaml;rank={device}" \
-  --job-dir "$job" --report-reference "$reference" -- \
-  "${trainer[@]}" --poison-batches 60 || status=$?
+  --job-dir "$job" --report-reference "$reference" --report-compare "escalation off=$no_escalation" -- \
+  "${trainer[@]}" --guardrails "$guardrails" --poison-batches 60 || status=$?
 echo
 echo "Open $job/report.html for the charts; the HAL conformance table is tools/run-conformance.sh."
 exit $status

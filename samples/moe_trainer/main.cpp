@@ -32,6 +32,7 @@
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -58,9 +59,43 @@ struct Options {
   int64_t expert_slots = 0;                       // per rank; 0: the even share and one more
   uint32_t replicas = 0;  // data-parallel replicas of one expert group (sigmarun --replica-size); 0: planned
   int64_t kill_at = -1;   // the recovery benchmark's fault: SIGKILL at this step ...
-  uint32_t kill_device = 0;  // ... on this device, once
-  std::string progress;      // "step N T" / "kill T" lines (CLOCK_MONOTONIC) to PREFIX.dDEVICE
+  uint32_t kill_device = 0;       // ... on this device, once
+  std::string progress;           // "step N T" / "kill T" lines (CLOCK_MONOTONIC) to PREFIX.dDEVICE
+  std::string precision = "f32";  // the GEMMs' precision: f32 or f16 (model.f16)
+  std::string logit_growth;       // "LAYER:FROM:TO:PEAK" (LogitGrowth)
   moe::ModelConfig model;
+};
+
+// The growth of one layer's attention logits that destabilises large runs,
+// made to happen here: from step `from` their gain rises geometrically to
+// `peak` half-way to `to` and falls back to 1 at `to`. A function of the
+// step alone, so a recomputed step sees the same gain.
+struct LogitGrowth {
+  int64_t layer = -1;
+  uint64_t from = 0, to = 0;
+  double peak = 1;
+  double gain(uint64_t step) const {
+    if (layer < 0 || step < from || step > to || to == from) return 1;
+    const double x = static_cast<double>(step - from) / static_cast<double>(to - from);
+    return std::pow(peak, 1 - std::fabs(2 * x - 1));
+  }
+  // "LAYER:FROM:TO:PEAK"; throws naming the option and the part that is wrong.
+  static LogitGrowth parse(const std::string& text, int64_t layers) {
+    LogitGrowth g;
+    if (text.empty()) return g;
+    char tail = 0;
+    unsigned long long from = 0, to = 0;
+    if (std::sscanf(text.c_str(), "%ld:%llu:%llu:%lf%c", &g.layer, &from, &to, &g.peak, &tail) != 4)
+      throw std::runtime_error("moe_trainer: --logit-growth '" + text + "': expected LAYER:FROM:TO:PEAK");
+    g.from = from, g.to = to;
+    if (g.layer < 0 || g.layer >= layers)
+      throw std::runtime_error("moe_trainer: --logit-growth: layer " + std::to_string(g.layer) +
+                               " is not one of the model's " + std::to_string(layers));
+    if (g.to <= g.from) throw std::runtime_error("moe_trainer: --logit-growth: TO must come after FROM");
+    if (!(g.peak >= 1) || !std::isfinite(g.peak))
+      throw std::runtime_error("moe_trainer: --logit-growth: PEAK must be a finite gain of at least 1");
+    return g;
+  }
 };
 
 // Expert slots per rank: the even share and room for one more, so the
@@ -116,8 +151,8 @@ class Log {
 gr::Config guardrails_config(const Options& o) {
   if (!o.guardrails.empty()) return gr::Config::from_yaml_file(o.guardrails);
   gr::Config c;
-  c.loss_scaling.enabled = false;  // f32 training: no loss scale
-  c.precision.enabled = false;     // ... and nothing to escalate
+  c.loss_scaling.enabled = o.model.f16;  // f32 training: no loss scale
+  c.precision.enabled = o.model.f16;     // ... and nothing to escalate
   c.sdc.interval = 50;
   return c;
 }
@@ -146,8 +181,23 @@ class Trainer {
         gcfg_(guardrails_config(o)),
         store_(sigma::bootstrap::open_store(so.store)),
         staging_(s.plugin()),
-        poison_(o.poison.begin(), o.poison.end()) {
-    for (const auto& seg : model_.dense_layers) layers_.push_back({seg.name, HAL_DTYPE_F32});
+        poison_(o.poison.begin(), o.poison.end()),
+        growth_(LogitGrowth::parse(o.logit_growth, o.model.layers)) {
+    // The guardrails' layers: the dense parameters' segments, then the
+    // experts of each block (their gradients are each rank's own, so only
+    // their activations are reported). A layer with f16 GEMMs is an f16
+    // layer: escalated, it runs them in f32.
+    const auto& parts = model_.precision_parts();
+    const auto dtype = [&](const std::string& name) {
+      const bool f16 = o.model.f16 && std::find(parts.begin(), parts.end(), name) != parts.end();
+      return f16 ? HAL_DTYPE_F16 : HAL_DTYPE_F32;
+    };
+    for (const auto& seg : model_.dense_layers) layers_.push_back({seg.name, dtype(seg.name)});
+    for (const auto& name : parts)
+      if (name.find(".experts") != std::string::npos) layers_.push_back({name, dtype(name)});
+    for (const auto& name : parts)
+      for (size_t l = 0; l < layers_.size(); ++l)
+        if (layers_[l].name == name) part_layer_.push_back(l);
     auto f32 = [](const char* name, torch::Tensor& t) {
       return sigma::checkpoint::TensorView(name, HAL_DTYPE_F32, {t.numel()}, t.data_ptr());
     };
@@ -259,6 +309,13 @@ class Trainer {
     if (replicated_ && o_.guardrails_on && guard_->fingerprint_due(step)) fp = check_replicas(step);
     model_.dense_grad.zero_();
     model_.expert_grad.zero_();
+    // Each part in the precision the guardrails hold for it (restored with
+    // their state), the step's logit gain, and the loss scale.
+    const auto& parts = model_.precision_parts();
+    for (size_t i = 0; i < parts.size(); ++i)
+      model_.set_f32(i, o_.guardrails_on && guard_->escalated(parts[i]));
+    model_.set_logit_gain(growth_.layer, growth_.gain(step));
+    const double scale = o_.guardrails_on ? guard_->loss_scale() : 1.0;
     moe::MoeStats stats;
     double ce_sum = 0;
     for (const uint32_t data_rank : data_ranks()) {
@@ -267,7 +324,7 @@ class Trainer {
       moe::MoeStats st;
       torch::Tensor ce;
       const torch::Tensor loss = model_.loss(batch, *dispatcher_, &st, &ce);  // MoE tokens through the HAL
-      (loss / static_cast<double>(world_)).backward();                        // ... and their gradients back
+      (loss * (scale / static_cast<double>(world_))).backward();              // ... and their gradients back
       ce_sum += ce.item<double>();
       stats.tokens += st.tokens;
       stats.routed += st.routed;
@@ -285,7 +342,8 @@ class Trainer {
     // gradient (this rank's alone) reaches them as a non-finite loss.
     const bool experts_finite = torch::isfinite(model_.expert_grad).all().item<bool>();
     const double t_sample = now_s();
-    const gr::Decision d = decide(step, experts_finite ? ce_mean : std::nan(""), sample);
+    const std::vector<double> act = activation_amax();
+    const gr::Decision d = decide(step, experts_finite ? ce_mean : std::nan(""), sample, act);
     const double t_decide = now_s();
     // The replica's ranks saw different finite exchanged gradients: a silent
     // error in its exchange or memory. Skipping (the guardrails' answer)
@@ -346,6 +404,10 @@ class Trainer {
                    {"fingerprint", fp},
                    {"generation", s_.generation()},
                    {"poisoned", poison_.count(b) > 0},
+                   {"loss_scale", d.loss_scale},
+                   {"logit_gain", growth_.gain(step)},
+                   {"f32_parts", f32_parts()},
+                   {"activation_amax", act_json(act)},
                    {"rebalance", moved ? json::parse(par::rebalance_json(*moved)) : json()}});
     }
     return {d, moved};
@@ -376,6 +438,11 @@ class Trainer {
     std::string note;
     if (d.action != gr::Action::apply) note = std::string("skipped: ") + d.reason;
     if (moved) note += (note.empty() ? "" : "; ") + std::string("rebalanced: ") + moved->reason;
+    const auto say = [&note](const std::string& part) { note += (note.empty() ? "" : "; ") + part; };
+    for (size_t i = 0; i < d.escalate.size(); ++i)
+      say("escalated " + d.escalate[i] + " to f32: " + d.escalate_why[i]);
+    for (size_t i = 0; i < d.deescalate.size(); ++i)
+      say("returned " + d.deescalate[i] + " to f16: " + d.deescalate_why[i]);
     out.report = report(d, note);
     return out;
   }
@@ -542,14 +609,40 @@ class Trainer {
 
   uint64_t tokens() const { return static_cast<uint64_t>(o_.batch * o_.model.seq) * world_; }
 
-  gr::Decision decide(uint64_t step, double loss, const std::vector<double>& riders) {
+  // This rank's activation figures by guardrails layer (f16 training).
+  std::vector<double> activation_amax() {
+    if (!o_.model.f16) return {};
+    const std::vector<double> by_part = model_.take_activation_amax();
+    std::vector<double> out(layers_.size(), 0.0);
+    for (size_t i = 0; i < by_part.size(); ++i) out[part_layer_[i]] = by_part[i];
+    return out;
+  }
+
+  json act_json(const std::vector<double>& act) const {
+    json j = json::object();
+    for (const size_t l : part_layer_)
+      if (l < act.size()) j[layers_[l].name] = std::isfinite(act[l]) ? json(act[l]) : json("inf");
+    return j;
+  }
+
+  std::vector<std::string> f32_parts() const {
+    std::vector<std::string> out;
+    if (!o_.model.f16 || !o_.guardrails_on) return out;
+    for (const auto& name : model_.precision_parts())
+      if (guard_->escalated(name)) out.push_back(name);
+    return out;
+  }
+
+  gr::Decision decide(uint64_t step, double loss, const std::vector<double>& riders,
+                      const std::vector<double>& activations) {
     std::vector<std::vector<gr::BufferView>> grads;
     for (const auto& seg : model_.dense_layers)
       grads.push_back({{model_.dense_grad.data_ptr<float>() + seg.offset, static_cast<uint64_t>(seg.count),
                         HAL_DTYPE_F32}});
+    grads.resize(layers_.size());  // the experts' layers: activations only
     if (o_.guardrails_on)
-      return guard_->step(step, loss, grads, riders);  // skip, clip, roll back: every rank alike
-    gr::Decision d;                                    // the benchmark's baseline: apply, unchecked
+      return guard_->step(step, loss, grads, riders, activations);  // skip, clip, roll back: every rank alike
+    gr::Decision d;  // the benchmark's baseline: apply, unchecked
     d.step = step;
     d.loss = loss;
     return d;
@@ -574,6 +667,7 @@ class Trainer {
   std::string policy_;       // the guardrails' policy the state restored, for setup()
   const gr::Config gcfg_;
   std::vector<gr::LayerInfo> layers_;
+  std::vector<size_t> part_layer_;       // the model's precision part i is layers_[part_layer_[i]]
   std::mutex groups_mu_;                 // the groups against the session's abort hook
   std::unique_ptr<par::Groups> groups_;  // guarded by groups_mu_ (the pointer)
   const std::shared_ptr<sigma::bootstrap::Store> store_;
@@ -582,6 +676,7 @@ class Trainer {
   std::unique_ptr<gr::Guardrails> guard_;
   std::optional<Log> log_;
   const std::set<uint64_t> poison_;
+  const LogitGrowth growth_;
   std::FILE* progress_log_ = nullptr;
 };
 
@@ -622,7 +717,12 @@ int main(int argc, char** argv) {
   app.add_option("--kill-device", o.kill_device, "... if it runs on this device");
   app.add_option("--progress-log", o.progress, "append step and kill times to PREFIX.dDEVICE (benchmarks)");
   app.add_option("--poison-batches", o.poison, "batches replaced by random bytes (a corrupt data shard)");
+  app.add_option("--precision", o.precision, "the GEMMs' precision: f32, or f16 (its arithmetic on the CPU)")
+      ->check(CLI::IsMember({"f32", "f16"}));
+  app.add_option("--logit-growth", o.logit_growth,
+                 "LAYER:FROM:TO:PEAK: that layer's attention logits grow to PEAK times and back");
   CLI11_PARSE(app, argc, argv);
+  o.model.f16 = o.precision == "f16";
   try {
     // Workers share the cores: one thread each unless told, in libtorch and
     // in OpenBLAS (which keeps its own pool, sized to the machine).

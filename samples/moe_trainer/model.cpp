@@ -121,6 +121,41 @@ Model::Model(const ModelConfig& config, uint32_t ep_rank, uint32_t ep_size, int6
   segment("final_norm", from);
   TORCH_CHECK(at == dense_count && e_at == expert.numel(), "parameter layout does not add up");
   init_experts(ep_rank, ep_size, seed);
+  parts_.push_back("embed");
+  for (int64_t l = 0; l < L; ++l) {
+    parts_.push_back("block" + std::to_string(l) + ".attn");
+    parts_.push_back("block" + std::to_string(l) + ".experts");
+  }
+  f32_.assign(parts_.size(), false);
+  amax_.assign(parts_.size(), 0.0);
+}
+
+std::vector<double> Model::take_activation_amax() {
+  std::vector<double> out(parts_.size(), 0.0);
+  std::swap(out, amax_);
+  return out;
+}
+
+// A GEMM as an f16 tensor core computes it: operands rounded to f16,
+// products summed in f32, the result (times `scale`) rounded to f16, where
+// a value past 65504 becomes inf (`divisor` and `gain` scale it first).
+// Autograd's backward of each rounding
+// rounds the gradient flowing through it to f16 as well, so scaled
+// gradients overflow and underflow as they would there. libtorch has no
+// f16 GEMM on the CPU; this is its arithmetic, not its speed. An escalated
+// part runs the same GEMM in f32.
+torch::Tensor Model::gemm(const torch::Tensor& a, const torch::Tensor& b, size_t part, double divisor,
+                          double gain) {
+  const bool low = c_.f16 && !f32_[part];
+  const auto round = [low](const torch::Tensor& t) { return low ? t.to(torch::kHalf).to(torch::kFloat) : t; };
+  torch::Tensor y = torch::matmul(round(a), round(b));
+  if (divisor != 1) y = y / divisor;
+  if (gain != 1) y = y * gain;
+  if (c_.f16 && y.numel() > 0) {
+    const double m = y.detach().abs().max().item<double>();
+    amax_[part] = std::isnan(m) ? INFINITY : std::max(amax_[part], m);
+  }
+  return round(y);
 }
 
 double Model::take_exchange_seconds() {
@@ -163,7 +198,10 @@ torch::Tensor Model::moe_layer(const torch::Tensor& h, int64_t layer, par::Dispa
   const Block& b = blocks_[static_cast<size_t>(layer)];
   const int64_t T = h.size(0), k = c_.top_k, E = c_.experts, D = c_.d_model;
   const torch::Tensor logits = torch::matmul(h, b.router.t());
-  const torch::Tensor frozen = logits.detach().contiguous();
+  // A token whose hidden state overflowed (f16) is routed as if its logits
+  // were zero; its value stays non-finite, so the loss is, and the
+  // guardrails skip the step on every rank.
+  const torch::Tensor frozen = torch::nan_to_num(logits.detach(), 0.0, 0.0, 0.0).contiguous();
   par::RouterOptions ro;
   ro.num_experts = static_cast<uint32_t>(E);
   ro.top_k = static_cast<uint32_t>(k);
@@ -201,7 +239,8 @@ torch::Tensor Model::moe_layer(const torch::Tensor& h, int64_t layer, par::Dispa
     const torch::Tensor seg = rows.narrow(0, lo, hi - lo);
     const auto& w1 = b.w1[static_cast<size_t>(slot)];
     const auto& w2 = b.w2[static_cast<size_t>(slot)];
-    outs.push_back(torch::matmul(torch::gelu(torch::matmul(seg, w1.t())), w2.t()));
+    const size_t part = 2 + 2 * static_cast<size_t>(layer);
+    outs.push_back(gemm(torch::gelu(gemm(seg, w1.t(), part)), w2.t(), part));
   }
   // A rank holding no expert still passes its (empty) rows on: both
   // exchanges' backward passes must run on every rank.
@@ -245,16 +284,19 @@ torch::Tensor Model::loss(const torch::Tensor& batch, par::Dispatcher& d, MoeSta
   for (int64_t l = 0; l < c_.layers; ++l) {
     const Block& b = blocks_[static_cast<size_t>(l)];
     const torch::Tensor h = torch::layer_norm(x, {D}, b.ln1_w, b.ln1_b);
-    const auto qkv = torch::matmul(h, b.qkv.t()).view({B, S, 3, H, dh}).permute({2, 0, 3, 1, 4});
-    torch::Tensor att = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
+    const size_t part = 1 + 2 * static_cast<size_t>(l);
+    const auto qkv = gemm(h, b.qkv.t(), part).view({B, S, 3, H, dh}).permute({2, 0, 3, 1, 4});
+    const double gain = l == gain_layer_ ? gain_ : 1.0;
+    torch::Tensor att =
+        gemm(qkv[0], qkv[1].transpose(-2, -1), part, std::sqrt(static_cast<double>(dh)), gain);
     att = torch::softmax(att.masked_fill(mask, -std::numeric_limits<float>::infinity()), -1);
-    const torch::Tensor y = torch::matmul(att, qkv[2]).transpose(1, 2).reshape({B, S, D});
-    x = x + torch::matmul(y, b.proj.t());
+    const torch::Tensor y = gemm(att, qkv[2], part).transpose(1, 2).reshape({B, S, D});
+    x = x + gemm(y, b.proj.t(), part);
     const torch::Tensor h2 = torch::layer_norm(x, {D}, b.ln2_w, b.ln2_b).reshape({B * S, D});
     x = x + moe_layer(h2, l, d, stats).view({B, S, D});
   }
   const torch::Tensor h = torch::layer_norm(x, {D}, lnf_w_, lnf_b_);
-  const torch::Tensor logits = torch::matmul(h, embed_.t()).view({B * S, c_.vocab});
+  const torch::Tensor logits = gemm(h, embed_.t(), 0).view({B * S, c_.vocab});
   const torch::Tensor ce = torch::nn::functional::cross_entropy(logits, target.reshape({-1}));
   *cross_entropy = ce.detach();
   return ce + c_.aux_weight * torch::stack(aux_terms_).mean();

@@ -28,6 +28,10 @@ struct ModelConfig {
   int64_t seq = 64, vocab = 256;  // bytes
   double capacity_factor = 1.25;  // per expert and rank; 0 = dropless
   double aux_weight = 0.01;       // the Switch load-balancing loss's weight
+  // GEMMs in f16 (see Model::gemm): attention, the experts and the output
+  // head; norms, softmax, the router and the loss stay in f32, as mixed
+  // precision keeps them.
+  bool f16 = false;
 };
 
 // A contiguous range of a flat buffer that the guardrails track as one layer.
@@ -69,6 +73,19 @@ class Model {
   // Seconds spent inside the MoE exchanges since the last call.
   double take_exchange_seconds();
 
+  // The parts whose GEMMs run in f16 when config().f16, by the name the
+  // guardrails know them by: "embed" (the tied output head),
+  // "blockL.attn", "blockL.experts". set_f32(i, true) runs part i in f32
+  // (escalated) from the next forward pass on.
+  const std::vector<std::string>& precision_parts() const { return parts_; }
+  void set_f32(size_t part, bool f32) { f32_.at(part) = f32; }
+  // Per part, the largest |value| its GEMMs computed (before rounding to
+  // f16; +inf for one not finite) since the last call. Zeros in f32 mode.
+  std::vector<double> take_activation_amax();
+  // Multiplies layer `layer`'s attention logits by `gain` (1: off): the
+  // growth of the logits that destabilises large runs, made to happen here.
+  void set_logit_gain(int64_t layer, double gain) { gain_layer_ = layer, gain_ = gain; }
+
   const ModelConfig& config() const { return c_; }
   torch::Tensor dense, dense_grad;    // flat f32, replicated
   torch::Tensor expert, expert_grad;  // flat f32, this rank's experts
@@ -80,6 +97,8 @@ class Model {
   torch::Tensor param(torch::Tensor& flat, torch::Tensor& grad, int64_t& at, std::vector<int64_t> shape);
   torch::Tensor moe_layer(const torch::Tensor& h, int64_t layer, sigma::parallel::Dispatcher& d,
                           MoeStats* stats);
+  torch::Tensor gemm(const torch::Tensor& a, const torch::Tensor& b, size_t part, double divisor = 1,
+                     double gain = 1);
 
   ModelConfig c_;
   int64_t local_ = 0, slots_ = 0;
@@ -92,6 +111,11 @@ class Model {
   std::vector<Block> blocks_;
   std::vector<std::shared_ptr<Exchange>> inflight_;
   std::vector<torch::Tensor> aux_terms_;  // one per MoE layer, this pass
+  std::vector<std::string> parts_;        // precision parts: embed, then per block attn, experts
+  std::vector<bool> f32_;                 // escalated parts
+  std::vector<double> amax_;              // per part, since take_activation_amax()
+  int64_t gain_layer_ = -1;
+  double gain_ = 1;
 };
 
 }  // namespace moe

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -56,6 +57,7 @@ int run(std::vector<std::string> args, const std::string& log = "/dev/null", con
 
 struct Fixture {
   std::string root, text;
+  std::string guardrails = GUARDRAILS;  // the main job's
   Fixture() {
     root = ::testing::TempDir() + "moe-trainer-" + std::to_string(::getpid());
     fs::remove_all(root);
@@ -111,7 +113,7 @@ struct Fixture {
                              "--model-gflops",
                              "25",
                              "--guardrails",
-                             GUARDRAILS});
+                             guardrails});
     args.insert(args.end(), extra.begin(), extra.end());
     const int rc = run(args, root + "/" + name + ".log");
     EXPECT_EQ(rc, 0) << name << ":\n" << read_file(root + "/" + name + ".log");
@@ -304,6 +306,83 @@ TEST(MoeTrainer, RecoverableFaultsEndWithTheFaultFreeRunsBytesAndGuardrailDecisi
   snap.push_back("file://" + page);
   EXPECT_EQ(run(snap, log), 0) << read_file(log);
   EXPECT_GT(fs::file_size(shot), 20000u) << "the screenshot is (nearly) blank";
+}
+
+// f16 GEMMs with dynamic loss scaling; layer 1's attention logits grow to
+// 1e6 times and back over steps 15-45. With escalation off the steps whose
+// logits pass f16's range are skipped (the loss is not finite). With it,
+// the guardrails escalate that layer to f32 on its activations' headroom
+// before the first of those steps and return it to f16 once calm: nothing
+// is skipped. A worker killed while the layer is escalated is restored
+// from the memory tier with the escalation in its state: the run ends with
+// the uninterrupted run's bytes, and the report draws the layer's f32
+// steps and the run without escalation beside it.
+TEST(MoeTrainer, AnF16LayerWhoseLogitsGrowIsEscalatedBeforeItOverflowsAndReturnedAndACrashKeepsTheBytes) {
+  Fixture fx;
+  const std::string config =
+      "loss_scaling: {enabled: true, initial_scale: 1024, growth_interval: 100}\n"
+      "spike: {enabled: false}\n"
+      "precision: {enabled: false, window: 100, max_overflow_rate: 0.05, min_headroom_bits: 4, calm_steps: "
+      "8}\n";
+  fx.guardrails = fx.root + "/f16.yaml";
+  const std::vector<std::string> f16{"--precision", "f16", "--logit-growth", "1:15:45:1e6"};
+  // rank 0's steps that ran with a part in f32, and those it skipped.
+  const auto steps_where = [](const std::string& dir, const std::function<bool(const json&)>& pick) {
+    std::vector<uint64_t> out;
+    std::istringstream lines(read_file(dir + "/trainer.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      const json j = json::parse(line);
+      if (j.value("event", "") == "step" && pick(j)) out.push_back(j["step"]);
+    }
+    return out;
+  };
+
+  std::ofstream(fx.guardrails) << config;  // escalation off
+  const std::string no_escalation = fx.job("f16-no-escalation", "", f16);
+  const auto skipped = steps_where(no_escalation, [](const json& j) { return j["action"] != "apply"; });
+  ASSERT_GE(skipped.size(), 3u) << "the growth overflows f16 for a few steps";
+  EXPECT_EQ(summary(no_escalation)["skipped_steps"], skipped.size());
+
+  std::ofstream(fx.guardrails) << std::regex_replace(config, std::regex("enabled: false, window"),
+                                                     "enabled: true, window");
+  const std::string clean = fx.job("f16", "", f16);
+  const json s = summary(clean);
+  EXPECT_EQ(s["skipped_steps"], 0) << s.dump(1);
+  std::vector<std::string> changes;
+  for (const auto& i : s["incidents"])
+    if (i["kind"].get<std::string>().rfind("precision", 0) == 0)
+      changes.push_back(i["kind"].get<std::string>() + ": " + i["what"].get<std::string>());
+  ASSERT_EQ(changes.size(), 2u) << s.dump(1);
+  EXPECT_EQ(changes[0].rfind("precision escalated: escalated block1.attn to f32: activation amax", 0), 0u)
+      << changes[0];
+  EXPECT_EQ(changes[1].rfind("precision returned: returned block1.attn to f16: calm for 8 steps", 0), 0u)
+      << changes[1];
+  const auto f32_steps = steps_where(clean, [](const json& j) { return !j["f32_parts"].empty(); });
+  ASSERT_FALSE(f32_steps.empty());
+  EXPECT_GT(f32_steps.front(), 15u);
+  EXPECT_LT(f32_steps.front(), skipped.front()) << "escalated before the logits pass f16's range";
+  EXPECT_GT(f32_steps.back(), skipped.back());
+  EXPECT_EQ(f32_steps.size(), f32_steps.back() - f32_steps.front() + 1) << "one span";
+  EXPECT_LT(f32_steps.back(), 59u) << "returned to f16 within the run";
+  const Chart precision = chart_of(read_file(clean + "/report.html"), "precision");
+  EXPECT_FALSE(precision.no_data);
+  EXPECT_GE(precision.marks, 1u) << "no f32 span drawn";
+
+  // Killed at step 30, escalated: the same bytes at the end. Its report
+  // draws the run with escalation off beside it (the fifth colour).
+  auto kill = f16;
+  kill.insert(kill.end(), {"--kill-at", "30", "--kill-device", "1"});
+  const std::string killed =
+      fx.job("f16-kill", "", kill, {"--report-compare", "escalation off=" + no_escalation});
+  const json rep = json::parse(read_file(killed + "/report.json"));
+  ASSERT_EQ(rep["incidents"].size(), 1u) << rep.dump(1);
+  EXPECT_EQ(rep["incidents"][0].value("restore", ""), "memory");
+  EXPECT_TRUE(finals(killed) == finals(clean)) << "the escalation state travels with the snapshot";
+  const std::string page = read_file(killed + "/report.html");
+  const auto loss = page.find("id=\"loss\"");
+  ASSERT_NE(loss, std::string::npos);
+  EXPECT_NE(page.substr(loss, page.find("</figure>", loss) - loss).find("#9467BD"), std::string::npos)
+      << "no line of the compared run";
 }
 
 // rank 0's trainer.jsonl: each committed step's loss (a step a re-form
