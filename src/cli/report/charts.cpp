@@ -129,6 +129,25 @@ std::string no_data(const std::string& title, const std::string& what) {
          title + ": no data (" + what + ")</text></svg>";
 }
 
+// A chart of named rows over x: the frame, its grid and each row's name at
+// its left. Row k lies at y = rows - 1 - k (row_y).
+void rows_frame(const Range& x, const std::vector<std::string>& rows, PLFLT bottom, PLFLT top, const char* xl,
+                const char* title) {
+  const double n = static_cast<double>(std::max<size_t>(rows.size(), 1));
+  plvpor(0.2, 0.97, bottom, top);
+  plwind(x.lo, x.hi, -0.5, n - 0.5);
+  plcol0(kGrid);
+  plbox("g", 0, 0, "", 0, 0);
+  plcol0(kInk);
+  plbox("bcnst", 0, 0, "bc", 0, 0);
+  pllab(xl, "", title);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    plcol0(kInk);
+    plmtex("lv", 1.0, (n - 1 - static_cast<double>(k) + 0.5) / n, 1.0, rows[k].c_str());
+  }
+}
+double row_y(size_t k, size_t rows) { return static_cast<double>(rows) - 1 - static_cast<double>(k); }
+
 }  // namespace
 
 std::string loss_chart(const Figures& f, const std::string& scratch) {
@@ -239,18 +258,9 @@ std::string timeline_chart(const Figures& f, const std::string& scratch) {
     Range x;
     x.lo = 0;
     x.hi = std::max(f.wall_s, 1.0);
-    const double n = static_cast<double>(std::max<size_t>(kinds.size(), 1));
-    plvpor(0.2, 0.97, 0.2, 0.85);
-    plwind(x.lo, x.hi, -0.5, n - 0.5);
-    plcol0(kGrid);
-    plbox("g", 0, 0, "", 0, 0);
-    plcol0(kInk);
-    plbox("bcnst", 0, 0, "bc", 0, 0);
-    pllab("seconds since the job started", "", "Incident timeline");
+    rows_frame(x, kinds, 0.2, 0.85, "seconds since the job started", "Incident timeline");
     for (size_t k = 0; k < kinds.size(); ++k) {
-      const double yk = n - 1 - static_cast<double>(k);
-      plcol0(kInk);
-      plmtex("lv", 1.0, (yk + 0.5) / n, 1.0, kinds[k].c_str());
+      const double yk = row_y(k, kinds.size());
       for (const auto& i : f.incidents) {
         if (i.kind != kinds[k]) continue;
         PLFLT px = i.t, py = yk;
@@ -318,18 +328,10 @@ std::string precision_chart(const Figures& f, const std::string& scratch) {
     for (const auto& sp : f.f32_spans) x.fit({sp.from, sp.to});
     x.lo = 0;
     x.pad();
-    const double n = static_cast<double>(layers.size());
-    plvpor(0.2, 0.97, 0.3, 0.78);
-    plwind(x.lo, x.hi, -0.5, n - 0.5);
-    plcol0(kGrid);
-    plbox("g", 0, 0, "", 0, 0);
-    plcol0(kInk);
-    plbox("bcnst", 0, 0, "bc", 0, 0);
-    pllab("step", "", "Precision per layer: the steps each layer ran in f32 (escalated); f16 elsewhere");
+    rows_frame(x, layers, 0.3, 0.78, "step",
+               "Precision per layer: the steps each layer ran in f32 (escalated); f16 elsewhere");
     for (size_t k = 0; k < layers.size(); ++k) {
-      const double yk = n - 1 - static_cast<double>(k);
-      plcol0(kInk);
-      plmtex("lv", 1.0, (yk + 0.5) / n, 1.0, layers[k].c_str());
+      const double yk = row_y(k, layers.size());
       for (const auto& sp : f.f32_spans) {
         if (sp.layer != layers[k]) continue;
         PLFLT xs[4] = {sp.from, sp.from, sp.to, sp.to}, ys[4] = {yk - 0.3, yk + 0.3, yk + 0.3, yk - 0.3};
