@@ -315,6 +315,7 @@ class Trainer {
     for (size_t i = 0; i < parts.size(); ++i)
       model_.set_f32(i, o_.guardrails_on && guard_->escalated(parts[i]));
     model_.set_logit_gain(growth_.layer, growth_.gain(step));
+    model_.take_activation_amax();  // this step's figures only (an aborted one's forward left some)
     const double scale = o_.guardrails_on ? guard_->loss_scale() : 1.0;
     moe::MoeStats stats;
     double ce_sum = 0;
@@ -430,20 +431,28 @@ class Trainer {
     }
     const auto [d, moved] = this->step(step, batch);
     sigma::runtime::StepOutcome out;
-    if (d.action == gr::Action::rollback) {
-      out.rollback =
-          sigma::runtime::Rollback{d.rollback_to_step + 1, d.skip_data_begin, d.skip_data_end, d.reason};
+    if (d.action == gr::Action::rollback) {  // repeated spikes may escalate too: said with it
+      out.rollback = sigma::runtime::Rollback{d.rollback_to_step + 1, d.skip_data_begin, d.skip_data_end,
+                                              d.reason + precision_note(d, "; ")};
       return out;
     }
     std::string note;
     if (d.action != gr::Action::apply) note = std::string("skipped: ") + d.reason;
     if (moved) note += (note.empty() ? "" : "; ") + std::string("rebalanced: ") + moved->reason;
-    const auto say = [&note](const std::string& part) { note += (note.empty() ? "" : "; ") + part; };
+    note += precision_note(d, note.empty() ? "" : "; ");
+    out.report = report(d, note);
+    return out;
+  }
+
+  // The decision's precision changes as note parts the report reads
+  // ("escalated L to f32: why; returned L to f16: why"), after `lead`.
+  static std::string precision_note(const gr::Decision& d, const std::string& lead) {
+    std::string out;
+    const auto say = [&](const std::string& part) { out += (out.empty() ? lead : "; ") + part; };
     for (size_t i = 0; i < d.escalate.size(); ++i)
       say("escalated " + d.escalate[i] + " to f32: " + d.escalate_why[i]);
     for (size_t i = 0; i < d.deescalate.size(); ++i)
       say("returned " + d.deescalate[i] + " to f16: " + d.deescalate_why[i]);
-    out.report = report(d, note);
     return out;
   }
 
