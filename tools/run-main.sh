@@ -24,21 +24,25 @@ mkdir -p "$demo"
 [ -s "$demo/kjv.txt" ] || bible gen1:1-rev22:21 > "$demo/kjv.txt"
 # One worker thread's GEMM rate (the MFU peak) and the model's own rate on a
 # core (the planner's compute rate), measured once for every worker.
+# The job's GEMMs: f16 (its arithmetic on the CPU), layer 2's logits growing.
+job_flags=(--precision f16 --logit-growth 2:150:270:1e6)
 gemm=$("$bin/moe_trainer" --measure-gemm)
-model=$("$bin/moe_trainer" --measure-model)
+model=$("$bin/moe_trainer" --measure-model "${job_flags[@]}")
 steps=${SIGMA_DEMO_STEPS:-450}
 trainer=("$bin/moe_trainer" --data "$PWD/$demo/kjv.txt" --steps "$steps" --gemm-gflops "$gemm" --model-gflops "$model"
-         --precision f16 --logit-growth 2:150:270:1e6)
+         "${job_flags[@]}")
 guardrails=$PWD/samples/moe_trainer/guardrails.yaml
 # The same guardrails with per-layer escalation off.
 sed 's/^precision: {enabled: true/precision: {enabled: false/' "$guardrails" > "$demo/guardrails-no-escalation.yaml"
+grep -q '^precision: {enabled: false' "$demo/guardrails-no-escalation.yaml" ||
+  { echo "run-main: $guardrails no longer starts its precision line with 'enabled: true'" >&2; exit 1; }
 run=(--nproc 4 --spares 1 --snapshot-keep 4 --readmit-crashed 1 --checkpoint-every 50 --checkpoint-async)
 
 # A fault-free run on the cpu vendor, kept while the trainer, its
-# guardrails and the step count are those it ran with.
+# guardrails, the job's flags and the step count are those it ran with.
 fault_free() {  # N FOLDER GUARDRAILS WHAT
   local key
-  key=$(cat "$bin/moe_trainer" "$3" | sha256sum | cut -c1-16)-$steps
+  key=$( (cat "$bin/moe_trainer" "$3"; echo "${job_flags[@]}") | sha256sum | cut -c1-16)-$steps
   if [ "$(cat "$2/key" 2>/dev/null)" != "$key" ] || [ ! -s "$2/report.json" ]; then
     echo "== $1/3: $4 ($steps steps; kept for the next runs)"
     rm -rf "$2"

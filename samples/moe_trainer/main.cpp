@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -85,7 +86,8 @@ struct LogitGrowth {
     if (text.empty()) return g;
     char tail = 0;
     unsigned long long from = 0, to = 0;
-    if (std::sscanf(text.c_str(), "%ld:%llu:%llu:%lf%c", &g.layer, &from, &to, &g.peak, &tail) != 4)
+    if (text.find('-') != std::string::npos ||
+        std::sscanf(text.c_str(), "%" SCNd64 ":%llu:%llu:%lf%c", &g.layer, &from, &to, &g.peak, &tail) != 4)
       throw std::runtime_error("moe_trainer: --logit-growth '" + text + "': expected LAYER:FROM:TO:PEAK");
     g.from = from, g.to = to;
     if (g.layer < 0 || g.layer >= layers)
@@ -151,8 +153,8 @@ class Log {
 gr::Config guardrails_config(const Options& o) {
   if (!o.guardrails.empty()) return gr::Config::from_yaml_file(o.guardrails);
   gr::Config c;
-  c.loss_scaling.enabled = o.model.f16;  // f32 training: no loss scale
-  c.precision.enabled = o.model.f16;     // ... and nothing to escalate
+  c.loss_scaling.enabled = o.model.f16;  // f16 GEMMs: a loss scale (f32 needs none) ...
+  c.precision.enabled = o.model.f16;     // ... and layers to escalate
   c.sdc.interval = 50;
   return c;
 }
@@ -312,8 +314,12 @@ class Trainer {
     // Each part in the precision the guardrails hold for it (restored with
     // their state), the step's logit gain, and the loss scale.
     const auto& parts = model_.precision_parts();
-    for (size_t i = 0; i < parts.size(); ++i)
-      model_.set_f32(i, o_.guardrails_on && guard_->escalated(parts[i]));
+    std::vector<std::string> ran_f32;  // for the log: the parts this step runs in f32
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const bool f32 = o_.model.f16 && o_.guardrails_on && guard_->escalated(parts[i]);
+      model_.set_f32(i, f32);
+      if (f32) ran_f32.push_back(parts[i]);
+    }
     model_.set_logit_gain(growth_.layer, growth_.gain(step));
     model_.take_activation_amax();  // this step's figures only (an aborted one's forward left some)
     const double scale = o_.guardrails_on ? guard_->loss_scale() : 1.0;
@@ -407,7 +413,7 @@ class Trainer {
                    {"poisoned", poison_.count(b) > 0},
                    {"loss_scale", d.loss_scale},
                    {"logit_gain", growth_.gain(step)},
-                   {"f32_parts", f32_parts()},
+                   {"f32_parts", ran_f32},
                    {"activation_amax", act_json(act)},
                    {"rebalance", moved ? json::parse(par::rebalance_json(*moved)) : json()}});
     }
@@ -632,14 +638,6 @@ class Trainer {
     for (const size_t l : part_layer_)
       if (l < act.size()) j[layers_[l].name] = std::isfinite(act[l]) ? json(act[l]) : json("inf");
     return j;
-  }
-
-  std::vector<std::string> f32_parts() const {
-    std::vector<std::string> out;
-    if (!o_.model.f16 || !o_.guardrails_on) return out;
-    for (const auto& name : model_.precision_parts())
-      if (guard_->escalated(name)) out.push_back(name);
-    return out;
   }
 
   gr::Decision decide(uint64_t step, double loss, const std::vector<double>& riders,

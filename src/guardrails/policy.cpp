@@ -90,6 +90,9 @@ LayerPrecision::Verdict LayerPrecision::observe(bool overflow, double amax, doub
       std::snprintf(buf, sizeof buf, "%llu overflowing steps in the last %zu (limit %llu)",
                     static_cast<unsigned long long>(overflows_), window_.size(),
                     static_cast<unsigned long long>(limit));
+    } else if (!std::isfinite(activation_amax)) {
+      std::snprintf(buf, sizeof buf, "an activation overflowed %s's %.6g (not finite)",
+                    low_ == HAL_DTYPE_F16 ? "f16" : "bf16", top());
     } else if (headroom < c_.min_headroom_bits) {
       std::snprintf(
           buf, sizeof buf, "%s amax %.4g leaves %.2f bits of headroom below %s's %.6g (minimum %.2f)",

@@ -326,7 +326,7 @@ TEST(MoeTrainer, AnF16LayerWhoseLogitsGrowIsEscalatedBeforeItOverflowsAndReturne
       "8}\n";
   fx.guardrails = fx.root + "/f16.yaml";
   const std::vector<std::string> f16{"--precision", "f16", "--logit-growth", "1:15:45:1e6"};
-  // rank 0's steps that ran with a part in f32, and those it skipped.
+  // rank 0's steps that ran with a part in f32 (its log's f32_parts), and those it skipped.
   const auto steps_where = [](const std::string& dir, const std::function<bool(const json&)>& pick) {
     std::vector<uint64_t> out;
     std::istringstream lines(read_file(dir + "/trainer.jsonl"));
@@ -364,6 +364,8 @@ TEST(MoeTrainer, AnF16LayerWhoseLogitsGrowIsEscalatedBeforeItOverflowsAndReturne
   EXPECT_GT(f32_steps.back(), skipped.back());
   EXPECT_EQ(f32_steps.size(), f32_steps.back() - f32_steps.front() + 1) << "one span";
   EXPECT_LT(f32_steps.back(), 59u) << "returned to f16 within the run";
+  EXPECT_LT(f32_steps.front(), 30u) << "the kill below comes while the layer runs in f32";
+  EXPECT_GT(f32_steps.back(), 30u);
   const Chart precision = chart_of(read_file(clean + "/report.html"), "precision");
   EXPECT_FALSE(precision.no_data);
   EXPECT_GE(precision.marks, 1u) << "no f32 span drawn";

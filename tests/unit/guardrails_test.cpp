@@ -199,6 +199,10 @@ TEST(Guardrails, ActivationsNearTheF16RangeEscalateBeforeAnOverflowAndStepBackWh
   Decision d = g.step(s++, 1.0, x.views(), {}, {5000.0, 5000.0});
   EXPECT_EQ(d.action, Action::apply) << "nothing overflowed yet";
   ASSERT_EQ(d.escalate, std::vector<std::string>{"a"});
+  ASSERT_EQ(d.escalate_why.size(), 1u);
+  EXPECT_EQ(d.escalate_why[0].rfind("activation amax 5000 leaves 3.71 bits of headroom below f16's 65504", 0),
+            0u)
+      << d.escalate_why[0];
   EXPECT_FALSE(g.escalated("b"));
   // In f32 it reaches 1e5 (f16 would have overflowed), then falls to 3000
   // (4.4 bits: not the 5 a return asks for), then to 1000 for three steps.
@@ -207,6 +211,8 @@ TEST(Guardrails, ActivationsNearTheF16RangeEscalateBeforeAnOverflowAndStepBackWh
   for (int i = 0; i < 2; ++i) EXPECT_TRUE(g.step(s++, 1.0, x.views(), {}, {1000.0, 1.0}).deescalate.empty());
   d = g.step(s++, 1.0, x.views(), {}, {1000.0, 1.0});
   EXPECT_EQ(d.deescalate, std::vector<std::string>{"a"});
+  ASSERT_EQ(d.deescalate_why.size(), 1u);
+  EXPECT_EQ(d.deescalate_why[0].rfind("calm for 3 steps", 0), 0u) << d.deescalate_why[0];
   EXPECT_FALSE(g.escalated("a"));
 }
 
@@ -219,6 +225,8 @@ TEST(Guardrails, AnActivationThatOverflowedEscalatesItsLayerAtOnceAndKeepsItTher
   Grads x;
   Decision d = g.step(1, 1.0, x.views(), {}, {INFINITY, 1.0});
   ASSERT_EQ(d.escalate, std::vector<std::string>{"a"});
+  ASSERT_EQ(d.escalate_why.size(), 1u);
+  EXPECT_EQ(d.escalate_why[0], "an activation overflowed f16's 65504 (not finite)");
   // A NaN is not finite either: no calm step while it lasts.
   for (uint64_t s = 2; s < 6; ++s)
     EXPECT_TRUE(g.step(s, 1.0, x.views(), {}, {std::nan(""), 1.0}).deescalate.empty());

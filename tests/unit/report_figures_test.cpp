@@ -122,6 +122,7 @@ TEST(ReportFigures, EscalationsAreIncidentsAndSpansAndACompareRunIsDrawn) {
   EXPECT_EQ(f.f32_spans[0].from, 5);
   EXPECT_EQ(f.f32_spans[0].to, 9);
   EXPECT_EQ(f.f32_spans[1].layer, "b0.experts");
+  EXPECT_EQ(f.f32_spans[1].from, 9);
   EXPECT_EQ(f.f32_spans[1].to, 20) << "open to the end";
   ASSERT_EQ(f.compare_loss.size(), 1u);
   EXPECT_EQ(f.compare_loss[0].second.x.size(), 23u);

@@ -115,22 +115,30 @@ std::optional<std::pair<std::string, bool>> precision_change(const std::string& 
   return std::nullopt;
 }
 
-// The steps each layer ran in f32: escalated at step s, it runs in f32 from
-// s + 1; returned at step s, in its low precision from s + 1. A span still
-// open ends with the job's last step.
-void precision_spans(const std::vector<std::pair<uint64_t, std::pair<std::string, bool>>>& changes,
-                     double end, Figures& f) {
+// A precision change and the first step it applies to: a step's own
+// change from the next step on; one decided with a rollback comes with the
+// note of the first step after it, which already ran with it.
+struct PrecisionChange {
+  double from_step = 0;
+  std::string layer;
+  bool up = false;
+};
+
+// The steps each layer ran in f32, from its changes in order. A span still
+// open ends with the job's last step; an empty one is left out.
+void precision_spans(const std::vector<PrecisionChange>& changes, double end, Figures& f) {
   std::map<std::string, double> open;
-  for (const auto& [step, change] : changes) {
-    const auto& [layer, up] = change;
-    const double at = static_cast<double>(step + 1);
-    if (up && !open.count(layer)) open[layer] = at;
-    if (!up && open.count(layer)) {
-      f.f32_spans.push_back({layer, open[layer], at});
-      open.erase(layer);
+  const auto close = [&f](const std::string& layer, double from, double to) {
+    if (to > from) f.f32_spans.push_back({layer, from, to});
+  };
+  for (const auto& c : changes) {
+    if (c.up && !open.count(c.layer)) open[c.layer] = c.from_step;
+    if (!c.up && open.count(c.layer)) {
+      close(c.layer, open[c.layer], c.from_step);
+      open.erase(c.layer);
     }
   }
-  for (const auto& [layer, from] : open) f.f32_spans.push_back({layer, from, std::max(end, from)});
+  for (const auto& [layer, from] : open) close(layer, from, end);
 }
 
 // One numerics or autotuner decision a worker reported.
@@ -178,7 +186,7 @@ Incident decision(const std::string& part, double t, uint64_t step, uint64_t rea
 void numerics(const json& report, const Placement& where, Figures& f) {
   const json series = report.value("series", json::object());
   const json steps = series.value("steps", json::array());
-  std::vector<std::pair<uint64_t, std::pair<std::string, bool>>> changes;
+  std::vector<PrecisionChange> changes;
   for (const json& n : series.value("notes", json::array())) {
     const double t = num(n, "t");
     const uint64_t step = n.value("step", uint64_t{0});
@@ -186,9 +194,13 @@ void numerics(const json& report, const Placement& where, Figures& f) {
     uint64_t reached = 0;
     for (const json& p : steps)
       if (num(p, "t") < t) reached = std::max(reached, p.value("step", uint64_t{0}) + 1);
+    bool after_rollback = false;
     for (const std::string& part : parts_of(str(n, "note"))) {
       f.incidents.push_back(decision(part, t, step, reached, where, f));
-      if (const auto change = precision_change(part)) changes.emplace_back(step, *change);
+      after_rollback |= part.rfind("rolled back", 0) == 0;
+      if (const auto change = precision_change(part))
+        changes.push_back(
+            {static_cast<double>(after_rollback ? step : step + 1), change->first, change->second});
     }
   }
   double last = 0;

@@ -184,6 +184,9 @@ void add_report_flags(CLI::App& app, Cli& c) {
              } catch (const std::invalid_argument& e) {
                throw CLI::ValidationError("--report-compare", e.what());
              }
+             if (!std::filesystem::is_directory(c.compare.back().second))
+               throw CLI::ValidationError("--report-compare",
+                                          "'" + c.compare.back().second + "': no such folder");
            }
          },
          "LABEL=JOB_DIR: another run's loss drawn beside this job's (repeatable)")
