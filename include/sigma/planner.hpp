@@ -3,16 +3,16 @@
 // layouts that fit in memory.
 //
 // The model counts model FLOPs the PaLM way (6 x matmul parameters per token
-// plus 12 * layers * hidden * sequence for attention, no recompute) and
-// prices a step as compute at the devices' measured GEMM rate, plus what the
+// plus 6 * layers * sequence * the attention's score widths, no recompute)
+// and prices a step as compute at the devices' GEMM rate, plus what the
 // overlap does not hide of: tensor-parallel all-reduces, context-parallel
 // key/value gathers, expert all-to-alls, pipeline sends, the pipeline
 // bubble, and the data-parallel gradient exchange. Every efficiency is a
 // named parameter of Efficiency, the same for every model and machine;
-// what differs between machines is what they are (peak and measured GEMM
-// rate, memory, link bandwidths) and what differs between frameworks is
-// what they do (Framework). docs/parallel.md shows the model predicting
-// published runs.
+// what differs between machines is what they are (peak and GEMM rate,
+// memory, link bandwidths) and what differs between frameworks is what
+// they do (Framework). docs/parallel.md shows the model predicting
+// published runs, each one left out of the fit of the constants.
 #pragma once
 
 #include <sigma/export.hpp>
@@ -32,16 +32,32 @@ struct Model {
   bool gated_ffn = false;        // SwiGLU / GeGLU: three FFN matrices instead of two
   bool parallel_block = false;   // attention and FFN side by side (one TP reduce per pass)
   uint32_t bytes_per_param = 2;  // bf16 / fp16 weights and gradients
+  // Today's MoE (DeepSeek-V3: 256 fine-grained routed experts of width
+  // 2048 and 1 shared, top-8, the first 3 layers dense with ffn 18432).
+  uint32_t head_dim = 0;        // query/key/value width of a head (0: hidden / heads)
+  uint32_t expert_ffn = 0;      // a routed expert's FFN width (0: ffn)
+  uint32_t shared_experts = 0;  // experts every token passes
+  uint32_t shared_ffn = 0;      // a shared expert's FFN width (0: expert_ffn)
+  uint32_t dense_layers = 0;    // leading layers whose FFN is dense (width ffn)
+  uint32_t max_nodes = 0;       // node-limited routing: a token's experts on at most this many nodes (0: any)
+  uint32_t mtp_depth = 0;       // multi-token prediction modules (one more layer and output head each)
+  // Multi-head latent attention (MLA); kv_lora 0: standard attention of
+  // heads x hidden/heads with kv_heads key/value heads.
+  struct Mla {
+    uint32_t q_lora = 0, kv_lora = 0, qk_nope = 0, qk_rope = 0, v_head = 0;
+  } mla{};
+  bool fp8 = false;  // the linear layers' GEMMs in FP8; attention core, router and output head stay bf16
 };
 
 struct Devices {
   uint32_t count = 0;
   uint32_t per_node = 8;  // devices joined by the intra-node links
   double memory_gib = 80;
-  double peak_tflops = 0;   // the denominator of MFU
-  double gemm_tflops = 0;   // measured large-GEMM rate (0: 0.7 x peak)
-  double intra_gbps = 300;  // GB/s per device, one direction, inside a node
-  double inter_gbps = 25;   // GB/s per device, one direction, between nodes
+  double peak_tflops = 0;      // the denominator of MFU
+  double gemm_tflops = 0;      // large bf16/fp16 GEMM rate (0: Efficiency::gemm x peak)
+  double fp8_gemm_tflops = 0;  // FP8 GEMM rate (0: twice the bf16 rate, the peaks' ratio)
+  double intra_gbps = 300;     // GB/s per device, one direction, inside a node
+  double inter_gbps = 25;      // GB/s per device, one direction, between nodes
   // Measured on the job's own communicators through the HAL, where given:
   // the fixed cost of one small collective at each level (0: the
   // Efficiency's latency), and whether the bandwidths above are achieved
@@ -58,13 +74,23 @@ struct Devices {
 // model and machine. The defaults are the planner's published parameters
 // (docs/parallel.md says where each comes from).
 struct Efficiency {
+  double gemm = 0.70;           // GEMM rate / peak where the devices give no rate
   double link = 0.70;           // achieved / nominal bandwidth of a collective
   double non_gemm = 0.12;       // time on everything but GEMMs, as a fraction of GEMM time
   double latency_s = 20e-6;     // fixed cost of one collective or send
   double memory_usable = 0.90;  // of the device's memory, for the plan (allocator, buffers)
+  // A routed expert's grouped GEMMs run at width / (width + expert_width)
+  // of the GEMM rate (narrow, fine-grained experts fill the device less).
+  double expert_width = 0;
+  uint32_t gemm_tile = 128;  // rows of a GEMM tile: an expert's token count rounds up to it
 };
 
 enum class Recompute { none, selective, full };
+// Pipeline schedules: 1F1B (interleaved where Framework::interleaving),
+// zero-bubble ZB-H1 (backward split into input and weight gradients), and
+// DeepSeek's DualPipe (two directions; one micro-batch's all-to-alls hidden
+// behind another's compute; two copies of the weights).
+enum class Schedule { one_f_one_b, zero_bubble, dualpipe };
 enum class Sharding { none, optimizer, full };  // DDP; ZeRO-1 / distributed optimizer; FSDP / ZeRO-3
 
 // What the training framework does, which the layout does not say.
@@ -74,6 +100,19 @@ struct Framework {
   bool interleaving = true;     // interleaved (virtual) pipeline stages available
   bool uneven_stages = false;   // stages may hold different layer counts
   bool flash_attention = true;  // attention scores never stored (memory only)
+  Schedule schedule = Schedule::one_f_one_b;
+  bool ep_overlap = false;  // all-to-alls run under another micro-batch's compute (DualPipe does)
+  // A token crosses to each remote node once and the node's links fan it
+  // out to the experts there (DeepEP, HybridEP).
+  bool node_dispatch = false;
+  bool p2p_overlap = false;           // pipeline sends run under the other chunks' compute (but the first)
+  double comm_sm_share = 0;           // share of the device's cores given to communication (DualPipe: 20/132)
+  bool reshard_after_forward = true;  // full sharding: false keeps the gathered weights until backward
+  double adam_bytes = 12;             // optimizer bytes per parameter (fp32 master + two fp32 moments)
+  // MoE parallel folding (Megatron-Core): experts are not split by the
+  // attention's tensor parallelism, and the expert-parallel group takes the
+  // node's ranks first.
+  bool moe_folding = false;
 };
 
 struct Layout {
@@ -107,8 +146,8 @@ struct Space {
   std::vector<uint32_t> tp{}, pp{}, ep{}, cp{}, vpp{}, micro_batch{};
   std::vector<Recompute> recompute{};
   std::vector<Sharding> sharding{};
-  // false: keep layouts the memory model says do not fit (to price a
-  // layout known to have run, where the model is conservative).
+  // false: keep layouts the memory model says do not fit too, after those
+  // that fit (to price a layout whose memory is in question).
   bool require_fit = true;
   // The layouts libsigma's runtime runs: tp = cp = 1.
   static Space runtime() {
@@ -125,12 +164,14 @@ struct Candidate {
 };
 
 // Every layout of `space` that fits, best (shortest step) first; at most
-// `keep` of them. Pure; any thread. Empty when none fits.
+// `keep` of them. Pure; any thread. Empty when none fits (with
+// space.require_fit false: those that fit first, then those that do not).
 SIGMA_EXPORT std::vector<Candidate> search(const Model& model, const Devices& devices, const Space& space,
                                            const Framework& framework = {}, const Efficiency& efficiency = {},
                                            size_t keep = 5);
 
 SIGMA_EXPORT const char* recompute_name(Recompute r);
+SIGMA_EXPORT const char* schedule_name(Schedule s);
 SIGMA_EXPORT const char* sharding_name(Sharding s);
 // "tp8 pp16 dp64 ep1 cp1 v4 mb1 recompute=none shard=optimizer"
 SIGMA_EXPORT std::string describe(const Layout& layout);

@@ -2,6 +2,9 @@
 #include <sigma/error.hpp>
 #include <sigma/planner.hpp>
 
+#include "memory.hpp"
+#include "shape.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -10,86 +13,124 @@ namespace sigma::planner {
 
 namespace {
 
-struct Params {
-  double attention = 0;  // per layer, matmul parameters of attention
-  double ffn = 0;        // per layer, of one expert (or the dense FFN)
-  double embedding = 0;  // input embedding and output projection (untied)
-};
-
-Params params_of(const Model& m) {
-  const double h = m.hidden, kv_width = static_cast<double>(m.hidden) * m.kv_heads / m.heads;
-  Params p;
-  p.attention = 2 * h * h + 2 * h * kv_width;
-  p.ffn = (m.gated_ffn ? 3.0 : 2.0) * h * m.ffn;
-  p.embedding = 2 * h * m.vocab;
-  return p;
-}
-
-// Activation bytes one layer keeps for backward, per micro-batch, on one
-// device (Korthikanti et al., with sequence parallelism when tp > 1).
-double activation_bytes(const Model& m, const Layout& l, bool flash) {
-  const double sbh = static_cast<double>(m.seq) * l.micro_batch * m.hidden / l.cp;
-  switch (l.recompute) {
-    case Recompute::full:
-      return 2 * sbh / l.tp;
-    case Recompute::selective:
-      return 34 * sbh / l.tp;
-    case Recompute::none:
-      break;
-  }
-  // Without FlashAttention the softmax scores (and their dropout mask) stay.
-  return sbh * (34 + (flash ? 0 : 5.0 * m.heads * m.seq / l.cp / m.hidden)) / l.tp;
-}
-
-// The parameters one device holds: dense ones split over tp x pp, expert
-// ones over tp x pp x ep.
-double params_on_device(const Model& m, const Layout& l, const Params& p) {
-  const double dense = m.layers * p.attention + p.embedding + (m.experts == 1 ? m.layers * p.ffn : 0);
-  const double expert = m.experts == 1 ? 0 : static_cast<double>(m.layers) * m.experts * p.ffn;
-  return dense / (l.tp * l.pp) + expert / (static_cast<double>(l.tp) * l.pp * l.ep);
-}
-
-double memory_bytes(const Model& m, const Layout& l, const Params& p, bool flash) {
-  const double on_device = params_on_device(m, l, p);
-  const double weights_grads = on_device * 2 * m.bytes_per_param;
-  const double optimizer = on_device * 12;  // fp32 master weights, Adam's two moments
-  double states = 0;
-  switch (l.sharding) {
-    case Sharding::none:
-      states = weights_grads + optimizer;
-      break;
-    case Sharding::optimizer:
-      states = weights_grads + optimizer / l.dp;
-      break;
-    case Sharding::full:
-      states = (weights_grads + optimizer) / l.dp;
-      break;
-  }
-  // 1F1B: the first stage holds pp micro-batches of its layers (all the
-  // model's layers' worth); interleaving adds (pp - 1) / (pp * v) of that.
-  const double in_flight = l.pp == 1 ? 1.0 : 1.0 + (l.pp - 1.0) / (l.pp * l.vpp);
-  return states + activation_bytes(m, l, flash) * m.layers * in_flight;
-}
+using detail::Shape;
 
 void require(bool ok, const std::string& what) {
   if (!ok) throw Error(Code::invalid_argument, "planner: " + what);
 }
 
+// What the devices deliver: GEMM rates in FLOP/s, link rates in bytes/s,
+// latencies in seconds.
+struct Rates {
+  double bf16 = 0, fp8 = 0, intra = 0, inter = 0, lat_in = 0, lat_out = 0;
+};
+
+Rates rates_of(const Devices& d, const Efficiency& eff) {
+  Rates r;
+  r.bf16 = (d.gemm_tflops > 0 ? d.gemm_tflops : eff.gemm * d.peak_tflops) * 1e12;
+  r.fp8 = d.fp8_gemm_tflops > 0 ? d.fp8_gemm_tflops * 1e12 : 2 * r.bf16;
+  const double link = d.links_measured ? 1.0 : eff.link;
+  r.intra = d.intra_gbps * 1e9 * link;
+  r.inter = d.inter_gbps * 1e9 * link;
+  r.lat_in = d.intra_latency_us > 0 ? d.intra_latency_us * 1e-6 : eff.latency_s;
+  r.lat_out = d.inter_latency_us > 0 ? d.inter_latency_us * 1e-6 : eff.latency_s;
+  return r;
+}
+
+// Seconds of one device's FLOPs for the step, the recomputed forward
+// included. The routed experts' token counts round up to whole GEMM tiles.
+double compute_seconds(const Model& m, const Shape& s, const Devices& d, const Layout& l, const Framework& f,
+                       const Rates& r, const Efficiency& eff, double tokens) {
+  const double per_device = tokens / d.count;
+  const double linear = 6 * s.linear_active * per_device, routed = 6 * s.routed_active * per_device;
+  const double other = 6 * s.bf16_active * per_device,
+               attention = 6 * s.layers * m.seq * s.score_width * per_device;
+  double extra = 0;
+  if (l.recompute == Recompute::full) extra = (linear + other + attention) / 3;
+  if (l.recompute == Recompute::selective) extra = attention / 3;
+  if (d.model_tflops > 0) return (linear + other + attention + extra) / (d.model_tflops * 1e12);
+  double tile = 1;
+  if (m.experts > 1) {
+    // Tokens one expert gets per micro-batch: each expert-parallel rank's
+    // (sequence parallelism splits them over TP ranks when folded).
+    const double per_rank = static_cast<double>(l.micro_batch) * m.seq / l.cp / (f.moe_folding ? l.tp : 1);
+    const double per_expert = per_rank * l.ep * m.top_k / m.experts;
+    tile = std::ceil(per_expert / eff.gemm_tile) * eff.gemm_tile / per_expert;
+  }
+  const double linear_rate = m.fp8 ? r.fp8 : r.bf16;
+  const double width = m.expert_ffn ? m.expert_ffn : m.ffn;
+  const double narrow = (width + eff.expert_width) / width;
+  const double gemm = (linear - routed + routed * tile * narrow) / linear_rate + (other + attention) / r.bf16;
+  const double recomputed = l.recompute == Recompute::full ? gemm / 3 : extra / r.bf16;
+  return (gemm + recomputed) * (1 + eff.non_gemm);
+}
+
+// Seconds of one all-to-all of the micro-batch's routed copies, one way.
+// Within a node: over its links. Across nodes: the remote copies over the
+// network (node-limited routing sends a token once per node, at most
+// max_nodes of them) while the node's links forward to the experts.
+double all_to_all_seconds(const Model& m, const Devices& d, const Layout& l, const Framework& f,
+                          const Rates& r, double bytes_per_copy) {
+  const double e = l.ep, k = m.top_k;
+  const double stride = f.moe_folding ? 1.0 : static_cast<double>(l.tp) * l.cp;
+  const double in_node = std::max(1.0, std::floor(d.per_node / stride));
+  const double nodes = std::ceil(e / in_node);
+  if (nodes <= 1) return (e - 1) / e * k * bytes_per_copy / r.intra + r.lat_in;
+  // Copies crossing the network per token: one per routed expert; or, with
+  // node-level dispatch, one per distinct node its experts are on (of k
+  // uniform picks; at most max_nodes with node-limited routing).
+  const double remote = (nodes - 1) / nodes;
+  double crossing = k * remote;
+  if (f.node_dispatch || m.max_nodes) {
+    double distinct = nodes * (1 - std::pow(1 - 1 / nodes, k));
+    if (m.max_nodes) distinct = std::min(distinct, double(m.max_nodes));
+    crossing = distinct * remote;
+  }
+  const double forwarded = k * (in_node - 1) / in_node;
+  return std::max(crossing * bytes_per_copy / r.inter, forwarded * bytes_per_copy / r.intra) + r.lat_out;
+}
+
+// A ring all-reduce of `bytes` over `ranks`, `in_node` of them sharing a
+// node: reduce-scatter inside, all-reduce of the shards between nodes,
+// all-gather inside.
+double gradient_seconds(double bytes, double ranks, double in_node, const Rates& r) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  const double d_in = std::max(1.0, std::min(ranks, in_node)), n_out = std::ceil(ranks / d_in);
+  return 2 * (d_in - 1) / d_in * bytes / r.intra + 2 * (n_out - 1) / n_out * bytes / d_in / r.inter +
+         (d_in > 1 ? r.lat_in : 0) + (n_out > 1 ? r.lat_out : 0);
+}
+
+double bubble_micro_batches(const Layout& l, const Framework& f) {
+  const double pp = l.pp;
+  switch (f.schedule) {
+    case Schedule::zero_bubble:  // ZB-H1: (pp-1)(F + B - 2W), F = B = W a third each
+      return (pp - 1) / 3;
+    case Schedule::dualpipe:  // (pp/2 - 1)(F&B + B - 3W)
+      return std::max(0.0, pp / 2 - 1) * 2 / 3;
+    case Schedule::one_f_one_b:
+      break;
+  }
+  return (pp - 1) / l.vpp;
+}
+
 }  // namespace
 
 double model_flops_per_token(const Model& m) {
-  const Params p = params_of(m);
-  const double matmul = m.layers * (p.attention + m.top_k * p.ffn) + p.embedding / 2;
-  return 6 * matmul + 12.0 * m.layers * m.hidden * m.seq;
+  const Shape s = detail::shape_of(m);
+  return 6 * (s.linear_active + s.bf16_active) + 6 * s.layers * m.seq * s.score_width;
 }
 
 void check(const Model& m, const Devices& d) {
   require(m.layers > 0 && m.hidden > 0 && m.ffn > 0 && m.vocab > 0 && m.seq > 0 && m.global_batch > 0,
           "model '" + m.name + "': layers, hidden, ffn, vocab, seq and global_batch must be positive");
-  require(m.heads > 0 && m.hidden % m.heads == 0, "model '" + m.name + "': heads must divide hidden");
+  require(m.heads > 0 && (m.head_dim > 0 || m.hidden % m.heads == 0),
+          "model '" + m.name + "': heads must divide hidden (or head_dim be given)");
   require(m.kv_heads > 0 && m.heads % m.kv_heads == 0, "model '" + m.name + "': kv_heads must divide heads");
   require(m.experts >= 1 && m.top_k >= 1 && m.top_k <= m.experts,
           "model '" + m.name + "': top_k in [1, experts]");
+  require(m.dense_layers <= m.layers, "model '" + m.name + "': dense_layers more than the layers");
+  require(m.mla.kv_lora == 0 || (m.mla.qk_nope + m.mla.qk_rope > 0 && m.mla.v_head > 0),
+          "model '" + m.name + "': mla needs qk_nope or qk_rope, and v_head");
   require(m.bytes_per_param > 0, "model '" + m.name + "': bytes_per_param must be positive");
   require(d.count > 0 && d.per_node > 0, "devices: count and per_node must be positive");
   require(d.peak_tflops > 0 && d.memory_gib > 0 && d.intra_gbps > 0 && d.inter_gbps > 0,
@@ -102,75 +143,78 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
   require(static_cast<uint64_t>(l.tp) * l.pp * l.dp * l.cp == d.count,
           describe(l) + " covers " + std::to_string(static_cast<uint64_t>(l.tp) * l.pp * l.dp * l.cp) +
               " devices, not " + std::to_string(d.count));
-  const Params p = params_of(m);
-  const double N = d.count, B = static_cast<double>(m.global_batch), s = m.seq, h = m.hidden, L = m.layers;
-  const double t = l.tp, pp = l.pp, v = l.vpp, c = l.cp, e = l.ep;
-  const double micro = std::ceil(B / l.dp / l.micro_batch);
-  const double rate = (d.gemm_tflops > 0 ? d.gemm_tflops : 0.7 * d.peak_tflops) * 1e12;
-  const double link = d.links_measured ? 1.0 : eff.link;
-  const double intra = d.intra_gbps * 1e9 * link, inter = d.inter_gbps * 1e9 * link;
-  const double lat_in = d.intra_latency_us > 0 ? d.intra_latency_us * 1e-6 : eff.latency_s;
-  const double lat_out = d.inter_latency_us > 0 ? d.inter_latency_us * 1e-6 : eff.latency_s;
+  const Shape s = detail::shape_of(m);
+  const Rates r = rates_of(d, eff);
+  const double B = static_cast<double>(m.global_batch), seq = m.seq, h = m.hidden;
+  const double t = l.tp, pp = l.pp, v = l.vpp, c = l.cp;
+  const double micro = std::ceil(B / l.dp / l.micro_batch), tokens = B * seq;
 
   Score sc;
-  const double tokens = B * s, flops = model_flops_per_token(m) * tokens / N;
-  const double layer_flops = 6 * L * (p.attention + m.top_k * p.ffn) * tokens / N;
-  const double attn_flops = 12 * L * h * s * tokens / N;
-  double extra = 0;
-  if (l.recompute == Recompute::full) extra = (layer_flops + attn_flops) / 3;
-  if (l.recompute == Recompute::selective) extra = attn_flops / 3;
-  sc.compute_s = d.model_tflops > 0 ? (flops + extra) / (d.model_tflops * 1e12)
-                                    : (flops + extra) / rate * (1 + eff.non_gemm);
-
-  const double act = l.micro_batch * s * h * m.bytes_per_param / c;  // one micro-batch's hidden states
+  sc.compute_s = compute_seconds(m, s, d, l, f, r, eff, tokens) / (1 - f.comm_sm_share);
+  const double act = l.micro_batch * seq * h * m.bytes_per_param / c;  // one micro-batch's hidden states
   if (l.tp > 1) {
     const double reduces = (4.0 + (l.recompute == Recompute::full ? 2 : 0)) / (m.parallel_block ? 2 : 1);
     const bool in = l.tp <= d.per_node;
-    sc.tp_s =
-        L / pp * micro * reduces * (2 * (t - 1) / t * act / (in ? intra : inter) + (in ? lat_in : lat_out));
+    sc.tp_s = s.layers / pp * micro * reduces *
+              (2 * (t - 1) / t * act / (in ? r.intra : r.inter) + (in ? r.lat_in : r.lat_out));
   }
   if (l.cp > 1) {
     const bool in = l.tp * l.cp <= d.per_node;
-    sc.cp_s =
-        L / pp * micro * 3 *
-        ((c - 1) / c * act * 2 * m.kv_heads / m.heads / t / (in ? intra : inter) + (in ? lat_in : lat_out));
+    sc.cp_s = s.layers / pp * micro * 3 *
+              ((c - 1) / c * act * 2 * m.kv_heads / m.heads / t / (in ? r.intra : r.inter) +
+               (in ? r.lat_in : r.lat_out));
   }
   if (l.ep > 1) {
-    // Four exchanges of the tokens (to the experts and back, forward and
-    // backward) and two small ones before them: the per-expert counts an
-    // all-to-all(v) needs and the load statistics of the auxiliary loss.
-    const bool in = l.ep <= d.per_node;
-    const double lat = in ? lat_in : lat_out;
-    sc.ep_s = L / pp * micro * (4 * ((e - 1) / e * act * m.top_k / (in ? intra : inter) + lat) + 2 * lat);
+    // Four exchanges of the routed copies (to the experts and back, forward
+    // and backward; FP8 training dispatches forward in FP8) and two small
+    // ones before them: the per-expert counts an all-to-all(v) needs and the
+    // load statistics of the auxiliary loss. Sequence parallelism splits
+    // the micro-batch's tokens over the TP ranks.
+    const double copy = act / t;
+    const double exchanges = 3 * all_to_all_seconds(m, d, l, f, r, copy) +
+                             all_to_all_seconds(m, d, l, f, r, m.fp8 ? copy / 2 : copy);
+    const bool in = std::ceil(l.ep * (f.moe_folding ? 1.0 : t * c) / d.per_node) <= 1;
+    sc.ep_s = s.moe_layers / pp * micro * (exchanges + 2 * (in ? r.lat_in : r.lat_out));
   }
-  const double uneven = std::ceil(L / (pp * v)) * pp * v / L;
-  const double per_micro = (sc.compute_s + sc.tp_s + sc.cp_s + sc.ep_s) / micro * uneven;
-  const double work = per_micro * micro;
   if (l.pp > 1) {
-    sc.bubble_s = (pp - 1) / v * per_micro;
     const bool out = static_cast<uint64_t>(l.tp) * l.cp * l.dp >= d.per_node;
-    const double bw = out ? inter : intra, lat = out ? lat_out : lat_in;
+    const double bw = out ? r.inter : r.intra, lat = out ? r.lat_out : r.lat_in;
     sc.pp_s = f.blocking_p2p ? micro * 4 * (act / bw + lat) : micro * v * 2 * (act / t / bw + lat);
+    if (f.p2p_overlap) sc.pp_s /= micro;  // only the warm-up's first send waits
   }
-  // Gradients: reduce-scatter inside the node, all-reduce of the shards
-  // between nodes, all-gather inside (one ring when dp is all inside).
-  const double grads = params_on_device(m, l, p) * m.bytes_per_param;
-  const double d_in = std::max(1.0, std::min<double>(l.dp, std::floor(d.per_node / (t * c))));
-  const double n_out = std::ceil(l.dp / d_in);
-  double dp_s = 2 * (d_in - 1) / d_in * grads / intra + 2 * (n_out - 1) / n_out * grads / d_in / inter +
-                (d_in > 1 ? lat_in : 0) + (n_out > 1 ? lat_out : 0);
+  if (f.schedule == Schedule::dualpipe || f.ep_overlap) {
+    // One micro-batch's all-to-alls (and DualPipe's sends) run under
+    // another's compute.
+    const double pp_hidden = f.schedule == Schedule::dualpipe ? sc.pp_s : 0;
+    const double comm = sc.ep_s + pp_hidden, hidden = std::min(comm, sc.compute_s);
+    if (comm > 0) {
+      sc.ep_s *= 1 - hidden / comm;
+      sc.pp_s -= pp_hidden * hidden / comm;
+    }
+  }
+  // The stage with the most layers sets the pace: with unequal stages
+  // allowed that is ceil(layers / pp) of them; otherwise the layers divide.
+  const double uneven = std::ceil(s.layers / pp) * pp / s.layers;
+  const double per_micro = (sc.compute_s + sc.tp_s + sc.cp_s + sc.ep_s) / micro * uneven;
+  if (l.pp > 1) sc.bubble_s = bubble_micro_batches(l, f) * per_micro;
+  // Gradients: dense ones over every data-parallel rank, the experts' over
+  // the ranks holding the same experts.
+  const detail::Held held = detail::held_params(s, l, f);
+  const double stride = f.moe_folding ? 1.0 : t * c;
+  double dp_s = gradient_seconds(held.dense * m.bytes_per_param, l.dp, std::floor(d.per_node / (t * c)), r) +
+                gradient_seconds(held.expert * m.bytes_per_param, held.expert_dp,
+                                 std::floor(d.per_node / (stride * l.ep)), r);
   if (l.sharding == Sharding::full) dp_s *= 1.5;  // parameters gathered again for backward
   sc.dp_s = dp_s * (1 - f.dp_overlap);
   // The breakdown is of the step: compute and the per-layer exchanges stretched by uneven stages.
-  const double stretch = uneven;
-  sc.compute_s *= stretch;
-  sc.tp_s *= stretch;
-  sc.cp_s *= stretch;
-  sc.ep_s *= stretch;
-  sc.step_s = work + sc.bubble_s + sc.pp_s + sc.dp_s;
-  sc.mfu = model_flops_per_token(m) * tokens / (sc.step_s * N * d.peak_tflops * 1e12);
+  sc.compute_s *= uneven;
+  sc.tp_s *= uneven;
+  sc.cp_s *= uneven;
+  sc.ep_s *= uneven;
+  sc.step_s = per_micro * micro + sc.bubble_s + sc.pp_s + sc.dp_s;
+  sc.mfu = model_flops_per_token(m) * tokens / (sc.step_s * d.count * d.peak_tflops * 1e12);
   sc.tokens_per_s = tokens / sc.step_s;
-  const double bytes = memory_bytes(m, l, p, f.flash_attention);
+  const double bytes = detail::memory_bytes(m, s, l, f);
   sc.memory_gib = bytes / double(1ull << 30);
   sc.fits = bytes <= eff.memory_usable * d.memory_gib * double(1ull << 30);
   return sc;
@@ -196,6 +240,18 @@ const char* sharding_name(Sharding s) {
       return "optimizer";
     case Sharding::full:
       return "full";
+  }
+  return "?";
+}
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::one_f_one_b:
+      return "1f1b";
+    case Schedule::zero_bubble:
+      return "zero_bubble";
+    case Schedule::dualpipe:
+      return "dualpipe";
   }
   return "?";
 }

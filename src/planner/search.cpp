@@ -42,18 +42,23 @@ std::vector<Candidate> search(const Model& m, const Devices& d, const Space& spa
   const std::vector<uint32_t> cp_default =
       m.seq >= 16384 ? std::vector<uint32_t>{1, 2, 4, 8} : std::vector<uint32_t>{1};
   for (uint32_t tp : pick(space.tp, divisors(m.heads, d.per_node), d.count)) {
-    if (m.heads % tp != 0) continue;
+    if (m.heads % tp != 0 || (m.kv_heads % tp != 0 && tp % m.kv_heads != 0)) continue;
     for (uint32_t cp : pick(space.cp, cp_default, d.count / tp)) {
-      for (uint32_t pp : pick(space.pp, divisors(d.count / tp / cp, m.layers), d.count / tp / cp)) {
+      for (uint32_t pp :
+           pick(space.pp, divisors(d.count / tp / cp, m.layers + m.mtp_depth), d.count / tp / cp)) {
         const uint32_t dp = d.count / tp / cp / pp;
         if (dp > m.global_batch) continue;
-        const uint32_t ep_of = std::gcd(dp, m.experts);
+        // Experts split over the data-parallel ranks, or with folding over
+        // every rank of a stage.
+        const uint32_t ep_of = std::gcd(f.moe_folding ? dp * tp * cp : dp, m.experts);
         for (uint32_t ep : pick(space.ep, divisors(ep_of, ep_of), ep_of)) {
           std::vector<uint32_t> vpps = space.vpp;
-          if (vpps.empty()) vpps = pp > 1 && f.interleaving ? divisors(840, 8) : std::vector<uint32_t>{1};
+          const bool interleaving = f.interleaving && f.schedule == Schedule::one_f_one_b;
+          const uint32_t layers = m.layers + m.mtp_depth;
+          if (vpps.empty()) vpps = pp > 1 && interleaving ? divisors(840, 8) : std::vector<uint32_t>{1};
           for (uint32_t v : vpps) {
-            if (v > 1 && (pp == 1 || !f.interleaving || m.layers < pp * v)) continue;
-            if (!f.uneven_stages && m.layers % (pp * v) != 0) continue;
+            if (v > 1 && (pp == 1 || !interleaving || layers < pp * v)) continue;
+            if (!f.uneven_stages && layers % (pp * v) != 0) continue;
             for (uint32_t mb :
                  space.micro_batch.empty() ? std::vector<uint32_t>{1, 2, 4, 8} : space.micro_batch) {
               if (mb == 0 || static_cast<uint64_t>(mb) * dp > m.global_batch) continue;
@@ -69,9 +74,12 @@ std::vector<Candidate> search(const Model& m, const Devices& d, const Space& spa
       }
     }
   }
-  // Shortest step first; equal steps keep the enumeration's order.
-  std::stable_sort(found.begin(), found.end(),
-                   [](const Candidate& a, const Candidate& b) { return a.score.step_s < b.score.step_s; });
+  // Layouts that fit first (where the space keeps others too), then the
+  // shortest step; equal steps keep the enumeration's order.
+  std::stable_sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.score.fits != b.score.fits) return a.score.fits;
+    return a.score.step_s < b.score.step_s;
+  });
   if (found.size() > keep) found.resize(keep);
   return found;
 }
