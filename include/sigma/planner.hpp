@@ -58,6 +58,14 @@ struct Devices {
   double fp8_gemm_tflops = 0;  // FP8 GEMM rate (0: twice the bf16 rate, the peaks' ratio)
   double intra_gbps = 300;     // GB/s per device, one direction, inside a node
   double inter_gbps = 25;      // GB/s per device, one direction, between nodes
+  // Early-life fabrics: the spread of one exchange's time on a link,
+  // measured (standard deviation / mean). A synchronous exchange among n
+  // ranks waits for the slowest: it costs 1 + noise x sqrt(2 ln n) times
+  // its mean.
+  double intra_noise = 0, inter_noise = 0;
+  // Devices held out of the layout as spares (at least this many; a search
+  // may hold whole nodes more where the rest divides better).
+  uint32_t spares = 0;
   // Measured on the job's own communicators through the HAL, where given:
   // the fixed cost of one small collective at each level (0: the
   // Efficiency's latency), and whether the bandwidths above are achieved
@@ -74,14 +82,14 @@ struct Devices {
 // model and machine. The defaults are the planner's published parameters
 // (docs/parallel.md says where each comes from).
 struct Efficiency {
-  double gemm = 0.70;           // GEMM rate / peak where the devices give no rate
-  double link = 0.70;           // achieved / nominal bandwidth of a collective
+  double gemm = 0.64;           // GEMM rate / peak where the devices give no rate
+  double link = 0.60;           // achieved / nominal bandwidth of a collective
   double non_gemm = 0.12;       // time on everything but GEMMs, as a fraction of GEMM time
   double latency_s = 20e-6;     // fixed cost of one collective or send
   double memory_usable = 0.90;  // of the device's memory, for the plan (allocator, buffers)
   // A routed expert's grouped GEMMs run at width / (width + expert_width)
   // of the GEMM rate (narrow, fine-grained experts fill the device less).
-  double expert_width = 0;
+  double expert_width = 1216;
   uint32_t gemm_tile = 128;  // rows of a GEMM tile: an expert's token count rounds up to it
 };
 
@@ -161,6 +169,11 @@ struct Space {
 struct Candidate {
   Layout layout{};
   Score score{};
+  uint32_t devices = 0;  // the devices the layout covers (count less the spares held)
+  // Experts one rank can hold within its usable memory, its own included:
+  // the autotuner's bound when it moves experts off a slow rank
+  // (BalancerOptions::max_experts_per_rank). 0 for a dense model.
+  uint32_t max_experts_per_rank = 0;
 };
 
 // Every layout of `space` that fits, best (shortest step) first; at most

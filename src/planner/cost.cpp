@@ -100,6 +100,11 @@ double gradient_seconds(double bytes, double ranks, double in_node, const Rates&
          (d_in > 1 ? r.lat_in : 0) + (n_out > 1 ? r.lat_out : 0);
 }
 
+// A synchronous exchange among `ranks` waits for the slowest of them.
+double noisy(double seconds, double noise, double ranks) {
+  return ranks > 1 && noise > 0 ? seconds * (1 + noise * std::sqrt(2 * std::log(ranks))) : seconds;
+}
+
 double bubble_micro_batches(const Layout& l, const Framework& f) {
   const double pp = l.pp;
   switch (f.schedule) {
@@ -140,6 +145,7 @@ void check(const Model& m, const Devices& d) {
 Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framework& f, const Efficiency& eff) {
   check(m, d);
   require(l.tp && l.pp && l.dp && l.ep && l.cp && l.vpp && l.micro_batch, "every layout degree must be >= 1");
+  require(d.spares == 0, "evaluate prices the devices a layout covers: give spares to search");
   require(static_cast<uint64_t>(l.tp) * l.pp * l.dp * l.cp == d.count,
           describe(l) + " covers " + std::to_string(static_cast<uint64_t>(l.tp) * l.pp * l.dp * l.cp) +
               " devices, not " + std::to_string(d.count));
@@ -182,6 +188,14 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
     sc.pp_s = f.blocking_p2p ? micro * 4 * (act / bw + lat) : micro * v * 2 * (act / t / bw + lat);
     if (f.p2p_overlap) sc.pp_s /= micro;  // only the warm-up's first send waits
   }
+  {
+    const double in_node = std::floor(d.per_node / (t * c));
+    const auto noise = [&](bool crosses) { return crosses ? d.inter_noise : d.intra_noise; };
+    sc.tp_s = noisy(sc.tp_s, noise(l.tp > d.per_node), t);
+    sc.cp_s = noisy(sc.cp_s, noise(l.tp * l.cp > d.per_node), c);
+    sc.ep_s = noisy(sc.ep_s, noise(l.ep > (f.moe_folding ? d.per_node : in_node)), l.ep);
+    sc.pp_s = noisy(sc.pp_s, noise(static_cast<uint64_t>(l.tp) * l.cp * l.dp >= d.per_node), 2);
+  }
   if (f.schedule == Schedule::dualpipe || f.ep_overlap) {
     // One micro-batch's all-to-alls (and DualPipe's sends) run under
     // another's compute.
@@ -205,6 +219,7 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
                 gradient_seconds(held.expert * m.bytes_per_param, held.expert_dp,
                                  std::floor(d.per_node / (stride * l.ep)), r);
   if (l.sharding == Sharding::full) dp_s *= 1.5;  // parameters gathered again for backward
+  dp_s = noisy(dp_s, l.dp > std::floor(d.per_node / (t * c)) ? d.inter_noise : d.intra_noise, l.dp);
   sc.dp_s = dp_s * (1 - f.dp_overlap);
   // The breakdown is of the step: compute and the per-layer exchanges stretched by uneven stages.
   sc.compute_s *= uneven;

@@ -22,4 +22,9 @@ double layer_activation_bytes(const Model& m, const Shape& s, const Layout& l, b
 // Weights, gradients, optimizer states and activations on the device.
 double memory_bytes(const Model& m, const Shape& s, const Layout& l, const Framework& f);
 
+// Experts one rank can hold, its own included, with `free_bytes` of its
+// usable memory left (0 for a dense model or no expert parallelism).
+uint32_t experts_within_memory(const Model& m, const Shape& s, const Layout& l, const Framework& f,
+                               double free_bytes);
+
 }  // namespace sigma::planner::detail

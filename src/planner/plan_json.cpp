@@ -23,6 +23,8 @@ nlohmann::json to_json(const Candidate& c) {
             {"micro_batch", l.micro_batch},
             {"recompute", recompute_name(l.recompute)},
             {"sharding", sharding_name(l.sharding)}}},
+          {"devices", c.devices},
+          {"max_experts_per_rank", c.max_experts_per_rank},
           {"step_s", s.step_s},
           {"tokens_per_s", s.tokens_per_s},
           {"mfu", s.mfu},

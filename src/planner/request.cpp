@@ -90,10 +90,10 @@ void read_model(const Reader& r, const YAML::Node& n, Model& m) {
 }
 
 void read_devices(const Reader& r, const YAML::Node& n, Devices& d) {
-  r.only_keys(
-      n, "devices",
-      {"count", "per_node", "memory_gib", "peak_tflops", "gemm_tflops", "fp8_gemm_tflops", "intra_gbps",
-       "inter_gbps", "intra_latency_us", "inter_latency_us", "links_measured", "model_tflops"});
+  r.only_keys(n, "devices",
+              {"count", "per_node", "memory_gib", "peak_tflops", "gemm_tflops", "fp8_gemm_tflops",
+               "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us", "links_measured",
+               "model_tflops", "intra_noise", "inter_noise", "spares"});
   if (!n["count"]) r.fail(n, "devices.count", "missing");
   if (!n["peak_tflops"]) r.fail(n, "devices.peak_tflops", "missing");
   d.count = static_cast<uint32_t>(r.integer(n["count"], "devices.count", 1, 1u << 24));
@@ -111,6 +111,9 @@ void read_devices(const Reader& r, const YAML::Node& n, Devices& d) {
     d.intra_latency_us = r.number(n["intra_latency_us"], "devices.intra_latency_us", 0, 1e7);
   if (n["inter_latency_us"])
     d.inter_latency_us = r.number(n["inter_latency_us"], "devices.inter_latency_us", 0, 1e7);
+  if (n["intra_noise"]) d.intra_noise = r.number(n["intra_noise"], "devices.intra_noise", 0, 10);
+  if (n["inter_noise"]) d.inter_noise = r.number(n["inter_noise"], "devices.inter_noise", 0, 10);
+  if (n["spares"]) d.spares = static_cast<uint32_t>(r.integer(n["spares"], "devices.spares", 0, d.count - 1));
   if (n["links_measured"]) d.links_measured = r.boolean(n["links_measured"], "devices.links_measured");
   if (n["model_tflops"])
     d.model_tflops = r.number(n["model_tflops"], "devices.model_tflops", 1e-6, d.peak_tflops);

@@ -1,9 +1,12 @@
 // The layout search: every combination of the space's values that covers
 // the devices and fits in memory, priced by the cost model.
+#include <sigma/error.hpp>
 #include <sigma/planner.hpp>
 
 #include <algorithm>
 #include <numeric>
+
+#include "memory.hpp"
 
 namespace sigma::planner {
 
@@ -30,12 +33,9 @@ std::vector<T> pick_enum(const std::vector<T>& given, std::vector<T> all) {
   return given.empty() ? all : given;
 }
 
-}  // namespace
-
-std::vector<Candidate> search(const Model& m, const Devices& d, const Space& space, const Framework& f,
-                              const Efficiency& eff, size_t keep) {
-  check(m, d);
-  std::vector<Candidate> found;
+// Every layout of the space over exactly d.count devices.
+void search_count(const Model& m, const Devices& d, const Space& space, const Framework& f,
+                  const Efficiency& eff, std::vector<Candidate>& found) {
   const auto recomputes =
       pick_enum(space.recompute, {Recompute::none, Recompute::selective, Recompute::full});
   const auto shardings = pick_enum(space.sharding, {Sharding::none, Sharding::optimizer, Sharding::full});
@@ -66,12 +66,36 @@ std::vector<Candidate> search(const Model& m, const Devices& d, const Space& spa
                 for (Sharding s : shardings) {
                   const Layout l{tp, pp, dp, ep, cp, v, mb, r, s};
                   const Score sc = evaluate(m, d, l, f, eff);
-                  if (sc.fits || !space.require_fit) found.push_back({l, sc});
+                  if (sc.fits || !space.require_fit) found.push_back({l, sc, d.count, 0});
                 }
             }
           }
         }
       }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Candidate> search(const Model& m, const Devices& d, const Space& space, const Framework& f,
+                              const Efficiency& eff, size_t keep) {
+  check(m, d);
+  std::vector<Candidate> found;
+  if (d.spares == 0) {
+    search_count(m, d, space, f, eff, found);
+  } else {
+    // Hold at least the spares; whole nodes more where fewer devices divide
+    // better (up to as many again).
+    if (d.spares >= d.count) throw Error(Code::invalid_argument, "planner: spares leave no devices to plan");
+    Devices working = d;
+    working.spares = 0;
+    uint32_t first = d.count - d.spares;
+    if (first >= d.per_node && d.count % d.per_node == 0) first -= first % d.per_node;
+    const uint32_t step = first % d.per_node == 0 ? d.per_node : 1;
+    for (uint32_t n = first; n > 0 && d.count - n <= 2 * d.spares + step; n -= std::min(step, n)) {
+      working.count = n;
+      search_count(m, working, space, f, eff, found);
     }
   }
   // Layouts that fit first (where the space keeps others too), then the
@@ -81,6 +105,12 @@ std::vector<Candidate> search(const Model& m, const Devices& d, const Space& spa
     return a.score.step_s < b.score.step_s;
   });
   if (found.size() > keep) found.resize(keep);
+  const detail::Shape shape = detail::shape_of(m);
+  for (auto& c : found) {
+    const double free_gib = eff.memory_usable * d.memory_gib - c.score.memory_gib;
+    c.max_experts_per_rank =
+        detail::experts_within_memory(m, shape, c.layout, f, free_gib * static_cast<double>(1ull << 30));
+  }
   return found;
 }
 

@@ -109,6 +109,7 @@ TEST(PlannerMoe, NarrowExpertsAndPartTilesCostGemmTime) {
   const Devices d = devices(8);
   const Layout l{1, 1, 8, 8, 1, 1, 1, Recompute::none, Sharding::optimizer};
   Efficiency eff;
+  eff.expert_width = 0;  // every expert at the GEMM rate
   const Score wide = evaluate(m, d, l, {}, eff);
   eff.expert_width = 256;  // experts 256 wide run at half the rate
   EXPECT_GT(evaluate(m, d, l, {}, eff).compute_s, wide.compute_s);

@@ -133,7 +133,8 @@ TEST(Planner, MeasuredRatesAndLinksReplaceTheDefaults) {
   const Model m = small_moe();
   Devices d = sixteen(80);
   const Layout l{1, 1, 16, 8};  // ep 8 inside a node, dp 16 over two
-  const Efficiency eff{};
+  Efficiency eff{};
+  eff.expert_width = 0;  // the experts at the GEMM rate, as the dense layers
   const Score base = evaluate(m, d, l, {}, eff);
   const double flops = model_flops_per_token(m) * static_cast<double>(m.global_batch) * m.seq / d.count;
   EXPECT_NEAR(base.compute_s, flops / (d.gemm_tflops * 1e12) * (1 + eff.non_gemm), 1e-12);

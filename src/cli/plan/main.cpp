@@ -27,10 +27,15 @@ namespace {
 void print_text(const planner::Request& q, const std::vector<planner::Candidate>& best, double seconds) {
   std::printf("%s on %u devices: %zu best of the layouts that fit (searched in %.3f s)\n\n",
               q.model.name.empty() ? "model" : q.model.name.c_str(), q.devices.count, best.size(), seconds);
-  std::printf("%-58s %9s %12s %6s %8s\n", "layout", "step s", "tokens/s", "MFU", "mem GiB");
+  std::printf("%-58s %9s %12s %6s %8s %7s %7s\n", "layout", "step s", "tokens/s", "MFU", "mem GiB", "spares",
+              "max e/r");
   for (const auto& c : best)
-    std::printf("%-58s %9.3f %12.0f %5.1f%% %8.1f\n", planner::describe(c.layout).c_str(), c.score.step_s,
-                c.score.tokens_per_s, 100 * c.score.mfu, c.score.memory_gib);
+    std::printf("%-58s %9.3f %12.0f %5.1f%% %8.1f %7u %7u\n", planner::describe(c.layout).c_str(),
+                c.score.step_s, c.score.tokens_per_s, 100 * c.score.mfu, c.score.memory_gib,
+                q.devices.count - c.devices, c.max_experts_per_rank);
+  std::printf(
+      "(spares: devices held out of the layout; max e/r: experts a rank can hold within its memory,\n"
+      " the autotuner's max_experts_per_rank)\n");
   std::printf("\nwhere the step goes (%% of step):\n%-58s %7s %6s %6s %6s %6s %7s %6s\n", "layout", "compute",
               "tp", "cp", "ep", "pp", "bubble", "dp");
   for (const auto& c : best) {
