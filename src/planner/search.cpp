@@ -86,14 +86,15 @@ std::vector<Candidate> search(const Model& m, const Devices& d, const Space& spa
     search_count(m, d, space, f, eff, found);
   } else {
     // Hold at least the spares; whole nodes more where fewer devices divide
-    // better (up to as many again).
+    // better (up to as many again, at most 16 device counts).
     if (d.spares >= d.count) throw Error(Code::invalid_argument, "planner: spares leave no devices to plan");
     Devices working = d;
     working.spares = 0;
     uint32_t first = d.count - d.spares;
     if (first >= d.per_node && d.count % d.per_node == 0) first -= first % d.per_node;
     const uint32_t step = first % d.per_node == 0 ? d.per_node : 1;
-    for (uint32_t n = first; n > 0 && d.count - n <= 2 * d.spares + step; n -= std::min(step, n)) {
+    for (uint32_t n = first, tried = 0; n > 0 && d.count - n <= 2 * d.spares + step && tried < 16;
+         n -= std::min(step, n), ++tried) {
       working.count = n;
       search_count(m, working, space, f, eff, found);
     }

@@ -184,6 +184,34 @@ TEST(PlannerMoe, LayoutsThatFitComeFirstWhenOthersAreKept) {
   EXPECT_TRUE(seen_unfit);
 }
 
+TEST(PlannerMoe, SparesAreHeldOutInWholeNodes) {
+  const Model m = small_v3();
+  Devices d = devices(64);
+  d.spares = 3;
+  EXPECT_THROW(evaluate(m, d, Layout{1, 1, 61, 1}), Error);  // evaluate prices what a layout covers
+  const auto got = search(m, d, Space{}, {}, {}, 20);
+  ASSERT_FALSE(got.empty());
+  for (const auto& c : got) {
+    EXPECT_LE(c.devices, 56u) << describe(c.layout);  // 61 rounded down to whole nodes
+    EXPECT_EQ(c.devices % 8, 0u) << describe(c.layout);
+    EXPECT_EQ(static_cast<uint64_t>(c.layout.tp) * c.layout.pp * c.layout.dp * c.layout.cp, c.devices);
+    if (c.layout.ep > 1) {
+      EXPECT_GE(c.max_experts_per_rank, m.experts / c.layout.ep);
+    }
+  }
+}
+
+TEST(PlannerMoe, ANoisyLinkMakesASynchronousExchangeWaitForItsSlowestRank) {
+  const Model m = small_v3();
+  Devices d = devices(64);
+  const Layout l{1, 1, 64, 1, 1, 1, 1, Recompute::none, Sharding::optimizer};
+  const Score quiet = evaluate(m, d, l);
+  d.inter_noise = 0.5;
+  const Score noisy = evaluate(m, d, l);
+  EXPECT_NEAR(noisy.dp_s / quiet.dp_s, 1 + 0.5 * std::sqrt(2 * std::log(64.0)), 1e-9);
+  EXPECT_DOUBLE_EQ(noisy.compute_s, quiet.compute_s);
+}
+
 std::string refusal(const std::string& yaml) {
   try {
     parse_request(yaml, "moe.yaml");
