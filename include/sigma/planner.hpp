@@ -82,14 +82,14 @@ struct Devices {
 // model and machine. The defaults are the planner's published parameters
 // (docs/parallel.md says where each comes from).
 struct Efficiency {
-  double gemm = 0.64;           // GEMM rate / peak where the devices give no rate
-  double link = 0.60;           // achieved / nominal bandwidth of a collective
+  double gemm = 0.63;           // GEMM rate / peak where the devices give no rate
+  double link = 0.70;           // achieved / nominal bandwidth of a collective
   double non_gemm = 0.12;       // time on everything but GEMMs, as a fraction of GEMM time
   double latency_s = 20e-6;     // fixed cost of one collective or send
   double memory_usable = 0.90;  // of the device's memory, for the plan (allocator, buffers)
   // A routed expert's grouped GEMMs run at width / (width + expert_width)
   // of the GEMM rate (narrow, fine-grained experts fill the device less).
-  double expert_width = 1216;
+  double expert_width = 1664;
   uint32_t gemm_tile = 128;  // rows of a GEMM tile: an expert's token count rounds up to it
 };
 
@@ -157,6 +157,10 @@ struct Space {
   // false: keep layouts the memory model says do not fit too, after those
   // that fit (to price a layout whose memory is in question).
   bool require_fit = true;
+  // Experts each rank must have memory for beyond its own, so the MoE
+  // autotuner can move a slow rank's experts onto it (0: no such room
+  // asked). A layout without that room does not fit.
+  uint32_t expert_headroom = 0;
   // The layouts libsigma's runtime runs: tp = cp = 1.
   static Space runtime() {
     Space s;

@@ -67,8 +67,8 @@ double compute_seconds(const Model& m, const Shape& s, const Devices& d, const L
 
 // Seconds of one all-to-all of the micro-batch's routed copies, one way.
 // Within a node: over its links. Across nodes: the remote copies over the
-// network (node-limited routing sends a token once per node, at most
-// max_nodes of them) while the node's links forward to the experts.
+// network (one per remote expert; with node-level dispatch one per remote
+// node holding any) while the node's links forward to the experts.
 double all_to_all_seconds(const Model& m, const Devices& d, const Layout& l, const Framework& f,
                           const Rates& r, double bytes_per_copy) {
   const double e = l.ep, k = m.top_k;
@@ -79,13 +79,12 @@ double all_to_all_seconds(const Model& m, const Devices& d, const Layout& l, con
   // Copies crossing the network per token: one per routed expert; or, with
   // node-level dispatch, one per distinct node its experts are on (of k
   // uniform picks; at most max_nodes with node-limited routing).
-  const double remote = (nodes - 1) / nodes;
+  // A token's experts lie on `spread` nodes: all of them, or at most
+  // max_nodes with node-limited routing.
+  const double spread = m.max_nodes ? std::min<double>(m.max_nodes, nodes) : nodes;
+  const double remote = (spread - 1) / spread;
   double crossing = k * remote;
-  if (f.node_dispatch || m.max_nodes) {
-    double distinct = nodes * (1 - std::pow(1 - 1 / nodes, k));
-    if (m.max_nodes) distinct = std::min(distinct, double(m.max_nodes));
-    crossing = distinct * remote;
-  }
+  if (f.node_dispatch) crossing = spread * (1 - std::pow(1 - 1 / spread, k)) * remote;
   const double forwarded = k * (in_node - 1) / in_node;
   return std::max(crossing * bytes_per_copy / r.inter, forwarded * bytes_per_copy / r.intra) + r.lat_out;
 }
@@ -108,9 +107,12 @@ double noisy(double seconds, double noise, double ranks) {
 double bubble_micro_batches(const Layout& l, const Framework& f) {
   const double pp = l.pp;
   switch (f.schedule) {
-    case Schedule::zero_bubble:  // ZB-H1: (pp-1)(F + B - 2W), F = B = W a third each
+    // In DeepSeek-V3's notation (its Table 2), with F the forward, B the
+    // whole backward and W its weight-gradient half, of one micro-batch's
+    // time: F = 1/3, B = 2/3, W = 1/3.
+    case Schedule::zero_bubble:  // ZB-H1: (pp-1)(F + B - 2W)
       return (pp - 1) / 3;
-    case Schedule::dualpipe:  // (pp/2 - 1)(F&B + B - 3W)
+    case Schedule::dualpipe:  // (pp/2 - 1)(F&B + B - 3W), F&B = F + B
       return std::max(0.0, pp / 2 - 1) * 2 / 3;
     case Schedule::one_f_one_b:
       break;
@@ -146,6 +148,10 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
   check(m, d);
   require(l.tp && l.pp && l.dp && l.ep && l.cp && l.vpp && l.micro_batch, "every layout degree must be >= 1");
   require(d.spares == 0, "evaluate prices the devices a layout covers: give spares to search");
+  require(static_cast<uint64_t>(l.pp) * l.vpp <= m.layers + m.mtp_depth,
+          describe(l) + ": more pipeline stages than layers");
+  require(f.schedule != Schedule::dualpipe || l.pp == 1 || l.pp % 2 == 0,
+          describe(l) + ": DualPipe pairs its stages, so pp must be even");
   require(static_cast<uint64_t>(l.tp) * l.pp * l.dp * l.cp == d.count,
           describe(l) + " covers " + std::to_string(static_cast<uint64_t>(l.tp) * l.pp * l.dp * l.cp) +
               " devices, not " + std::to_string(d.count));
@@ -161,24 +167,27 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
   if (l.tp > 1) {
     const double reduces = (4.0 + (l.recompute == Recompute::full ? 2 : 0)) / (m.parallel_block ? 2 : 1);
     const bool in = l.tp <= d.per_node;
-    sc.tp_s = s.layers / pp * micro * reduces *
+    // Folded MoE layers run their experts without TP: their FFN's two
+    // reduces are the all-to-alls' (priced below).
+    const double layers = f.moe_folding ? s.layers - s.moe_layers / 2 : s.layers;
+    sc.tp_s = layers / pp * micro * reduces *
               (2 * (t - 1) / t * act / (in ? r.intra : r.inter) + (in ? r.lat_in : r.lat_out));
   }
   if (l.cp > 1) {
     const bool in = l.tp * l.cp <= d.per_node;
-    sc.cp_s = s.layers / pp * micro * 3 *
-              ((c - 1) / c * act * 2 * m.kv_heads / m.heads / t / (in ? r.intra : r.inter) +
-               (in ? r.lat_in : r.lat_out));
+    sc.cp_s =
+        s.layers / pp * micro * 3 *
+        ((c - 1) / c * act * s.kv_width / h / t / (in ? r.intra : r.inter) + (in ? r.lat_in : r.lat_out));
   }
   if (l.ep > 1) {
     // Four exchanges of the routed copies (to the experts and back, forward
-    // and backward; FP8 training dispatches forward in FP8) and two small
+    // and backward; FP8 training dispatches forward in one byte) and two small
     // ones before them: the per-expert counts an all-to-all(v) needs and the
     // load statistics of the auxiliary loss. Sequence parallelism splits
     // the micro-batch's tokens over the TP ranks.
     const double copy = act / t;
     const double exchanges = 3 * all_to_all_seconds(m, d, l, f, r, copy) +
-                             all_to_all_seconds(m, d, l, f, r, m.fp8 ? copy / 2 : copy);
+                             all_to_all_seconds(m, d, l, f, r, m.fp8 ? copy / m.bytes_per_param : copy);
     const bool in = std::ceil(l.ep * (f.moe_folding ? 1.0 : t * c) / d.per_node) <= 1;
     sc.ep_s = s.moe_layers / pp * micro * (exchanges + 2 * (in ? r.lat_in : r.lat_out));
   }
@@ -215,11 +224,14 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
   // the ranks holding the same experts.
   const detail::Held held = detail::held_params(s, l, f);
   const double stride = f.moe_folding ? 1.0 : t * c;
-  double dp_s = gradient_seconds(held.dense * m.bytes_per_param, l.dp, std::floor(d.per_node / (t * c)), r) +
-                gradient_seconds(held.expert * m.bytes_per_param, held.expert_dp,
-                                 std::floor(d.per_node / (stride * l.ep)), r);
+  const double dense_in = std::floor(d.per_node / (t * c)),
+               expert_in = std::floor(d.per_node / (stride * l.ep));
+  double dp_s =
+      noisy(gradient_seconds(held.dense * m.bytes_per_param, l.dp, dense_in, r),
+            l.dp > dense_in ? d.inter_noise : d.intra_noise, l.dp) +
+      noisy(gradient_seconds(held.expert * m.bytes_per_param, held.expert_dp, expert_in, r),
+            held.expert_dp > std::max(1.0, expert_in) ? d.inter_noise : d.intra_noise, held.expert_dp);
   if (l.sharding == Sharding::full) dp_s *= 1.5;  // parameters gathered again for backward
-  dp_s = noisy(dp_s, l.dp > std::floor(d.per_node / (t * c)) ? d.inter_noise : d.intra_noise, l.dp);
   sc.dp_s = dp_s * (1 - f.dp_overlap);
   // The breakdown is of the step: compute and the per-layer exchanges stretched by uneven stages.
   sc.compute_s *= uneven;

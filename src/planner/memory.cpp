@@ -67,12 +67,13 @@ double memory_bytes(const Model& m, const Shape& s, const Layout& l, const Frame
 
 uint32_t experts_within_memory(const Model& m, const Shape& s, const Layout& l, const Framework& f,
                                double free_bytes) {
-  if (m.experts <= 1 || l.ep <= 1) return 0;
+  if (m.experts <= 1 || l.ep <= 1 || s.moe_layers == 0) return 0;
   // One more expert on a rank: its weights, gradients and optimizer state
   // (a moved expert's state moves with it) in each of the stage's MoE layers.
   const double layers = std::ceil(s.moe_layers / l.pp);
+  const double copies = f.schedule == Schedule::dualpipe ? 2 : 1;  // DualPipe's second copy of the weights
   const double per_expert =
-      layers * s.expert / (f.moe_folding ? 1.0 : l.tp) * (2.0 * m.bytes_per_param + f.adam_bytes);
+      layers * s.expert / (f.moe_folding ? 1.0 : l.tp) * ((1 + copies) * m.bytes_per_param + f.adam_bytes);
   const double own = std::ceil(static_cast<double>(m.experts) / l.ep);
   const double more = std::floor(std::max(0.0, free_bytes) / per_expert);
   return static_cast<uint32_t>(std::min<double>(m.experts, own + more));

@@ -197,7 +197,7 @@ std::vector<uint32_t> degrees(const Reader& r, const YAML::Node& n, const std::s
 void read_search(const Reader& r, const YAML::Node& n, Request& q) {
   r.only_keys(n, "search",
               {"tp", "pp", "ep", "cp", "vpp", "micro_batch", "recompute", "sharding", "top", "runtime",
-               "require_fit"});
+               "require_fit", "expert_headroom"});
   if (n["runtime"] && r.boolean(n["runtime"], "search.runtime")) q.space = Space::runtime();
   if (n["tp"]) q.space.tp = degrees(r, n["tp"], "search.tp");
   if (n["pp"]) q.space.pp = degrees(r, n["pp"], "search.pp");
@@ -212,6 +212,9 @@ void read_search(const Reader& r, const YAML::Node& n, Request& q) {
       r, n["sharding"], "search.sharding",
       {{"none", Sharding::none}, {"optimizer", Sharding::optimizer}, {"full", Sharding::full}});
   if (n["require_fit"]) q.space.require_fit = r.boolean(n["require_fit"], "search.require_fit");
+  if (n["expert_headroom"])
+    q.space.expert_headroom =
+        static_cast<uint32_t>(r.integer(n["expert_headroom"], "search.expert_headroom", 0, 1u << 16));
   if (n["top"]) q.top = r.integer(n["top"], "search.top", 1, 1000);
 }
 

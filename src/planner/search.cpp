@@ -33,9 +33,16 @@ std::vector<T> pick_enum(const std::vector<T>& given, std::vector<T> all) {
   return given.empty() ? all : given;
 }
 
+uint32_t experts_per_rank(const Model& m, const detail::Shape& shape, const Devices& d, const Framework& f,
+                          const Efficiency& eff, const Candidate& c) {
+  const double free_gib = eff.memory_usable * d.memory_gib - c.score.memory_gib;
+  return detail::experts_within_memory(m, shape, c.layout, f, free_gib * static_cast<double>(1ull << 30));
+}
+
 // Every layout of the space over exactly d.count devices.
 void search_count(const Model& m, const Devices& d, const Space& space, const Framework& f,
                   const Efficiency& eff, std::vector<Candidate>& found) {
+  const detail::Shape shape = detail::shape_of(m);
   const auto recomputes =
       pick_enum(space.recompute, {Recompute::none, Recompute::selective, Recompute::full});
   const auto shardings = pick_enum(space.sharding, {Sharding::none, Sharding::optimizer, Sharding::full});
@@ -47,7 +54,8 @@ void search_count(const Model& m, const Devices& d, const Space& space, const Fr
       for (uint32_t pp :
            pick(space.pp, divisors(d.count / tp / cp, m.layers + m.mtp_depth), d.count / tp / cp)) {
         const uint32_t dp = d.count / tp / cp / pp;
-        if (dp > m.global_batch) continue;
+        if (dp > m.global_batch || pp > m.layers + m.mtp_depth) continue;
+        if (f.schedule == Schedule::dualpipe && pp > 1 && pp % 2 != 0) continue;  // DualPipe pairs stages
         // Experts split over the data-parallel ranks, or with folding over
         // every rank of a stage.
         const uint32_t ep_of = std::gcd(f.moe_folding ? dp * tp * cp : dp, m.experts);
@@ -57,7 +65,8 @@ void search_count(const Model& m, const Devices& d, const Space& space, const Fr
           const uint32_t layers = m.layers + m.mtp_depth;
           if (vpps.empty()) vpps = pp > 1 && interleaving ? divisors(840, 8) : std::vector<uint32_t>{1};
           for (uint32_t v : vpps) {
-            if (v > 1 && (pp == 1 || !interleaving || layers < pp * v)) continue;
+            if (v > 1 && (pp == 1 || !interleaving)) continue;
+            if (static_cast<uint64_t>(pp) * v > layers) continue;
             if (!f.uneven_stages && layers % (pp * v) != 0) continue;
             for (uint32_t mb :
                  space.micro_batch.empty() ? std::vector<uint32_t>{1, 2, 4, 8} : space.micro_batch) {
@@ -65,8 +74,12 @@ void search_count(const Model& m, const Devices& d, const Space& space, const Fr
               for (Recompute r : recomputes)
                 for (Sharding s : shardings) {
                   const Layout l{tp, pp, dp, ep, cp, v, mb, r, s};
-                  const Score sc = evaluate(m, d, l, f, eff);
-                  if (sc.fits || !space.require_fit) found.push_back({l, sc, d.count, 0});
+                  Candidate c{l, evaluate(m, d, l, f, eff), d.count, 0};
+                  c.max_experts_per_rank = experts_per_rank(m, shape, d, f, eff, c);
+                  if (space.expert_headroom > 0 && ep > 1 &&
+                      c.max_experts_per_rank < (m.experts + ep - 1) / ep + space.expert_headroom)
+                    c.score.fits = false;
+                  if (c.score.fits || !space.require_fit) found.push_back(c);
                 }
             }
           }
@@ -86,15 +99,19 @@ std::vector<Candidate> search(const Model& m, const Devices& d, const Space& spa
     search_count(m, d, space, f, eff, found);
   } else {
     // Hold at least the spares; whole nodes more where fewer devices divide
-    // better (up to as many again, at most 16 device counts).
+    // better (up to as many again and a node, at most 16 device counts).
     if (d.spares >= d.count) throw Error(Code::invalid_argument, "planner: spares leave no devices to plan");
     Devices working = d;
     working.spares = 0;
-    uint32_t first = d.count - d.spares;
-    if (first >= d.per_node && d.count % d.per_node == 0) first -= first % d.per_node;
-    const uint32_t step = first % d.per_node == 0 ? d.per_node : 1;
-    for (uint32_t n = first, tried = 0; n > 0 && d.count - n <= 2 * d.spares + step && tried < 16;
-         n -= std::min(step, n), ++tried) {
+    // The devices less the spares, then whole nodes fewer.
+    const uint32_t most = d.count - d.spares;
+    const uint64_t held = 2ull * d.spares + d.per_node;
+    const uint64_t least = d.count > held ? d.count - held : 1;
+    std::vector<uint32_t> counts{most};
+    for (uint64_t n = most / d.per_node * d.per_node; n >= least && n > 0 && counts.size() < 16;
+         n -= d.per_node)
+      if (n != most) counts.push_back(static_cast<uint32_t>(n));
+    for (uint32_t n : counts) {
       working.count = n;
       search_count(m, working, space, f, eff, found);
     }
@@ -106,12 +123,6 @@ std::vector<Candidate> search(const Model& m, const Devices& d, const Space& spa
     return a.score.step_s < b.score.step_s;
   });
   if (found.size() > keep) found.resize(keep);
-  const detail::Shape shape = detail::shape_of(m);
-  for (auto& c : found) {
-    const double free_gib = eff.memory_usable * d.memory_gib - c.score.memory_gib;
-    c.max_experts_per_rank =
-        detail::experts_within_memory(m, shape, c.layout, f, free_gib * static_cast<double>(1ull << 30));
-  }
   return found;
 }
 

@@ -49,6 +49,8 @@ Shape shape_of(const Model& m) {
   const double mtp_proj = m.mtp_depth * 2 * h * h;
   s.score_width = m.mla.kv_lora ? double(m.heads) * (m.mla.qk_nope + m.mla.qk_rope + m.mla.v_head)
                                 : 2.0 * m.heads * head_dim(m);
+  s.kv_width = m.mla.kv_lora ? double(m.heads) * (m.mla.qk_nope + m.mla.qk_rope + m.mla.v_head)
+                             : 2.0 * m.kv_heads * head_dim(m);
   s.routed_active = s.moe_layers * m.top_k * s.expert;
   s.linear_active = s.layers * s.attention + dense_layers * s.dense_ffn + s.moe_layers * s.shared +
                     s.routed_active + mtp_proj;

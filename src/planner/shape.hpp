@@ -18,6 +18,7 @@ struct Shape {
   double embedding = 0;      // the input embedding and the output head (untied)
   double head = 0;           // the output head alone
   double score_width = 0;    // per layer, query/key plus value widths summed over heads (2 x hidden for MHA)
+  double kv_width = 0;       // per token: the keys' and values' widths (what context parallelism gathers)
   double linear_active = 0;  // per token: parameters of the linear layers it passes (FP8-able)
   double bf16_active = 0;    // per token: router and output heads (kept in bf16)
   double routed_active = 0;  // per token: of linear_active, the routed experts'
