@@ -122,10 +122,15 @@ double bubble_micro_batches(const Layout& l, const Framework& f) {
 
 }  // namespace
 
-double model_flops_per_token(const Model& m) {
-  const Shape s = detail::shape_of(m);
+namespace {
+
+double flops_per_token(const Model& m, const Shape& s) {
   return 6 * (s.linear_active + s.bf16_active) + 6 * s.layers * m.seq * s.score_width;
 }
+
+}  // namespace
+
+double model_flops_per_token(const Model& m) { return flops_per_token(m, detail::shape_of(m)); }
 
 void check(const Model& m, const Devices& d) {
   require(m.layers > 0 && m.hidden > 0 && m.ffn > 0 && m.vocab > 0 && m.seq > 0 && m.global_batch > 0,
@@ -239,7 +244,7 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
   sc.cp_s *= uneven;
   sc.ep_s *= uneven;
   sc.step_s = per_micro * micro + sc.bubble_s + sc.pp_s + sc.dp_s;
-  sc.mfu = model_flops_per_token(m) * tokens / (sc.step_s * d.count * d.peak_tflops * 1e12);
+  sc.mfu = flops_per_token(m, s) * tokens / (sc.step_s * d.count * d.peak_tflops * 1e12);
   sc.tokens_per_s = tokens / sc.step_s;
   const double bytes = detail::memory_bytes(m, s, l, f);
   sc.memory_gib = bytes / double(1ull << 30);

@@ -75,9 +75,9 @@ void search_count(const Model& m, const Devices& d, const Space& space, const Fr
                 for (Sharding s : shardings) {
                   const Layout l{tp, pp, dp, ep, cp, v, mb, r, s};
                   Candidate c{l, evaluate(m, d, l, f, eff), d.count, 0};
-                  c.max_experts_per_rank = experts_per_rank(m, shape, d, f, eff, c);
                   if (space.expert_headroom > 0 && ep > 1 &&
-                      c.max_experts_per_rank < (m.experts + ep - 1) / ep + space.expert_headroom)
+                      experts_per_rank(m, shape, d, f, eff, c) <
+                          (m.experts + ep - 1) / ep + space.expert_headroom)
                     c.score.fits = false;
                   if (c.score.fits || !space.require_fit) found.push_back(c);
                 }
@@ -123,6 +123,8 @@ std::vector<Candidate> search(const Model& m, const Devices& d, const Space& spa
     return a.score.step_s < b.score.step_s;
   });
   if (found.size() > keep) found.resize(keep);
+  const detail::Shape shape = detail::shape_of(m);
+  for (auto& c : found) c.max_experts_per_rank = experts_per_rank(m, shape, d, f, eff, c);
   return found;
 }
 
