@@ -108,7 +108,7 @@ std::vector<Candidate> search(const Model& m, const Devices& d, const Space& spa
     const uint64_t held = 2ull * d.spares + d.per_node;
     const uint64_t least = d.count > held ? d.count - held : 1;
     std::vector<uint32_t> counts{most};
-    for (uint64_t n = most / d.per_node * d.per_node; n >= least && n > 0 && counts.size() < 16;
+    for (uint64_t n = uint64_t{most} / d.per_node * d.per_node; n >= least && n > 0 && counts.size() < 16;
          n -= d.per_node)
       if (n != most) counts.push_back(static_cast<uint32_t>(n));
     for (uint32_t n : counts) {
