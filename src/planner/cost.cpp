@@ -76,11 +76,10 @@ double all_to_all_seconds(const Model& m, const Devices& d, const Layout& l, con
   const double in_node = std::max(1.0, std::floor(d.per_node / stride));
   const double nodes = std::ceil(e / in_node);
   if (nodes <= 1) return (e - 1) / e * k * bytes_per_copy / r.intra + r.lat_in;
-  // Copies crossing the network per token: one per routed expert; or, with
-  // node-level dispatch, one per distinct node its experts are on (of k
-  // uniform picks; at most max_nodes with node-limited routing).
   // A token's experts lie on `spread` nodes: all of them, or at most
-  // max_nodes with node-limited routing.
+  // max_nodes with node-limited routing. A copy crosses the network per
+  // remote expert; with node-level dispatch, per distinct remote node (of
+  // k uniform picks).
   const double spread = m.max_nodes ? std::min<double>(m.max_nodes, nodes) : nodes;
   const double remote = (spread - 1) / spread;
   double crossing = k * remote;
@@ -102,6 +101,32 @@ double gradient_seconds(double bytes, double ranks, double in_node, const Rates&
 // A synchronous exchange among `ranks` waits for the slowest of them.
 double noisy(double seconds, double noise, double ranks) {
   return ranks > 1 && noise > 0 ? seconds * (1 + noise * std::sqrt(2 * std::log(ranks))) : seconds;
+}
+
+// Each level's exchanges on noisy links wait for their slowest rank.
+void add_link_noise(Score& sc, const Devices& d, const Layout& l, const Framework& f) {
+  const double in_node = std::floor(d.per_node / (static_cast<double>(l.tp) * l.cp));
+  const auto noise = [&](bool crosses) { return crosses ? d.inter_noise : d.intra_noise; };
+  sc.tp_s = noisy(sc.tp_s, noise(l.tp > d.per_node), l.tp);
+  sc.cp_s = noisy(sc.cp_s, noise(l.tp * l.cp > d.per_node), l.cp);
+  sc.ep_s = noisy(sc.ep_s, noise(l.ep > (f.moe_folding ? d.per_node : in_node)), l.ep);
+  sc.pp_s = noisy(sc.pp_s, noise(static_cast<uint64_t>(l.tp) * l.cp * l.dp >= d.per_node), 2);
+}
+
+// The gradient exchange before overlap: dense gradients over every
+// data-parallel rank, the experts' over the ranks holding the same experts.
+double data_parallel_seconds(const Model& m, const Shape& s, const Devices& d, const Layout& l,
+                             const Framework& f, const Rates& r) {
+  const detail::Held held = detail::held_params(s, l, f);
+  const double tc = static_cast<double>(l.tp) * l.cp, stride = f.moe_folding ? 1.0 : tc;
+  const double dense_in = std::floor(d.per_node / tc), expert_in = std::floor(d.per_node / (stride * l.ep));
+  const double dense = noisy(gradient_seconds(held.dense * m.bytes_per_param, l.dp, dense_in, r),
+                             l.dp > dense_in ? d.inter_noise : d.intra_noise, l.dp);
+  const double expert =
+      noisy(gradient_seconds(held.expert * m.bytes_per_param, held.expert_dp, expert_in, r),
+            held.expert_dp > std::max(1.0, expert_in) ? d.inter_noise : d.intra_noise, held.expert_dp);
+  // Full sharding gathers the parameters again for backward.
+  return (dense + expert) * (l.sharding == Sharding::full ? 1.5 : 1.0);
 }
 
 double bubble_micro_batches(const Layout& l, const Framework& f) {
@@ -202,14 +227,7 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
     sc.pp_s = f.blocking_p2p ? micro * 4 * (act / bw + lat) : micro * v * 2 * (act / t / bw + lat);
     if (f.p2p_overlap) sc.pp_s /= micro;  // only the warm-up's first send waits
   }
-  {
-    const double in_node = std::floor(d.per_node / (t * c));
-    const auto noise = [&](bool crosses) { return crosses ? d.inter_noise : d.intra_noise; };
-    sc.tp_s = noisy(sc.tp_s, noise(l.tp > d.per_node), t);
-    sc.cp_s = noisy(sc.cp_s, noise(l.tp * l.cp > d.per_node), c);
-    sc.ep_s = noisy(sc.ep_s, noise(l.ep > (f.moe_folding ? d.per_node : in_node)), l.ep);
-    sc.pp_s = noisy(sc.pp_s, noise(static_cast<uint64_t>(l.tp) * l.cp * l.dp >= d.per_node), 2);
-  }
+  add_link_noise(sc, d, l, f);
   if (f.schedule == Schedule::dualpipe || f.ep_overlap) {
     // One micro-batch's all-to-alls (and DualPipe's sends) run under
     // another's compute.
@@ -225,19 +243,7 @@ Score evaluate(const Model& m, const Devices& d, const Layout& l, const Framewor
   const double uneven = std::ceil(s.layers / pp) * pp / s.layers;
   const double per_micro = (sc.compute_s + sc.tp_s + sc.cp_s + sc.ep_s) / micro * uneven;
   if (l.pp > 1) sc.bubble_s = bubble_micro_batches(l, f) * per_micro;
-  // Gradients: dense ones over every data-parallel rank, the experts' over
-  // the ranks holding the same experts.
-  const detail::Held held = detail::held_params(s, l, f);
-  const double stride = f.moe_folding ? 1.0 : t * c;
-  const double dense_in = std::floor(d.per_node / (t * c)),
-               expert_in = std::floor(d.per_node / (stride * l.ep));
-  double dp_s =
-      noisy(gradient_seconds(held.dense * m.bytes_per_param, l.dp, dense_in, r),
-            l.dp > dense_in ? d.inter_noise : d.intra_noise, l.dp) +
-      noisy(gradient_seconds(held.expert * m.bytes_per_param, held.expert_dp, expert_in, r),
-            held.expert_dp > std::max(1.0, expert_in) ? d.inter_noise : d.intra_noise, held.expert_dp);
-  if (l.sharding == Sharding::full) dp_s *= 1.5;  // parameters gathered again for backward
-  sc.dp_s = dp_s * (1 - f.dp_overlap);
+  sc.dp_s = data_parallel_seconds(m, s, d, l, f, r) * (1 - f.dp_overlap);
   // The breakdown is of the step: compute and the per-layer exchanges stretched by uneven stages.
   sc.compute_s *= uneven;
   sc.tp_s *= uneven;
