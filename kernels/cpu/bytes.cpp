@@ -1,16 +1,14 @@
 // Byte-plane shuffle, XOR and checksum for the checkpoint engine. 2- and
 // 4-byte elements go through the AVX2 kernels when the CPU has them; the
 // rest, and the tails, are byte loops with a constant stride per size.
+#include <sigma/hal_support.h>
 #include "dispatch.hpp"
-#include "sigma_h64.hpp"
-
-#include <sigma/error.hpp>
 
 #include <xxhash.h>
 
 #include <cstring>
 
-namespace sigma::kernels {
+namespace sigma_cpu {
 namespace {
 
 // Elements [from, n) one byte at a time, base XORed in when given; the
@@ -30,9 +28,9 @@ void planes_fixed(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_
 }
 
 void check(const void* src, const void* dst, uint64_t count, uint32_t elem_size, const char* who) {
-  if (elem_size == 0) throw Error(Code::invalid_argument, std::string(who) + ": element size 0");
+  if (elem_size == 0) refuse(HAL_ERR_INVALID_ARGUMENT, std::string(who) + ": element size 0");
   if (count > 0 && (src == nullptr || dst == nullptr))
-    throw Error(Code::invalid_argument, std::string(who) + ": NULL buffer");
+    refuse(HAL_ERR_INVALID_ARGUMENT, std::string(who) + ": NULL buffer");
 }
 
 template <bool kInverse>
@@ -77,18 +75,18 @@ void unshuffle_bytes(const void* src, void* dst, uint64_t count, uint32_t elem_s
 }
 
 void shuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size) {
-  if (count > 0 && base == nullptr) throw Error(Code::invalid_argument, "shuffle_xor_bytes: NULL base");
+  if (count > 0 && base == nullptr) refuse(HAL_ERR_INVALID_ARGUMENT, "shuffle_xor_bytes: NULL base");
   planes<false>(src, base, dst, count, elem_size, "shuffle_xor_bytes");
 }
 
 void unshuffle_xor_bytes(const void* src, const void* base, void* dst, uint64_t count, uint32_t elem_size) {
-  if (count > 0 && base == nullptr) throw Error(Code::invalid_argument, "unshuffle_xor_bytes: NULL base");
+  if (count > 0 && base == nullptr) refuse(HAL_ERR_INVALID_ARGUMENT, "unshuffle_xor_bytes: NULL base");
   planes<true>(src, base, dst, count, elem_size, "unshuffle_xor_bytes");
 }
 
 void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes) {
   if (bytes > 0 && (a == nullptr || b == nullptr || out == nullptr))
-    throw Error(Code::invalid_argument, "xor_bytes: NULL buffer");
+    refuse(HAL_ERR_INVALID_ARGUMENT, "xor_bytes: NULL buffer");
   const auto* x = static_cast<const uint8_t*>(a);
   const auto* y = static_cast<const uint8_t*>(b);
   auto* o = static_cast<uint8_t*>(out);
@@ -105,12 +103,12 @@ void xor_bytes(const void* a, const void* b, void* out, uint64_t bytes) {
 }
 
 uint64_t checksum(const void* data, uint64_t bytes) {
-  if (bytes > 0 && data == nullptr) throw Error(Code::invalid_argument, "checksum: NULL data");
+  if (bytes > 0 && data == nullptr) refuse(HAL_ERR_INVALID_ARGUMENT, "checksum: NULL data");
   return XXH3_64bits(bytes ? data : "", bytes);
 }
 
 uint64_t checksum_parallel(const void* data, uint64_t bytes) {
-  if (bytes > 0 && data == nullptr) throw Error(Code::invalid_argument, "checksum_parallel: NULL data");
+  if (bytes > 0 && data == nullptr) refuse(HAL_ERR_INVALID_ARGUMENT, "checksum_parallel: NULL data");
   const auto* p = static_cast<const uint8_t*>(data);
   const uint64_t words = bytes / 8;
   // Four independent sums: the adds commute, so the result is the same.
@@ -120,19 +118,19 @@ uint64_t checksum_parallel(const void* data, uint64_t bytes) {
     for (int k = 0; k < 4; ++k) {
       uint64_t w;
       std::memcpy(&w, p + (i + k) * 8, 8);  // little-endian on every target we build for
-      s[k] += h64::fmix64(w + (i + k + 1) * h64::kGolden);
+      s[k] += hal_h64_word(w, i + k);
     }
   for (; i < words; ++i) {
     uint64_t w;
     std::memcpy(&w, p + i * 8, 8);
-    s[0] += h64::fmix64(w + (i + 1) * h64::kGolden);
+    s[0] += hal_h64_word(w, i);
   }
   if (bytes % 8) {
     uint64_t w = 0;
     std::memcpy(&w, p + words * 8, bytes % 8);
-    s[0] += h64::fmix64(w + (words + 1) * h64::kGolden);
+    s[0] += hal_h64_word(w, words);
   }
-  return h64::fmix64((s[0] + s[1] + s[2] + s[3]) ^ (bytes * h64::kLenMul));
+  return hal_h64_finish(s[0] + s[1] + s[2] + s[3], bytes);
 }
 
-}  // namespace sigma::kernels
+}  // namespace sigma_cpu

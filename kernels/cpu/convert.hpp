@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace sigma::kernels::detail {
+namespace sigma_cpu::detail {
 
 inline float bf16_to_f32(uint16_t h) {
   const uint32_t x = static_cast<uint32_t>(h) << 16;
@@ -66,4 +66,4 @@ inline float load_one(const uint8_t* p, hal_dtype_t dtype) {
   return dtype == HAL_DTYPE_F16 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
-}  // namespace sigma::kernels::detail
+}  // namespace sigma_cpu::detail

@@ -1,12 +1,12 @@
 // Internal: the run-time choice between the scalar and the AVX2 kernels.
 #pragma once
 
-#include <sigma/kernels.hpp>
+#include "cpu.hpp"
 
 #include <atomic>
 #include <cstdint>
 
-namespace sigma::kernels::detail {
+namespace sigma_cpu::detail {
 
 extern std::atomic<int> g_isa;  // Isa, or -1 before the first use
 bool cpu_has_avx2();
@@ -31,4 +31,4 @@ uint64_t shuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uin
 uint64_t unshuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, uint64_t count,
                         uint32_t elem_size);
 
-}  // namespace sigma::kernels::detail
+}  // namespace sigma_cpu::detail

@@ -5,8 +5,7 @@
 #include "convert.hpp"
 #include "dispatch.hpp"
 
-#include <sigma/error.hpp>
-#include <sigma/hal.hpp>
+#include <sigma/hal_support.h>
 
 #include <immintrin.h>
 
@@ -14,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace sigma::kernels {
+namespace sigma_cpu {
 namespace {
 
 inline float load(const uint8_t* p, hal_dtype_t dt) { return detail::load_one(p, dt); }
@@ -103,11 +102,11 @@ __attribute__((target("avx2,fma,f16c"))) void unpermute_avx2(const Sources& src,
 void unpermute(const Sources& src, const float* weights, uint64_t num_tokens, uint32_t top_k, uint64_t hidden,
                hal_dtype_t dtype, void* out, const char* what) {
   if (dtype != HAL_DTYPE_F32 && dtype != HAL_DTYPE_F16 && dtype != HAL_DTYPE_BF16)
-    throw Error(Code::invalid_argument,
-                std::string(what) + ": dtype " + std::to_string(dtype) + " is not f32, f16 or bf16");
+    refuse(HAL_ERR_INVALID_ARGUMENT,
+           std::string(what) + ": dtype " + std::to_string(dtype) + " is not f32, f16 or bf16");
   if (num_tokens * hidden == 0) return;
   if (out == nullptr || (top_k > 0 && (src.a == nullptr || src.row_of == nullptr || weights == nullptr)))
-    throw Error(Code::invalid_argument, std::string(what) + ": NULL buffer");
+    refuse(HAL_ERR_INVALID_ARGUMENT, std::string(what) + ": NULL buffer");
   auto* dst = static_cast<uint8_t*>(out);
   const bool avx2 = detail::isa() == Isa::avx2;
   switch (dtype) {
@@ -154,15 +153,15 @@ __attribute__((target("avx2"))) void permute_stream(const uint8_t* src, uint8_t*
 void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, uint32_t num_experts,
               int64_t* row_of, uint64_t* expert_offsets) {
   if (expert_offsets == nullptr || (num_tokens * top_k > 0 && (expert_ids == nullptr || row_of == nullptr)))
-    throw Error(Code::invalid_argument, "moe_plan: NULL buffer");
+    refuse(HAL_ERR_INVALID_ARGUMENT, "moe_plan: NULL buffer");
   std::vector<uint64_t> count(num_experts + 1, 0);
   const uint64_t n = num_tokens * top_k;
   for (uint64_t i = 0; i < n; ++i) {
     const int32_t e = expert_ids[i];
     if (e < -1 || e >= static_cast<int64_t>(num_experts))
-      throw Error(Code::invalid_argument, "moe_plan: token " + std::to_string(i / top_k) + " choice " +
-                                              std::to_string(i % top_k) + " names expert " +
-                                              std::to_string(e) + " of " + std::to_string(num_experts));
+      refuse(HAL_ERR_INVALID_ARGUMENT, "moe_plan: token " + std::to_string(i / top_k) + " choice " +
+                                           std::to_string(i % top_k) + " names expert " + std::to_string(e) +
+                                           " of " + std::to_string(num_experts));
     if (e >= 0) ++count[static_cast<uint32_t>(e) + 1];
   }
   for (uint32_t e = 0; e < num_experts; ++e) count[e + 1] += count[e];
@@ -176,10 +175,10 @@ void moe_plan(const int32_t* expert_ids, uint64_t num_tokens, uint32_t top_k, ui
 
 void moe_permute(const void* tokens, uint64_t num_tokens, uint64_t hidden, hal_dtype_t dtype,
                  const int64_t* row_of, uint32_t top_k, void* out) {
-  const uint64_t es = hal::dtype_size(dtype);
-  if (es == 0) throw Error(Code::invalid_argument, "moe_permute: dtype " + std::to_string(dtype));
+  const uint64_t es = hal_dtype_size(dtype);
+  if (es == 0) refuse(HAL_ERR_INVALID_ARGUMENT, "moe_permute: dtype " + std::to_string(dtype));
   if (num_tokens * top_k * hidden > 0 && (tokens == nullptr || row_of == nullptr || out == nullptr))
-    throw Error(Code::invalid_argument, "moe_permute: NULL buffer");
+    refuse(HAL_ERR_INVALID_ARGUMENT, "moe_permute: NULL buffer");
   const auto* src = static_cast<const uint8_t*>(tokens);
   auto* dst = static_cast<uint8_t*>(out);
   const uint64_t row = hidden * es;
@@ -205,9 +204,9 @@ void moe_unpermute_split(const void* a, const int64_t* row_of_a, const void* b, 
                          const float* weights, uint64_t num_tokens, uint32_t top_k, uint64_t hidden,
                          hal_dtype_t dtype, void* out) {
   if (num_tokens * top_k * hidden > 0 && (b == nullptr || row_of_b == nullptr))
-    throw Error(Code::invalid_argument, "moe_unpermute_split: NULL buffer");
+    refuse(HAL_ERR_INVALID_ARGUMENT, "moe_unpermute_split: NULL buffer");
   unpermute({static_cast<const uint8_t*>(a), row_of_a, static_cast<const uint8_t*>(b), row_of_b}, weights,
             num_tokens, top_k, hidden, dtype, out, "moe_unpermute_split");
 }
 
-}  // namespace sigma::kernels
+}  // namespace sigma_cpu

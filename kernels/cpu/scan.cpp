@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstring>
 
-namespace sigma::kernels::detail {
+namespace sigma_cpu::detail {
 namespace {
 
 void scan_tail(const uint8_t* p, uint64_t n, hal_dtype_t dtype, ScanResult& r) {
@@ -224,4 +224,4 @@ ScanResult scan_avx2(const void* data, uint64_t count, hal_dtype_t dtype) {
   return dtype == HAL_DTYPE_BF16 ? scan_half_avx2<true>(p, count) : scan_half_avx2<false>(p, count);
 }
 
-}  // namespace sigma::kernels::detail
+}  // namespace sigma_cpu::detail

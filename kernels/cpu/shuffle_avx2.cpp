@@ -9,7 +9,7 @@
 
 #include <type_traits>
 
-namespace sigma::kernels::detail {
+namespace sigma_cpu::detail {
 namespace {
 
 // Within a 16-byte lane: 4-byte elements -> [b0 x4][b1 x4][b2 x4][b3 x4]
@@ -161,4 +161,4 @@ uint64_t unshuffle_avx2(const uint8_t* src, const uint8_t* base, uint8_t* dst, u
   return done;
 }
 
-}  // namespace sigma::kernels::detail
+}  // namespace sigma_cpu::detail

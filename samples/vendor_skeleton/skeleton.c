@@ -9,9 +9,10 @@
  * Build it against the installed package (see CMakeLists.txt beside it) and
  * check it with:  sigma-hal-conformance --plugin ./libsigma_hal_skeleton.so
  *
- * Written in C11 (for _Thread_local); the header it includes is C99.
+ * Written in C11 (for _Thread_local); the headers it includes are C99.
  */
 #include <sigma/hal.h>
+#include <sigma/hal_support.h> /* dtype sizes and the standard fields: the HAL's companion */
 
 #include <math.h>
 #include <pthread.h>
@@ -356,11 +357,6 @@ static hal_status_t skeleton_read(uint32_t device, const hal_field_id_t* ids, ui
 /* Collectives for a world of one                                            */
 /* ------------------------------------------------------------------------- */
 
-static uint64_t dtype_bytes(hal_dtype_t t) {
-  static const uint64_t sizes[HAL_DTYPE_COUNT_V1] = {4, 2, 2, 8, 4, 8, 1};
-  return t < HAL_DTYPE_COUNT_V1 ? sizes[t] : 0;
-}
-
 static hal_status_t skeleton_comm_create(const hal_comm_create_args_t* args, hal_comm_t* comm) {
   if (args == NULL || comm == NULL || args->struct_size < HAL_COMM_CREATE_ARGS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: comm args NULL or struct_size too small");
@@ -438,7 +434,7 @@ static hal_status_t skeleton_get_async_error(hal_comm_t comm, hal_status_t* erro
 
 /* Checks args; for a world of one every data-moving op is a copy. */
 static hal_status_t run_op(const hal_coll_args_t* a) {
-  uint64_t esize = dtype_bytes(a->dtype);
+  uint64_t esize = hal_dtype_size(a->dtype);
   if (a->op >= HAL_COLL_OP_COUNT_V1) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: unknown op %u", a->op);
   if (esize == 0) return fail(HAL_ERR_INVALID_ARGUMENT, "skeleton: unknown dtype %u", a->dtype);
   int reducing = a->op == HAL_COLL_ALL_REDUCE || a->op == HAL_COLL_REDUCE_SCATTER;

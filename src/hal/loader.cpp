@@ -1,4 +1,5 @@
 // The plugin loader: find, dlopen, handshake, validate, init.
+#include <sigma/hal_support.h>
 #include <sigma/hal.hpp>
 
 #include <dlfcn.h>
@@ -29,31 +30,6 @@ std::string libsigma_dir() {
   std::error_code ec;
   fs::path p = fs::canonical(info.dli_fname, ec);
   return ec ? std::string{} : p.parent_path().string();
-}
-
-std::string table_field(const char* table, const char* field) { return std::string(table) + "." + field; }
-
-// Checks one sub-table: non-NULL, big enough, and its required entries set.
-template <typename Table>
-std::string check_table(const Table* t, const char* type_name, const char* root_field, uint64_t min_size,
-                        std::initializer_list<std::pair<const char*, const void*>> required) {
-  std::ostringstream msg;
-  if (t == nullptr) {
-    msg << "hal_api_t." << root_field << " is NULL, but it is required";
-    return msg.str();
-  }
-  if (t->struct_size < min_size) {
-    msg << type_name << ".struct_size is " << t->struct_size << ", smaller than ABI 1.0's " << min_size
-        << " bytes";
-    return msg.str();
-  }
-  for (const auto& [field, ptr] : required) {
-    if (ptr == nullptr) {
-      msg << table_field(type_name, field) << " is NULL, but it is required";
-      return msg.str();
-    }
-  }
-  return {};
 }
 
 }  // namespace
@@ -91,63 +67,8 @@ std::string resolve_plugin(const std::string& name_or_path) {
 
 std::string validate_api(const hal_api_t* api, const std::string& origin) {
   auto fail = [&](const std::string& what) { return origin + ": " + what; };
-  if (api == nullptr) return fail("the root table is NULL");
-  // The major first, whatever the size: a table of another major may be of
-  // another shape altogether. It is read only when the table reaches it.
-  if (api->struct_size >= offsetof(hal_api_t, abi_major) + sizeof(api->abi_major) &&
-      api->abi_major != HAL_ABI_MAJOR) {
-    return fail("implements HAL ABI major " + std::to_string(api->abi_major) + ", this host supports major " +
-                std::to_string(HAL_ABI_MAJOR));
-  }
-  if (api->struct_size < HAL_API_V1_0_SIZE) {
-    return fail("hal_api_t.struct_size is " + std::to_string(api->struct_size) + ", smaller than ABI 1.0's " +
-                std::to_string(HAL_API_V1_0_SIZE) + " bytes");
-  }
-  if (api->abi_major != HAL_ABI_MAJOR) {
-    return fail("implements HAL ABI major " + std::to_string(api->abi_major) + ", this host supports major " +
-                std::to_string(HAL_ABI_MAJOR));
-  }
-  if (api->name == nullptr || api->name[0] == '\0') return fail("hal_api_t.name is NULL or empty");
-  if (api->version == nullptr) return fail("hal_api_t.version is NULL");
-  if (api->init == nullptr) return fail("hal_api_t.init is NULL, but it is required");
-  if (api->finalize == nullptr) return fail("hal_api_t.finalize is NULL, but it is required");
-  if (api->get_last_error == nullptr) {
-    return fail("hal_api_t.get_last_error is NULL, but it is required");
-  }
-  const hal_device_api_t* d = api->device;
-  std::string err = check_table(d, "hal_device_api_t", "device", HAL_DEVICE_API_V1_0_SIZE,
-                                {{"get_count", d ? reinterpret_cast<const void*>(d->get_count) : nullptr},
-                                 {"get_props", d ? reinterpret_cast<const void*>(d->get_props) : nullptr},
-                                 {"mem_alloc", d ? reinterpret_cast<const void*>(d->mem_alloc) : nullptr},
-                                 {"mem_free", d ? reinterpret_cast<const void*>(d->mem_free) : nullptr},
-                                 {"memcpy", d ? reinterpret_cast<const void*>(d->memcpy) : nullptr},
-                                 {"self_test", d ? reinterpret_cast<const void*>(d->self_test) : nullptr}});
-  if (!err.empty()) return fail(err);
-  const bool any_stream = d->stream_create || d->stream_synchronize || d->stream_destroy;
-  const bool all_stream = d->stream_create && d->stream_synchronize && d->stream_destroy;
-  if (any_stream && !all_stream) {
-    return fail("hal_device_api_t stream entries must be all set or all NULL");
-  }
-  if (((api->capabilities & HAL_CAP_STREAMS) != 0) != all_stream) {
-    return fail("HAL_CAP_STREAMS does not match the stream entries of hal_device_api_t");
-  }
-  const hal_telemetry_api_t* t = api->telemetry;
-  err = check_table(t, "hal_telemetry_api_t", "telemetry", HAL_TELEMETRY_API_V1_0_SIZE,
-                    {{"list_fields", t ? reinterpret_cast<const void*>(t->list_fields) : nullptr},
-                     {"read", t ? reinterpret_cast<const void*>(t->read) : nullptr}});
-  if (!err.empty()) return fail(err);
-  const hal_coll_api_t* c = api->coll;
-  err = check_table(
-      c, "hal_coll_api_t", "coll", HAL_COLL_API_V1_0_SIZE,
-      {{"comm_create", c ? reinterpret_cast<const void*>(c->comm_create) : nullptr},
-       {"comm_destroy", c ? reinterpret_cast<const void*>(c->comm_destroy) : nullptr},
-       {"comm_abort", c ? reinterpret_cast<const void*>(c->comm_abort) : nullptr},
-       {"comm_get_async_error", c ? reinterpret_cast<const void*>(c->comm_get_async_error) : nullptr},
-       {"post", c ? reinterpret_cast<const void*>(c->post) : nullptr},
-       {"test", c ? reinterpret_cast<const void*>(c->test) : nullptr},
-       {"wait", c ? reinterpret_cast<const void*>(c->wait) : nullptr},
-       {"request_free", c ? reinterpret_cast<const void*>(c->request_free) : nullptr}});
-  if (!err.empty()) return fail(err);
+  char why[256];
+  if (hal_check_api(api, why, sizeof why) != 0) return fail(why);
   // The extension chain: bounded, acyclic, each header plausible. Bits and
   // extensions a later minor defined mean nothing from an earlier plugin
   // (hal.h, version rule 5): HAL_CAP_KERNELS and HAL_EXT_KERNELS are 1.2's.

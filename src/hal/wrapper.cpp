@@ -1,4 +1,5 @@
 // RAII owners over the HAL's memory, communicators and requests.
+#include <sigma/hal_support.h>
 #include <sigma/hal.hpp>
 
 #include <algorithm>
@@ -149,23 +150,7 @@ bool Request::wait(std::chrono::nanoseconds timeout) {
   return true;
 }
 
-uint64_t dtype_size(hal_dtype_t dtype) noexcept {
-  switch (dtype) {
-    case HAL_DTYPE_F32:
-    case HAL_DTYPE_I32:
-      return 4;
-    case HAL_DTYPE_F16:
-    case HAL_DTYPE_BF16:
-      return 2;
-    case HAL_DTYPE_F64:
-    case HAL_DTYPE_I64:
-      return 8;
-    case HAL_DTYPE_U8:
-      return 1;
-    default:
-      return 0;
-  }
-}
+uint64_t dtype_size(hal_dtype_t dtype) noexcept { return hal_dtype_size(dtype); }
 
 double element_as_double(const void* element, hal_dtype_t dtype) noexcept {
   const auto* p = static_cast<const uint8_t*>(element);

@@ -3,17 +3,10 @@
 #include <sigma/hal.h>
 #include <sigma/sigma.h>
 
+#include "c_check.h"
+
 #include <stdio.h>
 #include <string.h>
-
-static int failures;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
 
 /* The guardrails from C: a clean step, a step with a NaN, a bad config. */
 static void check_guardrails(void) {

@@ -104,7 +104,7 @@ bool reducing(hal_coll_op_t op) { return op == HAL_COLL_ALL_REDUCE || op == HAL_
 
 // Synchronous argument checks of post(): nothing is queued when they fail.
 hal_status_t validate(const hal_coll_args_t& a, uint32_t rank, uint32_t size) {
-  const size_t es = dtype_bytes(a.dtype);
+  const size_t es = hal_dtype_size(a.dtype);
   if (a.op >= HAL_COLL_OP_COUNT_V1)
     return fail(HAL_ERR_INVALID_ARGUMENT, "cpu: unknown op " + std::to_string(a.op));
   if (a.op != HAL_COLL_BARRIER && es == 0)
@@ -548,7 +548,7 @@ void Comm::execute(Op& op) {
 
 void Comm::run(const hal_coll_args_t& a) {
   if (size_ == 1) return run_local(a);
-  const size_t es = dtype_bytes(a.dtype);
+  const size_t es = hal_dtype_size(a.dtype);
   auto* send = const_cast<void*>(a.sendbuf);
   switch (a.op) {
     case HAL_COLL_ALL_REDUCE: {
@@ -629,7 +629,7 @@ void Comm::run(const hal_coll_args_t& a) {
 
 // A world of one: every op moves data locally (or not at all).
 void Comm::run_local(const hal_coll_args_t& a) {
-  const size_t es = dtype_bytes(a.dtype);
+  const size_t es = hal_dtype_size(a.dtype);
   if (a.op == HAL_COLL_BARRIER) return;
   if (a.op == HAL_COLL_ALL_TO_ALLV) {
     if (a.send_counts[0] > 0)
@@ -644,7 +644,7 @@ void Comm::run_local(const hal_coll_args_t& a) {
 // rank received: the same bytes on the wire as a ring reduce-scatter.
 void Comm::run_reduce_scatter(const hal_coll_args_t& a) {
   if (a.count == 0) return;
-  const size_t es = dtype_bytes(a.dtype);
+  const size_t es = hal_dtype_size(a.dtype);
   scratch_.resize(a.count * size_ * es);
   gloo::AlltoallOptions o(ctx_);
   Watched bufs;
@@ -668,7 +668,7 @@ void Comm::run_reduce_scatter(const hal_coll_args_t& a) {
 // Zero-length blocks are not sent: both sides' counts agree (the HAL's
 // contract), so both skip them.
 void Comm::run_all_to_allv(const hal_coll_args_t& a) {
-  const uint64_t es = dtype_bytes(a.dtype);
+  const uint64_t es = hal_dtype_size(a.dtype);
   auto* in = static_cast<uint8_t*>(const_cast<void*>(a.sendbuf));
   auto* out = static_cast<uint8_t*>(a.recvbuf);
   if (a.send_counts[rank_] > 0)
@@ -707,7 +707,7 @@ void Comm::run_all_to_allv(const hal_coll_args_t& a) {
 // Matched in posting order per peer: the k-th send to a peer meets that
 // peer's k-th receive from us, in a slot range collectives never use.
 void Comm::run_p2p(const hal_coll_args_t& a) {
-  const size_t bytes = a.count * dtype_bytes(a.dtype);
+  const size_t bytes = a.count * hal_dtype_size(a.dtype);
   const uint32_t peer = a.peer;
   constexpr uint64_t kP2PSlotBase = uint64_t{0x5A} << 56;
   const bool send = a.op == HAL_COLL_SEND;

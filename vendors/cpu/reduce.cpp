@@ -115,11 +115,6 @@ void divide_half(void* buf, size_t n, uint32_t d) {
 
 }  // namespace
 
-size_t dtype_bytes(hal_dtype_t dtype) {
-  static const size_t sizes[HAL_DTYPE_COUNT_V1] = {4, 2, 2, 8, 4, 8, 1};
-  return dtype < HAL_DTYPE_COUNT_V1 ? sizes[dtype] : 0;
-}
-
 ReduceFn reduce_function(hal_dtype_t dtype, hal_reduce_op_t op) {
   switch (op) {
     case HAL_REDUCE_SUM:
@@ -167,7 +162,7 @@ void divide_by(hal_dtype_t dtype, void* buf, size_t n, uint32_t divisor) {
 
 void reduce_blocks(hal_dtype_t dtype, hal_reduce_op_t op, void* out, const void* src, size_t n,
                    size_t count) {
-  const size_t bytes = n * dtype_bytes(dtype);
+  const size_t bytes = n * hal_dtype_size(dtype);
   if (count == 0 || bytes == 0) return;
   const auto* s = static_cast<const uint8_t*>(src);
   std::memmove(out, s, bytes);

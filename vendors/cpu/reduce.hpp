@@ -2,7 +2,7 @@
 // take: out[i] = op(a[i], b[i]) for n elements (out may alias a or b).
 #pragma once
 
-#include <sigma/hal.h>
+#include <sigma/hal_support.h>
 
 #include <cstddef>
 #include <functional>
@@ -22,8 +22,5 @@ void divide_by(hal_dtype_t dtype, void* buf, size_t n, uint32_t divisor);
 // Reduces `count` blocks of n elements laid out one after another in `src`
 // into `out`: the local half of a reduce-scatter.
 void reduce_blocks(hal_dtype_t dtype, hal_reduce_op_t op, void* out, const void* src, size_t n, size_t count);
-
-// Element size of an ABI 1.0 dtype, 0 otherwise.
-size_t dtype_bytes(hal_dtype_t dtype);
 
 }  // namespace cpu_vendor

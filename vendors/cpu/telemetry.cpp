@@ -2,6 +2,8 @@
 
 #include "common.hpp"
 
+#include <sigma/hal_support.h>
+
 #include <dirent.h>
 #include <unistd.h>
 
@@ -68,23 +70,18 @@ hal_value_t u64(uint64_t v) {
 }  // namespace
 
 Telemetry::Telemetry(std::string root) : root_(std::move(root)) {
-  const uint32_t M = HAL_FIELD_FLAG_MONOTONIC;
-  fields_ = {
-      info(HAL_FIELD_TEMPERATURE_C, HAL_VALUE_F64, 0, "temperature", "C"),
-      info(HAL_FIELD_POWER_W, HAL_VALUE_F64, 0, "power", "W"),
-      info(HAL_FIELD_ENERGY_J, HAL_VALUE_F64, M, "energy", "J"),
-      info(HAL_FIELD_CLOCK_COMPUTE_MHZ, HAL_VALUE_F64, 0, "clock_compute", "MHz"),
-      info(HAL_FIELD_UTILIZATION_PCT, HAL_VALUE_F64, 0, "utilization", "%"),
-      info(HAL_FIELD_MEMORY_USED_BYTES, HAL_VALUE_U64, 0, "memory_used", "B"),
-      info(HAL_FIELD_MEMORY_TOTAL_BYTES, HAL_VALUE_U64, 0, "memory_total", "B"),
-      info(HAL_FIELD_ECC_CORRECTABLE, HAL_VALUE_U64, M, "ecc_correctable", "count"),
-      info(HAL_FIELD_ECC_UNCORRECTABLE, HAL_VALUE_U64, M, "ecc_uncorrectable", "count"),
-      info(HAL_FIELD_LINK_ERRORS, HAL_VALUE_U64, M, "link_errors", "count"),
-      info(HAL_FIELD_LINK_RETRIES, HAL_VALUE_U64, M, "link_retries", "count"),
-      info(HAL_FIELD_THROTTLE_REASONS, HAL_VALUE_U64, 0, "throttle_reasons", "mask"),
-      info(kFieldLoadAvg1m, HAL_VALUE_F64, 0, "cpu.load_avg_1m", ""),
-      info(kFieldProcessRss, HAL_VALUE_U64, 0, "cpu.process_rss", "B"),
-  };
+  // The standard fields as the HAL's companion describes them, then ours.
+  for (hal_field_id_t id :
+       {HAL_FIELD_TEMPERATURE_C, HAL_FIELD_POWER_W, HAL_FIELD_ENERGY_J, HAL_FIELD_CLOCK_COMPUTE_MHZ,
+        HAL_FIELD_UTILIZATION_PCT, HAL_FIELD_MEMORY_USED_BYTES, HAL_FIELD_MEMORY_TOTAL_BYTES,
+        HAL_FIELD_ECC_CORRECTABLE, HAL_FIELD_ECC_UNCORRECTABLE, HAL_FIELD_LINK_ERRORS, HAL_FIELD_LINK_RETRIES,
+        HAL_FIELD_THROTTLE_REASONS}) {
+    hal_field_info_t f{};
+    hal_standard_field(id, &f);
+    fields_.push_back(f);
+  }
+  fields_.push_back(info(kFieldLoadAvg1m, HAL_VALUE_F64, 0, "cpu.load_avg_1m", ""));
+  fields_.push_back(info(kFieldProcessRss, HAL_VALUE_U64, 0, "cpu.process_rss", "B"));
 }
 
 void Telemetry::read(const hal_field_id_t* ids, uint32_t n, hal_telemetry_sample_t* out) {

@@ -119,22 +119,6 @@ bool op_of(hal_reduce_op_t o, ncclRedOp_t& out) {
   }
 }
 
-size_t elem_size(hal_dtype_t d) {
-  switch (d) {
-    case HAL_DTYPE_F64:
-    case HAL_DTYPE_I64:
-      return 8;
-    case HAL_DTYPE_F32:
-    case HAL_DTYPE_I32:
-      return 4;
-    case HAL_DTYPE_F16:
-    case HAL_DTYPE_BF16:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
 hal_status_t comm_create(const hal_comm_create_args_t* a, hal_comm_t* out) {
   if (a == nullptr || out == nullptr || a->struct_size < HAL_COMM_CREATE_ARGS_V1_0_SIZE)
     return fail(HAL_ERR_INVALID_ARGUMENT, "cuda: comm args NULL or struct_size too small");
@@ -271,7 +255,7 @@ hal_status_t async_error(hal_comm_t comm, hal_status_t* error) {
 // Enqueues one collective; grouped calls for the all-to-alls.
 ncclResult_t enqueue(hal_comm_s* c, const hal_coll_args_t& a, ncclDataType_t dt, ncclRedOp_t op,
                      cudaStream_t s) {
-  const size_t es = elem_size(a.dtype);
+  const size_t es = hal_dtype_size(a.dtype);
   const auto* send = static_cast<const char*>(a.sendbuf);
   auto* recv = static_cast<char*>(a.recvbuf);
   const bool reducing = a.op == HAL_COLL_ALL_REDUCE || a.op == HAL_COLL_REDUCE_SCATTER;

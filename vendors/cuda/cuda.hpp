@@ -2,7 +2,7 @@
 // status checks that quote the CUDA error, and the handle types.
 #pragma once
 
-#include <sigma/hal.h>
+#include <sigma/hal_support.h>
 
 #include <cuda_runtime.h>
 

@@ -4,7 +4,6 @@
 // --default-stream per-thread). Reductions write one partial per block and
 // the host adds them in block order, so results do not depend on timing.
 #include "cuda.hpp"
-#include "sigma_h64.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,10 +16,6 @@
 
 namespace cuda_vendor {
 namespace {
-
-using sigma::kernels::h64::fmix64;
-using sigma::kernels::h64::kGolden;
-using sigma::kernels::h64::kLenMul;
 
 // A failed CUDA call inside an entry: becomes the entry's status.
 struct Failed {
@@ -197,7 +192,7 @@ __device__ uint64_t word_at(const uint8_t* p, uint64_t i, uint64_t bytes) {
   return w;
 }
 
-__device__ unsigned long long word_term(uint64_t w, uint64_t i) { return fmix64(w + (i + 1) * kGolden); }
+__device__ unsigned long long word_term(uint64_t w, uint64_t i) { return hal_h64_word(w, i); }
 
 // Word i is bytes 8i..8i+7 of the buffer. Where the buffer starts on a
 // whole word, the words between its first 16-byte boundary and the last
@@ -342,7 +337,7 @@ hal_status_t checksum(uint32_t device, const void* data, uint64_t bytes, uint64_
     finish("checksum");
     for (unsigned long long q : part.to_host(blocks)) sum += q;
   });
-  if (st == HAL_OK) *out = fmix64(sum ^ (bytes * kLenMul));
+  if (st == HAL_OK) *out = hal_h64_finish(sum, bytes);
   return st;
 }
 

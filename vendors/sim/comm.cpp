@@ -6,6 +6,7 @@
 #include "opaque.hpp"
 #include "sim.hpp"
 
+#include <sigma/hal_support.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -63,14 +64,9 @@ bool live(hal_comm_t c) {
   return c && g_comms.count(c);
 }
 
-uint64_t dtype_bytes(hal_dtype_t t) {
-  static const uint64_t sizes[HAL_DTYPE_COUNT_V1] = {4, 2, 2, 8, 4, 8, 1};
-  return t < HAL_DTYPE_COUNT_V1 ? sizes[t] : 0;
-}
-
 // Where an operation's result lands on this rank: (pointer, elements).
 std::pair<void*, uint64_t> result_of(const hal_coll_args_t& a, uint32_t size) {
-  const uint64_t es = dtype_bytes(a.dtype);
+  const uint64_t es = hal_dtype_size(a.dtype);
   switch (a.op) {
     case HAL_COLL_ALL_REDUCE:
     case HAL_COLL_BROADCAST:
@@ -94,7 +90,7 @@ std::pair<void*, uint64_t> result_of(const hal_coll_args_t& a, uint32_t size) {
 // plausible silent error, large enough for a fingerprint to catch. A NaN
 // burst writes a quiet NaN there instead (floating-point results only).
 void corrupt_one(hal_request_s* r) {
-  const uint64_t es = dtype_bytes(r->dtype);
+  const uint64_t es = hal_dtype_size(r->dtype);
   if (r->out == nullptr || r->out_count == 0 || es == 0) return;
   uint64_t h = state().scenario.seed ^ (r->op_index * 0x9E3779B97F4A7C15ull);
   h ^= h >> 29;
@@ -337,7 +333,7 @@ hal_status_t admit(hal_comm_t comm, const hal_coll_args_t* args) {
 // (ring algorithms for the reductions and gathers): what a slow_bandwidth
 // fault charges for.
 uint64_t link_bytes(const hal_coll_args_t& a, uint32_t rank, uint32_t n) {
-  const uint64_t es = dtype_bytes(a.dtype), b = a.count * es;
+  const uint64_t es = hal_dtype_size(a.dtype), b = a.count * es;
   switch (a.op) {
     case HAL_COLL_ALL_REDUCE:
       return n > 1 ? 4 * (n - 1) * b / n : 0;

@@ -1,6 +1,8 @@
-// Loading the wrapped vendor. The sim vendor includes only sigma/hal.h, so
-// it has its own small loader: search, dlopen, handshake, required entries.
+// Loading the wrapped vendor: search, dlopen, handshake, and the checks of
+// the HAL's companion header (hal_check_api) before its init.
 #include "sim.hpp"
+
+#include <sigma/hal_support.h>
 
 #include <dlfcn.h>
 
@@ -46,13 +48,10 @@ hal_status_t load_inner(const std::string& name, const std::string& options, Inn
     return fail(HAL_ERR_UNAVAILABLE, "sim: cannot load inner vendor '" + path + "': " + ::dlerror());
   auto* get = reinterpret_cast<hal_get_api_v1_fn*>(::dlsym(h, HAL_GET_API_V1_SYMBOL));
   const hal_api_t* api = get ? get(HAL_ABI_MAJOR, HAL_ABI_MINOR) : nullptr;
-  const bool ok = api && api->struct_size >= HAL_API_V1_0_SIZE && api->abi_major == HAL_ABI_MAJOR &&
-                  api->init && api->finalize && api->get_last_error && api->device && api->telemetry &&
-                  api->coll && api->device->struct_size >= HAL_DEVICE_API_V1_0_SIZE &&
-                  api->coll->struct_size >= HAL_COLL_API_V1_0_SIZE;
-  if (!ok) {
+  char why[256] = "its hal_get_api_v1 is missing or returned NULL";
+  if (get == nullptr || hal_check_api(api, why, sizeof why) != 0) {
     ::dlclose(h);
-    return fail(HAL_ERR_UNAVAILABLE, "sim: inner vendor '" + path + "' is not a HAL ABI 1.x plugin");
+    return fail(HAL_ERR_UNAVAILABLE, "sim: inner vendor '" + path + "' is not a HAL ABI 1.x plugin: " + why);
   }
   if (std::string(api->name) == "sim") {
     ::dlclose(h);

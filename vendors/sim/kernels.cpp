@@ -1,13 +1,13 @@
-// The sim vendor's HAL_EXT_KERNELS: libsigma's own CPU kernels
-// (sigma/kernels.hpp, host memory) run on the plugin's private mappings of
+// The sim vendor's HAL_EXT_KERNELS: libsigma's own CPU kernels (the static
+// library of sigma/cpu_kernels.h, host memory) run on the plugin's private mappings of
 // opaque device buffers (opaque=1), or on the buffers themselves when the
 // memory is the host's, so results are bit-identical to the host's and the
 // host never touches an opaque pointer.
 #include "opaque.hpp"
 #include "sim.hpp"
 
-#include <sigma/error.hpp>
-#include <sigma/kernels.hpp>
+#include <sigma/cpu_kernels.h>
+#include <sigma/hal_support.h>
 
 #include <algorithm>
 #include <string>
@@ -15,18 +15,19 @@
 namespace sim_vendor {
 namespace {
 
-// Runs `body` with device pointers translated; a sigma::Error or a pointer
-// outside device memory becomes the entry's status.
+// Runs `body` with device pointers translated; a kernel's refusal or a
+// pointer outside device memory becomes the entry's status.
 template <typename F>
 hal_status_t run(uint32_t device, const char* who, F&& body) {
   if (hal_status_t st = check_alive(device); st != HAL_OK) return st;
   if (!opaque::kernels())
     return fail(HAL_ERR_NOT_SUPPORTED, std::string("sim: ") + who + ": declined (kernels=0)");
-  try {
-    return body();
-  } catch (const sigma::Error& e) {
-    return fail(sigma::to_hal_status(e.code()), std::string("sim: ") + who + ": " + e.what());
-  }
+  return body();
+}
+
+// A kernel's status, its message kept for get_last_error.
+hal_status_t kernel(hal_status_t st, const char* who) {
+  return st == HAL_OK ? st : fail(st, std::string("sim: ") + who + ": " + sigma_cpu_last_error());
 }
 
 // The private address of `bytes` device bytes at `p`; nullptr is a NULL
@@ -47,13 +48,10 @@ hal_status_t grad_scan(uint32_t device, const void* data, uint64_t count, hal_dt
                        hal_kernel_scan_result_t* out) {
   return run(device, "grad_scan", [&]() -> hal_status_t {
     if (out == nullptr) return fail(HAL_ERR_INVALID_ARGUMENT, "sim: grad_scan: result is NULL");
-    const uint64_t es = dtype == HAL_DTYPE_F32 ? 4 : 2;
     bool ok = true;
-    const void* p = priv(data, count * es, ok);
+    const void* p = priv(data, count * std::max<uint64_t>(hal_dtype_size(dtype), 1), ok);
     if (!ok) return outside("grad_scan");
-    const auto r = sigma::kernels::grad_scan(p, count, dtype);
-    *out = {r.non_finite, r.sum_squares, r.amax};
-    return HAL_OK;
+    return kernel(sigma_cpu_grad_scan(p, count, dtype, out), "grad_scan");
   });
 }
 
@@ -66,8 +64,7 @@ hal_status_t shuffle(uint32_t device, const void* src, const void* base, void* d
     const void* b = priv(base, bytes, ok);
     void* d = priv(dst, bytes, ok);
     if (!ok) return outside("shuffle");
-    sigma::kernels::shuffle({}, s, b, d, count, elem_size, inverse != 0);
-    return HAL_OK;
+    return kernel(sigma_cpu_shuffle(s, b, d, count, elem_size, inverse != 0), "shuffle");
   });
 }
 
@@ -77,8 +74,7 @@ hal_status_t checksum(uint32_t device, const void* data, uint64_t bytes, uint64_
     bool ok = true;
     const void* p = priv(data, bytes, ok);
     if (!ok) return outside("checksum");
-    *out = sigma::kernels::checksum_parallel(p, bytes);
-    return HAL_OK;
+    return kernel(sigma_cpu_h64(p, bytes, out), "checksum");
   });
 }
 
@@ -95,8 +91,7 @@ hal_status_t moe_permute(uint32_t device, const void* tokens, uint64_t num_token
     for (uint64_t i = 0; i < num_tokens * top_k; ++i) last = std::max(last, r[i]);
     void* o = priv(out, static_cast<uint64_t>(last + 1) * row_bytes, ok);
     if (!ok) return outside("moe_permute");
-    sigma::kernels::moe_permute(t, num_tokens, row_bytes, HAL_DTYPE_U8, r, top_k, o);
-    return HAL_OK;
+    return kernel(sigma_cpu_moe_permute(t, num_tokens, row_bytes, HAL_DTYPE_U8, r, top_k, o), "moe_permute");
   });
 }
 
@@ -104,7 +99,7 @@ hal_status_t moe_unpermute(uint32_t device, const void* expert_out, const int64_
                            const float* weights, uint64_t num_tokens, uint32_t top_k, uint64_t hidden,
                            hal_dtype_t dtype, void* out) {
   return run(device, "moe_unpermute", [&]() -> hal_status_t {
-    const uint64_t es = dtype == HAL_DTYPE_F32 ? 4 : 2, row = hidden * es, choices = num_tokens * top_k;
+    const uint64_t row = hidden * hal_dtype_size(dtype), choices = num_tokens * top_k;
     bool ok = true;
     const int64_t* r = priv(row_of, choices * sizeof(int64_t), ok);
     const float* w = priv(weights, choices * sizeof(float), ok);
@@ -114,8 +109,8 @@ hal_status_t moe_unpermute(uint32_t device, const void* expert_out, const int64_
     for (uint64_t i = 0; i < choices; ++i) last = std::max(last, r[i]);
     const void* e = priv(expert_out, static_cast<uint64_t>(last + 1) * row, ok);
     if (!ok) return outside("moe_unpermute");
-    sigma::kernels::moe_unpermute(e, r, w, num_tokens, top_k, hidden, dtype, o);
-    return HAL_OK;
+    const sigma_cpu_unpermute_args_t a{e, r, nullptr, nullptr, w, num_tokens, top_k, dtype, hidden, o};
+    return kernel(sigma_cpu_moe_unpermute(&a), "moe_unpermute");
   });
 }
 

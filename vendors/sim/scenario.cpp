@@ -1,6 +1,6 @@
 #include "scenario.hpp"
 
-#include "yaml_reader.hpp"
+#include "strict_yaml.hpp"
 
 #include <cmath>
 #include <fstream>
@@ -10,9 +10,9 @@
 namespace sim_vendor {
 namespace {
 
-using sigma::yaml::Refused;
+using yaml::Refused;
 
-class Parser : public sigma::yaml::Reader {
+class Parser : public yaml::Reader {
  public:
   using Reader::Reader;
 
@@ -284,7 +284,7 @@ const char* fault_kind_name(FaultKind k) {
 
 std::optional<Scenario> parse_scenario(const std::string& text, const std::string& file, std::string& error) {
   try {
-    return Parser(file).scenario(sigma::yaml::parse(text, file));
+    return Parser(file).scenario(yaml::parse(text, file));
   } catch (const Refused& r) {
     error = r.message;
   }
@@ -293,7 +293,7 @@ std::optional<Scenario> parse_scenario(const std::string& text, const std::strin
 
 std::optional<Scenario> load_scenario(const std::string& path, std::string& error) {
   try {
-    return parse_scenario(sigma::yaml::read_file(path), path, error);
+    return parse_scenario(yaml::read_file(path), path, error);
   } catch (const Refused& r) {
     error = r.message;
   }

@@ -4,6 +4,8 @@
 // stay monotonic; the same seed and the same reads give the same values.
 #include "sim.hpp"
 
+#include <sigma/hal_support.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -42,17 +44,6 @@ uint64_t poisson_count(double rate, double t, uint64_t stream) {
 }
 
 double overlap(double a, double b, double t) { return std::max(0.0, std::min(b, t) - a); }
-
-hal_field_info_t info(hal_field_id_t id, hal_value_type_t type, uint32_t flags, const char* name,
-                      const char* unit) {
-  hal_field_info_t f{};
-  f.id = id;
-  f.type = type;
-  f.flags = flags;
-  std::snprintf(f.name, sizeof(f.name), "%s", name);
-  std::snprintf(f.unit, sizeof(f.unit), "%s", unit);
-  return f;
-}
 
 struct Model {
   const DeviceModel& d;
@@ -132,23 +123,20 @@ struct Model {
 }  // namespace
 
 const std::vector<hal_field_info_t>& sim_fields() {
+  // The standard fields this chip models, described as the HAL's companion
+  // describes them.
   static const std::vector<hal_field_info_t> fields = [] {
-    const uint32_t M = HAL_FIELD_FLAG_MONOTONIC;
-    return std::vector<hal_field_info_t>{
-        info(HAL_FIELD_TEMPERATURE_C, HAL_VALUE_F64, 0, "temperature", "C"),
-        info(HAL_FIELD_POWER_W, HAL_VALUE_F64, 0, "power", "W"),
-        info(HAL_FIELD_ENERGY_J, HAL_VALUE_F64, M, "energy", "J"),
-        info(HAL_FIELD_CLOCK_COMPUTE_MHZ, HAL_VALUE_F64, 0, "clock_compute", "MHz"),
-        info(HAL_FIELD_UTILIZATION_PCT, HAL_VALUE_F64, 0, "utilization", "%"),
-        info(HAL_FIELD_MEMORY_USED_BYTES, HAL_VALUE_U64, 0, "memory_used", "B"),
-        info(HAL_FIELD_ECC_CORRECTABLE, HAL_VALUE_U64, M, "ecc_correctable", "count"),
-        info(HAL_FIELD_ECC_UNCORRECTABLE, HAL_VALUE_U64, M, "ecc_uncorrectable", "count"),
-        info(HAL_FIELD_LINK_ERRORS, HAL_VALUE_U64, M, "link_errors", "count"),
-        info(HAL_FIELD_LINK_RETRIES, HAL_VALUE_U64, M, "link_retries", "count"),
-        info(HAL_FIELD_THROTTLE_REASONS, HAL_VALUE_U64, 0, "throttle_reasons", "mask"),
-        info(HAL_FIELD_FATAL_CODE, HAL_VALUE_I64, 0, "fatal_code", ""),
-        info(HAL_FIELD_RETIRED_PAGES, HAL_VALUE_U64, M, "retired_pages", "count"),
-    };
+    std::vector<hal_field_info_t> out;
+    for (hal_field_id_t id :
+         {HAL_FIELD_TEMPERATURE_C, HAL_FIELD_POWER_W, HAL_FIELD_ENERGY_J, HAL_FIELD_CLOCK_COMPUTE_MHZ,
+          HAL_FIELD_UTILIZATION_PCT, HAL_FIELD_MEMORY_USED_BYTES, HAL_FIELD_ECC_CORRECTABLE,
+          HAL_FIELD_ECC_UNCORRECTABLE, HAL_FIELD_LINK_ERRORS, HAL_FIELD_LINK_RETRIES,
+          HAL_FIELD_THROTTLE_REASONS, HAL_FIELD_FATAL_CODE, HAL_FIELD_RETIRED_PAGES}) {
+      hal_field_info_t f{};
+      hal_standard_field(id, &f);
+      out.push_back(f);
+    }
+    return out;
   }();
   return fields;
 }

@@ -1,8 +1,8 @@
 // Reading a file a user named: only a regular file is read, and nothing a
 // user can name blocks the reader. A FIFO would block an open for reading
-// until a writer came (for ever, in a plugin's init or an agent's pre-flight);
-// a device or a folder is not a configuration. A static helper linked into
-// libsigma and into the vendors that read user files; not public API.
+// until a writer came (for ever, in an agent's pre-flight); a device or a
+// folder is not a configuration. A static helper linked into libsigma and
+// its tools; not public API (a plugin carries its own: vendors/sim).
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
-// Strict reading of YAML configuration files, shared by every parser of
-// user-written YAML (sim scenarios, guardrail configs, ...): unknown keys,
-// wrong types and out-of-range values are refused with "file:line: key: why".
-// A static helper linked into libsigma and into vendors that read YAML; not
-// part of the public API.
+// Strict reading of YAML configuration files, shared by libsigma's parsers
+// of user-written YAML (cluster-simulator scenarios, guardrail configs, plan
+// requests): unknown keys, wrong types and out-of-range values are refused
+// with "file:line: key: why". A static helper linked into libsigma and its
+// tools; not part of the public API (a plugin carries its own: vendors/sim).
 #pragma once
 
 #include <yaml-cpp/yaml.h>
