@@ -127,6 +127,9 @@ std::string to_table(const Result& r) {
         100 * l.slow / t, 100 * l.spare / t, 100 * l.repair / t);
     o << line;
   }
+  o << "util: effective accelerator utilisation (SIGMA's meaning): productive accelerator time over "
+       "accelerators x duration, spares and repairs included (not the job report's fleet MFU: model FLOPs "
+       "over wall x peak). ETTR: the job's kept progress over the duration.\n";
   return o.str();
 }
 
