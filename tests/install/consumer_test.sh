@@ -11,9 +11,11 @@ mkdir -p "$work"
 prefix="$work/prefix"
 
 cmake --install "$build" --prefix "$prefix" > "$work/install.log"
-for f in include/sigma/hal.h include/sigma/hal.hpp include/sigma/sigma.h include/sigma/parallel.hpp \
+for f in include/sigma/hal.h include/sigma/hal_support.h include/sigma/cpu_kernels.h lib/libsigma_cpu_kernels.a \
+         include/sigma/hal.hpp include/sigma/sigma.h include/sigma/parallel.hpp \
          include/sigma/planner.hpp bin/sigma-hal-conformance bin/sigma-plan \
-         lib/cmake/sigma/sigmaConfig.cmake lib/pkgconfig/sigma.pc lib/sigma/plugins/libsigma_hal_skeleton.so; do
+         lib/cmake/sigma/sigmaConfig.cmake lib/cmake/sigma_hal/sigma_halConfig.cmake lib/pkgconfig/sigma.pc \
+         lib/sigma/plugins/libsigma_hal_skeleton.so; do
   [ -e "$prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
 ls "$prefix"/lib/libsigma.so* > /dev/null
@@ -25,6 +27,10 @@ cmake -S "$skeleton" -B "$work/skeleton-build" -G Ninja -DCMAKE_PREFIX_PATH="$pr
 cmake --build "$work/skeleton-build" > "$work/build.log"
 plugin="$work/skeleton-build/libsigma_hal_skeleton.so"
 [ -f "$plugin" ] || { echo "the skeleton did not build against the package"; exit 1; }
+# It asked for sigma_hal (the HAL ABI's version), and links no libsigma.
+if readelf -d "$plugin" | grep NEEDED | grep -q libsigma; then
+  echo "the skeleton links libsigma"; exit 1
+fi
 
 # pkg-config sees the package too.
 PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs sigma | grep -q -- "-lsigma"
