@@ -73,9 +73,10 @@ class SIGMA_EXPORT Plugin {
   const hal_device_api_t& device_api() const { return *api_->device; }
   const hal_telemetry_api_t& telemetry_api() const { return *api_->telemetry; }
   const hal_coll_api_t& coll_api() const { return *api_->coll; }
-  // hal_coll_api_t.run (ABI 1.1), or nullptr when the plugin has none.
+  // hal_coll_api_t.run (ABI 1.1), or nullptr when the plugin has none: a
+  // table of 1.0's frozen size (HAL_COLL_API_V1_0_SIZE) ends before it.
   hal_coll_run_fn* coll_run() const {
-    return HAL_HAS_FIELD(api_->coll, hal_coll_api_t, run) ? api_->coll->run : nullptr;
+    return api_->coll->struct_size >= HAL_COLL_API_V1_1_SIZE ? api_->coll->run : nullptr;
   }
   const std::string& path() const { return path_; }
   std::string name() const { return api_->name; }

@@ -97,6 +97,37 @@ TEST(Loader, AnAbi10PluginLoadsAndTheRunItLacksAndTheBitsItCannotMeanAreIgnored)
   EXPECT_EQ(out[3], 1.0f);  // posted and waited for, as before 1.1
 }
 
+// The skeleton built from each released version's frozen header
+// (sigma/abi/hal_1_<minor>.h) loads into today's host: its tables have that
+// version's sizes, what a later version added is absent, not read, and a
+// collective runs (posted and waited for where there is no run).
+TEST(Loader, PluginsBuiltFromEachReleasedHeaderLoadAndRun) {
+  for (uint32_t minor : {0u, 1u, 2u}) {
+    SCOPED_TRACE("ABI 1." + std::to_string(minor));
+    auto p =
+        Plugin::load(std::string(SIGMA_ABI_PLUGIN_DIR) + "/skeleton_abi_1_" + std::to_string(minor) + ".so");
+    EXPECT_EQ(p->api().abi_minor, minor);
+    const uint64_t coll_size =
+        minor == 0 ? uint64_t{HAL_COLL_API_V1_0_SIZE} : uint64_t{HAL_COLL_API_V1_1_SIZE};
+    EXPECT_EQ(p->coll_api().struct_size, coll_size);
+    EXPECT_EQ(p->api().struct_size, uint64_t{HAL_API_V1_0_SIZE});
+    EXPECT_EQ(p->coll_run(), nullptr);  // the skeleton offers none; from 1.0 the slot is not even there
+    EXPECT_EQ(p->kernels(), nullptr);
+    hal_comm_create_args_t ca{};
+    ca.struct_size = sizeof(ca);
+    ca.world_size = 1;
+    ca.timeout_ns = 1'000'000'000ull;
+    Communicator comm(p, ca);
+    Buffer b(p, 0, 16);
+    const float x[4] = {1, 2, 3, 4};
+    b.copy_from_host(x, sizeof(x));
+    comm.run(coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 4, b.data(), b.data()), std::chrono::seconds(1));
+    float out[4] = {};
+    b.copy_to_host(out, sizeof(out));
+    EXPECT_EQ(out[3], 4.0f);
+  }
+}
+
 TEST(Loader, NullRequiredEntryIsNamed) {
   expect_load_error(bad("null_required"), Code::invalid_argument,
                     {"null_required.so", "hal_coll_api_t.comm_abort is NULL", "required"});

@@ -847,29 +847,53 @@ typedef struct hal_api_t {
  */
 typedef const hal_api_t* hal_get_api_v1_fn(uint32_t host_major, uint32_t host_minor);
 
-/* The sizes of ABI 1.0, which a reader compares struct_size against. */
+/* The sizes of each version's structs, which a reader compares struct_size
+ * against: literals, frozen when the version was released (sigma/abi/
+ * hal_1_<minor>.h holds each version's declarations). A field appended in a
+ * later minor adds that minor's size here and never moves these; the
+ * assertions below tie each literal to where its version's last field ends. */
 enum hal_v1_sizes_e {
-  HAL_API_V1_0_SIZE = sizeof(hal_api_t),
-  HAL_DEVICE_API_V1_0_SIZE = sizeof(hal_device_api_t),
-  HAL_TELEMETRY_API_V1_0_SIZE = sizeof(hal_telemetry_api_t),
-  HAL_COLL_API_V1_0_SIZE = offsetof(hal_coll_api_t, run),
-  HAL_INIT_ARGS_V1_0_SIZE = sizeof(hal_init_args_t),
-  HAL_DEVICE_PROPS_V1_0_SIZE = sizeof(hal_device_props_t),
-  HAL_SELF_TEST_RESULT_V1_0_SIZE = sizeof(hal_self_test_result_t),
-  HAL_BOOTSTRAP_V1_0_SIZE = sizeof(hal_bootstrap_t),
-  HAL_COMM_CREATE_ARGS_V1_0_SIZE = sizeof(hal_comm_create_args_t),
-  HAL_COLL_ARGS_V1_0_SIZE = sizeof(hal_coll_args_t),
-  HAL_FAULT_SPEC_V1_0_SIZE = sizeof(hal_fault_spec_t),
-  HAL_EXT_FAULT_INJECTION_V1_0_SIZE = sizeof(hal_ext_fault_injection_t)
+  HAL_API_V1_0_SIZE = 96,
+  HAL_DEVICE_API_V1_0_SIZE = 80,
+  HAL_TELEMETRY_API_V1_0_SIZE = 24,
+  HAL_COLL_API_V1_0_SIZE = 72,
+  HAL_INIT_ARGS_V1_0_SIZE = 24,
+  HAL_DEVICE_PROPS_V1_0_SIZE = 272,
+  HAL_SELF_TEST_RESULT_V1_0_SIZE = 312,
+  HAL_BOOTSTRAP_V1_0_SIZE = 48,
+  HAL_COMM_CREATE_ARGS_V1_0_SIZE = 40,
+  HAL_COLL_ARGS_V1_0_SIZE = 88,
+  HAL_FAULT_SPEC_V1_0_SIZE = 56,
+  HAL_EXT_FAULT_INJECTION_V1_0_SIZE = 48
 };
 
 /* The sizes of the structs that grew in ABI 1.1. */
 enum hal_v1_1_sizes_e {
-  HAL_COLL_API_V1_1_SIZE = sizeof(hal_coll_api_t) /* + run */
+  HAL_COLL_API_V1_1_SIZE = 80 /* + run */
 };
 
 /* The sizes of the structs ABI 1.2 added. */
-enum hal_v1_2_sizes_e { HAL_EXT_KERNELS_V1_2_SIZE = sizeof(hal_ext_kernels_t) };
+enum hal_v1_2_sizes_e { HAL_EXT_KERNELS_V1_2_SIZE = 64 };
+
+/* Each frozen size is where that version's last field ends. */
+#define HAL_END_OF(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
+HAL_STATIC_ASSERT(HAL_END_OF(hal_api_t, coll) == HAL_API_V1_0_SIZE, hal_api_v1_0);
+HAL_STATIC_ASSERT(HAL_END_OF(hal_device_api_t, self_test) == HAL_DEVICE_API_V1_0_SIZE, hal_device_api_v1_0);
+HAL_STATIC_ASSERT(HAL_END_OF(hal_telemetry_api_t, read) == HAL_TELEMETRY_API_V1_0_SIZE,
+                  hal_telemetry_api_v1_0);
+HAL_STATIC_ASSERT(HAL_END_OF(hal_coll_api_t, request_free) == HAL_COLL_API_V1_0_SIZE, hal_coll_api_v1_0);
+HAL_STATIC_ASSERT(HAL_END_OF(hal_coll_api_t, run) == HAL_COLL_API_V1_1_SIZE, hal_coll_api_v1_1);
+HAL_STATIC_ASSERT(HAL_END_OF(hal_init_args_t, job_dir) == HAL_INIT_ARGS_V1_0_SIZE, hal_init_args_v1_0);
+HAL_STATIC_ASSERT(sizeof(hal_device_props_t) == HAL_DEVICE_PROPS_V1_0_SIZE, hal_device_props_v1_0);
+HAL_STATIC_ASSERT(sizeof(hal_self_test_result_t) == HAL_SELF_TEST_RESULT_V1_0_SIZE, hal_self_test_v1_0);
+HAL_STATIC_ASSERT(sizeof(hal_bootstrap_t) == HAL_BOOTSTRAP_V1_0_SIZE, hal_bootstrap_v1_0);
+HAL_STATIC_ASSERT(sizeof(hal_comm_create_args_t) == HAL_COMM_CREATE_ARGS_V1_0_SIZE,
+                  hal_comm_create_args_v1_0);
+HAL_STATIC_ASSERT(sizeof(hal_coll_args_t) == HAL_COLL_ARGS_V1_0_SIZE, hal_coll_args_v1_0);
+HAL_STATIC_ASSERT(sizeof(hal_fault_spec_t) == HAL_FAULT_SPEC_V1_0_SIZE, hal_fault_spec_v1_0);
+HAL_STATIC_ASSERT(sizeof(hal_ext_fault_injection_t) == HAL_EXT_FAULT_INJECTION_V1_0_SIZE, hal_ext_fault_v1_0);
+HAL_STATIC_ASSERT(HAL_END_OF(hal_ext_kernels_t, moe_unpermute) == HAL_EXT_KERNELS_V1_2_SIZE,
+                  hal_ext_kernels_v1_2);
 
 /* Layout guards: these must hold on every 64-bit platform we support. If one
  * fails, a field was inserted in the middle: append it at the end instead. */
