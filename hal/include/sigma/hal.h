@@ -875,15 +875,16 @@ enum hal_v1_1_sizes_e {
 /* The sizes of the structs ABI 1.2 added. */
 enum hal_v1_2_sizes_e { HAL_EXT_KERNELS_V1_2_SIZE = 64 };
 
-/* Each frozen size is where that version's last field ends. */
-#define HAL_END_OF(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
-HAL_STATIC_ASSERT(HAL_END_OF(hal_api_t, coll) == HAL_API_V1_0_SIZE, hal_api_v1_0);
-HAL_STATIC_ASSERT(HAL_END_OF(hal_device_api_t, self_test) == HAL_DEVICE_API_V1_0_SIZE, hal_device_api_v1_0);
-HAL_STATIC_ASSERT(HAL_END_OF(hal_telemetry_api_t, read) == HAL_TELEMETRY_API_V1_0_SIZE,
-                  hal_telemetry_api_v1_0);
-HAL_STATIC_ASSERT(HAL_END_OF(hal_coll_api_t, request_free) == HAL_COLL_API_V1_0_SIZE, hal_coll_api_v1_0);
-HAL_STATIC_ASSERT(HAL_END_OF(hal_coll_api_t, run) == HAL_COLL_API_V1_1_SIZE, hal_coll_api_v1_1);
-HAL_STATIC_ASSERT(HAL_END_OF(hal_init_args_t, job_dir) == HAL_INIT_ARGS_V1_0_SIZE, hal_init_args_v1_0);
+/* Each frozen size is where that version's last field ends: the struct's
+ * size while nothing was appended, the offset of the first appended field
+ * after. Appending a field fails the sizeof assertion of its struct: add the
+ * new version's size and assert the old one at the new field's offset. */
+HAL_STATIC_ASSERT(sizeof(hal_api_t) == HAL_API_V1_0_SIZE, hal_api_v1_0);
+HAL_STATIC_ASSERT(sizeof(hal_device_api_t) == HAL_DEVICE_API_V1_0_SIZE, hal_device_api_v1_0);
+HAL_STATIC_ASSERT(sizeof(hal_telemetry_api_t) == HAL_TELEMETRY_API_V1_0_SIZE, hal_telemetry_api_v1_0);
+HAL_STATIC_ASSERT(offsetof(hal_coll_api_t, run) == HAL_COLL_API_V1_0_SIZE, hal_coll_api_v1_0);
+HAL_STATIC_ASSERT(sizeof(hal_coll_api_t) == HAL_COLL_API_V1_1_SIZE, hal_coll_api_v1_1);
+HAL_STATIC_ASSERT(sizeof(hal_init_args_t) == HAL_INIT_ARGS_V1_0_SIZE, hal_init_args_v1_0);
 HAL_STATIC_ASSERT(sizeof(hal_device_props_t) == HAL_DEVICE_PROPS_V1_0_SIZE, hal_device_props_v1_0);
 HAL_STATIC_ASSERT(sizeof(hal_self_test_result_t) == HAL_SELF_TEST_RESULT_V1_0_SIZE, hal_self_test_v1_0);
 HAL_STATIC_ASSERT(sizeof(hal_bootstrap_t) == HAL_BOOTSTRAP_V1_0_SIZE, hal_bootstrap_v1_0);
@@ -892,8 +893,7 @@ HAL_STATIC_ASSERT(sizeof(hal_comm_create_args_t) == HAL_COMM_CREATE_ARGS_V1_0_SI
 HAL_STATIC_ASSERT(sizeof(hal_coll_args_t) == HAL_COLL_ARGS_V1_0_SIZE, hal_coll_args_v1_0);
 HAL_STATIC_ASSERT(sizeof(hal_fault_spec_t) == HAL_FAULT_SPEC_V1_0_SIZE, hal_fault_spec_v1_0);
 HAL_STATIC_ASSERT(sizeof(hal_ext_fault_injection_t) == HAL_EXT_FAULT_INJECTION_V1_0_SIZE, hal_ext_fault_v1_0);
-HAL_STATIC_ASSERT(HAL_END_OF(hal_ext_kernels_t, moe_unpermute) == HAL_EXT_KERNELS_V1_2_SIZE,
-                  hal_ext_kernels_v1_2);
+HAL_STATIC_ASSERT(sizeof(hal_ext_kernels_t) == HAL_EXT_KERNELS_V1_2_SIZE, hal_ext_kernels_v1_2);
 
 /* Layout guards: these must hold on every 64-bit platform we support. If one
  * fails, a field was inserted in the middle: append it at the end instead. */
