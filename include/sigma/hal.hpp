@@ -86,9 +86,13 @@ class SIGMA_EXPORT Plugin {
   // ": <the plugin's last message>" for an error text, bounded to 4 KiB;
   // names a NULL message as the plugin bug it is; "" when there is none.
   std::string last_message() const;
-  // The device-kernels extension, or nullptr when the plugin has none. Read
-  // an entry only when struct_size covers it (HAL_HAS_FIELD).
+  // The device-kernels extension in 1.3's form (entries take args structs),
+  // or nullptr when the plugin has none or declares an earlier minor. Read
+  // an entry only when struct_size covers it (HAL_HAS_FIELD); KernelEntries
+  // does, and calls a 1.2 plugin's entries too.
   const hal_ext_kernels_t* kernels() const;
+  // A 1.2 plugin's extension (positional entries), or nullptr otherwise.
+  const hal_ext_kernels_v1_2_t* kernels_v1_2() const;
   // Whether the host may read and write `device`'s memory through its
   // pointers (HAL_CAP_HOST_MEMORY, or a memory_kind other than device).
   // The one answer every engine asks before touching a buffer; asked of
@@ -217,6 +221,31 @@ class SIGMA_EXPORT Request {
   hal_comm_t comm_;
   hal_request_t req_ = nullptr;
   std::chrono::nanoseconds bound_;
+};
+
+// A plugin's device kernels (HAL_EXT_KERNELS) whatever minor it declared:
+// a 1.3 plugin's entries are called with their args structs, a 1.2
+// plugin's positional entries through this adapter, keyed on its minor. An
+// entry the plugin lacks, or that lies past its extension's struct_size, is
+// HAL_ERR_NOT_SUPPORTED without a call (has() asks first). Each call
+// returns the entry's status unchecked (Plugin::check it); args.struct_size
+// is set by the caller. The plugin is borrowed and outlives this.
+// Thread-safety: any thread, concurrently on different buffers. Blocks: as
+// the entry.
+class SIGMA_EXPORT KernelEntries {
+ public:
+  enum class Entry { grad_scan, shuffle, checksum, moe_permute, moe_unpermute };
+  explicit KernelEntries(const Plugin& plugin);
+  bool has(Entry entry) const;
+  hal_status_t grad_scan(const hal_kernel_grad_scan_args_t& args) const;
+  hal_status_t shuffle(const hal_kernel_shuffle_args_t& args) const;
+  hal_status_t checksum(const hal_kernel_checksum_args_t& args) const;
+  hal_status_t moe_permute(const hal_kernel_moe_permute_args_t& args) const;
+  hal_status_t moe_unpermute(const hal_kernel_moe_unpermute_args_t& args) const;
+
+ private:
+  const hal_ext_kernels_t* now_ = nullptr;        // minor >= 3
+  const hal_ext_kernels_v1_2_t* v1_2_ = nullptr;  // minor 2
 };
 
 // The arguments of one collective, struct_size set and the rest zero but

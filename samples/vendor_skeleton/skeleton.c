@@ -647,8 +647,9 @@ static const hal_coll_api_t k_coll = {
  * one more extension after k_fault_ext (k_fault_ext.header.next =
  * &k_kernels.header), sets HAL_CAP_KERNELS, and fills the entries it has:
  *
- *   static hal_status_t my_checksum(uint32_t device, const void* data,
- *                                   uint64_t bytes, uint64_t* out);
+ *   static hal_status_t my_checksum(const hal_kernel_checksum_args_t* args);
+ *     // args->struct_size >= HAL_KERNEL_CHECKSUM_ARGS_V1_3_SIZE, else
+ *     // HAL_ERR_INVALID_ARGUMENT; then args->device, data, bytes, out
  *   static const hal_ext_kernels_t k_kernels = {
  *       .header = {sizeof(hal_ext_kernels_t), HAL_EXT_KERNELS, 0, NULL},
  *       .checksum = my_checksum,  // the others NULL: libsigma stages them

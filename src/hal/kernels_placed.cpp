@@ -17,14 +17,17 @@ constexpr uint64_t kStagePiece = uint64_t{64} << 20;
 
 bool on_host(const Place& w) { return w.plugin == nullptr || w.plugin->host_addressable(w.device); }
 
-// The plugin's entry `F` of the kernels extension, or nullptr.
-template <typename F>
-F* entry(const Place& w, F* hal_ext_kernels_t::*field, size_t offset) {
-  const hal_ext_kernels_t* k = w.plugin->kernels();
-  if (k == nullptr || k->header.struct_size < offset + sizeof(F*)) return nullptr;
-  return k->*field;
+// The plugin's kernel entries, in the form of the minor it declared.
+hal::KernelEntries entries(const Place& w) { return hal::KernelEntries(*w.plugin); }
+
+// An entry's args, struct_size set and the rest zero.
+template <typename Args>
+Args args_for(const Place& w) {
+  Args a{};
+  a.struct_size = sizeof a;
+  a.device = w.device;
+  return a;
 }
-#define SIGMA_KERNEL_ENTRY(w, name) entry(w, &hal_ext_kernels_t::name, offsetof(hal_ext_kernels_t, name))
 
 void to_host(const Place& w, void* dst, const void* src, uint64_t bytes, const char* who) {
   if (bytes == 0) return;
@@ -56,10 +59,14 @@ std::vector<uint8_t> staged(const Place& w, const void* src, uint64_t bytes, con
 
 ScanResult grad_scan(const Place& w, const void* data, uint64_t count, hal_dtype_t dtype) {
   if (on_host(w)) return grad_scan(data, count, dtype);
-  if (auto* f = SIGMA_KERNEL_ENTRY(w, grad_scan)) {
+  if (const auto k = entries(w); k.has(hal::KernelEntries::Entry::grad_scan)) {
     hal_kernel_scan_result_t r{};
-    if (ran(w, f(w.device, data, count, dtype, &r), "hal_ext_kernels_t.grad_scan"))
-      return {r.non_finite, r.sum_squares, r.amax};
+    auto a = args_for<hal_kernel_grad_scan_args_t>(w);
+    a.data = data;
+    a.count = count;
+    a.dtype = dtype;
+    a.out = &r;
+    if (ran(w, k.grad_scan(a), "hal_ext_kernels_t.grad_scan")) return {r.non_finite, r.sum_squares, r.amax};
   }
   const uint64_t es = hal::dtype_size(dtype);
   if (es == 0 || es > 4) return grad_scan(nullptr, 0, dtype);  // throws: not a float dtype
@@ -81,9 +88,13 @@ ScanResult grad_scan(const Place& w, const void* data, uint64_t count, hal_dtype
 
 uint64_t checksum_parallel(const Place& w, const void* data, uint64_t bytes) {
   if (on_host(w)) return checksum_parallel(data, bytes);
-  if (auto* f = SIGMA_KERNEL_ENTRY(w, checksum)) {
+  if (const auto k = entries(w); k.has(hal::KernelEntries::Entry::checksum)) {
     uint64_t out = 0;
-    if (ran(w, f(w.device, data, bytes, &out), "hal_ext_kernels_t.checksum")) return out;
+    auto a = args_for<hal_kernel_checksum_args_t>(w);
+    a.data = data;
+    a.bytes = bytes;
+    a.out = &out;
+    if (ran(w, k.checksum(a), "hal_ext_kernels_t.checksum")) return out;
   }
   const auto h = staged(w, data, bytes, "memcpy (checksum staging)");
   return checksum_parallel(h.data(), bytes);
@@ -98,9 +109,15 @@ void shuffle(const Place& w, const void* src, const void* base, void* dst, uint6
       b ? shuffle_xor_bytes(s, b, d, count, elem_size) : shuffle_bytes(s, d, count, elem_size);
   };
   if (on_host(w)) return host(src, base, dst);
-  if (auto* f = SIGMA_KERNEL_ENTRY(w, shuffle)) {
-    if (ran(w, f(w.device, src, base, dst, count, elem_size, inverse ? 1 : 0), "hal_ext_kernels_t.shuffle"))
-      return;
+  if (const auto k = entries(w); k.has(hal::KernelEntries::Entry::shuffle)) {
+    auto a = args_for<hal_kernel_shuffle_args_t>(w);
+    a.src = src;
+    a.base = base;
+    a.dst = dst;
+    a.count = count;
+    a.elem_size = elem_size;
+    a.inverse = inverse ? 1 : 0;
+    if (ran(w, k.shuffle(a), "hal_ext_kernels_t.shuffle")) return;
   }
   const uint64_t bytes = count * elem_size;
   const auto s = staged(w, src, bytes, "memcpy (shuffle staging)");
@@ -117,9 +134,15 @@ void moe_permute(const Place& w, const void* tokens, uint64_t num_tokens, uint64
   const uint64_t row = hidden * hal::dtype_size(dtype);
   if (row == 0 && hidden > 0)
     return moe_permute(tokens, num_tokens, hidden, dtype, row_of, top_k, out);  // throws
-  if (auto* f = SIGMA_KERNEL_ENTRY(w, moe_permute)) {
-    if (ran(w, f(w.device, tokens, num_tokens, row, row_of, top_k, out), "hal_ext_kernels_t.moe_permute"))
-      return;
+  if (const auto k = entries(w); k.has(hal::KernelEntries::Entry::moe_permute)) {
+    auto a = args_for<hal_kernel_moe_permute_args_t>(w);
+    a.tokens = tokens;
+    a.num_tokens = num_tokens;
+    a.row_bytes = row;
+    a.row_of = row_of;
+    a.top_k = top_k;
+    a.out = out;
+    if (ran(w, k.moe_permute(a), "hal_ext_kernels_t.moe_permute")) return;
   }
   const auto t = staged(w, tokens, num_tokens * row, "memcpy (moe_permute staging)");
   std::vector<int64_t> r(num_tokens * top_k);
@@ -139,10 +162,17 @@ void moe_unpermute(const Place& w, const void* expert_out, uint64_t expert_rows,
                    const float* weights, uint64_t num_tokens, uint32_t top_k, uint64_t hidden,
                    hal_dtype_t dtype, void* out) {
   if (on_host(w)) return moe_unpermute(expert_out, row_of, weights, num_tokens, top_k, hidden, dtype, out);
-  if (auto* f = SIGMA_KERNEL_ENTRY(w, moe_unpermute)) {
-    if (ran(w, f(w.device, expert_out, row_of, weights, num_tokens, top_k, hidden, dtype, out),
-            "hal_ext_kernels_t.moe_unpermute"))
-      return;
+  if (const auto k = entries(w); k.has(hal::KernelEntries::Entry::moe_unpermute)) {
+    auto a = args_for<hal_kernel_moe_unpermute_args_t>(w);
+    a.expert_out = expert_out;
+    a.row_of = row_of;
+    a.weights = weights;
+    a.num_tokens = num_tokens;
+    a.top_k = top_k;
+    a.hidden = hidden;
+    a.dtype = dtype;
+    a.out = out;
+    if (ran(w, k.moe_unpermute(a), "hal_ext_kernels_t.moe_unpermute")) return;
   }
   const uint64_t row = hidden * hal::dtype_size(dtype);
   const auto e = staged(w, expert_out, expert_rows * row, "memcpy (moe_unpermute staging)");

@@ -182,12 +182,27 @@ const hal_ext_fault_injection_t* Plugin::fault_injection() const {
   return nullptr;
 }
 
-const hal_ext_kernels_t* Plugin::kernels() const {
-  if (api_->abi_minor < 2) return nullptr;  // an extension 1.2 defined (hal.h, version rule 5)
-  for (const hal_ext_header_t* e = api_->extensions; e != nullptr; e = e->next) {
-    if (e->type == HAL_EXT_KERNELS) return reinterpret_cast<const hal_ext_kernels_t*>(e);
-  }
+namespace {
+
+// The kernels extension in the chain, for a plugin that declares a minor
+// that defines it (hal.h, version rule 5: 1.2 did), or nullptr.
+const hal_ext_header_t* kernels_extension(const hal_api_t& api) {
+  if (api.abi_minor < 2) return nullptr;
+  for (const hal_ext_header_t* e = api.extensions; e != nullptr; e = e->next)
+    if (e->type == HAL_EXT_KERNELS) return e;
   return nullptr;
+}
+
+}  // namespace
+
+const hal_ext_kernels_t* Plugin::kernels() const {
+  if (api_->abi_minor < 3) return nullptr;  // 1.2's entries are positional: kernels_v1_2()
+  return reinterpret_cast<const hal_ext_kernels_t*>(kernels_extension(*api_));
+}
+
+const hal_ext_kernels_v1_2_t* Plugin::kernels_v1_2() const {
+  if (api_->abi_minor != 2) return nullptr;
+  return reinterpret_cast<const hal_ext_kernels_v1_2_t*>(kernels_extension(*api_));
 }
 
 bool Plugin::host_addressable(uint32_t device) const {

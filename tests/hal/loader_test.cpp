@@ -1,6 +1,9 @@
 // The loader against the skeleton and against deliberately broken plugins:
 // each defect gets its own precise error, and nothing crashes.
 #include <sigma/hal.hpp>
+#include <sigma/kernels.hpp>
+
+#include <dlfcn.h>
 
 #include <gtest/gtest.h>
 
@@ -126,6 +129,34 @@ TEST(Loader, PluginsBuiltFromEachReleasedHeaderLoadAndRun) {
     b.copy_to_host(out, sizeof(out));
     EXPECT_EQ(out[3], 4.0f);
   }
+}
+
+// A 1.2 plugin's kernels extension has positional entries: today's host
+// reads it as hal_ext_kernels_v1_2_t and calls through its adapter, never
+// as 1.3's args-struct entries.
+TEST(Loader, AnAbi12PluginsPositionalKernelEntryIsCalledThroughTheAdapter) {
+  const std::string path = std::string(SIGMA_ABI_PLUGIN_DIR) + "/kernels_abi_1_2.so";
+  auto p = Plugin::load(path);
+  EXPECT_EQ(p->api().abi_minor, 2u);
+  EXPECT_EQ(p->kernels(), nullptr);
+  ASSERT_NE(p->kernels_v1_2(), nullptr);
+  const KernelEntries k(*p);
+  EXPECT_TRUE(k.has(KernelEntries::Entry::checksum));
+  EXPECT_FALSE(k.has(KernelEntries::Entry::grad_scan));
+  EXPECT_FALSE(p->host_addressable(0));
+  std::vector<uint8_t> host(4099);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i * 31 + 7);
+  Buffer b(p, 0, host.size());
+  b.copy_from_host(host.data(), host.size());
+  const kernels::Place at{p.get(), 0};
+  EXPECT_EQ(kernels::checksum_parallel(at, b.data(), host.size()),
+            kernels::checksum_parallel(host.data(), host.size()));
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(h, nullptr);
+  auto* calls = reinterpret_cast<unsigned long long (*)()>(::dlsym(h, "abi_1_2_checksum_calls"));
+  ASSERT_NE(calls, nullptr);
+  EXPECT_EQ(calls(), 1u);  // the entry ran; nothing was staged
+  ::dlclose(h);
 }
 
 TEST(Loader, NullRequiredEntryIsNamed) {

@@ -114,6 +114,38 @@ hal_status_t moe_unpermute(uint32_t device, const void* expert_out, const int64_
   });
 }
 
+// The entries (ABI 1.3): each args struct checked, then the work above.
+hal_status_t bad_args(const char* who) {
+  return fail(HAL_ERR_INVALID_ARGUMENT, std::string("sim: ") + who + ": args NULL or smaller than ABI 1.3's");
+}
+
+hal_status_t grad_scan_entry(const hal_kernel_grad_scan_args_t* a) {
+  if (a == nullptr || a->struct_size < HAL_KERNEL_GRAD_SCAN_ARGS_V1_3_SIZE) return bad_args("grad_scan");
+  return grad_scan(a->device, a->data, a->count, a->dtype, a->out);
+}
+
+hal_status_t shuffle_entry(const hal_kernel_shuffle_args_t* a) {
+  if (a == nullptr || a->struct_size < HAL_KERNEL_SHUFFLE_ARGS_V1_3_SIZE) return bad_args("shuffle");
+  return shuffle(a->device, a->src, a->base, a->dst, a->count, a->elem_size, a->inverse);
+}
+
+hal_status_t checksum_entry(const hal_kernel_checksum_args_t* a) {
+  if (a == nullptr || a->struct_size < HAL_KERNEL_CHECKSUM_ARGS_V1_3_SIZE) return bad_args("checksum");
+  return checksum(a->device, a->data, a->bytes, a->out);
+}
+
+hal_status_t moe_permute_entry(const hal_kernel_moe_permute_args_t* a) {
+  if (a == nullptr || a->struct_size < HAL_KERNEL_MOE_PERMUTE_ARGS_V1_3_SIZE) return bad_args("moe_permute");
+  return moe_permute(a->device, a->tokens, a->num_tokens, a->row_bytes, a->row_of, a->top_k, a->out);
+}
+
+hal_status_t moe_unpermute_entry(const hal_kernel_moe_unpermute_args_t* a) {
+  if (a == nullptr || a->struct_size < HAL_KERNEL_MOE_UNPERMUTE_ARGS_V1_3_SIZE)
+    return bad_args("moe_unpermute");
+  return moe_unpermute(a->device, a->expert_out, a->row_of, a->weights, a->num_tokens, a->top_k, a->hidden,
+                       a->dtype, a->out);
+}
+
 }  // namespace
 
 const hal_ext_kernels_t k_kernels_ext = {
@@ -121,11 +153,11 @@ const hal_ext_kernels_t k_kernels_ext = {
                .type = HAL_EXT_KERNELS,
                .reserved = 0,
                .next = nullptr},
-    .grad_scan = grad_scan,
-    .shuffle = shuffle,
-    .checksum = checksum,
-    .moe_permute = moe_permute,
-    .moe_unpermute = moe_unpermute,
+    .grad_scan = grad_scan_entry,
+    .shuffle = shuffle_entry,
+    .checksum = checksum_entry,
+    .moe_permute = moe_permute_entry,
+    .moe_unpermute = moe_unpermute_entry,
 };
 
 }  // namespace sim_vendor

@@ -1,9 +1,12 @@
 /*
- * sigma/hal.h -- the libsigma hardware abstraction layer (HAL), ABI 1.2
+ * sigma/hal.h -- the libsigma hardware abstraction layer (HAL), ABI 1.3
  * (1.1 added the optional blocking hal_coll_run_fn at the end of
  * hal_coll_api_t; a 1.0 plugin loads and is posted to and waited on. 1.2
  * added the optional HAL_EXT_KERNELS extension: device kernels; a plugin
- * without it has its device buffers staged through the host).
+ * without it has its device buffers staged through the host. 1.3 gave each
+ * kernels entry one args struct with struct_size; a 1.2 plugin's
+ * positional entries, hal_ext_kernels_v1_2_t, keep working. Each released
+ * version's declarations are frozen in sigma/abi/hal_1_<minor>.h).
  *
  * This is the whole contract between libsigma (the "host") and an accelerator
  * vendor's plugin. A plugin is a shared object that includes only this header
@@ -82,7 +85,7 @@ extern "C" {
 /* ------------------------------------------------------------------------- */
 
 #define HAL_ABI_MAJOR 1
-#define HAL_ABI_MINOR 2
+#define HAL_ABI_MINOR 3
 
 /* The one symbol a plugin exports, as a string for dlsym(). */
 #define HAL_GET_API_V1_SYMBOL "hal_get_api_v1"
@@ -203,7 +206,7 @@ typedef struct hal_request_s* hal_request_t; /* one posted collective operation 
 typedef uint32_t hal_ext_type_t;
 enum hal_ext_type_e {
   HAL_EXT_FAULT_INJECTION = 1,
-  HAL_EXT_KERNELS = 2 /* ABI 1.2 */
+  HAL_EXT_KERNELS = 2 /* ABI 1.2; entries take args structs from 1.3 */
   /* Vendor-private extensions use types at or above 0x80000000. */
 };
 
@@ -742,7 +745,7 @@ typedef struct hal_ext_fault_injection_t {
 } hal_ext_fault_injection_t;
 
 /* ------------------------------------------------------------------------- */
-/* Extension: device kernels (HAL_EXT_KERNELS, ABI 1.2)                      */
+/* Extension: device kernels (HAL_EXT_KERNELS, ABI 1.2; args structs 1.3)   */
 /* ------------------------------------------------------------------------- */
 
 /*
@@ -773,30 +776,82 @@ typedef struct hal_kernel_scan_result_t {
   double amax;         /* the largest |x| over finite elements; 0 for none */
 } hal_kernel_scan_result_t;
 
+/* Every entry takes one args struct, written by the host; the plugin reads
+ * it during the call only. struct_size is the host's (a plugin refuses one
+ * smaller than the 1.3 size with INVALID_ARGUMENT and ignores a tail it does
+ * not know); `reserved` fields are zero. */
+
 /* One pass over `count` f32, f16 or bf16 elements at [device] data. */
-typedef hal_status_t hal_kernel_grad_scan_fn(uint32_t device, const void* data, uint64_t count,
-                                             hal_dtype_t dtype, hal_kernel_scan_result_t* out /* [host] */);
+typedef struct hal_kernel_grad_scan_args_t {
+  uint64_t struct_size;
+  uint32_t device;
+  hal_dtype_t dtype;
+  const void* data; /* [device] */
+  uint64_t count;
+  hal_kernel_scan_result_t* out; /* [host] */
+} hal_kernel_grad_scan_args_t;
+typedef hal_status_t hal_kernel_grad_scan_fn(const hal_kernel_grad_scan_args_t* args);
+
 /* Byte-plane shuffle of `count` elements of `elem_size` bytes, [device] src
  * to [device] dst, with [device] base XORed in when not NULL (inverse == 0:
  * shuffle(src ^ base); inverse != 0: unshuffle(src) ^ base). */
-typedef hal_status_t hal_kernel_shuffle_fn(uint32_t device, const void* src, const void* base, void* dst,
-                                           uint64_t count, uint32_t elem_size, uint32_t inverse);
-/* The sigma-h64 checksum of `bytes` bytes at [device] data. */
-typedef hal_status_t hal_kernel_checksum_fn(uint32_t device, const void* data, uint64_t bytes,
-                                            uint64_t* out /* [host] */);
-/* MoE gather: row row_of[t * top_k + k] of [device] out is row t of [device]
- * tokens (rows of row_bytes; row_of [device], -1 = dropped). */
-typedef hal_status_t hal_kernel_moe_permute_fn(uint32_t device, const void* tokens, uint64_t num_tokens,
-                                               uint64_t row_bytes, const int64_t* row_of, uint32_t top_k,
-                                               void* out);
-/* MoE weighted scatter-add back: row t of [device] out is the sum over k of
+typedef struct hal_kernel_shuffle_args_t {
+  uint64_t struct_size;
+  uint32_t device;
+  uint32_t elem_size;
+  const void* src;  /* [device] */
+  const void* base; /* [device], NULL for none */
+  void* dst;        /* [device] */
+  uint64_t count;
+  uint32_t inverse;
+  uint32_t reserved;
+} hal_kernel_shuffle_args_t;
+typedef hal_status_t hal_kernel_shuffle_fn(const hal_kernel_shuffle_args_t* args);
+
+/* The sigma-h64 checksum (sigma/hal_support.h) of `bytes` bytes at [device] data. */
+typedef struct hal_kernel_checksum_args_t {
+  uint64_t struct_size;
+  uint32_t device;
+  uint32_t reserved;
+  const void* data; /* [device] */
+  uint64_t bytes;
+  uint64_t* out; /* [host] */
+} hal_kernel_checksum_args_t;
+typedef hal_status_t hal_kernel_checksum_fn(const hal_kernel_checksum_args_t* args);
+
+/* MoE gather: row row_of[t * top_k + k] of out is row t of tokens (rows of
+ * row_bytes; row_of -1 = dropped; all pointers [device]). */
+typedef struct hal_kernel_moe_permute_args_t {
+  uint64_t struct_size;
+  uint32_t device;
+  uint32_t top_k;
+  const void* tokens;
+  uint64_t num_tokens;
+  uint64_t row_bytes;
+  const int64_t* row_of;
+  void* out;
+} hal_kernel_moe_permute_args_t;
+typedef hal_status_t hal_kernel_moe_permute_fn(const hal_kernel_moe_permute_args_t* args);
+
+/* MoE weighted scatter-add back: row t of out is the sum over k of
  * weights[t * top_k + k] * expert_out[row_of[t * top_k + k]] (f32, f16 or
  * bf16 rows of `hidden` elements, accumulated in f32; all pointers [device]). */
-typedef hal_status_t hal_kernel_moe_unpermute_fn(uint32_t device, const void* expert_out,
-                                                 const int64_t* row_of, const float* weights,
-                                                 uint64_t num_tokens, uint32_t top_k, uint64_t hidden,
-                                                 hal_dtype_t dtype, void* out);
+typedef struct hal_kernel_moe_unpermute_args_t {
+  uint64_t struct_size;
+  uint32_t device;
+  uint32_t top_k;
+  const void* expert_out;
+  const int64_t* row_of;
+  const float* weights;
+  uint64_t num_tokens;
+  uint64_t hidden;
+  hal_dtype_t dtype;
+  uint32_t reserved;
+  void* out;
+} hal_kernel_moe_unpermute_args_t;
+typedef hal_status_t hal_kernel_moe_unpermute_fn(const hal_kernel_moe_unpermute_args_t* args);
 
+/* What a plugin declaring minor 1.3 or later chains as HAL_EXT_KERNELS. */
 typedef struct hal_ext_kernels_t {
   hal_ext_header_t header;                    /* type = HAL_EXT_KERNELS */
   hal_kernel_grad_scan_fn* grad_scan;         /* OPTIONAL */
@@ -805,6 +860,31 @@ typedef struct hal_ext_kernels_t {
   hal_kernel_moe_permute_fn* moe_permute;     /* OPTIONAL */
   hal_kernel_moe_unpermute_fn* moe_unpermute; /* OPTIONAL */
 } hal_ext_kernels_t;
+
+/* What a plugin declaring minor 1.2 chains as HAL_EXT_KERNELS: the same
+ * entries, positional (sigma/abi/hal_1_2.h). A host reads a 1.2 plugin's
+ * extension as this; a new plugin writes hal_ext_kernels_t. */
+typedef hal_status_t hal_kernel_grad_scan_v1_2_fn(uint32_t device, const void* data, uint64_t count,
+                                                  hal_dtype_t dtype, hal_kernel_scan_result_t* out);
+typedef hal_status_t hal_kernel_shuffle_v1_2_fn(uint32_t device, const void* src, const void* base, void* dst,
+                                                uint64_t count, uint32_t elem_size, uint32_t inverse);
+typedef hal_status_t hal_kernel_checksum_v1_2_fn(uint32_t device, const void* data, uint64_t bytes,
+                                                 uint64_t* out);
+typedef hal_status_t hal_kernel_moe_permute_v1_2_fn(uint32_t device, const void* tokens, uint64_t num_tokens,
+                                                    uint64_t row_bytes, const int64_t* row_of, uint32_t top_k,
+                                                    void* out);
+typedef hal_status_t hal_kernel_moe_unpermute_v1_2_fn(uint32_t device, const void* expert_out,
+                                                      const int64_t* row_of, const float* weights,
+                                                      uint64_t num_tokens, uint32_t top_k, uint64_t hidden,
+                                                      hal_dtype_t dtype, void* out);
+typedef struct hal_ext_kernels_v1_2_t {
+  hal_ext_header_t header;
+  hal_kernel_grad_scan_v1_2_fn* grad_scan;
+  hal_kernel_shuffle_v1_2_fn* shuffle;
+  hal_kernel_checksum_v1_2_fn* checksum;
+  hal_kernel_moe_permute_v1_2_fn* moe_permute;
+  hal_kernel_moe_unpermute_v1_2_fn* moe_unpermute;
+} hal_ext_kernels_v1_2_t;
 
 /* ------------------------------------------------------------------------- */
 /* The root table                                                            */
@@ -875,6 +955,16 @@ enum hal_v1_1_sizes_e {
 /* The sizes of the structs ABI 1.2 added. */
 enum hal_v1_2_sizes_e { HAL_EXT_KERNELS_V1_2_SIZE = 64 };
 
+/* The sizes of the structs ABI 1.3 added (the kernels entries' args). */
+enum hal_v1_3_sizes_e {
+  HAL_EXT_KERNELS_V1_3_SIZE = 64,
+  HAL_KERNEL_GRAD_SCAN_ARGS_V1_3_SIZE = 40,
+  HAL_KERNEL_SHUFFLE_ARGS_V1_3_SIZE = 56,
+  HAL_KERNEL_CHECKSUM_ARGS_V1_3_SIZE = 40,
+  HAL_KERNEL_MOE_PERMUTE_ARGS_V1_3_SIZE = 56,
+  HAL_KERNEL_MOE_UNPERMUTE_ARGS_V1_3_SIZE = 72
+};
+
 /* Each frozen size is where that version's last field ends: the struct's
  * size while nothing was appended, the offset of the first appended field
  * after. Appending a field fails the sizeof assertion of its struct: add the
@@ -893,7 +983,18 @@ HAL_STATIC_ASSERT(sizeof(hal_comm_create_args_t) == HAL_COMM_CREATE_ARGS_V1_0_SI
 HAL_STATIC_ASSERT(sizeof(hal_coll_args_t) == HAL_COLL_ARGS_V1_0_SIZE, hal_coll_args_v1_0);
 HAL_STATIC_ASSERT(sizeof(hal_fault_spec_t) == HAL_FAULT_SPEC_V1_0_SIZE, hal_fault_spec_v1_0);
 HAL_STATIC_ASSERT(sizeof(hal_ext_fault_injection_t) == HAL_EXT_FAULT_INJECTION_V1_0_SIZE, hal_ext_fault_v1_0);
-HAL_STATIC_ASSERT(sizeof(hal_ext_kernels_t) == HAL_EXT_KERNELS_V1_2_SIZE, hal_ext_kernels_v1_2);
+HAL_STATIC_ASSERT(sizeof(hal_ext_kernels_v1_2_t) == HAL_EXT_KERNELS_V1_2_SIZE, hal_ext_kernels_v1_2);
+HAL_STATIC_ASSERT(sizeof(hal_ext_kernels_t) == HAL_EXT_KERNELS_V1_3_SIZE, hal_ext_kernels_v1_3);
+HAL_STATIC_ASSERT(sizeof(hal_kernel_grad_scan_args_t) == HAL_KERNEL_GRAD_SCAN_ARGS_V1_3_SIZE,
+                  hal_kernel_grad_scan_args_v1_3);
+HAL_STATIC_ASSERT(sizeof(hal_kernel_shuffle_args_t) == HAL_KERNEL_SHUFFLE_ARGS_V1_3_SIZE,
+                  hal_kernel_shuffle_args_v1_3);
+HAL_STATIC_ASSERT(sizeof(hal_kernel_checksum_args_t) == HAL_KERNEL_CHECKSUM_ARGS_V1_3_SIZE,
+                  hal_kernel_checksum_args_v1_3);
+HAL_STATIC_ASSERT(sizeof(hal_kernel_moe_permute_args_t) == HAL_KERNEL_MOE_PERMUTE_ARGS_V1_3_SIZE,
+                  hal_kernel_moe_permute_args_v1_3);
+HAL_STATIC_ASSERT(sizeof(hal_kernel_moe_unpermute_args_t) == HAL_KERNEL_MOE_UNPERMUTE_ARGS_V1_3_SIZE,
+                  hal_kernel_moe_unpermute_args_v1_3);
 
 /* Layout guards: these must hold on every 64-bit platform we support. If one
  * fails, a field was inserted in the middle: append it at the end instead. */

@@ -60,15 +60,81 @@ std::vector<uint8_t> random_bytes(uint64_t n, uint32_t seed) {
   return v;
 }
 
-#define ENTRY(k, name)                                                                 \
-  ((k) != nullptr && HAL_HAS_FIELD(&(k)->header, hal_ext_kernels_t, name) && (k)->name \
-       ? (k)->name                                                                     \
-       : throw Skip{"the plugin's HAL_EXT_KERNELS has no " #name})
+using Kernels = hal::KernelEntries;
+using Entry = hal::KernelEntries::Entry;
 
-void check_grad_scan(Context& ctx, const hal_ext_kernels_t* k) {
+void need(const Kernels& k, Entry e, const char* name) {
+  if (!k.has(e)) throw Skip{std::string("the plugin's HAL_EXT_KERNELS has no ") + name};
+}
+
+// An entry's args on device 0, struct_size set and the rest zero.
+template <typename Args>
+Args args() {
+  Args a{};
+  a.struct_size = sizeof a;
+  return a;
+}
+
+hal_status_t scan(const Kernels& k, const void* data, uint64_t count, hal_dtype_t dtype,
+                  hal_kernel_scan_result_t* out) {
+  auto a = args<hal_kernel_grad_scan_args_t>();
+  a.data = data;
+  a.count = count;
+  a.dtype = dtype;
+  a.out = out;
+  return k.grad_scan(a);
+}
+
+hal_status_t shuffle(const Kernels& k, const void* src, const void* base, void* dst, uint64_t count,
+                     uint32_t elem_size, uint32_t inverse) {
+  auto a = args<hal_kernel_shuffle_args_t>();
+  a.src = src;
+  a.base = base;
+  a.dst = dst;
+  a.count = count;
+  a.elem_size = elem_size;
+  a.inverse = inverse;
+  return k.shuffle(a);
+}
+
+hal_status_t checksum(const Kernels& k, const void* data, uint64_t bytes, uint64_t* out) {
+  auto a = args<hal_kernel_checksum_args_t>();
+  a.data = data;
+  a.bytes = bytes;
+  a.out = out;
+  return k.checksum(a);
+}
+
+hal_status_t permute(const Kernels& k, const void* tokens, uint64_t num_tokens, uint64_t row_bytes,
+                     const void* row_of, uint32_t top_k, void* out) {
+  auto a = args<hal_kernel_moe_permute_args_t>();
+  a.tokens = tokens;
+  a.num_tokens = num_tokens;
+  a.row_bytes = row_bytes;
+  a.row_of = static_cast<const int64_t*>(row_of);
+  a.top_k = top_k;
+  a.out = out;
+  return k.moe_permute(a);
+}
+
+hal_status_t unpermute(const Kernels& k, const void* expert_out, const void* row_of, const void* weights,
+                       uint64_t num_tokens, uint32_t top_k, uint64_t hidden, hal_dtype_t dtype, void* out) {
+  auto a = args<hal_kernel_moe_unpermute_args_t>();
+  a.expert_out = expert_out;
+  a.row_of = static_cast<const int64_t*>(row_of);
+  a.weights = static_cast<const float*>(weights);
+  a.num_tokens = num_tokens;
+  a.top_k = top_k;
+  a.hidden = hidden;
+  a.dtype = dtype;
+  a.out = out;
+  return k.moe_unpermute(a);
+}
+
+void check_grad_scan(Context& ctx, const Kernels& k) {
   auto& plugin = *ctx.plugin();
   const auto pp = ctx.plugin();
-  auto* f = ENTRY(k, grad_scan);
+  need(k, Entry::grad_scan, "grad_scan");
   for (hal_dtype_t dt : {HAL_DTYPE_F32, HAL_DTYPE_F16, HAL_DTYPE_BF16}) {
     const uint64_t es = dt == HAL_DTYPE_F32 ? 4 : 2;
     for (auto [n, skew] : {std::pair<uint64_t, uint64_t>{0, 0},
@@ -81,7 +147,7 @@ void check_grad_scan(Context& ctx, const hal_ext_kernels_t* k) {
       At d(pp, h.size(), skew * es);
       d.put(h.data(), h.size());
       hal_kernel_scan_result_t r{};
-      plugin.check(f(0, d.ptr(), n, dt, &r), "hal_ext_kernels_t.grad_scan");
+      plugin.check(scan(k, d.ptr(), n, dt, &r), "hal_ext_kernels_t.grad_scan");
       const auto want = kernels::grad_scan(h.data(), n, dt);
       const std::string at = hal::dtype_name(dt) + " x " + std::to_string(n) + ": ";
       expect(r.non_finite == want.non_finite, at + "non_finite " + std::to_string(r.non_finite) +
@@ -95,13 +161,13 @@ void check_grad_scan(Context& ctx, const hal_ext_kernels_t* k) {
   }
   hal_kernel_scan_result_t r{};
   At d(pp, 8, 0);
-  expect(f(0, d.ptr(), 2, HAL_DTYPE_F64, &r) == HAL_ERR_INVALID_ARGUMENT, "grad_scan took dtype f64");
+  expect(scan(k, d.ptr(), 2, HAL_DTYPE_F64, &r) == HAL_ERR_INVALID_ARGUMENT, "grad_scan took dtype f64");
 }
 
-void check_shuffle(Context& ctx, const hal_ext_kernels_t* k) {
+void check_shuffle(Context& ctx, const Kernels& k) {
   auto& plugin = *ctx.plugin();
   const auto pp = ctx.plugin();
-  auto* f = ENTRY(k, shuffle);
+  need(k, Entry::shuffle, "shuffle");
   for (uint32_t es : {1u, 2u, 3u, 4u, 8u}) {
     for (auto [n, skew] : {std::pair<uint64_t, uint64_t>{1, 1}, {31, 0}, {65537, 5}}) {
       const uint64_t bytes = n * es;
@@ -112,12 +178,12 @@ void check_shuffle(Context& ctx, const hal_ext_kernels_t* k) {
       for (const bool with_base : {false, true}) {
         std::vector<uint8_t> want(bytes), again(bytes);
         kernels::shuffle({}, src.data(), with_base ? base.data() : nullptr, want.data(), n, es, false);
-        plugin.check(f(0, s.ptr(), with_base ? b.ptr() : nullptr, o.ptr(), n, es, 0),
+        plugin.check(shuffle(k, s.ptr(), with_base ? b.ptr() : nullptr, o.ptr(), n, es, 0),
                      "hal_ext_kernels_t.shuffle");
         const std::string at = std::to_string(n) + " x " + std::to_string(es) + " bytes" +
                                (with_base ? " with base" : "") + ": ";
         expect(o.get(bytes) == want, at + "shuffle differs from the CPU kernel's bytes");
-        plugin.check(f(0, o.ptr(), with_base ? b.ptr() : nullptr, back.ptr(), n, es, 1),
+        plugin.check(shuffle(k, o.ptr(), with_base ? b.ptr() : nullptr, back.ptr(), n, es, 1),
                      "hal_ext_kernels_t.shuffle (inverse)");
         expect(back.get(bytes) == src, at + "unshuffle did not give the input back");
       }
@@ -125,10 +191,10 @@ void check_shuffle(Context& ctx, const hal_ext_kernels_t* k) {
   }
 }
 
-void check_checksum(Context& ctx, const hal_ext_kernels_t* k) {
+void check_checksum(Context& ctx, const Kernels& k) {
   auto& plugin = *ctx.plugin();
   const auto pp = ctx.plugin();
-  auto* f = ENTRY(k, checksum);
+  need(k, Entry::checksum, "checksum");
   // Up to 32 MiB: past what a device's first pass over the threads covers.
   const auto h = random_bytes((1 << 25) + 11, 99);
   for (uint64_t skew : {0u, 1u, 5u, 8u, 12u}) {
@@ -136,18 +202,18 @@ void check_checksum(Context& ctx, const hal_ext_kernels_t* k) {
     d.put(h.data(), h.size());
     for (uint64_t len : {0u, 1u, 7u, 8u, 9u, 4099u, 1u << 20, (1u << 25) + 11}) {
       uint64_t got = 0;
-      plugin.check(f(0, d.ptr(), len, &got), "hal_ext_kernels_t.checksum");
+      plugin.check(checksum(k, d.ptr(), len, &got), "hal_ext_kernels_t.checksum");
       expect(got == kernels::checksum_parallel(h.data(), len),
              std::to_string(len) + " bytes at offset " + std::to_string(skew) + ": sigma-h64 differs");
     }
   }
 }
 
-void check_moe(Context& ctx, const hal_ext_kernels_t* k) {
+void check_moe(Context& ctx, const Kernels& k) {
   auto& plugin = *ctx.plugin();
   const auto pp = ctx.plugin();
-  auto* perm = ENTRY(k, moe_permute);
-  auto* unperm = ENTRY(k, moe_unpermute);
+  need(k, Entry::moe_permute, "moe_permute");
+  need(k, Entry::moe_unpermute, "moe_unpermute");
   const uint64_t tokens = 257, hidden = 67;
   const uint32_t top_k = 2, experts = 5;
   std::vector<int32_t> ids(tokens * top_k);
@@ -172,14 +238,12 @@ void check_moe(Context& ctx, const hal_ext_kernels_t* k) {
     kernels::moe_unpermute(mid.data(), row.data(), w.data(), tokens, top_k, hidden, dt, back.data());
     At dx(pp, x.size(), 0), dmid(pp, mid.size(), 0), dback(pp, back.size(), 0);
     dx.put(x.data(), x.size());
-    plugin.check(
-        perm(0, dx.ptr(), tokens, row_bytes, static_cast<const int64_t*>(drow.ptr()), top_k, dmid.ptr()),
-        "hal_ext_kernels_t.moe_permute");
+    plugin.check(permute(k, dx.ptr(), tokens, row_bytes, drow.ptr(), top_k, dmid.ptr()),
+                 "hal_ext_kernels_t.moe_permute");
     expect(dmid.get(mid.size()) == mid,
            hal::dtype_name(dt) + ": moe_permute differs from the CPU kernel's rows");
     dmid.put(mid.data(), mid.size());
-    plugin.check(unperm(0, dmid.ptr(), static_cast<const int64_t*>(drow.ptr()),
-                        static_cast<const float*>(dw.ptr()), tokens, top_k, hidden, dt, dback.ptr()),
+    plugin.check(unpermute(k, dmid.ptr(), drow.ptr(), dw.ptr(), tokens, top_k, hidden, dt, dback.ptr()),
                  "hal_ext_kernels_t.moe_unpermute");
     // Sums of two f32 products: the same in any order but for FMA
     // contraction, so compared as values, to a few units in the last place.
@@ -219,9 +283,10 @@ void check_moe(Context& ctx, const hal_ext_kernels_t* k) {
 }  // namespace
 
 void run_kernel_checks(Context& ctx) {
-  const hal_ext_kernels_t* k = ctx.plugin()->kernels();
+  const Kernels k(*ctx.plugin());
+  const bool chained = ctx.plugin()->kernels() != nullptr || ctx.plugin()->kernels_v1_2() != nullptr;
   auto need = [&] {
-    if (k == nullptr) throw Skip{"no HAL_EXT_KERNELS chained"};
+    if (!chained) throw Skip{"no HAL_EXT_KERNELS chained"};
     if (!ctx.has_device()) throw Skip{"no device"};
   };
 
@@ -243,6 +308,22 @@ void run_kernel_checks(Context& ctx) {
   ctx.run("kernels.moe", [&] {
     need();
     check_moe(ctx, k);
+  });
+
+  // From 1.3 each entry takes an args struct: one smaller than 1.3's is refused.
+  ctx.run("kernels.args_struct_size", [&] {
+    need();
+    if (ctx.plugin()->api().abi_minor < 3) throw Skip{"a 1.2 plugin's entries are positional"};
+    if (!k.has(Entry::checksum)) throw Skip{"the plugin's HAL_EXT_KERNELS has no checksum"};
+    At d(ctx.plugin(), 8, 0);
+    uint64_t got = 0;
+    auto a = args<hal_kernel_checksum_args_t>();
+    a.data = d.ptr();
+    a.bytes = 8;
+    a.out = &got;
+    a.struct_size = 8;
+    expect(k.checksum(a) == HAL_ERR_INVALID_ARGUMENT,
+           "checksum took args whose struct_size (8) is smaller than 1.3's");
   });
 }
 

@@ -1,4 +1,4 @@
-// sigma-hal-conformance: checks a HAL plugin against ABI 1.0 to 1.2.
+// sigma-hal-conformance: checks a HAL plugin against ABI 1.0 to 1.3.
 //
 //   sigma-hal-conformance --plugin NAME|PATH [--ranks N] [--json FILE]
 //                         [--timeout-s S] [--check-timeout-s S] [--op-timeout-ms MS]
@@ -230,7 +230,7 @@ std::optional<sc::Stop> run_attempt(const sc::Options& base, uint32_t world, uin
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Checks a libsigma HAL plugin against the HAL ABI 1 contract (1.0 to 1.2)"};
+  CLI::App app{"Checks a libsigma HAL plugin against the HAL ABI 1 contract (1.0 to 1.3)"};
   sc::Options opts;
   uint32_t ranks = 1;
   int worker_rank = -1;
