@@ -30,6 +30,22 @@ void expect_load_error(const std::string& spec, Code code, std::initializer_list
   }
 }
 
+// An all-reduce over a world of one runs on `p` and leaves its input.
+void expect_one_rank_all_reduce(const PluginPtr& p) {
+  hal_comm_create_args_t ca{};
+  ca.struct_size = sizeof(ca);
+  ca.world_size = 1;
+  ca.timeout_ns = 1'000'000'000ull;
+  Communicator comm(p, ca);
+  Buffer b(p, 0, 16);
+  const float x[4] = {1, 2, 3, 4};
+  b.copy_from_host(x, sizeof(x));
+  comm.run(coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 4, b.data(), b.data()), std::chrono::seconds(1));
+  float out[4] = {};
+  b.copy_to_host(out, sizeof(out));
+  EXPECT_EQ(out[3], 4.0f);
+}
+
 TEST(Loader, LoadsTheSkeletonByShortName) {
   auto p = Plugin::load("skeleton");
   EXPECT_EQ(p->name(), "skeleton");
@@ -86,18 +102,7 @@ TEST(Loader, AnAbi10PluginLoadsAndTheRunItLacksAndTheBitsItCannotMeanAreIgnored)
   EXPECT_NE(p->api().capabilities & HAL_CAP_KERNELS, 0u);
   EXPECT_EQ(p->kernels(), nullptr);
   EXPECT_EQ(p->coll_run(), nullptr);  // the slot past struct_size is garbage
-  hal_comm_create_args_t ca{};
-  ca.struct_size = sizeof(ca);
-  ca.world_size = 1;
-  ca.timeout_ns = 1'000'000'000ull;
-  Communicator comm(p, ca);
-  Buffer b(p, 0, 16);
-  const float ones[4] = {1, 1, 1, 1};
-  b.copy_from_host(ones, sizeof(ones));
-  comm.run(coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 4, b.data(), b.data()), std::chrono::seconds(1));
-  float out[4] = {};
-  b.copy_to_host(out, sizeof(out));
-  EXPECT_EQ(out[3], 1.0f);  // posted and waited for, as before 1.1
+  expect_one_rank_all_reduce(p);      // posted and waited for, as before 1.1
 }
 
 // The skeleton built from each released version's frozen header
@@ -116,18 +121,7 @@ TEST(Loader, PluginsBuiltFromEachReleasedHeaderLoadAndRun) {
     EXPECT_EQ(p->api().struct_size, uint64_t{HAL_API_V1_0_SIZE});
     EXPECT_EQ(p->coll_run(), nullptr);  // the skeleton offers none; from 1.0 the slot is not even there
     EXPECT_EQ(p->kernels(), nullptr);
-    hal_comm_create_args_t ca{};
-    ca.struct_size = sizeof(ca);
-    ca.world_size = 1;
-    ca.timeout_ns = 1'000'000'000ull;
-    Communicator comm(p, ca);
-    Buffer b(p, 0, 16);
-    const float x[4] = {1, 2, 3, 4};
-    b.copy_from_host(x, sizeof(x));
-    comm.run(coll_args(HAL_COLL_ALL_REDUCE, HAL_DTYPE_F32, 4, b.data(), b.data()), std::chrono::seconds(1));
-    float out[4] = {};
-    b.copy_to_host(out, sizeof(out));
-    EXPECT_EQ(out[3], 4.0f);
+    expect_one_rank_all_reduce(p);
   }
 }
 
